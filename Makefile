@@ -1,0 +1,68 @@
+# Every target uses the virtual environment in .venv (created by `make install`).
+PYTHON_SYSTEM ?= python3.11
+VENV   := .venv
+PY     := $(VENV)/bin/python
+CONFIG ?= configs/default.yaml
+WORK   ?= work
+INPUT  ?= samples
+ARGS   ?=
+STAMP  := $(VENV)/.installed
+RUN    := $(PY) -m pipeline
+
+.PHONY: install test demo pipeline samples clean \
+        manifest decode features kmeans quantize asr align validate summary train eval codebook-info \
+        bench-decode bench-features bench-kmeans bench-asr bench-train bench-scale
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@command -v $(PYTHON_SYSTEM) >/dev/null || { echo "needs $(PYTHON_SYSTEM)"; exit 1; }
+	test -x $(PY) || $(PYTHON_SYSTEM) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e ".[dev,ray,whisper]"
+	touch $(STAMP)
+
+test: $(STAMP)
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -q $(ARGS)
+
+# The whole pipeline on the bundled sample (samples/, made by scripts/make_samples.py).
+DEMO_WORK ?= work/demo
+demo: $(STAMP)
+	HF_HUB_OFFLINE=1 $(MAKE) --no-print-directory pipeline CONFIG=configs/demo.yaml WORK=$(DEMO_WORK) INPUT=samples
+
+pipeline: $(STAMP)
+	$(RUN) manifest --config $(CONFIG) --work-dir $(WORK) --input $(INPUT) $(ARGS)
+	$(RUN) decode   --config $(CONFIG) --work-dir $(WORK) $(ARGS)
+	$(RUN) features --config $(CONFIG) --work-dir $(WORK) $(ARGS)
+	$(RUN) summary  --config $(CONFIG) --work-dir $(WORK)
+
+manifest: $(STAMP)
+	$(RUN) manifest --config $(CONFIG) --work-dir $(WORK) --input $(INPUT) $(ARGS)
+decode features kmeans quantize asr align train: $(STAMP)
+	$(RUN) $@ --config $(CONFIG) --work-dir $(WORK) $(ARGS)
+eval: $(STAMP)
+	$(RUN) eval zero-shot --config $(CONFIG) --work-dir $(WORK) $(ARGS)
+validate: $(STAMP)
+	$(RUN) validate $(WORK)
+summary codebook-info: $(STAMP)
+	$(RUN) $@ --config $(CONFIG) --work-dir $(WORK)
+
+# Regenerates samples/ and tests/fixtures/speech/ (needs Debian's espeak-ng; the product does not).
+samples: $(STAMP)
+	$(PY) scripts/make_samples.py
+
+bench-decode: $(STAMP)
+	$(PY) benchmarks/bench_decode.py $(ARGS)
+bench-features: $(STAMP)
+	$(PY) benchmarks/bench_features.py $(ARGS)
+bench-kmeans: $(STAMP)
+	$(PY) benchmarks/bench_kmeans.py $(ARGS)
+bench-asr: $(STAMP)
+	$(PY) benchmarks/bench_asr.py $(ARGS)
+bench-train: $(STAMP)
+	$(PY) benchmarks/bench_train.py $(ARGS)
+bench-scale: $(STAMP)
+	$(PY) benchmarks/bench_scale.py $(ARGS)
+
+clean:
+	rm -rf work .pytest_cache

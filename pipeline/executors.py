@@ -1,0 +1,87 @@
+"""Executors decide where a shard runs, and nothing else: the stage code is the same under all of them.
+
+- local: the shards in a process pool on this machine (or in-process for one worker);
+- slurm: this array task's shards (`--shard/--num-shards`, defaulting to SLURM_ARRAY_TASK_ID/COUNT);
+- ray:   shards as Ray tasks on a cluster (pipeline/ray_executor.py).
+
+Every executor also offers `map(fn, items)` for a global stage's parallel parts (k-means subtrees)."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Callable, Iterable
+
+from pipeline import runner
+from pipeline.config import Config
+
+
+def select_shards(all_shards: list[int], shard: int | None, num_shards: int | None) -> list[int]:
+    """Task `shard` of `num_shards` takes manifest shards s with s % num_shards == shard."""
+    if shard is None and num_shards is None:
+        env_id, env_count = os.environ.get("SLURM_ARRAY_TASK_ID"), os.environ.get("SLURM_ARRAY_TASK_COUNT")
+        if env_id is not None and env_count is not None:
+            shard, num_shards = int(env_id), int(env_count)
+    if shard is None and num_shards is None:
+        return list(all_shards)
+    if shard is None or num_shards is None:
+        raise ValueError("--shard and --num-shards go together")
+    if not 0 <= shard < num_shards:
+        raise ValueError(f"--shard must be in 0..{num_shards - 1} (got {shard})")
+    return [s for s in all_shards if s % num_shards == shard]
+
+
+def default_workers(cfg: Config) -> int:
+    return cfg.executor.workers or os.cpu_count() or 1
+
+
+def _spawn_pool(workers: int) -> ProcessPoolExecutor:
+    # spawn, not fork: torch, faiss and FFmpeg keep threads that a forked child must not inherit
+    return ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
+
+
+class LocalExecutor:
+    def __init__(self, cfg: Config, workers: int | None = None):
+        self.cfg = cfg
+        self.workers = workers or default_workers(cfg)
+
+    def run_shards(self, work_dir: Path, stage: str, shards: list[int], *, force: bool = False,
+                   quiet: bool = False, on_done: Callable[[dict], None] | None = None) -> list[dict]:
+        module = runner.stage_module(stage)
+        workers = min(self.workers, getattr(module, "MAX_PARALLEL_SHARDS", self.workers), max(len(shards), 1))
+        results = []
+        if workers <= 1:
+            for shard_index in shards:
+                stats = runner.run_one_shard_safely(self.cfg, work_dir, stage, shard_index, force=force,
+                                                    quiet=quiet)
+                results.append(stats)
+                if on_done:
+                    on_done(stats)
+            return results
+        with _spawn_pool(workers) as pool:
+            futures = [pool.submit(runner.run_one_shard_safely, self.cfg, work_dir, stage, shard_index,
+                                   force=force, quiet=True) for shard_index in shards]
+            for future in futures:
+                stats = future.result()
+                results.append(stats)
+                if on_done:
+                    on_done(stats)
+        return results
+
+    def map(self, fn: Callable, items: Iterable) -> list:
+        items = list(items)
+        if self.workers <= 1 or len(items) <= 1:
+            return [fn(item) for item in items]
+        with _spawn_pool(min(self.workers, len(items))) as pool:
+            return list(pool.map(fn, items))
+
+
+def make_executor(cfg: Config, kind: str | None = None, workers: int | None = None, ray_address: str | None = None):
+    kind = kind or cfg.executor.kind
+    if kind == "ray":
+        from pipeline.ray_executor import RayExecutor
+        return RayExecutor(cfg, address=ray_address or cfg.executor.ray_address)
+    # under a Slurm array each task runs its own shards locally
+    return LocalExecutor(cfg, workers)

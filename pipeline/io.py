@@ -1,0 +1,90 @@
+"""Atomic Parquet output with provenance metadata, and the paths every stage's files live at.
+
+An output appears only complete: it is written under a temporary name in the same folder and renamed
+(atomic on POSIX), so a killed run never leaves a file that a reader could take for a finished one."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import uuid
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+METADATA_PREFIX = "videobert."
+
+
+def part_name(shard_index: int) -> str:
+    return f"part-{shard_index:05d}.parquet"
+
+
+def stage_output(work_dir: Path, stage: str, shard_index: int, table_name: str = "") -> Path:
+    prefix = f"{table_name}-" if table_name else ""
+    return Path(work_dir) / stage / f"{prefix}{part_name(shard_index)}"
+
+
+def error_output(work_dir: Path, stage: str, shard_index: int) -> Path:
+    return Path(work_dir) / "errors" / f"{stage}-{part_name(shard_index)}"
+
+
+def completion_record(work_dir: Path, stage: str, shard_index: int) -> Path:
+    return Path(work_dir) / stage / "_done" / f"part-{shard_index:05d}.json"
+
+
+def atomic_path(final: Path) -> Path:
+    """A unique temporary sibling: two workers racing on one shard never write into the same file."""
+    final.parent.mkdir(parents=True, exist_ok=True)
+    return final.with_name(f".tmp-{uuid.uuid4().hex[:12]}-{final.name}")
+
+
+def atomic_write_bytes(final: Path, data: bytes) -> None:
+    tmp = atomic_path(final)
+    with open(tmp, "wb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, final)
+
+
+def atomic_write_json(final: Path, value) -> None:
+    atomic_write_bytes(final, (json.dumps(value, indent=2, sort_keys=True, default=str) + "\n").encode())
+
+
+def write_parquet(final: Path, table: pa.Table, metadata: dict[str, str], *,
+                  row_group_size: int | None = None, compression: str = "zstd") -> None:
+    """Write `table` atomically with `metadata` (str -> str) in the file's key-value metadata."""
+    existing = dict(table.schema.metadata or {})
+    existing.update({(METADATA_PREFIX + key).encode(): str(value).encode() for key, value in metadata.items()})
+    table = table.replace_schema_metadata(existing)
+    tmp = atomic_path(final)
+    try:
+        pq.write_table(table, tmp, compression=compression, row_group_size=row_group_size,
+                       write_statistics=True)
+        with open(tmp, "rb+") as handle:
+            os.fsync(handle.fileno())
+        os.replace(tmp, final)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def read_metadata(path: Path) -> dict[str, str]:
+    """The `videobert.*` key-value metadata of a Parquet file, prefix removed."""
+    raw = pq.read_schema(path).metadata or {}
+    return {key.decode()[len(METADATA_PREFIX):]: value.decode()
+            for key, value in raw.items() if key.decode().startswith(METADATA_PREFIX)}
+
+
+def file_sha256(path: Path, chunk: int = 1 << 20) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while block := handle.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def text_sha256(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()

@@ -1,0 +1,135 @@
+"""The manifest: one row per input video, assigned to shards. Every later stage works shard by shard.
+
+Input: a folder (searched recursively for video files; a `name.vtt`/`name.srt` beside `name.mp4` becomes
+its transcript) or a list file: .txt (one path per line), .csv or .parquet (a `path`/`uri` column and an
+optional `transcript`/`transcript_uri` column). Relative paths in a list are relative to the list file.
+
+`video_id` is derived from the path relative to the input plus a short hash of it: stable across runs,
+unique, and safe as a file name on every OS (ASCII letters, digits, `_`, `-`, `.`; no `/` or `..`)."""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import os
+import re
+import unicodedata
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+import schemas
+from pipeline import io
+from pipeline.config import Config
+
+VIDEO_EXTENSIONS = {".mp4", ".m4v", ".mov", ".mkv", ".webm", ".avi", ".mpg", ".mpeg", ".ts", ".mts",
+                    ".m2ts", ".flv", ".wmv", ".3gp", ".ogv", ".mxf"}
+TRANSCRIPT_EXTENSIONS = (".vtt", ".srt")
+LIST_EXTENSIONS = {".txt", ".csv", ".parquet"}
+
+
+class ManifestError(ValueError):
+    pass
+
+
+def make_video_id(relative_path: str) -> str:
+    digest = hashlib.sha1(relative_path.encode("utf-8", "surrogateescape")).hexdigest()[:10]
+    stem = relative_path.rsplit(".", 1)[0] if "." in Path(relative_path).name else relative_path
+    ascii_stem = unicodedata.normalize("NFKD", stem).encode("ascii", "ignore").decode()
+    slug = re.sub(r"[^A-Za-z0-9]+", "_", ascii_stem).strip("_")[:60] or "video"
+    return f"{slug}-{digest}"
+
+
+def _find_videos(folder: Path) -> list[tuple[str, str | None]]:
+    found = []
+    for root, dirs, files in os.walk(folder):
+        dirs.sort()
+        for name in sorted(files):
+            path = Path(root) / name
+            if path.suffix.lower() not in VIDEO_EXTENSIONS or name.startswith("."):
+                continue
+            transcript = next((str(path.with_suffix(ext)) for ext in TRANSCRIPT_EXTENSIONS
+                               if path.with_suffix(ext).exists()), None)
+            found.append((str(path), transcript))
+    return found
+
+
+def _read_list(list_file: Path) -> list[tuple[str, str | None]]:
+    suffix = list_file.suffix.lower()
+    try:
+        if suffix == ".txt":
+            lines = list_file.read_text(encoding="utf-8").splitlines()
+            rows = [(line.strip(), None) for line in lines if line.strip() and not line.lstrip().startswith("#")]
+        else:
+            if suffix == ".csv":
+                with open(list_file, newline="", encoding="utf-8") as handle:
+                    records = list(csv.DictReader(handle))
+            else:
+                records = pq.read_table(list_file).to_pylist()
+            columns = set(records[0]) if records else set()
+            path_column = next((c for c in ("path", "uri", "video") if c in columns), None)
+            if records and path_column is None:
+                raise ManifestError(f"{list_file}: needs a 'path' (or 'uri') column; found {sorted(columns)}")
+            transcript_column = next((c for c in ("transcript_uri", "transcript") if c in columns), None)
+            rows = [(str(record[path_column]).strip(),
+                     (str(record[transcript_column]).strip() or None)
+                     if transcript_column and record[transcript_column] else None)
+                    for record in records if record[path_column]]
+    except (OSError, UnicodeDecodeError, pa.ArrowException, csv.Error) as error:
+        raise ManifestError(f"cannot read the video list {list_file}: {error}") from None
+    base = list_file.parent
+
+    def absolute(path: str | None) -> str | None:
+        if path is None or "://" in path:
+            return path
+        return str((base / path) if not Path(path).is_absolute() else Path(path))
+    return [(absolute(path), absolute(transcript)) for path, transcript in rows]
+
+
+def build_manifest(cfg: Config, input_path: str | Path) -> pa.Table:
+    input_path = Path(input_path)
+    if input_path.is_dir():
+        entries, root = _find_videos(input_path), input_path
+    elif input_path.is_file() and input_path.suffix.lower() in LIST_EXTENSIONS:
+        entries, root = _read_list(input_path), None
+    elif input_path.exists():
+        raise ManifestError(f"--input {input_path}: expected a folder or a .txt/.csv/.parquet list of videos")
+    else:
+        raise ManifestError(f"--input {input_path} does not exist")
+    rows, seen = [], set()
+    for uri, transcript in entries:
+        key = uri if "://" in uri else os.path.normpath(os.path.abspath(uri))
+        if key in seen:
+            continue   # duplicate paths are listed once
+        seen.add(key)
+        if "://" in uri:
+            relative = uri.split("://", 1)[1]
+        elif root is not None:
+            relative = os.path.relpath(key, os.path.abspath(root))
+        else:
+            relative = key.lstrip("/")
+        try:
+            size = os.stat(key).st_size if "://" not in uri else None
+        except OSError:
+            size = None   # decode reports it as an error row naming the video
+        rows.append({"video_id": make_video_id(relative.replace(os.sep, "/")), "uri": key, "bytes": size,
+                     "transcript_uri": os.path.abspath(transcript) if transcript and "://" not in transcript
+                     else transcript})
+    ids = [row["video_id"] for row in rows]
+    if len(set(ids)) != len(ids):
+        raise ManifestError("two inputs map to the same video_id; rename one of them")
+    rows.sort(key=lambda row: row["video_id"])
+    for position, row in enumerate(rows):
+        row["shard"] = position // cfg.shards.videos_per_shard
+    return pa.Table.from_pylist(rows, schema=schemas.MANIFEST.arrow)
+
+
+def write_manifest(cfg: Config, input_path: str | Path, work_dir: Path) -> tuple[Path, pa.Table]:
+    table = build_manifest(cfg, input_path)
+    path = Path(work_dir) / "manifest" / "manifest.parquet"
+    io.write_parquet(path, table, {"stage": "manifest", "schema": schemas.MANIFEST.tag,
+                                   "config": cfg.section_json("shards"),
+                                   "config_hash": cfg.section_hash("shards"),
+                                   "input": str(Path(input_path).resolve())})
+    return path, table

@@ -1,0 +1,124 @@
+"""The Parquet schemas of every stage's output, with their versions: the only contract between stages.
+
+A stage reads an earlier stage's files through these column names and nothing else. Bump a schema's
+version whenever a column changes meaning or type; outputs record `schema=<name>:<version>`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+FEATURE_DIM = 1024   # S3D's pooled activation before its classifier
+
+
+@dataclass(frozen=True)
+class Schema:
+    name: str
+    version: int
+    arrow: pa.Schema
+
+    @property
+    def tag(self) -> str:
+        return f"{self.name}:{self.version}"
+
+
+_clip_key = [
+    pa.field("video_id", pa.string(), nullable=False),
+    pa.field("clip_index", pa.int32(), nullable=False),
+    pa.field("start_s", pa.float64(), nullable=False),
+    pa.field("end_s", pa.float64(), nullable=False),
+]
+
+MANIFEST = Schema("manifest", 1, pa.schema([
+    pa.field("video_id", pa.string(), nullable=False),
+    pa.field("uri", pa.string(), nullable=False),
+    pa.field("bytes", pa.int64()),                     # null when the file could not be stat'ed
+    pa.field("transcript_uri", pa.string()),           # WebVTT / SRT / JSON to import instead of ASR
+    pa.field("shard", pa.int32(), nullable=False),
+]))
+
+DECODE_CLIPS = Schema("decode", 1, pa.schema(_clip_key + [
+    pa.field("n_real_frames", pa.int32(), nullable=False),   # frames before padding
+    pa.field("padded", pa.bool_(), nullable=False),
+    pa.field("thumbnail_jpeg", pa.binary(), nullable=False), # the clip's middle frame, as the model sees it
+]))
+
+VIDEO_STATUSES = ("ok", "partial", "too_short", "error")
+
+DECODE_VIDEOS = Schema("decode.videos", 1, pa.schema([
+    pa.field("video_id", pa.string(), nullable=False),
+    pa.field("uri", pa.string(), nullable=False),
+    pa.field("status", pa.string(), nullable=False),   # one of VIDEO_STATUSES
+    pa.field("duration_s", pa.float64()),              # container or stream duration; null if unknown
+    pa.field("decoded_s", pa.float64()),               # time span actually decoded
+    pa.field("source_fps", pa.float64()),
+    pa.field("width", pa.int32()),
+    pa.field("height", pa.int32()),
+    pa.field("codec", pa.string()),
+    pa.field("has_audio", pa.bool_()),
+    pa.field("rotation", pa.int32()),                  # degrees applied to make the picture upright
+    pa.field("n_frames", pa.int64()),                  # frames produced at the target fps
+    pa.field("n_clips", pa.int32(), nullable=False),
+]))
+
+FEATURES = Schema("features", 1, pa.schema(_clip_key + [
+    pa.field("feature", pa.list_(pa.float16(), FEATURE_DIM), nullable=False),
+]))
+
+QUANTIZE = Schema("quantize", 1, pa.schema(_clip_key + [
+    pa.field("token", pa.int32(), nullable=False),     # leaf id in [0, k**depth)
+]))
+
+SENTENCE = pa.struct([pa.field("text", pa.string()), pa.field("start_s", pa.float64()),
+                      pa.field("end_s", pa.float64())])
+WORD = pa.struct([pa.field("word", pa.string()), pa.field("start_s", pa.float64()),
+                  pa.field("end_s", pa.float64()), pa.field("prob", pa.float32())])
+
+ASR = Schema("asr", 1, pa.schema([
+    pa.field("video_id", pa.string(), nullable=False),
+    pa.field("status", pa.string(), nullable=False),   # ok | no_audio
+    pa.field("source", pa.string(), nullable=False),   # model name, or import:vtt / import:srt / import:json
+    pa.field("language", pa.string()),
+    pa.field("language_prob", pa.float32()),
+    pa.field("audio_s", pa.float64()),
+    pa.field("sentences", pa.list_(SENTENCE), nullable=False),
+    pa.field("words", pa.list_(WORD), nullable=False),
+]))
+
+SEGMENT_KINDS = ("text_video", "video_only")
+
+ALIGN = Schema("align", 1, pa.schema([
+    pa.field("video_id", pa.string(), nullable=False),
+    pa.field("segment_index", pa.int32(), nullable=False),
+    pa.field("start_s", pa.float64(), nullable=False),
+    pa.field("end_s", pa.float64(), nullable=False),
+    pa.field("kind", pa.string(), nullable=False),     # one of SEGMENT_KINDS
+    pa.field("text", pa.string()),                     # null for video_only
+    pa.field("text_ids", pa.list_(pa.int32()), nullable=False),     # WordPiece ids, no [CLS]/[SEP]
+    pa.field("visual_ids", pa.list_(pa.int32()), nullable=False),   # codebook leaf ids in [0, k**depth)
+    pa.field("language", pa.string()),
+]))
+
+ERRORS = Schema("errors", 1, pa.schema([
+    pa.field("video_id", pa.string(), nullable=False),
+    pa.field("stage", pa.string(), nullable=False),
+    pa.field("error_type", pa.string(), nullable=False),
+    pa.field("message", pa.string(), nullable=False),
+]))
+
+# stage output name -> schema; "<stage>.<table>" for a stage's extra per-shard tables
+BY_OUTPUT = {schema.name: schema for schema in
+             (MANIFEST, DECODE_CLIPS, DECODE_VIDEOS, FEATURES, QUANTIZE, ASR, ALIGN, ERRORS)}
+
+
+def conform(table: pa.Table, schema: Schema) -> pa.Table:
+    """Reorder and cast `table` to `schema`; a missing or extra column is a programming error."""
+    names = schema.arrow.names
+    if sorted(table.column_names) != sorted(names):
+        raise ValueError(f"{schema.tag}: columns {table.column_names} do not match {names}")
+    return table.select(names).cast(schema.arrow)
+
+
+def empty(schema: Schema) -> pa.Table:
+    return schema.arrow.empty_table()

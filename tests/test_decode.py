@@ -1,0 +1,165 @@
+"""decode: clip counts and times for known rates and starts, rotation, colour range, and bad inputs."""
+
+import math
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from media_factory import make_audio_only, make_video
+from pipeline.config import load_config
+from pipeline.media import ClipReader, expected_clip_count
+from stages.decode import decode_video
+
+CFG = load_config(None)
+
+
+def index_pattern(index, width, height):
+    """The left half's colour says the source frame index: red and green in steps of 16."""
+    image = np.zeros((height, width, 3), dtype=np.uint8)
+    image[:, : width // 2, 0] = (index % 16) * 16
+    image[:, : width // 2, 1] = (index // 16) * 16
+    return image
+
+
+def source_index(frame):
+    red, green = frame[:, :80, 0].mean(), frame[:, :80, 1].mean()
+    return int(round(green / 16)) * 16 + int(round(red / 16))
+
+
+@pytest.mark.parametrize("fps", [24, 25, 29.97, 30, 60])
+def test_clip_count_and_times_for_common_frame_rates(tmp_path, fps):
+    path = make_video(tmp_path / "v.mp4", duration_s=4.0, fps=fps, frame_fn=index_pattern)
+    source_frames = round(4.0 * fps)
+    duration = source_frames / fps             # 4.004 s at 29.97
+    with ClipReader(str(path), CFG.decode) as reader:
+        clips = list(reader.clips())
+    # 80 frames at 20 fps (81 for 4.004 s) = 2 full clips + a last one of 20-21 frames (>= 15: padded)
+    last = math.ceil(duration * 20 - 1e-9) - 60
+    assert len(clips) == expected_clip_count(duration, CFG.decode) == 3
+    assert [(c.start_s, c.end_s) for c in clips] == [(0.0, 1.5), (1.5, 3.0), (3.0, 3.0 + last / 20)]
+    assert [c.n_real_frames for c in clips] == [30, 30, last]
+    # frame n of the output is the source frame on screen at n/20
+    frames = np.concatenate([c.frames[: c.n_real_frames] for c in clips])
+    shown = [source_index(f) for f in frames]
+    assert shown == [min(math.floor(n / 20 * fps + 1e-6), source_frames - 1) for n in range(len(frames))]
+    assert [c.padded for c in clips] == [False, False, True]
+    assert clips[-1].frames.shape == (30, 224, 224, 3)
+    assert (clips[-1].frames[last:] == clips[-1].frames[last - 1]).all()   # padded with the last real frame
+
+
+def test_short_last_window_is_dropped(tmp_path):
+    path = make_video(tmp_path / "v.mp4", duration_s=2.1, fps=25)   # 42 frames: 30 + 12 (< 15)
+    with ClipReader(str(path), CFG.decode) as reader:
+        assert [c.n_real_frames for c in reader.clips()] == [30]
+
+
+def test_frames_follow_timestamps_for_variable_frame_rate(tmp_path):
+    rng = np.random.default_rng(0)
+    times = [0.0]
+    while times[-1] < 3.0:
+        times.append(round(times[-1] + float(rng.choice([0.02, 0.05, 0.1, 0.13])), 3))
+    path = make_video(tmp_path / "vfr.mp4", frame_times=times, frame_fn=index_pattern)
+    with ClipReader(str(path), CFG.decode) as reader:
+        frames = list(reader.frames())
+    # output frame i is the source frame on screen at i/20: the latest one with time <= i/20
+    expected = [max(j for j, t in enumerate(times) if t <= i / 20 + 1e-9) for i in range(len(frames))]
+    assert [source_index(f) for f in frames] == expected
+
+
+def test_non_zero_start_time(tmp_path):
+    # video starts 2 s after the container's zero (the audio starts at 0)
+    path = make_video(tmp_path / "late.mp4", duration_s=3.0, fps=25, start_s=2.0, audio=True)
+    with ClipReader(str(path), CFG.decode) as reader:
+        clips = list(reader.clips())
+    assert clips[0].start_s == pytest.approx(2.0, abs=0.05)
+    assert clips[1].start_s - clips[0].start_s == pytest.approx(1.5)
+
+
+def quadrant_pattern(index, width, height):
+    image = np.zeros((height, width, 3), dtype=np.uint8)
+    image[: height // 2, : width // 2] = (255, 0, 0)     # top-left red
+    image[: height // 2, width // 2:] = (0, 255, 0)      # top-right green
+    return image
+
+
+@pytest.mark.parametrize("display_rotation, np_turns", [(90, 1), (180, 2), (270, 3), (-90, 3)])
+def test_rotation_metadata_is_applied(tmp_path, display_rotation, np_turns):
+    path = make_video(tmp_path / "r.mp4", duration_s=2.0, fps=25, width=64, height=32,
+                      rotation=display_rotation, frame_fn=quadrant_pattern)
+    with ClipReader(str(path), CFG.decode) as reader:
+        frame = next(reader.clips()).frames[0].astype(int)
+    # the display matrix angle is counter-clockwise: np.rot90 turns counter-clockwise too
+    upright = np.rot90(quadrant_pattern(0, 64, 32), np_turns)
+    h, w = upright.shape[:2]
+    corners = {"tl": upright[h // 8, w // 8], "tr": upright[h // 8, -w // 8],
+               "bl": upright[-h // 8, w // 8], "br": upright[-h // 8, -w // 8]}
+    got = {"tl": frame[20, 20], "tr": frame[20, -20], "bl": frame[-20, 20], "br": frame[-20, -20]}
+    for corner, colour in corners.items():
+        assert np.abs(got[corner] - colour).max() < 60, (corner, got[corner], colour)
+
+
+def test_full_range_source_is_not_washed_out(tmp_path):
+    def black_and_white(index, width, height):
+        image = np.zeros((height, width, 3), dtype=np.uint8)
+        image[:, width // 2:] = 255
+        return image
+    path = make_video(tmp_path / "full.mkv", duration_s=2.0, fps=25, codec="mjpeg", pix_fmt="yuvj420p",
+                      frame_fn=black_and_white)
+    with ClipReader(str(path), CFG.decode) as reader:
+        frame = next(reader.clips()).frames[0]
+    # a washed-out (limited-range) reading would give about 16 and 235
+    assert frame[:, :80].mean() < 6
+    assert frame[:, -80:].mean() > 249
+
+
+def test_real_full_range_video_keeps_black(realdata):
+    with ClipReader(str(realdata / "intel_asl_again.mkv"), CFG.decode) as reader:
+        frames = next(reader.clips()).frames
+    assert frames.min() < 16
+
+
+def _row(path, video_id="v"):
+    return {"video_id": video_id, "uri": str(path), "bytes": path.stat().st_size if path.exists() else None}
+
+
+def test_bad_inputs_become_error_rows_or_statuses(tmp_path):
+    zero = tmp_path / "zero.mp4"
+    zero.write_bytes(b"")
+    text = tmp_path / "text.mp4"
+    text.write_text("this is not a video\n" * 50)
+    audio_only = make_audio_only(tmp_path / "audio.m4a")
+    tiny = make_video(tmp_path / "tiny.mp4", duration_s=0.4, fps=25)
+    good = make_video(tmp_path / "good.mp4", duration_s=4.0, fps=25)
+    truncated = tmp_path / "truncated.mp4"
+    data = make_video(tmp_path / "long.mkv", duration_s=6.0, fps=25, width=160, height=120,
+                      container_format="matroska").read_bytes()
+    truncated.write_bytes(data[: len(data) * 2 // 3])
+    outcomes = {}
+    for path in (zero, text, audio_only, tiny, good, truncated, tmp_path / "missing.mp4"):
+        clips, video, errors = decode_video(_row(path, path.stem), CFG)
+        outcomes[path.stem] = (len(clips), video["status"], [e["error_type"] for e in errors],
+                               [e["message"] for e in errors])
+    assert outcomes["zero"][:3] == (0, "error", ["EmptyFile"])
+    assert outcomes["text"][:2] == (0, "error") and "cannot open" in outcomes["text"][3][0]
+    assert outcomes["audio"][:3] == (0, "error", ["NoVideoStream"])
+    assert outcomes["tiny"][:3] == (0, "too_short", [])
+    assert outcomes["good"][:3] == (3, "ok", [])
+    assert outcomes["missing"][:2] == (0, "error")
+    # truncated: the clips before the cut are kept
+    assert outcomes["truncated"][0] >= 1 and outcomes["truncated"][1] in ("ok", "partial")
+
+
+def test_stream_failing_midway_keeps_earlier_clips(realdata):
+    path = realdata / "decord_corrupted.mp4"
+    clips, video, errors = decode_video(_row(path), CFG)
+    assert video["status"] == "partial" and len(clips) == 2
+    assert errors[0]["error_type"] == "DecodeStoppedMidStream"
+
+
+def test_oversized_frames_are_refused_not_decoded(tmp_path):
+    path = make_video(tmp_path / "big.mp4", duration_s=2.0, fps=25, width=320, height=240)
+    cfg = load_config(None, ["decode.max_pixels=10000"])
+    clips, video, errors = decode_video(_row(path), cfg)
+    assert clips == [] and errors[0]["error_type"] == "VideoTooLarge"
+    assert "320x240" in errors[0]["message"]
