@@ -47,6 +47,7 @@ class ShardResult:
     errors: list[dict] = field(default_factory=list)  # {video_id, error_type, message}
     stats: dict = field(default_factory=dict)          # counts for status/summary (videos, clips, ...)
     metadata: dict[str, str] = field(default_factory=dict)   # extra provenance (input hashes ...)
+    row_group_size: int | None = None                  # Parquet row groups (None: pyarrow's default)
 
 
 @dataclass
@@ -143,7 +144,7 @@ def run_one_shard(cfg: Config, work_dir: Path, stage: str, shard_index: int, *, 
         table = schemas.conform(result.tables[table_name], schema)
         io.write_parquet(io.stage_output(work_dir, stage, shard_index, table_name), table,
                          output_metadata(cfg, stage, schema, result.metadata),
-                         row_group_size=getattr(module, "ROW_GROUP_SIZE", None))
+                         row_group_size=result.row_group_size)
     errors = [dict(row, stage=stage) for row in result.errors]
     error_table = schemas.conform(pa.Table.from_pylist(errors, schema=schemas.ERRORS.arrow)
                                   if errors else schemas.empty(schemas.ERRORS), schemas.ERRORS)

@@ -1,0 +1,160 @@
+"""align: the training shards. Each ASR sentence becomes a segment paired with the visual tokens of the
+clips in its time span; stretches with no sentence become video-only segments of
+`align.tokens_per_segment_without_text` tokens. Text is BERT WordPiece (uncased, 30,522 tokens).
+
+Which clips a sentence gets (every clip lands in exactly one segment):
+- a clip belongs to a sentence it overlaps by at least `align.min_sentence_overlap` (half) of the clip;
+- a clip that two sentences both overlap that much (overlapping captions) goes to the one it overlaps
+  most; on a tie, to the earlier sentence;
+- a sentence too short to own a clip that way gets the single clip it overlaps most, if no other sentence
+  owns that clip; if one does, the short sentence joins that sentence's segment (text appended in time
+  order); a sentence that overlaps no clip at all (speech after the last frame) is dropped and counted."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+import pyarrow as pa
+
+import schemas
+from pipeline.config import resolve_model_spec
+from pipeline.runner import ShardContext, ShardResult
+
+NAME = "align"
+CONFIG_SECTIONS = ("align",)
+SCHEMAS = {"": schemas.ALIGN}
+
+
+@lru_cache(maxsize=4)
+def load_tokenizer(spec: str):
+    """BERT WordPiece from a hub name or a local folder; `pkg:<module>` names a package that ships one.
+    (transformers 5's BertTokenizerFast(vocab_file=...) silently ignores the file: load the folder.)"""
+    from transformers import AutoTokenizer
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model_spec(spec))
+    if tokenizer.unk_token_id is None or tokenizer.mask_token_id is None:
+        raise ValueError(f"align.tokenizer {spec!r} is not a BERT WordPiece tokenizer ([UNK]/[MASK] missing)")
+    return tokenizer
+
+
+def vocabulary_sha256(tokenizer) -> str:
+    vocab = sorted(tokenizer.get_vocab().items(), key=lambda item: item[1])
+    return hashlib.sha256("\n".join(token for token, _ in vocab).encode()).hexdigest()
+
+
+@dataclass
+class Segment:
+    start_s: float
+    end_s: float
+    texts: list[tuple[float, int, str]] = field(default_factory=list)   # (start_s, sentence position, text)
+    clips: list[int] = field(default_factory=list)   # positions in the video's clip list
+
+    @property
+    def text(self) -> str | None:
+        return " ".join(text for _, _, text in sorted(self.texts)) if self.texts else None
+
+
+def _overlap(a_start: float, a_end: float, b_start: float, b_end: float) -> float:
+    return max(0.0, min(a_end, b_end) - max(a_start, b_start))
+
+
+def segment_video(clips: list[tuple[float, float]], sentences: list[dict], min_overlap: float,
+                  tokens_without_text: int) -> tuple[list[Segment], int]:
+    """Segments of one video in time order, as (segments, sentences dropped). `clips` are (start_s, end_s)
+    in clip order; `sentences` have text, start_s, end_s."""
+    sentences = sorted(sentences, key=lambda s: (s["start_s"], s["end_s"]))
+    owner: dict[int, int] = {}          # clip position -> sentence position
+    best_share: dict[int, float] = {}
+    for s_pos, sentence in enumerate(sentences):
+        for c_pos, (c_start, c_end) in enumerate(clips):
+            share = _overlap(c_start, c_end, sentence["start_s"], sentence["end_s"]) / max(c_end - c_start, 1e-9)
+            if share >= min_overlap - 1e-9 and share > best_share.get(c_pos, -1.0):
+                owner[c_pos], best_share[c_pos] = s_pos, share
+    owned = {s_pos: sorted(c for c, s in owner.items() if s == s_pos) for s_pos in range(len(sentences))}
+    segments: dict[int, Segment] = {}   # sentence position (the segment's owner) -> segment
+    dropped = 0
+    for s_pos, sentence in enumerate(sentences):
+        text = (sentence["start_s"], s_pos, sentence["text"])
+        if owned[s_pos]:
+            segment = segments.setdefault(s_pos, Segment(sentence["start_s"], sentence["end_s"]))
+            segment.clips = owned[s_pos]
+            segment.texts.append(text)
+            continue
+        overlaps = [_overlap(c_start, c_end, sentence["start_s"], sentence["end_s"]) for c_start, c_end in clips]
+        if not overlaps or max(overlaps) <= 0:
+            dropped += 1
+            continue
+        best = max(range(len(clips)), key=lambda c: (overlaps[c], -c))
+        if best in owner:
+            # the short sentence joins the segment that owns its clip
+            host = segments.setdefault(owner[best], Segment(sentences[owner[best]]["start_s"],
+                                                            sentences[owner[best]]["end_s"]))
+            host.texts.append(text)
+            host.start_s, host.end_s = min(host.start_s, sentence["start_s"]), max(host.end_s, sentence["end_s"])
+        else:
+            owner[best] = s_pos
+            segments[s_pos] = Segment(sentence["start_s"], sentence["end_s"], [text], [best])
+    # clips no sentence owns: runs of consecutive clips, cut every `tokens_without_text`
+    video_only: list[Segment] = []
+    run: list[int] = []
+    for c_pos in range(len(clips) + 1):
+        if c_pos < len(clips) and c_pos not in owner:
+            run.append(c_pos)
+            continue
+        for chunk_start in range(0, len(run), tokens_without_text):
+            chunk = run[chunk_start: chunk_start + tokens_without_text]
+            video_only.append(Segment(clips[chunk[0]][0], clips[chunk[-1]][1], [], chunk))
+        run = []
+    ordered = sorted(list(segments.values()) + video_only, key=lambda s: (min(s.clips), s.start_s))
+    return ordered, dropped
+
+
+def run_shard(ctx: ShardContext) -> ShardResult:
+    cfg = ctx.cfg.align
+    tokenizer = load_tokenizer(cfg.tokenizer)
+    tokens = ctx.read_input("quantize").to_pylist()
+    asr_rows = {row["video_id"]: row for row in ctx.read_input("asr").to_pylist()}
+    quantize_metadata = ctx.input_metadata("quantize")
+    clips_by_video: dict[str, list[dict]] = {}
+    for row in tokens:
+        clips_by_video.setdefault(row["video_id"], []).append(row)
+    rows, dropped_sentences, videos_with_text = [], 0, 0
+    languages = set(cfg.text_languages)
+    for video in ctx.videos:
+        video_id = video["video_id"]
+        clips = sorted(clips_by_video.get(video_id, []), key=lambda r: r["clip_index"])
+        if not clips:
+            continue
+        asr = asr_rows.get(video_id)
+        language = asr["language"] if asr else None
+        sentences = asr["sentences"] if asr and language in languages else []
+        videos_with_text += bool(sentences)
+        segments, dropped = segment_video([(c["start_s"], c["end_s"]) for c in clips], sentences,
+                                          cfg.min_sentence_overlap, cfg.tokens_per_segment_without_text)
+        dropped_sentences += dropped
+        for segment_index, segment in enumerate(segments):
+            text = segment.text
+            rows.append({
+                "video_id": video_id, "segment_index": segment_index,
+                "start_s": segment.start_s, "end_s": segment.end_s,
+                "kind": "text_video" if text else "video_only", "text": text,
+                "text_ids": tokenizer(text, add_special_tokens=False)["input_ids"] if text else [],
+                "visual_ids": [clips[c]["token"] for c in segment.clips], "language": language,
+            })
+    rows.sort(key=lambda row: (row["video_id"], row["segment_index"]))
+    kinds = [row["kind"] for row in rows]
+    return ShardResult(
+        tables={"": pa.Table.from_pylist(rows, schema=schemas.ALIGN.arrow)},
+        stats={"segments": len(rows), "text_video": kinds.count("text_video"),
+               "video_only": kinds.count("video_only"), "videos_with_text": videos_with_text,
+               "sentences_without_clips": dropped_sentences,
+               "clips": sum(len(row["visual_ids"]) for row in rows)},
+        metadata={"codebook_sha256": quantize_metadata.get("codebook_sha256", ""),
+                  "feature_provenance_hash": quantize_metadata.get("feature_provenance_hash", ""),
+                  "tokenizer": cfg.tokenizer, "tokenizer_vocab_sha256": vocabulary_sha256(tokenizer),
+                  "tokenizer_vocab_size": str(len(tokenizer.get_vocab())),
+                  "visual_vocab_size": quantize_metadata.get("visual_vocab_size", ""),
+                  "text_languages": json.dumps(sorted(languages))},
+        row_group_size=cfg.row_group_size)
