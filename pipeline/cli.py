@@ -68,6 +68,32 @@ def build_parser() -> argparse.ArgumentParser:
     summary = commands.add_parser("summary", help="print and write DIR/summary.json")
     _common(summary)
 
+    status = commands.add_parser("status", help="per stage: shards done/total, failures, slowest shards")
+    _common(status)
+    errors = commands.add_parser("errors", help="list failed videos with their messages")
+    _common(errors)
+    errors.add_argument("--stage", help="only this stage's errors")
+
+    submit = commands.add_parser("submit", help="write (and submit) a Slurm job array for a stage")
+    submit.add_argument("stage", choices=SHARD_STAGES + ("kmeans", "train"))
+    _common(submit)
+    submit.add_argument("--executor", choices=("slurm",), default="slurm")
+    submit.add_argument("--num-shards", type=int, required=True, help="array tasks")
+    submit.add_argument("--array-parallelism", type=int, help="at most this many tasks at once")
+    submit.add_argument("--after", action="append", default=[], metavar="JOB_ID",
+                        help="start after this job succeeds (afterok; repeatable)")
+    submit.add_argument("--dry-run", action="store_true", help="print the sbatch script, submit nothing")
+
+    gallery = commands.add_parser("gallery", help="the visual words as thumbnail grids (HTML + PNG)")
+    _common(gallery)
+    gallery.add_argument("--level", type=int, default=1, help="tree level to show (1 = the top clusters)")
+    gallery.add_argument("--clusters", type=int, default=12, help="the largest N nodes of the level")
+    gallery.add_argument("--per-cluster", type=int, default=12, help="thumbnails per node")
+    gallery.add_argument("--ids", type=int, nargs="*", help="these node ids instead of the largest")
+
+    report = commands.add_parser("report", help="one self-contained HTML report of the run")
+    _common(report)
+
     validate = commands.add_parser("validate", help="check every output against its schema and invariants")
     validate.add_argument("work_dir_positional", nargs="?", type=Path, metavar="DIR")
     _common(validate, work_dir_required=False)
@@ -175,6 +201,24 @@ def dispatch(args, cfg) -> int:
     if command == "summary":
         from pipeline import summary
         print(summary.render(summary.write_summary(args.work_dir)))
+        return 0
+    if command in ("status", "errors"):
+        from pipeline import status
+        print(status.status_text(args.work_dir) if command == "status"
+              else status.errors_text(args.work_dir, args.stage))
+        return 0
+    if command == "submit":
+        from pipeline import slurm
+        return slurm.submit(cfg, args)
+    if command == "gallery":
+        from pipeline import gallery
+        for path in gallery.write_gallery(cfg, args.work_dir, level=args.level, clusters=args.clusters,
+                                          per_cluster=args.per_cluster, node_ids=args.ids):
+            print(path)
+        return 0
+    if command == "report":
+        from pipeline import report
+        print(report.write_report(cfg, args.work_dir))
         return 0
     if command == "validate":
         from schemas import validate
