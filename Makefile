@@ -30,10 +30,16 @@ DEMO_WORK ?= work/demo
 demo: $(STAMP)
 	HF_HUB_OFFLINE=1 $(MAKE) --no-print-directory pipeline CONFIG=configs/demo.yaml WORK=$(DEMO_WORK) INPUT=samples
 
+# manifest -> decode -> features -> kmeans -> quantize -> asr -> align -> validate, then the summary
 pipeline: $(STAMP)
 	$(RUN) manifest --config $(CONFIG) --work-dir $(WORK) --input $(INPUT) $(ARGS)
 	$(RUN) decode   --config $(CONFIG) --work-dir $(WORK) $(ARGS)
 	$(RUN) features --config $(CONFIG) --work-dir $(WORK) $(ARGS)
+	$(RUN) kmeans   --config $(CONFIG) --work-dir $(WORK) $(ARGS)
+	$(RUN) quantize --config $(CONFIG) --work-dir $(WORK) $(ARGS)
+	$(RUN) asr      --config $(CONFIG) --work-dir $(WORK) $(ARGS)
+	$(RUN) align    --config $(CONFIG) --work-dir $(WORK) $(ARGS)
+	$(RUN) validate $(WORK)
 	$(RUN) summary  --config $(CONFIG) --work-dir $(WORK)
 
 manifest: $(STAMP)
