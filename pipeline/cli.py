@@ -134,6 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.getLogger("faiss").setLevel(logging.WARNING)   # its loader's INFO lines are noise here
     if args.command == "validate":
         args.work_dir = args.work_dir or args.work_dir_positional
         if args.work_dir is None:

@@ -38,6 +38,16 @@ class ExecutorConfig:
     slurm_gpus: int = 0                 # GPUs per array task for the stages that use one (features, asr)
     slurm_array_parallelism: int | None = None
     slurm_extra: list[str] = field(default_factory=list)   # extra "#SBATCH ..." lines, verbatim
+    slurm_gpu_stages: list[str] = field(default_factory=lambda: ["features", "asr", "train"])  # get slurm_gpus
+    # Ray: resources of one task, by role: num_cpus, num_gpus, memory_gb (a scheduling hint). A mapping in
+    # the YAML overrides these defaults key by key. features_decode / features_model: see ray_feature_models
+    ray_resources: dict[str, dict[str, float]] = field(default_factory=lambda: {
+        "decode": {"num_cpus": 1}, "features": {"num_cpus": 2}, "features_decode": {"num_cpus": 1},
+        "features_model": {"num_cpus": 1, "num_gpus": 1}, "quantize": {"num_cpus": 1}, "asr": {"num_cpus": 2},
+        "align": {"num_cpus": 1}, "kmeans": {"num_cpus": 1}})
+    # Ray features: > 0 runs this many S3D model actors (one GPU each by default) fed by CPU decode tasks,
+    # so a GPU never waits on decoding; 0 runs each features shard whole in one task
+    ray_feature_models: int = 0
 
 
 @dataclass
@@ -127,6 +137,7 @@ class TrainConfig:
     freeze_input_embeddings: bool = True
     device: str = "auto"                # auto | cpu | cuda | cuda:N
     precision: str = "auto"             # auto (bf16 autocast on GPU, float32 on CPU) | float32 | bfloat16
+    num_threads: int = 0                # torch intra-op threads (train and eval); 0 = torch's default
     seed: int = 0
 
 
@@ -176,6 +187,25 @@ def _one_of(value, choices, key):
         raise ConfigError(f"config error: {key} must be one of {', '.join(choices)} (got {value!r})")
 
 
+def _check_executor(ex: ExecutorConfig) -> None:
+    for key in ("workers", "max_retries", "slurm_gpus", "ray_feature_models"):
+        if getattr(ex, key) < 0:
+            raise ConfigError(f"config error: executor.{key} must be >= 0 (got {getattr(ex, key)})")
+    _positive(ex.slurm_cpus_per_task, "executor.slurm_cpus_per_task")
+    if ex.slurm_array_parallelism is not None:
+        _positive(ex.slurm_array_parallelism, "executor.slurm_array_parallelism")
+    for index, stage in enumerate(ex.slurm_gpu_stages):
+        _one_of(stage, ("decode", "features", "kmeans", "quantize", "asr", "align", "train"),
+                f"executor.slurm_gpu_stages[{index}]")
+    roles = tuple(ExecutorConfig().ray_resources)
+    for role, resources in ex.ray_resources.items():
+        _one_of(role, roles, f"executor.ray_resources.{role}")
+        for name, amount in resources.items():
+            _one_of(name, ("num_cpus", "num_gpus", "memory_gb"), f"executor.ray_resources.{role}.{name}")
+            if amount < 0:
+                raise ConfigError(f"config error: executor.ray_resources.{role}.{name} must be >= 0 (got {amount})")
+
+
 def _check(cfg: Config) -> None:
     d = cfg.decode
     _positive(d.fps, "decode.fps")
@@ -194,6 +224,7 @@ def _check(cfg: Config) -> None:
     _positive(d.max_pixels, "decode.max_pixels")
     _positive(cfg.shards.videos_per_shard, "shards.videos_per_shard")
     _one_of(cfg.executor.kind, ("local", "ray", "slurm"), "executor.kind")
+    _check_executor(cfg.executor)
     f = cfg.features
     if f.weights not in ("kinetics400", "random") and not f.weights.endswith((".pth", ".pt")):
         raise ConfigError(f"config error: features.weights must be kinetics400, random or a .pth/.pt path (got {f.weights!r})")
@@ -210,12 +241,25 @@ def _check(cfg: Config) -> None:
     if k.max_points_per_node < k.k:
         raise ConfigError(f"config error: kmeans.max_points_per_node must be >= kmeans.k (got {k.max_points_per_node})")
     _positive(k.niter, "kmeans.niter")
+    _positive(k.nredo, "kmeans.nredo")
+    if k.workers < 0:
+        raise ConfigError(f"config error: kmeans.workers must be >= 0 (got {k.workers})")
+    if k.seed < 0:
+        raise ConfigError(f"config error: kmeans.seed must be >= 0 (got {k.seed})")
+    if k.k ** k.depth > 2**31 - 1:
+        # tokens are int32 leaf ids
+        raise ConfigError(f"config error: kmeans.k ** kmeans.depth must be < 2**31 (got {k.k}**{k.depth})")
     a = cfg.asr
     _one_of(a.backend, ("faster-whisper", "whisper"), "asr.backend")
     _one_of(a.device, ("auto", "cpu", "cuda"), "asr.device")
+    _one_of(a.compute_type, ("auto", "float32", "float16") if a.backend == "whisper" else
+            ("auto", "int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16",
+             "float32"), "asr.compute_type")
     _positive(a.max_sentence_s, "asr.max_sentence_s")
     _positive(a.pause_split_s, "asr.pause_split_s")
     _positive(a.beam_size, "asr.beam_size")
+    if a.num_threads < 0:
+        raise ConfigError(f"config error: asr.num_threads must be >= 0 (got {a.num_threads})")
     _positive(cfg.align.tokens_per_segment_without_text, "align.tokens_per_segment_without_text")
     if not 0 < cfg.align.min_sentence_overlap <= 1:
         raise ConfigError(f"config error: align.min_sentence_overlap must be in (0, 1] (got {cfg.align.min_sentence_overlap})")
@@ -246,7 +290,7 @@ def _check(cfg: Config) -> None:
             raise ConfigError(f"config error: train.{key} must be in [0, 1] (got {getattr(t, key)})")
     for key in ("log_every", "checkpoint_every", "keep_checkpoints"):
         _positive(getattr(t, key), f"train.{key}")
-    for key in ("warmup_steps", "steps_per_run", "num_workers", "grad_clip", "weight_decay"):
+    for key in ("warmup_steps", "steps_per_run", "num_workers", "num_threads", "grad_clip", "weight_decay"):
         if getattr(t, key) < 0:
             raise ConfigError(f"config error: train.{key} must be >= 0 (got {getattr(t, key)})")
     if t.batch_size % t.grad_accum:

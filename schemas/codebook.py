@@ -60,8 +60,10 @@ def save(codebook: Codebook, folder: Path) -> tuple[Path, str]:
     for level in range(1, codebook.depth + 1):
         tensors[f"centroids_L{level}"] = np.ascontiguousarray(codebook.centroids[level - 1], dtype=np.float32)
         tensors[f"counts_L{level}"] = np.ascontiguousarray(codebook.counts[level - 1], dtype=np.int64)
-    data = save_bytes(tensors, metadata={"format": f"videobert-codebook:{VERSION}",
-                                         "depth": str(codebook.depth), "k": str(codebook.k)})
+    # one metadata key only: safetensors writes several in hash-map order, which differs between
+    # processes and would change the file's bytes (and sha256) for the same tensors; depth and k
+    # are the tensors' shapes
+    data = save_bytes(tensors, metadata={"format": f"videobert-codebook:{VERSION}"})
     folder = Path(folder)
     path = folder / FILE_NAME
     sha = hashlib.sha256(data).hexdigest()

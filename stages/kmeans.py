@@ -1,0 +1,377 @@
+"""kmeans: the visual-word codebook, a k-means tree fit top-down on a seeded sample of clip features.
+
+A global stage (one output for the whole collection, not one per shard):
+1. sample at most `kmeans.max_fit_vectors` features evenly across the completed features shards, streamed
+   into a float16 memory-mapped file under DIR/kmeans (memory stays bounded whatever the sample size);
+2. split the sample into k clusters with faiss (k-means++ initialisation), then each cluster's members
+   into k again, down to `kmeans.depth` levels: k**depth leaves, the visual words;
+3. write DIR/kmeans/codebook.safetensors and its JSON sidecar (schemas/codebook.py is the format).
+
+The subtrees below level 1 are independent: each is one `executor.map` task reading the sample file from
+the work dir. Each node's seed comes from (seed, level, row), so the tree is the same for any number of
+workers. A node with fewer members than k cannot be split k ways: each member becomes one child and the
+other children stay empty (count 0, never chosen during descent); descendants of an empty node are empty."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+
+import schemas.codebook as codebook_format
+from pipeline import io
+from pipeline.config import Config, KmeansConfig
+
+NAME = "kmeans"
+SAMPLE_NAME = "fit-sample.npy"
+ASSIGN_CHUNK_ROWS = 65_536      # sample rows converted to float32 at a time when assigning members
+# faiss's k-means++ runs k short OpenMP regions: on a small node their barriers cost more than the
+# work (hundreds of ms per fit on a busy machine), so nodes below this many values fit on one thread
+SINGLE_THREAD_FIT_VALUES = 1 << 22
+READ_BATCH_ROWS = 8_192
+
+log = logging.getLogger("pipeline.kmeans")
+
+
+@dataclass
+class TreeFit:
+    centroids: list[np.ndarray]   # level L-1 -> (k**L, dim) float32
+    counts: list[np.ndarray]      # level L-1 -> (k**L,) int64 training members
+    inertia: list[float]          # level L-1 -> sum of squared distances of the sample to its level-L node
+
+
+# ---------------------------------------------------------------- the fit sample
+
+def feature_shards(work_dir: Path) -> list[tuple[int, Path]]:
+    """(shard index, path) of every features shard that has a completion record."""
+    done = Path(work_dir) / "features" / "_done"
+    shards = sorted(int(record.stem.split("-")[1]) for record in done.glob("part-*.json"))
+    if not shards:
+        raise FileNotFoundError(f"no completed features shards under {Path(work_dir) / 'features'}: "
+                                f"run the features stage first")
+    found = []
+    for shard_index in shards:
+        path = io.stage_output(work_dir, "features", shard_index)
+        if not path.exists():
+            raise FileNotFoundError(f"{path} is missing although its completion record exists: "
+                                    f"rerun the features stage for shard {shard_index}")
+        found.append((shard_index, path))
+    return found
+
+
+def feature_provenance(shards: list[tuple[int, Path]]) -> tuple[str, str]:
+    """The (hash, JSON) provenance that every non-empty features shard carries; disagreement is an error:
+    features from two S3D checkpoints or frame rates cannot share one codebook."""
+    seen: dict[str, tuple[int, str]] = {}
+    for shard_index, path in shards:
+        if pq.ParquetFile(path).metadata.num_rows == 0:
+            continue
+        metadata = io.read_metadata(path)
+        if "feature_provenance_hash" not in metadata:
+            raise ValueError(f"{path} has no feature_provenance_hash in its metadata: "
+                             f"rerun the features stage for shard {shard_index}")
+        seen.setdefault(metadata["feature_provenance_hash"],
+                        (shard_index, metadata.get("feature_provenance", "{}")))
+    if len(seen) > 1:
+        (hash_a, (shard_a, _)), (hash_b, (shard_b, _)) = list(seen.items())[:2]
+        raise ValueError(f"features shards disagree on feature provenance: part {shard_a} has {hash_a}, "
+                         f"part {shard_b} has {hash_b}; rerun the features stage with one config")
+    if not seen:
+        raise ValueError("every completed features shard is empty: no clip features to fit the codebook on")
+    provenance_hash, (_, provenance) = next(iter(seen.items()))
+    return provenance_hash, provenance
+
+
+def sample_quotas(row_counts: list[int], max_vectors: int) -> list[int]:
+    """Rows to sample per shard: all of them when they fit, else proportional to each shard's rows
+    (largest remainders get the leftover rows; ties go to the earlier shard)."""
+    total = sum(row_counts)
+    if total <= max_vectors:
+        return list(row_counts)
+    quotas = [rows * max_vectors // total for rows in row_counts]
+    remainders = [rows * max_vectors % total for rows in row_counts]
+    leftover = max_vectors - sum(quotas)
+    for index in sorted(range(len(row_counts)), key=lambda i: (-remainders[i], i))[:leftover]:
+        quotas[index] += 1
+    return quotas
+
+
+def write_fit_sample(shards: list[tuple[int, Path]], max_vectors: int, seed: int, destination: Path,
+                     *, quiet: bool = False) -> dict:
+    """Stream a seeded, shard-proportional sample of features into a float16 .npy at `destination`.
+    Non-finite rows are dropped (counted); the file's first `sample_size` rows are the sample."""
+    from pipeline.progress import Progress
+
+    row_counts = [pq.ParquetFile(path).metadata.num_rows for _, path in shards]
+    quotas = sample_quotas(row_counts, max_vectors)
+    dim = pq.read_schema(shards[0][1]).field("feature").type.list_size
+    sample = np.lib.format.open_memmap(destination, mode="w+", dtype=np.float16, shape=(sum(quotas), dim))
+    written = dropped = 0
+    with Progress(total=len(shards), unit="shards", desc="kmeans sample", quiet=quiet) as progress:
+        for (shard_index, path), rows, quota in zip(shards, row_counts, quotas):
+            if quota == 0:
+                progress.update(1)
+                continue
+            chosen = np.sort(np.random.default_rng([seed, shard_index]).choice(rows, quota, replace=False))
+            parquet = pq.ParquetFile(path)
+            if parquet.schema_arrow.field("feature").type.list_size != dim:
+                raise ValueError(f"{path} has {parquet.schema_arrow.field('feature').type.list_size}-d "
+                                 f"features, {shards[0][1]} has {dim}-d")
+            offset = taken = 0
+            for batch in parquet.iter_batches(batch_size=READ_BATCH_ROWS, columns=["feature"]):
+                end = np.searchsorted(chosen, offset + batch.num_rows)
+                if end > taken:
+                    flat = batch.column(0).flatten().to_numpy(zero_copy_only=False)
+                    vectors = flat.reshape(-1, dim)[chosen[taken:end] - offset]
+                    finite = np.isfinite(vectors).all(axis=1)
+                    sample[written:written + finite.sum()] = vectors[finite]
+                    written += int(finite.sum())
+                    dropped += int((~finite).sum())
+                taken = end
+                offset += batch.num_rows
+                if taken == len(chosen):
+                    break
+            progress.update(1, clips=quota)
+    sample.flush()
+    del sample
+    if dropped:
+        log.warning("kmeans: dropped %d sampled features with NaN/inf values", dropped)
+    return {"sample_size": written, "nonfinite_dropped": dropped, "features_rows": sum(row_counts),
+            "features_shards": len(shards), "dim": dim}
+
+
+# ---------------------------------------------------------------- the tree
+
+def node_seed(seed: int, level: int, row: int) -> int:
+    """The seed of the node at (level, row); level 0 is the root. Independent of the order of work."""
+    return int(np.random.SeedSequence([seed, level, row]).generate_state(1)[0] & 0x7FFFFFFF)
+
+
+def _assign(sample: np.ndarray, members: np.ndarray, centroids: np.ndarray,
+            preloaded: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Nearest centroid (L2) of each member and its squared distance, in chunks of float32 rows."""
+    import faiss
+
+    index = faiss.IndexFlatL2(centroids.shape[1])
+    index.add(centroids)
+    nearest = np.empty(len(members), dtype=np.int64)
+    squared = np.empty(len(members), dtype=np.float64)
+    for start in range(0, len(members), ASSIGN_CHUNK_ROWS):
+        stop = start + ASSIGN_CHUNK_ROWS
+        rows = preloaded[start:stop] if preloaded is not None else \
+            np.asarray(sample[members[start:stop]], dtype=np.float32)
+        distances, labels = index.search(rows, 1)
+        nearest[start:start + len(rows)] = labels[:, 0]
+        # ||x||^2 + ||c||^2 - 2x.c can come out a hair below zero
+        squared[start:start + len(rows)] = np.maximum(distances[:, 0], 0.0)
+    return nearest, squared
+
+
+def split_node(sample: np.ndarray, members: np.ndarray, level: int, row: int, kcfg: KmeansConfig,
+               parent_centroid: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Split the node at (level, row), whose training rows are `sample[members]` (members sorted,
+    non-empty), into k children. Returns (centroids (k, dim) float32, child of each member, squared
+    distance of each member to its child)."""
+    import faiss
+
+    k = kcfg.k
+    if len(members) < k:
+        # too few to split k ways: each member is a child; the unused children keep the parent's centroid
+        centroids = np.repeat(parent_centroid[None, :].astype(np.float32), k, axis=0)
+        vectors = np.asarray(sample[members], dtype=np.float32)
+        centroids[:len(members)] = vectors
+        # duplicates go to the first of their equal children; the others stay empty
+        squared_all = ((vectors[:, None, :] - vectors[None, :, :]) ** 2).sum(axis=2, dtype=np.float64)
+        nearest = squared_all.argmin(axis=1)
+        return centroids, nearest, squared_all[np.arange(len(members)), nearest]
+    rng = np.random.default_rng([kcfg.seed, level, row])
+    capped = len(members) > kcfg.max_points_per_node
+    fit_rows = np.sort(rng.choice(members, kcfg.max_points_per_node, replace=False)) if capped else members
+    vectors = np.asarray(sample[fit_rows], dtype=np.float32)
+    kmeans = faiss.Kmeans(vectors.shape[1], k, niter=kcfg.niter, nredo=kcfg.nredo,
+                          seed=node_seed(kcfg.seed, level, row),
+                          init_method=faiss.ClusteringInitMethod_KMEANS_PLUS_PLUS,
+                          # faiss would otherwise fit on 256 points per centroid and warn below 39
+                          max_points_per_centroid=len(vectors), min_points_per_centroid=1)
+    threads = faiss.omp_get_max_threads()
+    if vectors.size < SINGLE_THREAD_FIT_VALUES:
+        faiss.omp_set_num_threads(1)
+    try:
+        kmeans.train(vectors)
+        centroids = np.ascontiguousarray(kmeans.centroids, dtype=np.float32)
+        nearest, squared = _assign(sample, members, centroids, preloaded=None if capped else vectors)
+    finally:
+        faiss.omp_set_num_threads(threads)
+    return centroids, nearest, squared
+
+
+def fit_subtree(task: dict) -> dict:
+    """Fit levels 2..depth below one level-1 node: an `executor.map` task (top level, picklable).
+    `task`: sample_path, sample_size, row (the level-1 row), members, centroid, kcfg, threads."""
+    if task["threads"]:
+        import faiss
+        faiss.omp_set_num_threads(task["threads"])
+    kcfg: KmeansConfig = task["kcfg"]
+    k, root = kcfg.k, task["row"]
+    sample = np.load(task["sample_path"], mmap_mode="r")[:task["sample_size"]]
+    nodes = [(root, task["members"], task["centroid"])]
+    centroids, counts, inertia = [], [], []
+    for level in range(1, kcfg.depth):           # split the level-`level` nodes into level + 1
+        first_child = root * k ** level
+        level_centroids = np.empty((k ** level, sample.shape[1]), dtype=np.float32)
+        level_counts = np.zeros(k ** level, dtype=np.int64)
+        level_inertia = 0.0
+        children = []
+        for row, members, centroid in nodes:
+            local = row * k - first_child
+            if len(members) == 0:
+                level_centroids[local:local + k] = centroid
+                children += [(row * k + child, members, centroid) for child in range(k)]
+                continue
+            child_centroids, nearest, squared = split_node(sample, members, level, row, kcfg, centroid)
+            level_centroids[local:local + k] = child_centroids
+            level_counts[local:local + k] = np.bincount(nearest, minlength=k)
+            level_inertia += float(squared.sum())
+            children += [(row * k + child, members[nearest == child], child_centroids[child])
+                         for child in range(k)]
+        centroids.append(level_centroids)
+        counts.append(level_counts)
+        inertia.append(level_inertia)
+        nodes = children
+    return {"row": root, "centroids": centroids, "counts": counts, "inertia": inertia}
+
+
+def fit_tree(sample_path: Path, kcfg: KmeansConfig, map_fn=map, *, sample_size: int | None = None,
+             threads_per_task: int = 0) -> TreeFit:
+    """Fit the k-means tree on the first `sample_size` rows of the .npy at `sample_path` (all rows by
+    default). `map_fn(fn, items)` runs the level-1 subtrees (e.g. an executor's `map`)."""
+    sample = np.load(sample_path, mmap_mode="r")
+    sample_size = len(sample) if sample_size is None else sample_size
+    sample = sample[:sample_size]
+    if sample_size < kcfg.k:
+        raise ValueError(f"the k-means tree needs at least kmeans.k={kcfg.k} feature vectors to split, "
+                         f"got {sample_size}: run the features stage on more videos or lower kmeans.k")
+    members = np.arange(sample_size, dtype=np.int64)
+    root_centroid = np.zeros(sample.shape[1], dtype=np.float32)   # unused: the root always has >= k members
+    centroids, nearest, squared = split_node(sample, members, 0, 0, kcfg, root_centroid)
+    fit = TreeFit(centroids=[centroids], counts=[np.bincount(nearest, minlength=kcfg.k).astype(np.int64)],
+                  inertia=[float(squared.sum())])
+    if kcfg.depth == 1:
+        return fit
+    # absolute: a Ray worker may start in another folder (the work dir is shared, the cwd is not)
+    tasks = [{"sample_path": str(Path(sample_path).resolve()), "sample_size": sample_size, "row": child,
+              "members": members[nearest == child], "centroid": centroids[child], "kcfg": kcfg,
+              "threads": threads_per_task} for child in range(kcfg.k)]
+    subtrees = list(map_fn(fit_subtree, tasks))
+    for depth_index in range(kcfg.depth - 1):
+        fit.centroids.append(np.concatenate([tree["centroids"][depth_index] for tree in subtrees]))
+        fit.counts.append(np.concatenate([tree["counts"][depth_index] for tree in subtrees]))
+        fit.inertia.append(sum(tree["inertia"][depth_index] for tree in subtrees))
+    return fit
+
+
+# ---------------------------------------------------------------- the stage
+
+def run(cfg: Config, work_dir: Path, executor, *, force: bool = False, quiet: bool = False) -> dict:
+    """Fit and write the codebook unless it exists (then report it, flagging a config change).
+    `executor.map` runs the level-1 subtrees; the CLI sizes a local pool with `kmeans.workers`."""
+    kcfg = cfg.kmeans
+    folder = codebook_format.codebook_dir(work_dir)
+    path = folder / codebook_format.FILE_NAME
+    current_config = json.loads(cfg.section_json("kmeans"))
+    if path.exists() and not force:
+        sidecar = folder / codebook_format.SIDECAR_NAME
+        info = json.loads(sidecar.read_text()) if sidecar.exists() else {}
+        changed = info.get("config") != current_config
+        if changed:
+            log.warning("kmeans: %s was fit with a different kmeans config; pass --force to refit it", path)
+        return {"stage": NAME, "skipped": True, "codebook": str(path), "config_changed": changed}
+
+    started = time.time()
+    shards = feature_shards(work_dir)
+    provenance_hash, provenance = feature_provenance(shards)
+    sample_path = io.atomic_path(folder / SAMPLE_NAME)
+    try:
+        sample_stats = write_fit_sample(shards, kcfg.max_fit_vectors, kcfg.seed, sample_path, quiet=quiet)
+        sampled_at = time.time()
+        workers = getattr(executor, "workers", None)
+        # local pool: share the cores among the processes instead of oversubscribing them
+        threads = max(1, (os.cpu_count() or 1) // min(workers, kcfg.k)) if workers else 0
+        fit = fit_tree(sample_path, kcfg, executor.map, sample_size=sample_stats["sample_size"],
+                       threads_per_task=threads)
+    finally:
+        sample_path.unlink(missing_ok=True)
+    fitted_at = time.time()
+
+    import faiss
+
+    sample_size = sample_stats["sample_size"]
+    empty_nodes = [int((counts == 0).sum()) for counts in fit.counts]
+    small_nodes = [int(((counts > 0) & (counts < kcfg.k)).sum()) for counts in fit.counts]
+    info = {
+        "stage": NAME,
+        "config": current_config,
+        "config_hash": cfg.section_hash("kmeans"),
+        "seed": kcfg.seed,
+        "init": "k-means++",
+        "faiss_version": faiss.__version__,
+        "sample_size": sample_size,
+        "features_rows": sample_stats["features_rows"],
+        "features_shards": sample_stats["features_shards"],
+        "nonfinite_dropped": sample_stats["nonfinite_dropped"],
+        "inertia": fit.inertia,
+        "mean_squared_distance": [value / sample_size for value in fit.inertia],
+        "empty_nodes": empty_nodes,
+        "small_nodes": small_nodes,
+        "empty_leaves": empty_nodes[-1],
+        "feature_provenance_hash": provenance_hash,
+        "feature_provenance": json.loads(provenance),
+    }
+    codebook = codebook_format.Codebook(depth=kcfg.depth, k=kcfg.k, centroids=fit.centroids,
+                                        counts=fit.counts, info=info)
+    path, sha = codebook_format.save(codebook, folder)
+    if sample_size < codebook.num_leaves:
+        log.warning("kmeans: %d sampled features for %d leaves: at least %d leaves are empty",
+                    sample_size, codebook.num_leaves, codebook.num_leaves - sample_size)
+    return {"stage": NAME, "codebook": str(path), "sha256": sha, "sample_size": sample_size,
+            "leaves": codebook.num_leaves, "empty_leaves": empty_nodes[-1], "small_nodes": sum(small_nodes),
+            "sample_seconds": round(sampled_at - started, 3), "fit_seconds": round(fitted_at - sampled_at, 3)}
+
+
+def codebook_info(work_dir: Path, top: int = 10) -> str:
+    """A readable summary of DIR/kmeans: levels, occupancy, empty leaves, the largest leaves."""
+    folder = codebook_format.codebook_dir(work_dir)
+    codebook = codebook_format.load(folder)
+    info, k = codebook.info, codebook.k
+    lines = [f"codebook {folder / codebook_format.FILE_NAME}",
+             f"  sha256 {info.get('sha256', '?')}",
+             f"  depth {codebook.depth}, k {k}, dim {codebook.dim}: {codebook.num_leaves:,} leaves",
+             f"  fit on {info.get('sample_size', 0):,} sampled clips of {info.get('features_rows', 0):,} "
+             f"in {info.get('features_shards', 0)} features shards, seed {info.get('seed', '?')}",
+             f"  feature provenance {info.get('feature_provenance_hash', '?')}",
+             "",
+             f"  {'level':>5} {'nodes':>7} {'non-empty':>9} {'empty':>7} {'small':>7} "
+             f"{'min':>7} {'median':>7} {'max':>8} {'mean sq. dist':>14}"]
+    mean_squared = info.get("mean_squared_distance", [])
+    for level, counts in enumerate(codebook.counts, start=1):
+        occupied = counts[counts > 0]
+        small = int(((counts > 0) & (counts < k)).sum())
+        distance = f"{mean_squared[level - 1]:.4g}" if level - 1 < len(mean_squared) else "?"
+        lines.append(f"  {level:>5} {len(counts):>7,} {len(occupied):>9,} {len(counts) - len(occupied):>7,} "
+                     f"{small:>7,} {int(occupied.min()):>7,} {int(np.median(occupied)):>7,} "
+                     f"{int(occupied.max()):>8,} {distance:>14}")
+    leaf_counts = codebook.counts[-1]
+    total = max(int(leaf_counts.sum()), 1)
+    lines += ["", f"  empty leaves: {int((leaf_counts == 0).sum()):,} of {codebook.num_leaves:,} "
+                  f"(small nodes have fewer than k={k} members)", "",
+              f"  top {top} leaves by training members:", f"  {'leaf':>7} {'path':<16} {'members':>9} {'share':>7}"]
+    for leaf in np.argsort(-leaf_counts, kind="stable")[:top].tolist():
+        path = ".".join(str(step) for step in codebook.leaf_path(leaf))
+        lines.append(f"  {leaf:>7} {path:<16} {int(leaf_counts[leaf]):>9,} {leaf_counts[leaf] / total:>7.2%}")
+    return "\n".join(lines)

@@ -1,0 +1,91 @@
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+from kmeans_factory import PROVENANCE_HASH, brute_force_descent, make_work_dir, planted_hierarchy, write_features_shard
+
+import schemas
+import schemas.codebook as codebook_format
+from pipeline import io, runner
+from pipeline.config import load_config
+from pipeline.executors import LocalExecutor
+from stages import kmeans
+
+SETTINGS = ["kmeans.depth=2", "kmeans.k=12", "kmeans.niter=10", "kmeans.nredo=3"]
+
+
+@pytest.fixture(scope="module")
+def fitted(tmp_path_factory):
+    """A planted work dir (two features shards) with its codebook fit."""
+    vectors, group, subgroup = planted_hierarchy(per_subgroup=6, seed=2)
+    work_dir = tmp_path_factory.mktemp("quantize")
+    tables = make_work_dir(work_dir, [vectors[:500], vectors[500:]], clips_per_video=40)
+    cfg = load_config(None, SETTINGS)
+    kmeans.run(cfg, work_dir, LocalExecutor(cfg, workers=1), quiet=True)
+    return {"work_dir": work_dir, "cfg": cfg, "tables": tables, "vectors": vectors, "group": group,
+            "subgroup": subgroup}
+
+
+def test_tokens_are_the_tree_descent_of_each_clip(fitted):
+    work_dir, cfg = fitted["work_dir"], fitted["cfg"]
+    codebook = codebook_format.load(work_dir / "kmeans")
+    tokens_by_clip = {}
+    for shard_index, features in fitted["tables"].items():
+        stats = runner.run_one_shard(cfg, work_dir, "quantize", shard_index, quiet=True)
+        assert stats["clips"] == features.num_rows and stats["errors"] == 0
+        path = io.stage_output(work_dir, "quantize", shard_index)
+        table = pq.read_table(path)
+        assert table.schema.remove_metadata() == schemas.QUANTIZE.arrow
+        keys = list(zip(table["video_id"].to_pylist(), table["clip_index"].to_pylist()))
+        assert keys == sorted(keys) and len(keys) == features.num_rows
+        metadata = io.read_metadata(path)
+        assert metadata["schema"] == schemas.QUANTIZE.tag
+        assert metadata["codebook_sha256"] == io.file_sha256(work_dir / "kmeans" / "codebook.safetensors")
+        assert metadata["feature_provenance_hash"] == PROVENANCE_HASH
+        # the same clip in the features shard: its vector descended by hand
+        vectors = {(v, c): np.asarray(f, dtype=np.float32) for v, c, f in zip(
+            features["video_id"].to_pylist(), features["clip_index"].to_pylist(),
+            features["feature"].to_numpy(zero_copy_only=False))}
+        for key, token, start_s in zip(keys, table["token"].to_pylist(), table["start_s"].to_pylist()):
+            path_rows, margins = brute_force_descent(codebook.centroids, codebook.counts, 12, vectors[key])
+            assert token == path_rows[-1] or min(margins) < 1e-5 * float(vectors[key] @ vectors[key])
+            assert start_s == key[1] * 1.5
+            tokens_by_clip[key] = token
+    # the planted subgroups become the visual words: one token per subgroup, all 144 distinct
+    all_features = [row for shard in fitted["tables"].values() for row in
+                    zip(shard["video_id"].to_pylist(), shard["clip_index"].to_pylist())]
+    words = {(g, s): set() for g, s in zip(fitted["group"].tolist(), fitted["subgroup"].tolist())}
+    for key, g, s in zip(all_features, fitted["group"].tolist(), fitted["subgroup"].tolist()):
+        words[(g, s)].add(tokens_by_clip[key])
+    assert all(len(tokens) == 1 for tokens in words.values())
+    assert len({next(iter(tokens)) for tokens in words.values()}) == 144
+
+
+def test_features_from_another_provenance_are_refused(fitted):
+    work_dir = fitted["work_dir"]
+    vectors = fitted["vectors"][:20]
+    write_features_shard(work_dir, 2, vectors, provenance_hash="ffffffffffffffff")
+    try:
+        with pytest.raises(ValueError, match=f"ffffffffffffffff.*{PROVENANCE_HASH}"):
+            runner.run_one_shard(fitted["cfg"], work_dir, "quantize", 2, quiet=True)
+        assert not io.stage_output(work_dir, "quantize", 2).exists()
+        assert not io.completion_record(work_dir, "quantize", 2).exists()
+    finally:
+        io.completion_record(work_dir, "features", 2).unlink()
+        io.stage_output(work_dir, "features", 2).unlink()
+
+
+def test_an_empty_features_shard_gives_an_empty_token_shard(tmp_path, fitted):
+    make_work_dir(tmp_path, [np.zeros((0, 1024), dtype=np.float16)])
+    (tmp_path / "kmeans").mkdir()
+    for name in ("codebook.safetensors", "codebook.json"):
+        (tmp_path / "kmeans" / name).write_bytes((fitted["work_dir"] / "kmeans" / name).read_bytes())
+    stats = runner.run_one_shard(fitted["cfg"], tmp_path, "quantize", 0, quiet=True)
+    assert stats["clips"] == 0 and stats["errors"] == 0
+    assert pq.read_table(io.stage_output(tmp_path, "quantize", 0)).num_rows == 0
+
+
+def test_a_missing_codebook_says_to_run_kmeans(tmp_path):
+    vectors, _, _ = planted_hierarchy(groups=2, subgroups=2, per_subgroup=2)
+    make_work_dir(tmp_path, [vectors])
+    with pytest.raises(FileNotFoundError, match="run the kmeans stage first"):
+        runner.run_one_shard(load_config(None, SETTINGS), tmp_path, "quantize", 0, quiet=True)
