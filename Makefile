@@ -29,6 +29,8 @@ test: $(STAMP)
 DEMO_WORK ?= work/demo
 demo: $(STAMP)
 	HF_HUB_OFFLINE=1 $(MAKE) --no-print-directory pipeline CONFIG=configs/demo.yaml WORK=$(DEMO_WORK) INPUT=samples
+	$(RUN) gallery --config configs/demo.yaml --work-dir $(DEMO_WORK) --quiet
+	$(RUN) report  --config configs/demo.yaml --work-dir $(DEMO_WORK)
 
 # manifest -> decode -> features -> kmeans -> quantize -> asr -> align -> validate, then the summary
 pipeline: $(STAMP)

@@ -214,7 +214,7 @@ def dispatch(args, cfg) -> int:
     if command == "gallery":
         from pipeline import gallery
         for path in gallery.write_gallery(cfg, args.work_dir, level=args.level, clusters=args.clusters,
-                                          per_cluster=args.per_cluster, node_ids=args.ids):
+                                          per_cluster=args.per_cluster, node_ids=args.ids, quiet=args.quiet):
             print(path)
         return 0
     if command == "report":

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Callable, Iterable
 
 from pipeline import runner
 from pipeline.config import Config
+from pipeline.progress import Progress
 
 
 def select_shards(all_shards: list[int], shard: int | None, num_shards: int | None) -> list[int]:
@@ -51,24 +52,31 @@ class LocalExecutor:
                    quiet: bool = False, on_done: Callable[[dict], None] | None = None) -> list[dict]:
         module = runner.stage_module(stage)
         workers = min(self.workers, getattr(module, "MAX_PARALLEL_SHARDS", self.workers), max(len(shards), 1))
-        results = []
-        if workers <= 1:
-            for shard_index in shards:
-                stats = runner.run_one_shard_safely(self.cfg, work_dir, stage, shard_index, force=force,
-                                                    quiet=quiet)
-                results.append(stats)
+        # the whole stage's progress is counted here, in the parent: pool workers run quiet (their bars
+        # would overwrite each other), an in-process shard also shows its own bar of videos
+        with Progress(total=len(shards), unit="shards", desc=stage, quiet=quiet) as progress:
+            def done(stats: dict) -> None:
+                ran = not stats.get("skipped") and not stats.get("failed")
+                progress.update(1, videos=stats.get("videos", 0) if ran else 0,
+                                clips=stats.get("clips", 0) if ran else 0)
                 if on_done:
                     on_done(stats)
-            return results
-        with _spawn_pool(workers) as pool:
-            futures = [pool.submit(runner.run_one_shard_safely, self.cfg, work_dir, stage, shard_index,
-                                   force=force, quiet=True) for shard_index in shards]
-            for future in futures:
-                stats = future.result()
-                results.append(stats)
-                if on_done:
-                    on_done(stats)
-        return results
+
+            if workers <= 1:
+                results = []
+                for shard_index in shards:
+                    results.append(runner.run_one_shard_safely(self.cfg, work_dir, stage, shard_index,
+                                                               force=force, quiet=quiet))
+                    done(results[-1])
+                return results
+            with _spawn_pool(workers) as pool:
+                futures = {pool.submit(runner.run_one_shard_safely, self.cfg, work_dir, stage, shard_index,
+                                       force=force, quiet=True): shard_index for shard_index in shards}
+                by_shard = {}
+                for future in as_completed(futures):
+                    by_shard[futures[future]] = future.result()
+                    done(by_shard[futures[future]])
+            return [by_shard[shard_index] for shard_index in shards]
 
     def map(self, fn: Callable, items: Iterable) -> list:
         items = list(items)

@@ -9,13 +9,18 @@ import time
 class Progress:
     """`with Progress(total=n, unit="videos") as bar: bar.update(1, clips=30)`.
 
-    Counts a main unit (with rate and ETA) and any number of extra counters (their rates shown too)."""
+    Counts a main unit (with rate and ETA) and any number of extra counters (their rates shown too).
+    Off a terminal it prints a line every `log_every_s` seconds, and on close the final count if it
+    printed any line before: work shorter than the interval stays silent."""
+
+    LOG_EVERY_S = 10.0
 
     def __init__(self, total: int | None, unit: str = "videos", desc: str = "", quiet: bool = False,
-                 log_every_s: float = 10.0, stream=None):
+                 log_every_s: float | None = None, stream=None):
         self.total, self.unit, self.desc, self.quiet = total, unit, desc, quiet
         self.stream = stream or sys.stderr
-        self.log_every_s = log_every_s
+        self.log_every_s = self.LOG_EVERY_S if log_every_s is None else log_every_s
+        self._logged_count: int | None = None   # the count in the last line printed
         self.count = 0
         self.extra: dict[str, float] = {}
         self.started = time.time()
@@ -34,8 +39,8 @@ class Progress:
 
     def _rates(self) -> str:
         elapsed = max(time.time() - self.started, 1e-9)
-        parts = [f"{self.count / elapsed:.2f} {self.unit}/s"]
-        parts += [f"{value / elapsed:.1f} {name}/s" for name, value in self.extra.items()]
+        parts = [f"{self.count / elapsed:.3g} {self.unit}/s"]
+        parts += [f"{value / elapsed:.3g} {name}/s" for name, value in self.extra.items()]
         return ", ".join(parts)
 
     def update(self, n: int = 1, **extra: float) -> None:
@@ -52,7 +57,11 @@ class Progress:
         now = time.time()
         if now - self._last_log >= self.log_every_s:
             self._last_log = now
-            print(self.line(), file=self.stream, flush=True)
+            self._print_line()
+
+    def _print_line(self) -> None:
+        self._logged_count = self.count
+        print(self.line(), file=self.stream, flush=True)
 
     def line(self) -> str:
         elapsed = time.time() - self.started
@@ -66,3 +75,5 @@ class Progress:
         if self._bar is not None:
             self._bar.close()
             self._bar = None
+        elif self._logged_count is not None and self._logged_count != self.count:
+            self._print_line()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
@@ -17,13 +18,6 @@ STAGES = ("decode", "features", "quantize", "asr", "align")
 
 def _parts(work_dir: Path, stage: str, prefix: str = "part-") -> list[Path]:
     return sorted((Path(work_dir) / stage).glob(f"{prefix}*.parquet"))
-
-
-def _column(paths: list[Path], column: str) -> list:
-    values = []
-    for path in paths:
-        values += pq.read_table(path, columns=[column])[column].to_pylist()
-    return values
 
 
 def collect(work_dir: Path) -> dict:
@@ -45,23 +39,36 @@ def collect(work_dir: Path) -> dict:
         summary["stages"][stage] = entry
     videos = _parts(work_dir, "decode", "videos-part-")
     if videos:
-        statuses = _column(videos, "status")
-        summary["videos_by_status"] = {s: statuses.count(s) for s in sorted(set(statuses))}
+        statuses: dict[str, int] = {}
+        for path in videos:
+            counts = pc.value_counts(pq.read_table(path, columns=["status"])["status"]).to_pylist()
+            for entry in counts:
+                statuses[entry["values"]] = statuses.get(entry["values"], 0) + entry["counts"]
+        summary["videos_by_status"] = dict(sorted(statuses.items()))
         summary["clips"] = summary["stages"]["decode"]["rows"]
     if "quantize" in summary["stages"]:
-        tokens = _column(_parts(work_dir, "quantize"), "token")
-        summary["distinct_visual_tokens"] = len(set(tokens))
+        # one part at a time: memory stays bounded by a shard, not the collection
+        used = np.zeros(0, dtype=bool)
+        for path in _parts(work_dir, "quantize"):
+            tokens = pq.read_table(path, columns=["token"])["token"].to_numpy()
+            if tokens.size:
+                used = np.pad(used, (0, max(0, int(tokens.max()) + 1 - used.size)))
+                used[tokens] = True
+        summary["distinct_visual_tokens"] = int(used.sum())
     align_parts = _parts(work_dir, "align")
     if align_parts:
-        kinds = _column(align_parts, "kind")
-        summary["segments_by_kind"] = {k: kinds.count(k) for k in sorted(set(kinds))}
+        kinds: dict[str, int] = {}
         clips_in_text = clips_all = 0
         for path in align_parts:
             table = pq.read_table(path, columns=["kind", "visual_ids"])
-            lengths = pc.list_value_length(table["visual_ids"]).to_pylist()
-            for kind, length in zip(table["kind"].to_pylist(), lengths):
-                clips_all += length
-                clips_in_text += length if kind == "text_video" else 0
+            lengths = pc.list_value_length(table["visual_ids"])
+            for kind in pc.unique(table["kind"]).to_pylist():
+                selected = pc.equal(table["kind"], kind)
+                kinds[kind] = kinds.get(kind, 0) + int(pc.sum(selected).as_py())
+                count = pc.sum(pc.filter(lengths, selected)).as_py() or 0
+                clips_all += count
+                clips_in_text += count if kind == "text_video" else 0
+        summary["segments_by_kind"] = dict(sorted(kinds.items()))
         summary["text_coverage"] = round(clips_in_text / clips_all, 4) if clips_all else 0.0
     errors: dict[str, dict[str, int]] = {}
     for path in sorted((work_dir / "errors").glob("*.parquet")):

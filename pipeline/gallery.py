@@ -1,0 +1,344 @@
+"""The visual words as pictures: the clips nearest each node's centroid, so a codebook can be judged by eye
+(the VideoBERT authors chose depth and k "by visually inspecting the coherence and representativeness of
+the clusters").
+
+A node's members are the clips whose descent (schemas.codebook.descend, the quantize stage's rule) passes
+through it; they are ranked by the L2 distance of their feature to the node's centroid. The features are
+streamed shard by shard and each shown node keeps only its best `per_cluster` clips, so memory is bounded
+by the number of nodes shown, not by the collection. Thumbnails are the decode stage's (a clip's middle
+frame), read only for the clips shown.
+
+Writes DIR/gallery/:
+- index.html (level 1) or level-<L>.html: a row per shown node (the largest N of the level by training
+  members, or the ids asked for), labelled with its id, its path from the root and its member counts;
+- node-<L>-<id>.html for each shown node above the leaves: its k children, each a row the same way;
+- contact-level-<L>.png: the main page's rows as one image;
+- gallery.json: how they were made (codebook sha256, arguments, every clip shown with its distance).
+Pages are self-contained: thumbnails are embedded as data: URIs."""
+
+from __future__ import annotations
+
+import base64
+import html
+import io as bytes_io
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+from PIL import Image, ImageDraw, ImageFont
+
+import schemas.codebook as codebook_format
+from pipeline import io
+from pipeline.config import Config
+from pipeline.progress import Progress
+
+READ_BATCH_ROWS = 8_192
+LABEL_WIDTH_PX = 190   # the contact sheet's label column
+
+PAGE_STYLE = """
+body { font: 14px/1.4 system-ui, sans-serif; margin: 1.5em; color: #222; background: #fff; }
+h1 { font-size: 1.4em; } h2 { font-size: 1.15em; margin-top: 1.6em; border-bottom: 1px solid #ddd; }
+.provenance, .note { color: #555; font-size: 0.9em; }
+.warning { color: #a40; font-weight: bold; }
+.cluster { display: flex; gap: 12px; align-items: flex-start; padding: 6px 0; border-top: 1px solid #eee; }
+.cluster .label { flex: 0 0 190px; font-size: 0.9em; }
+.cluster.empty .label { color: #999; }
+.thumbs { display: flex; flex-wrap: wrap; gap: 4px; }
+figure { margin: 0; text-align: center; font-size: 0.75em; color: #666; }
+figure img { display: block; image-rendering: auto; }
+table { border-collapse: collapse; margin: 0.5em 0; }
+th, td { border: 1px solid #ddd; padding: 3px 8px; text-align: right; }
+th:first-child, td:first-child { text-align: left; }
+"""
+
+
+def html_page(title: str, body: str) -> str:
+    """A self-contained page: inline style, no script, no external reference."""
+    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+            f'<meta name="viewport" content="width=device-width, initial-scale=1">'
+            f'<title>{html.escape(title)}</title><style>{PAGE_STYLE}</style></head>\n'
+            f'<body>\n{body}\n</body></html>\n')
+
+
+def jpeg_data_uri(jpeg: bytes) -> str:
+    return "data:image/jpeg;base64," + base64.b64encode(jpeg).decode("ascii")
+
+
+def completed_parts(work_dir: Path, stage: str, table_name: str = "") -> list[tuple[int, Path]]:
+    """(shard index, path) of a stage's outputs that have a completion record, in shard order."""
+    done = Path(work_dir) / stage / "_done"
+    shards = sorted(int(record.stem.split("-")[1]) for record in done.glob("part-*.json"))
+    return [(shard, io.stage_output(work_dir, stage, shard, table_name)) for shard in shards
+            if io.stage_output(work_dir, stage, shard, table_name).exists()]
+
+
+def node_path(k: int, level: int, node: int) -> list[int]:
+    """Child index at each level from the root to the node `node` (a row) of level `level`."""
+    path = []
+    for _ in range(level):
+        path.append(node % k)
+        node //= k
+    return path[::-1]
+
+
+def path_label(k: int, level: int, node: int) -> str:
+    return ".".join(str(step) for step in node_path(k, level, node))
+
+
+def choose_nodes(codebook: codebook_format.Codebook, level: int, clusters: int,
+                 node_ids: list[int] | None) -> list[int]:
+    """The ids asked for (checked), else the `clusters` non-empty nodes of the level with the most
+    training members (ties: lower id first)."""
+    if not 1 <= level <= codebook.depth:
+        raise ValueError(f"gallery: --level must be in 1..{codebook.depth} (the codebook's depth), got {level}")
+    nodes_at_level = codebook.k ** level
+    if node_ids:
+        wrong = [node for node in node_ids if not 0 <= node < nodes_at_level]
+        if wrong:
+            raise ValueError(f"gallery: node id {wrong[0]} is not in 0..{nodes_at_level - 1} "
+                             f"(level {level} has {nodes_at_level} nodes)")
+        return list(dict.fromkeys(node_ids))
+    if clusters < 1:
+        raise ValueError(f"gallery: --clusters must be >= 1, got {clusters}")
+    counts = codebook.counts[level - 1]
+    order = np.lexsort((np.arange(len(counts)), -counts))
+    return [int(node) for node in order[:clusters] if counts[node] > 0]
+
+
+@dataclass(frozen=True)
+class Clip:
+    shard: int
+    video_id: str
+    clip_index: int
+    start_s: float
+    distance: float          # squared L2 distance of its feature to the node's centroid
+
+    @property
+    def order_key(self) -> tuple:
+        return self.distance, self.video_id, self.clip_index
+
+
+@dataclass
+class NodeClips:
+    """The clips nearest one node's centroid seen so far, and how many clips descended through it."""
+    level: int
+    node: int
+    keep: int
+    nearest: list[Clip] = field(default_factory=list)
+    clips: int = 0
+
+    def offer(self, candidates: list[Clip]) -> None:
+        self.nearest = sorted(self.nearest + candidates, key=lambda clip: clip.order_key)[:self.keep]
+
+
+def feature_parts_checked(work_dir: Path, codebook: codebook_format.Codebook) -> list[tuple[int, Path]]:
+    """The completed features parts; refused when their feature space is not the codebook's."""
+    parts = completed_parts(work_dir, "features")
+    if not parts:
+        raise FileNotFoundError(f"no completed features shards under {Path(work_dir) / 'features'}: "
+                                f"run the features stage first")
+    codebook_hash = codebook.info.get("feature_provenance_hash")
+    for shard, path in parts:
+        features_hash = io.read_metadata(path).get("feature_provenance_hash")
+        if pq.ParquetFile(path).metadata.num_rows and features_hash != codebook_hash:
+            raise ValueError(f"features part {shard} has feature provenance {features_hash}, the codebook "
+                             f"was fit on {codebook_hash}: its clusters say nothing about these features")
+    return parts
+
+
+def nearest_clips(work_dir: Path, codebook: codebook_format.Codebook, nodes_by_level: dict[int, list[int]],
+                  per_node: int, *, quiet: bool = False) -> dict[tuple[int, int], NodeClips]:
+    """For each (level, node) asked for, its `per_node` member clips nearest its centroid, streaming the
+    features shard by shard."""
+    found = {(level, node): NodeClips(level, node, per_node)
+             for level, nodes in nodes_by_level.items() for node in nodes}
+    tracked = {level: np.array(sorted(nodes), dtype=np.int64) for level, nodes in nodes_by_level.items() if nodes}
+    parts = feature_parts_checked(work_dir, codebook)
+    with Progress(total=len(parts), unit="shards", desc="gallery", quiet=quiet) as progress:
+        for shard, path in parts:
+            clips_in_shard = 0
+            for batch in pq.ParquetFile(path).iter_batches(batch_size=READ_BATCH_ROWS,
+                                                           columns=["video_id", "clip_index", "start_s", "feature"]):
+                if not batch.num_rows:
+                    continue
+                clips_in_shard += batch.num_rows
+                vectors = batch.column(3).flatten().to_numpy(zero_copy_only=False) \
+                    .reshape(batch.num_rows, -1).astype(np.float32)
+                _, path_rows = codebook_format.descend(codebook, vectors, return_path=True)
+                for level, level_nodes in tracked.items():
+                    column = path_rows[:, level - 1]
+                    rows = np.flatnonzero(np.isin(column, level_nodes))
+                    if not len(rows):
+                        continue
+                    members = column[rows]
+                    distances = ((vectors[rows] - codebook.centroids[level - 1][members]) ** 2).sum(axis=1)
+                    order = np.lexsort((distances, members))    # by node, nearest first
+                    nodes, firsts, counts = np.unique(members[order], return_index=True, return_counts=True)
+                    for node, first, count in zip(nodes.tolist(), firsts.tolist(), counts.tolist()):
+                        entry = found[(level, node)]
+                        entry.clips += count
+                        # only the candidates become Python objects, not the whole batch
+                        entry.offer([Clip(shard, *(batch.column(c)[int(rows[i])].as_py() for c in range(3)),
+                                          float(distances[i])) for i in order[first:first + min(count, per_node)]])
+            progress.update(1, clips=clips_in_shard)
+    return found
+
+
+def read_thumbnails(work_dir: Path, clips: list[tuple[int, str, int]]) -> dict[tuple[int, str, int], bytes]:
+    """The decode stage's thumbnail of each (shard, video_id, clip_index), read part by part in batches
+    (memory: one batch and the thumbnails asked for)."""
+    wanted: dict[int, set[tuple[str, int]]] = {}
+    for shard, video_id, clip_index in clips:
+        wanted.setdefault(shard, set()).add((video_id, clip_index))
+    thumbnails = {}
+    for shard, keys in sorted(wanted.items()):
+        path = io.stage_output(work_dir, "decode", shard)
+        if not path.exists():
+            raise FileNotFoundError(f"{path} not found: thumbnails come from the decode stage; run it first")
+        for batch in pq.ParquetFile(path).iter_batches(batch_size=READ_BATCH_ROWS,
+                                                       columns=["video_id", "clip_index", "thumbnail_jpeg"]):
+            for row, key in enumerate(zip(batch.column(0).to_pylist(), batch.column(1).to_pylist())):
+                if key in keys:
+                    thumbnails[(shard, *key)] = batch.column(2)[row].as_py()
+    return thumbnails
+
+
+# ---------------------------------------------------------------- rendering
+
+def _codebook_note(codebook: codebook_format.Codebook) -> str:
+    info = codebook.info
+    weights = str(info.get("feature_provenance", {}).get("weights", "unknown"))
+    note = (f"codebook depth {codebook.depth}, k {codebook.k}: {codebook.num_leaves:,} leaves; fit on "
+            f"{info.get('sample_size', 0):,} clips; sha256 {str(info.get('sha256', '?'))[:16]}; "
+            f"S3D weights {html.escape(weights)}")
+    if weights.startswith("random"):
+        note += '<br><span class="warning">features from random S3D weights: clusters are not semantic</span>'
+    return f'<p class="provenance">{note}</p>'
+
+
+def _row_html(codebook: codebook_format.Codebook, entry: NodeClips, thumbnails: dict, link: str | None) -> str:
+    level, node, k = entry.level, entry.node, codebook.k
+    members = int(codebook.counts[level - 1][node])
+    label = (f"<b>level {level}, node {node}</b><br>path {path_label(k, level, node)}<br>"
+             f"{members:,} training members<br>{entry.clips:,} clips in this run")
+    if members == 0:
+        return (f'<section class="cluster empty" id="node-{level}-{node}" data-level="{level}" data-node="{node}">'
+                f'<div class="label">{label}<br>empty: descent never chooses it</div></section>')
+    if link:
+        label += f'<br><a href="{link}">its {k} children &rarr;</a>'
+    figures = []
+    for clip in entry.nearest:
+        jpeg = thumbnails.get((clip.shard, clip.video_id, clip.clip_index))
+        if jpeg is None:
+            continue   # counted in the sidecar as missing
+        title = html.escape(f"{clip.video_id} clip {clip.clip_index} at {clip.start_s:.1f}s, "
+                            f"squared distance {clip.distance:.4g}", quote=True)
+        figures.append(f'<figure><img src="{jpeg_data_uri(jpeg)}" alt="{title}" title="{title}">'
+                       f'<figcaption>{clip.distance:.3g}</figcaption></figure>')
+    return (f'<section class="cluster" id="node-{level}-{node}" data-level="{level}" data-node="{node}">'
+            f'<div class="label">{label}</div><div class="thumbs">{"".join(figures)}</div></section>')
+
+
+def contact_sheet(codebook: codebook_format.Codebook, entries: list[NodeClips], thumbnails: dict,
+                  cell: int, per_row: int) -> Image.Image:
+    """The rows as one picture: a label column, then each node's nearest thumbnails, nearest first."""
+    font = ImageFont.load_default(size=12)
+    row_height = max(cell, 56) + 4
+    sheet = Image.new("RGB", (LABEL_WIDTH_PX + per_row * (cell + 2), max(len(entries), 1) * row_height), "white")
+    draw = ImageDraw.Draw(sheet)
+    for row, entry in enumerate(entries):
+        top = row * row_height
+        members = int(codebook.counts[entry.level - 1][entry.node])
+        lines = [f"L{entry.level} node {entry.node}", f"path {path_label(codebook.k, entry.level, entry.node)}",
+                 f"{members:,} members" if members else "empty"]
+        for number, text in enumerate(lines):
+            draw.text((4, top + 4 + 14 * number), text, fill="black", font=font)
+        for column, clip in enumerate(entry.nearest):
+            jpeg = thumbnails.get((clip.shard, clip.video_id, clip.clip_index))
+            if jpeg is None:
+                continue
+            image = Image.open(bytes_io.BytesIO(jpeg)).convert("RGB")
+            if image.size != (cell, cell):
+                image = image.resize((cell, cell), Image.BILINEAR)
+            sheet.paste(image, (LABEL_WIDTH_PX + column * (cell + 2), top + 2))
+    return sheet
+
+
+def _png_bytes(image: Image.Image) -> bytes:
+    buffer = bytes_io.BytesIO()
+    image.save(buffer, format="PNG", optimize=False)
+    return buffer.getvalue()
+
+
+def write_gallery(cfg: Config, work_dir: Path, *, level: int = 1, clusters: int = 12, per_cluster: int = 12,
+                  node_ids: list[int] | None = None, quiet: bool = False) -> list[Path]:
+    """Write the gallery pages of one level (see the module docstring); returns the paths written."""
+    work_dir = Path(work_dir)
+    if per_cluster < 1:
+        raise ValueError(f"gallery: --per-cluster must be >= 1, got {per_cluster}")
+    codebook = codebook_format.load(codebook_format.codebook_dir(work_dir))
+    shown = choose_nodes(codebook, level, clusters, node_ids)
+    counts = codebook.counts
+    # below each shown non-empty node (above the leaves): its non-empty children, for its own page
+    parents = [node for node in shown if level < codebook.depth and counts[level - 1][node] > 0]
+    children = {parent: list(range(parent * codebook.k, (parent + 1) * codebook.k)) for parent in parents}
+    nodes_by_level = {level: shown}
+    if parents:
+        nodes_by_level[level + 1] = [child for group in children.values() for child in group
+                                     if counts[level][child] > 0]
+    found = nearest_clips(work_dir, codebook, nodes_by_level, per_cluster, quiet=quiet)
+    for child in (child for group in children.values() for child in group):
+        # empty children were not searched: they are shown as empty rows
+        found.setdefault((level + 1, child), NodeClips(level + 1, child, per_cluster))
+    every_clip = [clip for entry in found.values() for clip in entry.nearest]
+    thumbnails = read_thumbnails(work_dir, [(clip.shard, clip.video_id, clip.clip_index) for clip in every_clip])
+
+    folder = work_dir / "gallery"
+    main_name = "index.html" if level == 1 else f"level-{level}.html"
+    child_name = {parent: f"node-{level}-{parent}.html" for parent in parents}
+    note = _codebook_note(codebook)
+    entries = [found[(level, node)] for node in shown]
+    how = (f"up to {per_cluster} clips nearest each node's centroid; nodes: "
+           + (f"ids {', '.join(map(str, shown))}" if node_ids else f"the {len(shown)} largest of level {level}"))
+    body = [f"<h1>Visual words: level {level} of {codebook.depth}</h1>", note,
+            f'<p class="note">{html.escape(how)}; the number under a thumbnail is its squared distance to '
+            f'the centroid. Hover for the video and time. How this was made: gallery.json.</p>']
+    body += [_row_html(codebook, entry, thumbnails, child_name.get(entry.node)) for entry in entries]
+    written = []
+    main_page = folder / main_name
+    io.atomic_write_bytes(main_page, html_page(f"Visual words, level {level}", "\n".join(body)).encode())
+    written.append(main_page)
+    sheet_path = folder / f"contact-level-{level}.png"
+    sheet = contact_sheet(codebook, entries, thumbnails, cfg.decode.thumbnail_size, per_cluster)
+    io.atomic_write_bytes(sheet_path, _png_bytes(sheet))
+    written.append(sheet_path)
+    for parent in parents:
+        rows = [_row_html(codebook, found[(level + 1, child)], thumbnails, None) for child in children[parent]]
+        page_body = [f'<p><a href="{main_name}">&larr; level {level}</a></p>',
+                     f"<h1>Node {parent} (path {path_label(codebook.k, level, parent)}) and its "
+                     f"{codebook.k} children at level {level + 1}</h1>", note,
+                     _row_html(codebook, found[(level, parent)], thumbnails, None),
+                     "<h2>Children</h2>", *rows]
+        page = folder / child_name[parent]
+        io.atomic_write_bytes(page, html_page(f"Visual words, node {level}-{parent}", "\n".join(page_body)).encode())
+        written.append(page)
+
+    missing = sum(1 for clip in every_clip if (clip.shard, clip.video_id, clip.clip_index) not in thumbnails)
+    sidecar = folder / "gallery.json"
+    io.atomic_write_json(sidecar, {
+        "level": level, "clusters": clusters, "per_cluster": per_cluster, "node_ids": node_ids,
+        "codebook_sha256": codebook.info.get("sha256"),
+        "feature_provenance_hash": codebook.info.get("feature_provenance_hash"),
+        "distance": "squared L2 to the node's centroid; members are the clips whose descent passes through it",
+        "missing_thumbnails": missing,
+        "pages": [path.name for path in written],
+        "nodes": [{"level": entry.level, "node": entry.node,
+                   "path": node_path(codebook.k, entry.level, entry.node),
+                   "training_members": int(counts[entry.level - 1][entry.node]), "clips": entry.clips,
+                   "nearest": [{"video_id": clip.video_id, "clip_index": clip.clip_index, "start_s": clip.start_s,
+                                "shard": clip.shard, "distance": clip.distance} for clip in entry.nearest]}
+                  for entry in sorted(found.values(), key=lambda e: (e.level, e.node))],
+    })
+    written.append(sidecar)
+    return written

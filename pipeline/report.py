@@ -1,0 +1,535 @@
+"""The run report: one self-contained HTML page (DIR/report.html, plots as inline SVG, thumbnails as data:
+URIs, no script and no network fetch) saying what each stage produced, and DIR/report.json with every
+number it shows.
+
+- stages: shards done, videos, clips, errors, seconds and throughput (per worker and over the wall-clock
+  span of the stage), the decode status of the videos, errors by stage and type with examples;
+- visual words: token frequency by rank (log-log), the codebook's node-size histogram per level, empty
+  leaves and leaves no clip of this run reached;
+- text: ASR status and languages, the share of each video's clips inside a text segment, words per ASR
+  sentence and WordPiece tokens per text segment;
+- a few text segments shown as their sentence next to the thumbnails of the clips giving its visual tokens;
+- the training loss, when DIR/train/log.jsonl exists.
+
+Every input is read part by part, one column at a time: memory grows with the number of videos (coverage
+per video) and of leaves, never with the number of clips or sentences."""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+import re
+from pathlib import Path
+
+import numpy as np
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+import schemas.codebook as codebook_format
+from pipeline import io, summary
+from pipeline.config import Config
+from pipeline.gallery import completed_parts, html_page, jpeg_data_uri, read_thumbnails
+
+STAGES = ("decode", "features", "quantize", "asr", "align")
+EXAMPLE_SEGMENTS = 4           # text segments shown with their thumbnails, each from another video
+ERROR_EXAMPLES = 20
+MAX_VIDEO_BARS = 50            # more videos than this: coverage is shown as a histogram
+MAX_SENTENCE_WORDS = 60        # longer sentences are counted in the last bin
+RANK_POINTS = 400              # points drawn on the rank-frequency curve (log-spaced ranks)
+
+REPORT_STYLE = """
+.plots { display: flex; flex-wrap: wrap; gap: 16px; }
+svg { background: #fcfcfc; border: 1px solid #eee; }
+svg text { font: 11px system-ui, sans-serif; fill: #333; }
+.example { margin: 10px 0; padding: 6px 0; border-top: 1px solid #eee; }
+.example p { margin: 2px 0 6px; }
+td.text { text-align: left; } td.num { text-align: right; }
+"""
+
+
+# ---------------------------------------------------------------- inline SVG plots
+
+CHART_W, CHART_H = 520, 250
+LEFT, RIGHT, TOP, BOTTOM = 64, 16, 30, 46
+
+
+def _fmt(value: float) -> str:
+    for size, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= size:
+            return f"{value / size:g}{suffix}"
+    return f"{value:.3g}"
+
+
+class _Axis:
+    """Maps data values to [0, 1] on a linear or log10 scale, with readable ticks."""
+
+    def __init__(self, lo: float, hi: float, log: bool = False):
+        if log:
+            lo, hi = math.log10(max(lo, 1e-12)), math.log10(max(hi, 1e-12))
+            lo, hi = math.floor(lo), max(math.ceil(hi), math.floor(lo) + 1)
+        elif hi <= lo:
+            hi = lo + 1
+        self.lo, self.hi, self.log = lo, hi, log
+
+    def frac(self, value: float) -> float:
+        value = math.log10(max(value, 1e-12)) if self.log else value
+        return (value - self.lo) / (self.hi - self.lo)
+
+    def ticks(self) -> list[float]:
+        if self.log:
+            return [10.0 ** e for e in range(int(self.lo), int(self.hi) + 1)]
+        span = self.hi - self.lo
+        step = 10 ** math.floor(math.log10(span / 5))
+        step *= next(m for m in (1, 2, 5, 10) if span / (step * m) <= 6)
+        first = math.ceil(self.lo / step) * step
+        return [first + i * step for i in range(int((self.hi - first) / step + 1e-9) + 1)]
+
+
+def _svg(title: str, parts: list[str], width: int = CHART_W, height: int = CHART_H) -> str:
+    title = html.escape(title)
+    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+            f'viewBox="0 0 {width} {height}" role="img" aria-label="{title}"><title>{title}</title>'
+            f'<text x="{width / 2}" y="16" text-anchor="middle" font-weight="bold">{title}</text>'
+            + "".join(parts) + "</svg>")
+
+
+def _axes(x_axis: _Axis | None, y_axis: _Axis, x_label: str, y_label: str) -> list[str]:
+    """Frame, y ticks and grid, x ticks (when x is numeric) and both axis labels."""
+    plot_w, plot_h = CHART_W - LEFT - RIGHT, CHART_H - TOP - BOTTOM
+    parts = [f'<rect x="{LEFT}" y="{TOP}" width="{plot_w}" height="{plot_h}" fill="none" stroke="#999"/>']
+    for tick in y_axis.ticks():
+        y = TOP + plot_h * (1 - y_axis.frac(tick))
+        parts.append(f'<line x1="{LEFT}" x2="{LEFT + plot_w}" y1="{y:.1f}" y2="{y:.1f}" stroke="#e4e4e4"/>'
+                     f'<text x="{LEFT - 4}" y="{y + 4:.1f}" text-anchor="end">{_fmt(tick)}</text>')
+    if x_axis is not None:
+        for tick in x_axis.ticks():
+            x = LEFT + plot_w * x_axis.frac(tick)
+            parts.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{TOP + plot_h}" y2="{TOP + plot_h + 4}" stroke="#999"/>'
+                         f'<text x="{x:.1f}" y="{TOP + plot_h + 16}" text-anchor="middle">{_fmt(tick)}</text>')
+    parts.append(f'<text x="{LEFT + plot_w / 2}" y="{CHART_H - 6}" text-anchor="middle">{html.escape(x_label)}</text>'
+                 f'<text x="14" y="{TOP + plot_h / 2}" text-anchor="middle" '
+                 f'transform="rotate(-90 14 {TOP + plot_h / 2})">{html.escape(y_label)}</text>')
+    return parts
+
+
+def svg_line(xs: list[float], ys: list[float], *, title: str, x_label: str, y_label: str,
+             log: bool = False) -> str:
+    """A line through (x, y) points, on log-log axes with `log`."""
+    if not xs:
+        return _svg(title, ['<text x="50%" y="50%" text-anchor="middle">no data</text>'])
+    x_axis = _Axis(min(xs), max(xs), log)
+    y_axis = _Axis(0 if not log else min(ys), max(ys), log)
+    plot_w, plot_h = CHART_W - LEFT - RIGHT, CHART_H - TOP - BOTTOM
+    points = " ".join(f"{LEFT + plot_w * x_axis.frac(x):.1f},{TOP + plot_h * (1 - y_axis.frac(y)):.1f}"
+                      for x, y in zip(xs, ys))
+    return _svg(title, _axes(x_axis, y_axis, x_label, y_label)
+                + [f'<polyline points="{points}" fill="none" stroke="#2a6fb0" stroke-width="1.5"/>'])
+
+
+def svg_bars(labels: list[str], values: list[float], *, title: str, x_label: str, y_label: str) -> str:
+    """Vertical bars, one per label (every n-th label written when they would crowd)."""
+    if not values or max(values) <= 0:
+        return _svg(title, ['<text x="50%" y="50%" text-anchor="middle">no data</text>'])
+    y_axis = _Axis(0, max(values))
+    plot_w, plot_h = CHART_W - LEFT - RIGHT, CHART_H - TOP - BOTTOM
+    slot = plot_w / len(values)
+    label_every = max(1, math.ceil(len(values) * 34 / plot_w))
+    parts = _axes(None, y_axis, x_label, y_label)
+    for index, (label, value) in enumerate(zip(labels, values)):
+        height = plot_h * y_axis.frac(value)
+        x = LEFT + index * slot
+        parts.append(f'<rect x="{x + slot * 0.1:.1f}" y="{TOP + plot_h - height:.1f}" width="{slot * 0.8:.1f}" '
+                     f'height="{height:.1f}" fill="#2a6fb0"><title>{html.escape(label)}: {value:g}</title></rect>')
+        if index % label_every == 0:
+            parts.append(f'<text x="{x + slot / 2:.1f}" y="{TOP + plot_h + 16}" text-anchor="middle">'
+                         f'{html.escape(label)}</text>')
+    return _svg(title, parts)
+
+
+def svg_share_bars(labels: list[str], shares: list[float], *, title: str) -> str:
+    """Horizontal bars of shares in [0, 1], one row per label."""
+    row = 16
+    label_w = 220
+    plot_w = CHART_W - label_w - RIGHT - 40
+    height = TOP + row * len(labels) + 24
+    parts = []
+    for index, (label, share) in enumerate(zip(labels, shares)):
+        y = TOP + index * row
+        parts.append(f'<text x="{label_w - 6}" y="{y + 12}" text-anchor="end">{html.escape(label[:34])}</text>'
+                     f'<rect x="{label_w}" y="{y + 2}" width="{plot_w}" height="{row - 4}" fill="#eee"/>'
+                     f'<rect x="{label_w}" y="{y + 2}" width="{plot_w * share:.1f}" height="{row - 4}" fill="#2a6fb0">'
+                     f'<title>{html.escape(label)}: {share:.1%}</title></rect>'
+                     f'<text x="{label_w + plot_w + 4}" y="{y + 12}">{share:.0%}</text>')
+    return _svg(title, parts, height=height)
+
+
+def _size_bins(counts: np.ndarray) -> tuple[list[str], list[int]]:
+    """Node sizes in powers of two: 0 (empty), 1, 2-3, 4-7, ...; (labels, number of nodes per bin)."""
+    top = int(counts.max()) if len(counts) else 0
+    labels, values = ["0"], [int((counts == 0).sum())]
+    low = 1
+    while low <= top:
+        high = low * 2 - 1
+        labels.append(f"{_fmt(low)}" if low == high else f"{_fmt(low)}-{_fmt(high)}")
+        values.append(int(((counts >= low) & (counts <= high)).sum()))
+        low *= 2
+    return labels, values
+
+
+def _grouped(counts: list[int], max_bars: int = 32) -> tuple[list[str], list[int]]:
+    """Counts per value 0..n-1 (the last one meaning "n-1 or more") grouped into at most `max_bars` bars
+    from the smallest to the largest value seen."""
+    seen = [value for value, count in enumerate(counts) if count]
+    first, last = seen[0], seen[-1]
+    width = max(1, math.ceil((last - first + 1) / max_bars))
+    labels, values = [], []
+    for low in range(first, last + 1, width):
+        high = min(low + width - 1, last)
+        label = str(low) if low == high else f"{low}-{high}"
+        labels.append(label + ("+" if high == len(counts) - 1 else ""))
+        values.append(sum(counts[low:high + 1]))
+    return labels, values
+
+
+# ---------------------------------------------------------------- the numbers
+
+def stage_runs(work_dir: Path) -> dict[str, dict]:
+    """Per stage, from its completion records: shards, videos, clips, errors, seconds and throughput."""
+    stages = {}
+    for stage in STAGES:
+        records = [json.loads(path.read_text()) for path in sorted((work_dir / stage / "_done").glob("*.json"))]
+        if not records:
+            continue
+        seconds = sum(record.get("seconds", 0.0) for record in records)
+        ends = [record["finished_at"] for record in records if "finished_at" in record]
+        starts = [record["finished_at"] - record.get("seconds", 0.0) for record in records if "finished_at" in record]
+        entry = {"shards": len(records), "seconds": round(seconds, 3),
+                 "wall_seconds": round(max(ends) - min(starts), 3) if ends else None}
+        for key in ("videos", "clips", "errors", "audio_s", "segments", "sentences"):
+            if any(key in record for record in records):
+                entry[key] = sum(record.get(key, 0) for record in records)
+        work = entry.get("clips", entry.get("videos", 0))
+        entry["clips_per_s" if "clips" in entry else "videos_per_s"] = round(work / seconds, 3) if seconds else None
+        if entry["wall_seconds"]:
+            entry["wall_rate"] = round(work / entry["wall_seconds"], 3)
+        if "audio_s" in entry and seconds:
+            entry["realtime_factor"] = round(entry["audio_s"] / seconds, 2)
+        stages[stage] = entry
+    return stages
+
+
+def error_examples(work_dir: Path, limit: int = ERROR_EXAMPLES) -> list[dict]:
+    examples = []
+    for path in sorted((work_dir / "errors").glob("*.parquet")):
+        for row in pq.read_table(path, columns=["stage", "video_id", "error_type", "message"]).to_pylist():
+            if len(examples) == limit:
+                return examples
+            examples.append(row)
+    return examples
+
+
+def visual_words(work_dir: Path) -> dict | None:
+    """Token counts from quantize and the codebook's node sizes; None before the codebook exists."""
+    try:
+        codebook = codebook_format.load(codebook_format.codebook_dir(work_dir))
+    except FileNotFoundError:
+        return None
+    token_counts = np.zeros(codebook.num_leaves, dtype=np.int64)
+    for _, path in completed_parts(work_dir, "quantize"):
+        tokens = pq.read_table(path, columns=["token"])["token"].to_numpy()
+        token_counts += np.bincount(tokens, minlength=codebook.num_leaves)[:codebook.num_leaves]
+    by_rank = np.sort(token_counts[token_counts > 0])[::-1]
+    total = int(token_counts.sum())
+    probabilities = by_rank / max(total, 1)
+    leaf_counts = codebook.counts[-1]
+    return {
+        "depth": codebook.depth, "k": codebook.k, "leaves": codebook.num_leaves,
+        "codebook_sha256": codebook.info.get("sha256"), "sample_size": codebook.info.get("sample_size"),
+        "weights": str(codebook.info.get("feature_provenance", {}).get("weights", "unknown")),
+        "levels": [{"level": level, "nodes": int(len(counts)), "empty": int((counts == 0).sum()),
+                    "size_bins": dict(zip(*_size_bins(counts)))}
+                   for level, counts in enumerate(codebook.counts, start=1)],
+        "empty_leaves": int((leaf_counts == 0).sum()),
+        "clips_quantized": total,
+        "distinct_tokens": int(len(by_rank)),
+        "unreached_nonempty_leaves": int(((leaf_counts > 0) & (token_counts == 0)).sum()) if total else None,
+        "perplexity": round(float(np.exp(-(probabilities * np.log(probabilities)).sum())), 2) if total else None,
+        "top_token_share": round(float(probabilities[0]), 4) if total else None,
+        "frequency_by_rank": by_rank.tolist(),
+    }
+
+
+def text_stats(cfg: Config, work_dir: Path) -> dict:
+    """ASR status and languages, words per sentence, coverage per video and WordPiece segment lengths."""
+    asr_status: dict[str, int] = {}
+    languages: dict[str, int] = {}
+    words = [0] * (MAX_SENTENCE_WORDS + 1)
+    for _, path in completed_parts(work_dir, "asr"):
+        table = pq.read_table(path, columns=["status", "language", "sentences"])
+        for status in table["status"].to_pylist():
+            asr_status[status] = asr_status.get(status, 0) + 1
+        for language in table["language"].to_pylist():
+            languages[language or "unknown"] = languages.get(language or "unknown", 0) + 1
+        for text in pc.struct_field(pc.list_flatten(table["sentences"]), "text").to_pylist():
+            words[min(len((text or "").split()), MAX_SENTENCE_WORDS)] += 1
+    coverage: dict[str, list[int]] = {}
+    token_cap = cfg.train.max_len
+    wordpieces = [0] * (token_cap + 1)
+    segments = {"text_video": 0, "video_only": 0}
+    for _, path in completed_parts(work_dir, "align"):
+        table = pq.read_table(path, columns=["video_id", "kind", "text_ids", "visual_ids"])
+        clips = pc.list_value_length(table["visual_ids"]).to_pylist()
+        text_lengths = pc.list_value_length(table["text_ids"]).to_pylist()
+        for video_id, kind, n_clips, n_text in zip(table["video_id"].to_pylist(), table["kind"].to_pylist(),
+                                                   clips, text_lengths):
+            entry = coverage.setdefault(video_id, [0, 0])
+            entry[1] += n_clips
+            segments[kind] = segments.get(kind, 0) + 1
+            if kind == "text_video":
+                entry[0] += n_clips
+                wordpieces[min(n_text, token_cap)] += 1
+    return {"asr_status": dict(sorted(asr_status.items())), "languages": dict(sorted(languages.items())),
+            "text_languages": cfg.align.text_languages, "words_per_sentence": words,
+            "segments": segments, "wordpieces_per_text_segment": wordpieces, "wordpiece_cap": token_cap,
+            "coverage": {video: round(text / total, 4) if total else 0.0
+                         for video, (text, total) in sorted(coverage.items())}}
+
+
+def _segment_clips(clips: list[dict], segment: dict) -> list[dict]:
+    """The clips whose tokens a segment holds: in time order, those overlapping the segment's span whose
+    tokens match its visual ids in turn (each clip is in exactly one segment, in clip order)."""
+    matched, wanted = [], segment["visual_ids"]
+    for clip in clips:
+        if len(matched) == len(wanted):
+            break
+        if clip["end_s"] > segment["start_s"] and clip["start_s"] < segment["end_s"] \
+                and clip["token"] == wanted[len(matched)]:
+            matched.append(clip)
+    return matched
+
+
+def example_segments(work_dir: Path, limit: int = EXAMPLE_SEGMENTS) -> list[dict]:
+    """The first text segment of each of the first `limit` videos that have one, with their clips."""
+    examples = []
+    for shard, path in completed_parts(work_dir, "align"):
+        if len(examples) == limit:
+            break
+        table = pq.read_table(path, filters=[("kind", "=", "text_video")],
+                              columns=["video_id", "segment_index", "start_s", "end_s", "text", "visual_ids"])
+        seen = {example["video_id"] for example in examples}
+        for row in table.to_pylist():
+            if len(examples) == limit:
+                break
+            if row["video_id"] in seen or not row["visual_ids"]:
+                continue
+            seen.add(row["video_id"])
+            quantize_path = io.stage_output(work_dir, "quantize", shard)
+            clips = pq.read_table(quantize_path, filters=[("video_id", "=", row["video_id"])],
+                                  columns=["clip_index", "start_s", "end_s", "token"]).to_pylist() \
+                if quantize_path.exists() else []
+            row["clips"] = [dict(clip, shard=shard) for clip in
+                            _segment_clips(sorted(clips, key=lambda c: c["clip_index"]), row)]
+            examples.append(row)
+    return examples
+
+
+def training_log(work_dir: Path) -> list[dict]:
+    path = work_dir / "train" / "log.jsonl"
+    if not path.exists():
+        return []
+    return [record for line in path.read_text().splitlines() if line.strip()
+            for record in [json.loads(line)] if record.get("event") == "train"]
+
+
+def collect(cfg: Config, work_dir: Path) -> dict:
+    """Every number the report shows (the content of DIR/report.json)."""
+    work_dir = Path(work_dir)
+    return {"summary": summary.collect(work_dir), "stages": stage_runs(work_dir),
+            "error_examples": error_examples(work_dir), "visual_words": visual_words(work_dir),
+            "text": text_stats(cfg, work_dir), "examples": example_segments(work_dir),
+            "train": training_log(work_dir)}
+
+
+# ---------------------------------------------------------------- the page
+
+def _table(header: list[str], rows: list[list]) -> str:
+    """Numbers (with a unit, possibly) are right-aligned, text left-aligned."""
+    def cell(value) -> str:
+        numeric = bool(re.fullmatch(r"[-\d.,x/]+( \S+)?", str(value)))
+        return f'<td class="{"num" if numeric else "text"}">{html.escape(str(value))}</td>'
+    head = "".join(f"<th>{html.escape(str(name))}</th>" for name in header)
+    body = "".join("<tr>" + "".join(cell(value) for value in row) + "</tr>" for row in rows)
+    return f"<table><tr>{head}</tr>{body}</table>"
+
+
+def _number(value) -> str:
+    if value is None:
+        return "-"
+    return f"{value:,}" if isinstance(value, int) else f"{value:,.3g}"
+
+
+def _stages_html(data: dict) -> str:
+    run, stages = data["summary"], data["stages"]
+    rows = []
+    for stage in STAGES:
+        counted = run["stages"].get(stage)
+        entry = stages.get(stage)
+        if not counted or not entry:
+            rows.append([stage, f"0/{run['shards']}", "-", "-", "-", "-", "-", "-", "not run"])
+            continue
+        rate_name = "clips/s" if "clips_per_s" in entry else "videos/s"
+        rate = entry.get("clips_per_s", entry.get("videos_per_s"))
+        extra = f"{entry['realtime_factor']}x real time" if "realtime_factor" in entry else ""
+        rows.append([stage, f"{counted['shards_complete']}/{counted['shards_total']}", _number(entry.get("videos")),
+                     _number(counted["rows"]), _number(entry.get("errors", 0)), _number(entry["seconds"]),
+                     f"{_number(rate)} {rate_name}", f"{_number(entry.get('wall_rate'))} {rate_name}", extra])
+    parts = ["<h2>Stages</h2>",
+             _table(["stage", "shards", "videos", "rows out", "error rows", "shard-seconds",
+                     "per worker", "over the run", "note"], rows),
+             '<p class="note">per worker: output per second of shard work; over the run: output per second '
+             'between the first shard\'s start and the last shard\'s end (all workers together).</p>']
+    if "videos_by_status" in run:
+        parts.append("<p>videos by decode status: " + html.escape(", ".join(
+            f"{status} {count}" for status, count in run["videos_by_status"].items())) + "</p>")
+    if run["errors"]:
+        parts.append(_table(["stage", "error type", "videos"],
+                            [[stage, error_type, count] for stage, counts in run["errors"].items()
+                             for error_type, count in counts.items()]))
+        parts.append(_table(["stage", "video", "error type", "message"],
+                            [[row["stage"], row["video_id"], row["error_type"], row["message"]]
+                             for row in data["error_examples"]]))
+    else:
+        parts.append("<p>errors: none</p>")
+    return "\n".join(parts)
+
+
+def _visual_words_html(words: dict | None) -> str:
+    if words is None:
+        return "<h2>Visual words</h2><p>no codebook yet: run the kmeans stage.</p>"
+    parts = ["<h2>Visual words</h2>",
+             f"<p>codebook: depth {words['depth']}, k {words['k']}: {words['leaves']:,} leaves; fit on "
+             f"{_number(words['sample_size'])} clips; sha256 {html.escape(str(words['codebook_sha256'])[:16])}; "
+             f"S3D weights {html.escape(words['weights'])}. Empty leaves (no training member): "
+             f"{words['empty_leaves']:,}.</p>"]
+    if words["weights"].startswith("random"):
+        parts.append('<p class="warning">features from random S3D weights: the visual words are not semantic</p>')
+    if words["clips_quantized"]:
+        parts.append(f"<p>{words['clips_quantized']:,} clips quantized into {words['distinct_tokens']:,} distinct "
+                     f"tokens; perplexity {words['perplexity']:,} (the number of equally likely tokens with the "
+                     f"same entropy); the most frequent token holds {words['top_token_share']:.1%} of the clips; "
+                     f"{words['unreached_nonempty_leaves']:,} non-empty leaves reached by no clip of this run.</p>")
+    else:
+        parts.append("<p>no quantized clips yet: run the quantize stage.</p>")
+    by_rank = words["frequency_by_rank"]
+    ranks = sorted(set(np.geomspace(1, len(by_rank), RANK_POINTS).astype(int).tolist())) if by_rank else []
+    plots = [svg_line(ranks, [by_rank[rank - 1] for rank in ranks], title="visual-token frequency by rank",
+                      x_label="rank", y_label="clips", log=True)]
+    for level in words["levels"]:
+        labels, values = list(level["size_bins"]), list(level["size_bins"].values())
+        plots.append(svg_bars(labels, values, title=f"level {level['level']}: {level['nodes']:,} nodes, "
+                                                    f"{level['empty']:,} empty",
+                              x_label="training members per node", y_label="nodes"))
+    return "\n".join(parts) + '<div class="plots">' + "".join(plots) + "</div>"
+
+
+def _text_html(text: dict) -> str:
+    parts = ["<h2>Text</h2>"]
+    if text["asr_status"]:
+        parts.append("<p>ASR videos by status: " + html.escape(", ".join(
+            f"{key} {value}" for key, value in text["asr_status"].items())) + "; by language: " + html.escape(
+            ", ".join(f"{key} {value}" for key, value in text["languages"].items()))
+            + f"; text kept for {html.escape(', '.join(text['text_languages']))}.</p>")
+    else:
+        parts.append("<p>no ASR output yet: run the asr stage.</p>")
+    plots = []
+    coverage = text["coverage"]
+    if coverage:
+        segments = text["segments"]
+        parts.append(f"<p>segments: {segments.get('text_video', 0):,} with text, "
+                     f"{segments.get('video_only', 0):,} video only.</p>")
+        if len(coverage) <= MAX_VIDEO_BARS:
+            plots.append(svg_share_bars(list(coverage), list(coverage.values()),
+                                        title="share of each video's clips inside a text segment"))
+        else:
+            bins = [0] * 11
+            for share in coverage.values():
+                bins[min(int(share * 10), 10)] += 1
+            plots.append(svg_bars(["0"] + [f"{10 * i}-{10 * i + 10}%" for i in range(10)],
+                                  [sum(1 for s in coverage.values() if s == 0)] + bins[:9] + [bins[9] + bins[10]],
+                                  title="videos by share of clips inside a text segment",
+                                  x_label="share of clips (0 = none)", y_label="videos"))
+    elif text["asr_status"]:
+        parts.append("<p>no aligned segments yet: run the align stage.</p>")
+    if any(text["words_per_sentence"]):
+        labels, values = _grouped(text["words_per_sentence"])
+        plots.append(svg_bars(labels, values, title="words per ASR sentence", x_label="words", y_label="sentences"))
+    if any(text["wordpieces_per_text_segment"]):
+        labels, values = _grouped(text["wordpieces_per_text_segment"])
+        plots.append(svg_bars(labels, values, title="WordPiece tokens per text segment",
+                              x_label=f"tokens (last bin: {text['wordpiece_cap']} = train.max_len or more)",
+                              y_label="segments"))
+    return "\n".join(parts) + '<div class="plots">' + "".join(plots) + "</div>"
+
+
+def _examples_html(examples: list[dict], thumbnails: dict) -> str:
+    if not examples:
+        return ""
+    parts = ["<h2>Example segments</h2>",
+             '<p class="note">a sentence and the clips inside its span, each with its visual token.</p>']
+    for example in examples:
+        figures = []
+        for clip in example["clips"]:
+            jpeg = thumbnails.get((clip["shard"], example["video_id"], clip["clip_index"]))
+            if jpeg is None:
+                continue
+            title = html.escape(f"clip {clip['clip_index']} at {clip['start_s']:.1f}s, token {clip['token']}")
+            figures.append(f'<figure><img src="{jpeg_data_uri(jpeg)}" alt="{title}" title="{title}">'
+                           f'<figcaption>v{clip["token"]}</figcaption></figure>')
+        parts.append(f'<div class="example"><p><b>{html.escape(example["video_id"])}</b> '
+                     f'{example["start_s"]:.1f}-{example["end_s"]:.1f} s, segment {example["segment_index"]}: '
+                     f'&ldquo;{html.escape(example["text"] or "")}&rdquo;</p>'
+                     f'<div class="thumbs">{"".join(figures)}</div></div>')
+    return "\n".join(parts)
+
+
+def _train_html(records: list[dict]) -> str:
+    if not records:
+        return ""
+    last = records[-1]
+    steps, losses = [r["step"] for r in records], [r["loss"] for r in records]
+    metrics = [[name, _number(last.get(f"{name}_loss")), _number(last.get(f"{name}_acc"))]
+               for name in ("mlm_text", "mlm_video", "mlm_text_video", "alignment") if f"{name}_loss" in last]
+    return ("<h2>Training</h2>"
+            f"<p>step {last['step']:,}, loss {last['loss']:.4g}, {_number(last.get('tokens_per_s'))} tokens/s</p>"
+            + _table(["objective", "loss", "accuracy"], metrics)
+            + '<div class="plots">' + svg_line(steps, losses, title="training loss", x_label="step", y_label="loss")
+            + "</div>")
+
+
+def render(data: dict, thumbnails: dict, work_dir: Path) -> str:
+    run = data["summary"]
+    body = ["<h1>VideoBERT pipeline run report</h1>",
+            f'<p class="provenance">work dir {html.escape(run["work_dir"])}: {run["videos_in"]:,} videos in '
+            f'{run["shards"]} shard(s). Every number here is in report.json.</p>']
+    if (work_dir / "gallery" / "index.html").exists():
+        body.append('<p><a href="gallery/index.html">the visual words as pictures (gallery)</a></p>')
+    body += [_stages_html(data), _visual_words_html(data["visual_words"]), _text_html(data["text"]),
+             _examples_html(data["examples"], thumbnails), _train_html(data["train"])]
+    return html_page("VideoBERT run report", "\n".join(body)).replace("</style>", REPORT_STYLE + "</style>", 1)
+
+
+def write_report(cfg: Config, work_dir: Path) -> Path:
+    """Write DIR/report.html and DIR/report.json; returns the HTML's path."""
+    work_dir = Path(work_dir)
+    if not (work_dir / "manifest" / "manifest.parquet").exists():
+        raise FileNotFoundError(f"{work_dir / 'manifest' / 'manifest.parquet'} not found: nothing has run "
+                                f"in {work_dir} yet")
+    data = collect(cfg, work_dir)
+    wanted = [(clip["shard"], example["video_id"], clip["clip_index"])
+              for example in data["examples"] for clip in example["clips"]]
+    thumbnails = read_thumbnails(work_dir, wanted) if wanted else {}
+    page = work_dir / "report.html"
+    io.atomic_write_json(work_dir / "report.json", data)
+    io.atomic_write_bytes(page, render(data, thumbnails, work_dir).encode())
+    return page

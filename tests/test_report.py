@@ -1,0 +1,142 @@
+"""The run report on a small finished work dir (tests/gallery_factory.py): its numbers, its structure (every
+image embedded and valid, every plot drawn, nothing fetched), partial runs, and a render in headless
+Chromium (skipped where Debian's `chromium` is not installed)."""
+
+import base64
+import html
+import io as bytes_io
+import json
+import re
+import shutil
+import subprocess
+
+import pytest
+from PIL import Image
+
+import gallery_factory as factory
+from pipeline import cli
+from pipeline.config import load_config
+from pipeline.report import write_report
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory):
+    return factory.make_work_dir(tmp_path_factory.mktemp("report"))
+
+
+@pytest.fixture(scope="module")
+def report(work):
+    path = write_report(load_config(None, []), work)
+    return path, path.read_text(), json.loads((work / "report.json").read_text())
+
+
+def test_numbers_match_the_work_dir(report):
+    _, _, data = report
+    words = data["visual_words"]
+    assert words["clips_quantized"] == sum(factory.CLIPS.values()) == sum(words["frequency_by_rank"])
+    assert words["frequency_by_rank"] == sorted(words["frequency_by_rank"], reverse=True)
+    assert words["empty_leaves"] == 1 and words["leaves"] == factory.K ** factory.DEPTH
+    assert [level["size_bins"]["0"] for level in words["levels"]] == [0, 1]
+    assert sum(words["levels"][1]["size_bins"].values()) == 9
+    text = data["text"]
+    assert text["coverage"] == pytest.approx(factory.expected_text_coverage(), abs=1e-4)
+    # sentences of 6, 4 and 3 words; the two English ones became text segments of 6 and 4 WordPiece ids
+    assert {n: c for n, c in enumerate(text["words_per_sentence"]) if c} == {3: 1, 4: 1, 6: 1}
+    assert {n: c for n, c in enumerate(text["wordpieces_per_text_segment"]) if c} == {4: 1, 6: 1}
+    assert text["segments"] == {"text_video": 2, "video_only": 3}
+    assert text["asr_status"] == {"no_audio": 2, "ok": 2}
+    decode = data["stages"]["decode"]
+    assert (decode["shards"], decode["clips"], decode["seconds"], decode["clips_per_s"]) == (2, 31, 4.0, 7.75)
+    assert data["stages"]["asr"]["realtime_factor"] == round(31 * 1.5 / 6.0, 2)
+    assert data["summary"]["errors"] == {"decode": {"VideoDecodeError": 1}}
+    assert [row["video_id"] for row in data["error_examples"]] == ["v3"]
+
+
+def test_page_is_self_contained_with_every_image_and_plot(report):
+    _, page, data = report
+    assert "<script" not in page and "<link" not in page and "@import" not in page
+    assert not re.search(r'(src|href)="(https?:)?//', page)   # nothing fetched from a network
+    sources = re.findall(r'<img src="([^"]+)"', page)
+    example = data["examples"][0]
+    assert [e["video_id"] for e in data["examples"]] == ["v0"]   # the only video with text
+    assert len(sources) == len(example["clips"]) == len(example["visual_ids"]) == 4
+    for source in sources:
+        assert source.startswith("data:image/jpeg;base64,")
+        Image.open(bytes_io.BytesIO(base64.b64decode(source.split(",", 1)[1]))).load()
+    # each thumbnail's caption is the token the segment holds, in order
+    assert re.findall(r"<figcaption>v(\d+)</figcaption>", page) == [str(t) for t in example["visual_ids"]]
+    assert "cut the onions into thin slices." in page
+    titles = re.findall(r"<svg [^>]*><title>([^<]+)</title>", page)
+    assert titles == ["visual-token frequency by rank", "level 1: 3 nodes, 0 empty", "level 2: 9 nodes, 1 empty",
+                      "share of each video&#x27;s clips inside a text segment", "words per ASR sentence",
+                      "WordPiece tokens per text segment"]
+    assert page.count("<polyline") == 1
+    stage_rows = re.findall(r'<tr><td class="text">(decode|features|quantize|asr|align)</td><td class="num">2/2</td>',
+                            page)
+    assert stage_rows == ["decode", "features", "quantize", "asr", "align"]
+    assert "VideoDecodeError" in page and "Invalid data found when processing input" in page
+    assert "not semantic" in page   # random S3D weights are flagged
+
+
+def test_report_is_deterministic(work, report):
+    _, page, _ = report
+    assert write_report(load_config(None, []), work).read_text() == page
+
+
+def test_partial_run_says_what_to_run_next(tmp_path):
+    work = factory.make_work_dir(tmp_path, stages=("decode",))
+    page = write_report(load_config(None, []), work).read_text()
+    assert page.count(">not run</td>") == 4
+    assert "no codebook yet: run the kmeans stage" in page and "no ASR output yet: run the asr stage" in page
+
+
+def test_training_log_is_plotted(tmp_path):
+    work = factory.make_work_dir(tmp_path)
+    (work / "train").mkdir()
+    records = [{"event": "start", "step": 0}] + [
+        {"event": "train", "step": step, "loss": 10.0 / step, "mlm_text_loss": 2.0, "mlm_text_acc": 0.25,
+         "tokens_per_s": 900.0} for step in (5, 10, 15)]
+    (work / "train" / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    page = write_report(load_config(None, []), work).read_text()
+    assert "<title>training loss</title>" in page and "step 15, loss 0.6667" in page
+
+
+def test_without_a_manifest_nothing_is_written(tmp_path, capsys):
+    assert cli.main(["report", "--work-dir", str(tmp_path)]) == 1
+    assert "nothing has run" in capsys.readouterr().err
+    assert not (tmp_path / "report.html").exists()
+
+
+# injected before the page's own content: counts loaded images and drawn plots once the page has loaded
+PROBE = """<script>
+window.__errors = [];
+window.addEventListener('error', e => window.__errors.push(e.message || (e.target && e.target.tagName)), true);
+window.addEventListener('load', () => {
+  const images = [...document.images], plots = [...document.querySelectorAll('svg')];
+  const out = document.createElement('pre'); out.id = 'probe';
+  out.textContent = JSON.stringify({images: images.length,
+    loaded: images.filter(i => i.complete && i.naturalWidth > 0).length,
+    plots: plots.length, drawn: plots.filter(p => p.getBBox().width > 0).length, errors: window.__errors});
+  document.body.appendChild(out);
+});
+</script>"""
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (apt-get install chromium)")
+def test_report_renders_in_headless_chromium(report, tmp_path):
+    _, page, _ = report
+    probed = tmp_path / "report.html"
+    probed.write_text(page.replace("<head>", "<head>" + PROBE, 1))
+    result = subprocess.run(
+        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=5000", "--dump-dom",
+         probed.as_uri()], capture_output=True, text=True, timeout=120)
+    found = re.search(r'<pre id="probe">(.*?)</pre>', result.stdout, re.S)
+    assert found, result.stderr[-2000:]
+    probe = json.loads(html.unescape(found.group(1)))
+    assert probe["errors"] == []
+    assert probe["images"] == probe["loaded"] == 4
+    assert probe["plots"] == probe["drawn"] == 6
