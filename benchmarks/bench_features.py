@@ -25,7 +25,7 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--decode-workers", type=int, default=1)
     parser.add_argument("--precision", default="auto")
-    parser.add_argument("--copies", type=int, default=1, help="copies of the input video (more clips)")
+    parser.add_argument("--copies", type=int, default=4, help="copies of the input video (more clips)")
     parser.add_argument("--model-batches", type=int, default=4)
     args = parser.parse_args()
     overrides = ["features.weights=random", f"features.device={args.device}",
@@ -39,9 +39,10 @@ def main() -> None:
     for copy in range(args.copies):
         shutil.copy(source, videos / f"copy{copy}{source.suffix}")
     write_manifest(cfg, videos, work / "run")
-    run_one_shard(cfg, work / "run", "decode", 0)
 
+    started = time.perf_counter()
     encoder = features.S3DEncoder(cfg)
+    load_s = time.perf_counter() - started   # the stage pays this once per shard
     batch = torch.randint(0, 256, (args.batch_size, cfg.decode.clip_frames, cfg.decode.crop, cfg.decode.crop, 3),
                           dtype=torch.uint8)
     encoder(batch)   # warm-up (kernels, allocator)
@@ -56,14 +57,18 @@ def main() -> None:
 
     started = time.perf_counter()
     stats = run_one_shard(cfg, work / "run", "features", 0, force=True, quiet=True)
-    stage_rate = stats["clips"] / (time.perf_counter() - started)
+    stage_s = time.perf_counter() - started
+    stage_rate = stats["clips"] / stage_s
+    steady_rate = stats["clips"] / max(stage_s - load_s, 1e-9)
 
     print(f"machine: {machine()}")
     print(f"device {encoder.device}, precision {encoder.dtype or 'float32'}, batch {args.batch_size}, "
           f"decode workers {args.decode_workers}, {stats['clips']} clips from {args.copies} x {source.name}")
     print(f"  model only, pre-decoded tensors: {model_rate:8.2f} clips/s")
-    print(f"  features stage (decode + model): {stage_rate:8.2f} clips/s (includes model load)")
-    print(f"ratio stage / model-only: {stage_rate / model_rate:.2f}  (goal on CPU >= 0.8)")
+    print(f"  features stage (decode + model): {stage_rate:8.2f} clips/s with the model load "
+          f"({load_s:.1f} s, once per shard), {steady_rate:.2f} clips/s without")
+    print(f"ratio stage / model-only: {steady_rate / model_rate:.2f} without the model load, "
+          f"{stage_rate / model_rate:.2f} with it  (goal on CPU >= 0.8)")
     shutil.rmtree(work)
 
 

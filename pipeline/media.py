@@ -144,7 +144,7 @@ class ClipReader:
 
     def _convert(self, graph: av.filter.Graph, frame: av.VideoFrame) -> np.ndarray:
         graph.push(frame)
-        return graph.pull().to_ndarray().copy()
+        return graph.pull().to_ndarray()   # owns its frame's buffer: consumers copy what they keep
 
     def frames(self) -> Iterator[np.ndarray]:
         """RGB frames at the target rate, after rotation, resize and crop.
@@ -201,26 +201,32 @@ class ClipReader:
             self.n_frames += 1
             yield image
 
-    def clips(self) -> Iterator[Clip]:
+    def clips(self, with_frames: bool = True) -> Iterator[Clip]:
+        """Non-overlapping clips of `clip_frames`; a last partial one with at least `min_clip_frames` real
+        frames is padded with its last frame. `with_frames=False` keeps only each clip's middle real frame
+        (as `frames[0]`): all the decode stage needs, without copying whole windows."""
         cfg = self.cfg
-        window = np.empty((cfg.clip_frames, cfg.crop, cfg.crop, 3), dtype=np.uint8)
-        filled = 0
-        clip_index = 0
         clip_s = cfg.clip_frames / cfg.fps
-        for frame in self.frames():
-            window[filled] = frame
-            filled += 1
-            if filled == cfg.clip_frames:
-                start = self.first_frame_s + clip_index * clip_s
-                yield Clip(clip_index, round(start, 6), round(start + clip_s, 6), window.copy(),
-                           cfg.clip_frames, False)
-                clip_index += 1
-                filled = 0
-        if filled >= cfg.min_clip_frames:
-            window[filled:] = window[filled - 1]   # pad by repeating the last real frame
+        window: list[np.ndarray] = []   # the converted frames own their buffers: no copy until a clip is cut
+
+        def cut(clip_index: int, n_real: int) -> Clip:
             start = self.first_frame_s + clip_index * clip_s
-            yield Clip(clip_index, round(start, 6), round(start + filled / cfg.fps, 6), window.copy(),
-                       filled, True)
+            if with_frames:
+                frames = np.stack(window + [window[-1]] * (cfg.clip_frames - n_real))
+            else:
+                frames = window[(n_real - 1) // 2][None].copy()
+            return Clip(clip_index, round(start, 6), round(start + n_real / cfg.fps, 6), frames, n_real,
+                        n_real < cfg.clip_frames)
+
+        clip_index = 0
+        for frame in self.frames():
+            window.append(frame)
+            if len(window) == cfg.clip_frames:
+                yield cut(clip_index, cfg.clip_frames)
+                clip_index += 1
+                window = []
+        if len(window) >= cfg.min_clip_frames:
+            yield cut(clip_index, len(window))   # padded by repeating the last real frame
 
 
 def expected_clip_count(duration_s: float, cfg: DecodeConfig) -> int:

@@ -51,8 +51,8 @@ def decode_video(video: dict, cfg) -> tuple[list[dict], dict, list[dict]]:
     clips, errors = [], []
     with reader:
         try:
-            for clip in reader.clips():
-                middle = clip.frames[(clip.n_real_frames - 1) // 2]
+            for clip in reader.clips(with_frames=False):
+                middle = clip.frames[0]
                 clips.append({"video_id": video_id, "clip_index": clip.clip_index, "start_s": clip.start_s,
                               "end_s": clip.end_s, "n_real_frames": clip.n_real_frames, "padded": clip.padded,
                               "thumbnail_jpeg": thumbnail_jpeg(middle, cfg.decode.thumbnail_size,
