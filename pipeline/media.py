@@ -31,6 +31,15 @@ class VideoTooLarge(VideoDecodeError):
     pass
 
 
+class StreamTruncated(Exception):
+    """The stream decoded cleanly but ends well before the duration its header states: a cut-off file."""
+
+
+# a video that decodes this much shorter than its header says was cut off (streams end a little early)
+TRUNCATION_TOLERANCE_S = 1.0
+TRUNCATION_TOLERANCE_SHARE = 0.05
+
+
 @dataclass
 class VideoInfo:
     duration_s: float | None
@@ -93,6 +102,10 @@ class ClipReader:
             duration = self.container.duration / av.time_base
         elif self.stream.duration and self.stream.time_base:
             duration = float(self.stream.duration * self.stream.time_base)
+        # the picture's own length, to tell a cut-off file; a container's duration also spans its other
+        # streams (audio may run on after the picture), so it only counts for a video-only file
+        self._video_duration_s = (float(self.stream.duration * self.stream.time_base) + self._stream_start_s()
+                                  if self.stream.duration else duration if len(self.container.streams) == 1 else None)
         rate = self.stream.average_rate or self.stream.guessed_rate
         self.info = VideoInfo(
             duration_s=duration, source_fps=float(rate) if rate else None,
@@ -106,6 +119,11 @@ class ClipReader:
 
     def close(self) -> None:
         self.container.close()
+
+    def _stream_start_s(self) -> float:
+        start = self.stream.start_time
+        container_start = (self.container.start_time or 0) / av.time_base
+        return float(start * self.stream.time_base) - container_start if start is not None else 0.0
 
     def __enter__(self):
         return self
@@ -192,6 +210,19 @@ class ClipReader:
                 yield from self._emit(graph, pending, end_slot - pending_slot)
             except (av.error.FFmpegError, ValueError) as error:
                 self.error = self.error or error
+        duration = self._video_duration_s
+        if self.error is None and self.n_frames and duration:
+            ends_s = self.first_frame_s + self.n_frames / self.cfg.fps   # on the container clock
+            if duration - ends_s > max(TRUNCATION_TOLERANCE_S, TRUNCATION_TOLERANCE_SHARE * duration):
+                self.error = StreamTruncated(f"the stream ends at {ends_s:.2f} s of the {duration:.2f} s its "
+                                             f"header states: the file is truncated")
+
+    def stop_reason(self) -> tuple[str, str]:
+        """(message, error type) for a stream that ended early: the clips before it are kept."""
+        if isinstance(self.error, StreamTruncated):
+            return str(self.error), "TruncatedStream"
+        return (f"decoding stopped after {self.n_frames} frames ({self.n_frames / self.cfg.fps:.2f} s): "
+                f"{self.error}", "DecodeStoppedMidStream")
 
     def _emit(self, graph: av.filter.Graph, frame: av.VideoFrame, count: int) -> Iterator[np.ndarray]:
         if count <= 0:

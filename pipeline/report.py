@@ -198,7 +198,7 @@ def stage_runs(work_dir: Path) -> dict[str, dict]:
     """Per stage, from its completion records: shards, videos, clips, errors, seconds and throughput."""
     stages = {}
     for stage in STAGES:
-        records = [json.loads(path.read_text()) for path in sorted((work_dir / stage / "_done").glob("*.json"))]
+        records = [json.loads(path.read_text()) for path in sorted((work_dir / stage / "_done").glob("part-*.json"))]
         if not records:
             continue
         seconds = sum(record.get("seconds", 0.0) for record in records)

@@ -22,6 +22,7 @@ import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -122,8 +123,10 @@ def output_metadata(cfg: Config, stage: str, schema: schemas.Schema, extra: dict
 
 
 def run_one_shard(cfg: Config, work_dir: Path, stage: str, shard_index: int, *, force: bool = False,
-                  quiet: bool = False) -> dict:
-    """Run one stage on one manifest shard unless its completion record exists. Returns its stats."""
+                  quiet: bool = False, compute: Callable[[ShardContext], ShardResult] | None = None) -> dict:
+    """Run one stage on one manifest shard unless its completion record exists. Returns its stats.
+    `compute` replaces the stage's run_shard with an executor's own way to the same result (the Ray
+    executor's features: decode tasks feeding shared model actors); the files are written the same way."""
     work_dir = Path(work_dir)
     record = io.completion_record(work_dir, stage, shard_index)
     if record.exists() and not force:
@@ -135,7 +138,7 @@ def run_one_shard(cfg: Config, work_dir: Path, stage: str, shard_index: int, *, 
     ctx = ShardContext(cfg=cfg, work_dir=work_dir, stage=stage, shard_index=shard_index,
                        videos=shard_videos(manifest, shard_index), quiet=quiet)
     started = time.time()
-    result: ShardResult = module.run_shard(ctx)
+    result: ShardResult = (compute or module.run_shard)(ctx)
     elapsed = time.time() - started
     # the completion record goes last and is what marks the shard done: outputs first
     if force and record.exists():

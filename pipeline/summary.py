@@ -28,7 +28,7 @@ def collect(work_dir: Path) -> dict:
     summary: dict = {"work_dir": str(work_dir), "videos_in": manifest.num_rows if manifest is not None else 0,
                      "shards": total_shards, "stages": {}}
     for stage in STAGES:
-        done = sorted((work_dir / stage / "_done").glob("*.json"))
+        done = sorted((work_dir / stage / "_done").glob("part-*.json"))
         if not done:
             continue
         records = [json.loads(path.read_text()) for path in done]

@@ -61,9 +61,7 @@ def decode_video(video: dict, cfg) -> tuple[list[dict], dict, list[dict]]:
             return [], _video_row(video, "error", reader, 0), [error_row(video_id, error)]
     if reader.error is not None:
         status = "partial"
-        errors.append(error_row(video_id, f"decoding stopped after {reader.n_frames} frames "
-                                          f"({reader.n_frames / cfg.decode.fps:.2f} s): {reader.error}",
-                                "DecodeStoppedMidStream"))
+        errors.append(error_row(video_id, *reader.stop_reason()))
     elif not clips:
         status = "too_short"
     else:

@@ -106,8 +106,7 @@ class _ClipStream(IterableDataset):
                         yield {"video_id": video_id, "clip_index": clip.clip_index, "start_s": clip.start_s,
                                "end_s": clip.end_s, "frames": torch.from_numpy(clip.frames)}
                     if reader.error is not None:
-                        yield {"error": error_row(video_id, f"decoding stopped after {reader.n_frames} frames: "
-                                                            f"{reader.error}", "DecodeStoppedMidStream")}
+                        yield {"error": error_row(video_id, *reader.stop_reason())}
             except media.VideoDecodeError as error:
                 yield {"error": error_row(video_id, error)}
             yield {"video_done": video_id}

@@ -146,8 +146,9 @@ def test_bad_inputs_become_error_rows_or_statuses(tmp_path):
     assert outcomes["tiny"][:3] == (0, "too_short", [])
     assert outcomes["good"][:3] == (3, "ok", [])
     assert outcomes["missing"][:2] == (0, "error")
-    # truncated: the clips before the cut are kept
-    assert outcomes["truncated"][0] >= 1 and outcomes["truncated"][1] in ("ok", "partial")
+    # truncated: the clips before the cut are kept, and the video is marked partial
+    assert outcomes["truncated"][0] >= 1 and outcomes["truncated"][1] == "partial"
+    assert outcomes["truncated"][2] in (["TruncatedStream"], ["DecodeStoppedMidStream"])
 
 
 def test_stream_failing_midway_keeps_earlier_clips(realdata):

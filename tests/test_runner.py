@@ -70,11 +70,11 @@ def test_sigkill_mid_run_then_rerun_gives_the_uninterrupted_outputs(tmp_path, vi
     assert _cli("decode", "--work-dir", reference, "--workers", "1", "--quiet", *settings).wait() == 0
     process = _cli("decode", "--work-dir", killed, "--workers", "1", "--quiet", *settings)
     deadline = time.time() + 60
-    while time.time() < deadline and not list((killed / "decode" / "_done").glob("*.json")):
+    while time.time() < deadline and not list((killed / "decode" / "_done").glob("part-*.json")):
         time.sleep(0.02)
     os.kill(process.pid, signal.SIGKILL)
     process.wait()
-    done_before = len(list((killed / "decode" / "_done").glob("*.json")))
+    done_before = len(list((killed / "decode" / "_done").glob("part-*.json")))
     assert 1 <= done_before < 6, "the kill should land mid-run"
     # every file present is complete: readable Parquet, never a partial one under the final name
     for path in killed.rglob("*.parquet"):
