@@ -327,6 +327,11 @@ def _coerce(value, annotation, key):
             raise ConfigError(f"config error: {key} must be a mapping (got {value!r})")
         return {str(k): _coerce(v, args[1], f"{key}.{k}") for k, v in value.items()}
     if annotation is float:
+        if isinstance(value, str):
+            try:   # YAML 1.1 reads 1e-5 (no dot) as a string
+                value = float(value)
+            except ValueError:
+                pass
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"config error: {key} must be a number (got {value!r})")
         return float(value)

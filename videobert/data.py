@@ -1,0 +1,400 @@
+"""Training data: align shards streamed into masked VideoBERT examples.
+
+Vocabulary layout (`VocabLayout`): the text WordPiece ids unchanged, then the k**d visual words, then `[>]`.
+
+Three kinds of examples, mixed by `train.regime_weights`:
+    text        [CLS] text [SEP]                          masked LM
+    video       [CLS] visual tokens [SEP]                 masked LM
+    text_video  [CLS] text [>] visual tokens [SEP]        masked LM + alignment label on [CLS]
+A text_video example is a negative (not aligned) with probability `train.negative_prob`: the segment's
+text with the visual tokens of a segment from another video.
+
+The stream, per (rank, DataLoader worker):
+  1. shards: every epoch the complete shards are permuted (seeded by epoch, the same on all ranks) and
+     stream g of G = world_size * workers takes shards g, g+G, ...: no shard is read twice in an epoch;
+  2. rows are read one record batch at a time (pyarrow `iter_batches`), never a whole shard;
+  3. neighbouring segments of one video are joined into a unit with probability `concat_prob`
+     (2..`max_concat` segments; text with text, video with video, so the pair stays aligned);
+  4. a shuffle buffer of `shuffle_buffer` units (bounded memory) picks the next unit at random;
+  5. the unit's regime and its negative partner are drawn (the "plan" of an example);
+  6. a batch of plans becomes tensors: visual tokens subsampled at a random step in 1..max_subsample_step,
+     truncated to `max_len` keeping text and video in balance, 15% of tokens masked (80/10/10).
+Steps 1-5 use one seeded generator per stream and are cheap; step 6 uses a generator seeded by
+(seed, stream, batch index). Resuming at batch b therefore replays only steps 1-5 up to b and yields
+exactly the batches an uninterrupted run would have (DataLoader hands out worker batches round-robin)."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+import pyarrow.parquet as pq
+import torch
+from torch.utils.data import IterableDataset, get_worker_info
+
+REGIMES = ("text", "video", "text_video")
+TEXT, VIDEO, TEXT_VIDEO = range(3)
+IGNORE = -100          # label of a position or example without a target (torch's cross-entropy default)
+# alignment labels follow BERT's next-sentence convention (0 = continues), so a checkpoint's NSP head
+# starts as a sensible alignment head
+ALIGNED, NOT_ALIGNED = 0, 1
+_EMPTY = np.zeros(0, dtype=np.int64)
+_READ_BATCH_ROWS = 1024
+
+
+@dataclass(frozen=True)
+class VocabLayout:
+    text_vocab_size: int      # WordPiece ids keep their values: 0 .. text_vocab_size-1
+    num_visual: int           # visual word v has id text_vocab_size + v
+    cls_id: int
+    sep_id: int
+    mask_id: int
+    pad_id: int
+
+    @property
+    def visual_offset(self) -> int:
+        return self.text_vocab_size
+
+    @property
+    def visual_sep_id(self) -> int:
+        return self.text_vocab_size + self.num_visual
+
+    @property
+    def vocab_size(self) -> int:
+        return self.text_vocab_size + self.num_visual + 1
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_tokenizer(cls, tokenizer, num_visual: int) -> "VocabLayout":
+        return cls(text_vocab_size=len(tokenizer), num_visual=num_visual, cls_id=tokenizer.cls_token_id,
+                   sep_id=tokenizer.sep_token_id, mask_id=tokenizer.mask_token_id, pad_id=tokenizer.pad_token_id)
+
+
+def replacement_text_ids(tokenizer) -> np.ndarray:
+    """Ids a masked text token may be replaced with: ordinary word pieces, not [CLS], [unused7] and the like."""
+    vocab = tokenizer.get_vocab()
+    return np.array(sorted(i for token, i in vocab.items()
+                           if not (token.startswith("[") and token.endswith("]"))), dtype=np.int64)
+
+
+@dataclass(frozen=True)
+class DataParams:
+    max_len: int
+    mask_prob: float
+    regime_weights: tuple[float, float, float]    # in REGIMES order
+    negative_prob: float
+    concat_prob: float
+    max_concat: int
+    max_subsample_step: int
+    shuffle_buffer: int
+
+    @classmethod
+    def from_config(cls, train_cfg) -> "DataParams":
+        t = train_cfg
+        return cls(max_len=t.max_len, mask_prob=t.mask_prob,
+                   regime_weights=tuple(float(t.regime_weights.get(name, 1.0)) for name in REGIMES),
+                   negative_prob=t.negative_prob, concat_prob=t.concat_prob, max_concat=t.max_concat,
+                   max_subsample_step=t.max_subsample_step, shuffle_buffer=t.shuffle_buffer)
+
+
+# ---------------------------------------------------------------- reading shards
+
+def complete_shards(work_dir: Path) -> list[Path]:
+    """The align shards with a completion record, in name order."""
+    align_dir = Path(work_dir) / "align"
+    shards = [path for path in sorted(align_dir.glob("part-*.parquet"))
+              if (align_dir / "_done" / f"{path.stem}.json").exists()]
+    if not shards:
+        raise FileNotFoundError(f"no complete align shards in {align_dir}: run the align stage first")
+    return shards
+
+
+def training_shards(work_dir: Path) -> list[Path]:
+    """Complete shards holding at least one segment (an empty one would starve a stream)."""
+    shards = [path for path in complete_shards(work_dir) if pq.ParquetFile(path).metadata.num_rows > 0]
+    if not shards:
+        raise ValueError(f"the align shards in {Path(work_dir) / 'align'} hold no segments")
+    return shards
+
+
+class Segment:
+    __slots__ = ("video_id", "text_ids", "visual_ids")
+
+    def __init__(self, video_id: str, text_ids: np.ndarray, visual_ids: np.ndarray):
+        self.video_id, self.text_ids, self.visual_ids = video_id, text_ids, visual_ids
+
+
+def _list_column(column) -> tuple[np.ndarray, np.ndarray]:
+    """(values, offsets) of a list<int32> column: row i is values[offsets[i]:offsets[i+1]]."""
+    return column.values.to_numpy(zero_copy_only=False).astype(np.int64), column.offsets.to_numpy()
+
+
+def _check_ids(path: Path, video_ids: list[str], values: np.ndarray, offsets: np.ndarray, limit: int,
+               what: str) -> None:
+    if values.size and (values.min() < 0 or values.max() >= limit):
+        bad = int(np.flatnonzero((values < 0) | (values >= limit))[0])
+        row = int(np.searchsorted(offsets, bad, side="right")) - 1
+        raise ValueError(f"{path}: video {video_ids[row]!r} has {what} id {int(values[bad])} outside "
+                         f"[0, {limit}): the shard was made with another codebook or tokenizer")
+
+
+def read_segments(path: Path, layout: VocabLayout, columns: tuple[str, ...] = ()) -> Iterator[tuple[Segment, dict]]:
+    """Stream a shard's segments, one record batch at a time; `columns` are extra columns returned as a dict."""
+    file = pq.ParquetFile(path)
+    for batch in file.iter_batches(batch_size=_READ_BATCH_ROWS,
+                                   columns=["video_id", "kind", "text_ids", "visual_ids", *columns]):
+        video_ids = batch.column("video_id").to_pylist()
+        kinds = batch.column("kind").to_pylist()
+        text_values, text_offsets = _list_column(batch.column("text_ids"))
+        visual_values, visual_offsets = _list_column(batch.column("visual_ids"))
+        _check_ids(path, video_ids, text_values, text_offsets, layout.text_vocab_size, "text")
+        _check_ids(path, video_ids, visual_values, visual_offsets, layout.num_visual, "visual")
+        extra = {name: batch.column(name).to_pylist() for name in columns}
+        for row, video_id in enumerate(video_ids):
+            text = (text_values[text_offsets[row]:text_offsets[row + 1]]
+                    if kinds[row] == "text_video" else _EMPTY)
+            visual = visual_values[visual_offsets[row]:visual_offsets[row + 1]]
+            yield Segment(video_id, text, visual), {name: values[row] for name, values in extra.items()}
+
+
+# ---------------------------------------------------------------- the stream of example plans
+
+class Plan:
+    """What one example is made of, before subsampling, truncation and masking."""
+    __slots__ = ("regime", "text_ids", "visual_ids", "alignment_label")
+
+    def __init__(self, regime: int, text_ids: np.ndarray, visual_ids: np.ndarray, alignment_label: int):
+        self.regime, self.text_ids, self.visual_ids = regime, text_ids, visual_ids
+        self.alignment_label = alignment_label
+
+
+def _units(segments: Iterator[Segment], rng: np.random.Generator, concat_prob: float,
+           max_concat: int) -> Iterator[Segment]:
+    """Join runs of neighbouring segments of one video: 1 segment, or 2..max_concat with `concat_prob`."""
+    def draw_length() -> int:
+        if max_concat < 2 or rng.random() >= concat_prob:
+            return 1
+        return int(rng.integers(2, max_concat + 1))
+
+    def join(run: list[Segment]) -> Segment:
+        if len(run) == 1:
+            return run[0]
+        return Segment(run[0].video_id, np.concatenate([s.text_ids for s in run]),
+                       np.concatenate([s.visual_ids for s in run]))
+
+    run: list[Segment] = []
+    length = draw_length()
+    for segment in segments:
+        if run and (segment.video_id != run[0].video_id or len(run) == length):
+            yield join(run)
+            run, length = [], draw_length()
+        run.append(segment)
+    if run:
+        yield join(run)
+
+
+def stream_shards(shards: list[Path], seed: int, epoch: int, stream: int, num_streams: int) -> list[Path]:
+    """The shards stream `stream` of `num_streams` reads in `epoch`: a permutation seeded by epoch (the
+    same in every rank and worker), dealt round-robin, so the streams never share a shard."""
+    order = np.random.default_rng([seed, 2, epoch]).permutation(len(shards))
+    return [shards[i] for i in order[stream::num_streams]]
+
+
+def plan_stream(shards: list[Path], layout: VocabLayout, params: DataParams, seed: int, stream: int,
+                num_streams: int) -> Iterator[Plan]:
+    """The endless, seeded sequence of example plans of stream `stream` of `num_streams`."""
+    if len(shards) < num_streams:
+        raise ValueError(f"{len(shards)} shards cannot feed {num_streams} streams")
+    rng = np.random.default_rng([seed, 1, stream])
+    weights = params.regime_weights
+    buffer: list[Segment] = []
+    for epoch in itertools.count():
+        mine = stream_shards(shards, seed, epoch, stream, num_streams)
+        segments = (segment for path in mine for segment, _ in read_segments(path, layout))
+        units_read = 0
+        for unit in _units(segments, rng, params.concat_prob, params.max_concat):
+            units_read += 1
+            if len(buffer) < params.shuffle_buffer:
+                buffer.append(unit)
+                continue
+            index = int(rng.integers(len(buffer)))
+            unit, buffer[index] = buffer[index], unit
+            plan = _plan(unit, buffer, weights, params.negative_prob, rng)
+            if plan is not None:
+                yield plan
+        if units_read == 0:
+            raise ValueError(f"shards {[str(p) for p in mine]} hold no segments")
+
+
+def _plan(unit: Segment, buffer: list[Segment], weights: tuple[float, float, float], negative_prob: float,
+          rng: np.random.Generator) -> Plan | None:
+    has_text, has_video = unit.text_ids.size > 0, unit.visual_ids.size > 0
+    # a regime the unit cannot make (no text, say) is left out and the others renormalised
+    text_weight = weights[TEXT] if has_text else 0.0
+    video_weight = weights[VIDEO] if has_video else 0.0
+    both_weight = weights[TEXT_VIDEO] if has_text and has_video else 0.0
+    total = text_weight + video_weight + both_weight
+    if total <= 0:
+        return None
+    draw = rng.random() * total
+    regime = TEXT if draw < text_weight else VIDEO if draw < text_weight + video_weight else TEXT_VIDEO
+    if regime == TEXT:
+        return Plan(TEXT, unit.text_ids, _EMPTY, IGNORE)
+    if regime == VIDEO:
+        return Plan(VIDEO, _EMPTY, unit.visual_ids, IGNORE)
+    if rng.random() < negative_prob:
+        partner = _other_video(unit, buffer, rng)
+        if partner is not None:
+            return Plan(TEXT_VIDEO, unit.text_ids, partner.visual_ids, NOT_ALIGNED)
+    return Plan(TEXT_VIDEO, unit.text_ids, unit.visual_ids, ALIGNED)
+
+
+def _other_video(unit: Segment, buffer: list[Segment], rng: np.random.Generator, tries: int = 16) -> Segment | None:
+    """A random buffered unit from another video (None if a few draws find none: the example stays positive)."""
+    for _ in range(tries):
+        other = buffer[int(rng.integers(len(buffer)))]
+        if other.video_id != unit.video_id and other.visual_ids.size:
+            return other
+    return None
+
+
+# ---------------------------------------------------------------- plans to tensors
+
+def balance(n_text: int, n_video: int, budget: int) -> tuple[int, int]:
+    """How many text and visual tokens to keep within `budget`: the shorter side is kept whole when it
+    fits in half the budget, otherwise both get half."""
+    if n_text + n_video <= budget:
+        return n_text, n_video
+    half = budget // 2
+    if n_text <= half:
+        return n_text, budget - n_text
+    if n_video <= budget - half:
+        return budget - n_video, n_video
+    return half, budget - half
+
+
+def assemble(layout: VocabLayout, text_ids: np.ndarray, visual_ids: np.ndarray, *,
+             with_separator: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(input ids, token types) of `[CLS] text [>] visual [SEP]`; visual ids are leaf ids (not offset).
+    Text and `[>]` are segment A (type 0); visual tokens and the final [SEP] are segment B (type 1);
+    without visual tokens everything is segment A, as in BERT's single-sentence input."""
+    parts = [[layout.cls_id], text_ids]
+    if with_separator:
+        parts.append([layout.visual_sep_id])
+    n_a = 1 + len(text_ids) + int(with_separator)
+    parts += [np.asarray(visual_ids, dtype=np.int64) + layout.visual_offset, [layout.sep_id]]
+    ids = np.concatenate([np.asarray(p, dtype=np.int64) for p in parts])
+    types = np.zeros(len(ids), dtype=np.int64)
+    if len(visual_ids):
+        types[n_a:] = 1
+    return ids, types
+
+
+def mask_tokens(ids: np.ndarray, layout: VocabLayout, mask_prob: float, text_replacements: np.ndarray,
+                rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """BERT masking: `mask_prob` of the text and visual tokens (at least one) are predicted; of those 80%
+    become [MASK], 10% a random token of the same kind (text for text, visual for visual), 10% stay."""
+    is_visual = (ids >= layout.visual_offset) & (ids < layout.visual_sep_id)
+    is_text = ((ids < layout.text_vocab_size) & (ids != layout.cls_id) & (ids != layout.sep_id)
+               & (ids != layout.pad_id))
+    eligible = np.flatnonzero(is_visual | is_text)
+    labels = np.full(len(ids), IGNORE, dtype=np.int64)
+    if eligible.size == 0:
+        return ids, labels
+    count = max(1, int(round(mask_prob * eligible.size)))
+    chosen = eligible[rng.random(eligible.size).argsort()[:count]]    # `count` distinct positions
+    labels[chosen] = ids[chosen]
+    ids = ids.copy()
+    draw = rng.random(count)
+    ids[chosen[draw < 0.8]] = layout.mask_id
+    random_positions = chosen[(draw >= 0.8) & (draw < 0.9)]
+    visual_positions = random_positions[is_visual[random_positions]]
+    text_positions = random_positions[~is_visual[random_positions]]
+    ids[visual_positions] = rng.integers(layout.visual_offset, layout.visual_sep_id, size=visual_positions.size)
+    ids[text_positions] = rng.choice(text_replacements, size=text_positions.size)
+    return ids, labels
+
+
+def build_example(plan: Plan, layout: VocabLayout, params: DataParams, text_replacements: np.ndarray,
+                  rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(input ids, token types, MLM labels) of one plan."""
+    visual = plan.visual_ids
+    if visual.size and params.max_subsample_step > 1:
+        step = int(rng.integers(1, params.max_subsample_step + 1))
+        # the offset stays inside short segments, so that no visual sentence comes out empty
+        visual = visual[int(rng.integers(min(step, len(visual)))):][::step]
+    text = plan.text_ids
+    if plan.regime == TEXT_VIDEO:
+        n_text, n_video = balance(len(text), len(visual), params.max_len - 3)
+        text, visual = text[:n_text], visual[:n_video]
+    else:
+        text, visual = text[:params.max_len - 2], visual[:params.max_len - 2]
+    ids, types = assemble(layout, text, visual, with_separator=plan.regime == TEXT_VIDEO)
+    ids, labels = mask_tokens(ids, layout, params.mask_prob, text_replacements, rng)
+    return ids, types, labels
+
+
+def collate(examples: list[tuple[np.ndarray, np.ndarray, np.ndarray]], regimes: list[int],
+            alignment_labels: list[int], pad_id: int) -> dict[str, torch.Tensor]:
+    """Pad to the longest example of the batch (not max_len: short batches cost less)."""
+    length = max(len(ids) for ids, _, _ in examples)
+    input_ids = np.full((len(examples), length), pad_id, dtype=np.int64)
+    token_types = np.zeros((len(examples), length), dtype=np.int64)
+    labels = np.full((len(examples), length), IGNORE, dtype=np.int64)
+    attention = np.zeros((len(examples), length), dtype=np.int64)
+    for row, (ids, types, example_labels) in enumerate(examples):
+        input_ids[row, :len(ids)] = ids
+        token_types[row, :len(ids)] = types
+        labels[row, :len(ids)] = example_labels
+        attention[row, :len(ids)] = 1
+    return {"input_ids": torch.from_numpy(input_ids), "token_type_ids": torch.from_numpy(token_types),
+            "attention_mask": torch.from_numpy(attention), "labels": torch.from_numpy(labels),
+            "alignment_labels": torch.tensor(alignment_labels, dtype=torch.int64),
+            "regimes": torch.tensor(regimes, dtype=torch.int64)}
+
+
+# ---------------------------------------------------------------- the dataset
+
+class ShardDataset(IterableDataset):
+    """Endless batches (dicts of tensors) of this rank's share of the shards; use with
+    `DataLoader(dataset, batch_size=None, num_workers=streams_per_rank or 0)`.
+
+    `start_batch` is the number of batches this rank has already consumed (resume)."""
+
+    def __init__(self, shards: list[Path], layout: VocabLayout, text_replacements: np.ndarray,
+                 params: DataParams, batch_size: int, seed: int, rank: int = 0, world_size: int = 1,
+                 start_batch: int = 0):
+        self.shards, self.layout, self.text_replacements = list(shards), layout, text_replacements
+        self.params, self.batch_size, self.seed = params, batch_size, seed
+        self.rank, self.world_size, self.start_batch = rank, world_size, start_batch
+
+    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
+        info = get_worker_info()
+        worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        stream = self.rank * workers + worker
+        plans = plan_stream(self.shards, self.layout, self.params, self.seed, stream, self.world_size * workers)
+        # this worker makes global batches worker, worker + workers, ...: skip those already consumed
+        skip = math.ceil(max(0, self.start_batch - worker) / workers)
+        for local_batch in itertools.count():
+            batch_plans = [next(plans) for _ in range(self.batch_size)]
+            if local_batch < skip:
+                continue
+            rng = np.random.default_rng([self.seed, 3, stream, local_batch])
+            examples = [build_example(plan, self.layout, self.params, self.text_replacements, rng)
+                        for plan in batch_plans]
+            yield collate(examples, [p.regime for p in batch_plans], [p.alignment_label for p in batch_plans],
+                          self.layout.pad_id)
+
+
+def streams_per_rank(num_shards: int, world_size: int, num_workers: int) -> int:
+    """Streams (DataLoader workers, or 1 in-process) per rank: every stream needs a shard of its own."""
+    if num_shards < world_size:
+        raise ValueError(f"{num_shards} non-empty align shard(s) cannot feed {world_size} ranks: "
+                         f"make more shards (shards.videos_per_shard) or use fewer ranks")
+    return max(1, min(max(num_workers, 1), num_shards // world_size))

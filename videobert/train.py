@@ -1,0 +1,398 @@
+"""VideoBERT pre-training: AdamW with linear decay (optional warm-up), gradient accumulation, bf16 autocast
+on GPU, data parallel under torchrun (gloo on CPU, nccl on GPU; shards split by rank).
+
+Outputs in DIR/train/:
+- checkpoints/step-NNNNNNNN/: model.safetensors + model.json (how the model was made) + trainer.pt
+  (optimiser, scheduler, every rank's RNG states, the data position, the open log window); written under
+  a temporary name and renamed, so a checkpoint folder is always complete; the newest
+  `train.keep_checkpoints` are kept;
+- log.jsonl: a start/resume record, then per `train.log_every` steps the loss, masked accuracy and
+  alignment accuracy per regime, learning rate and tokens/s.
+
+`resume=True` continues from the newest checkpoint and gives the same losses as a run that was never
+stopped: the data stream is replayed to the saved position (see videobert/data.py) and the RNG states,
+optimiser and scheduler are restored. `train.steps_per_run` stops a run early with a checkpoint, for
+time-limited batch jobs chained with --resume."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader
+
+import schemas.codebook as codebook_format
+from pipeline.config import Config
+from pipeline.progress import Progress
+from videobert.data import (IGNORE, REGIMES, DataParams, ShardDataset, VocabLayout, replacement_text_ids,
+                            streams_per_rank, training_shards)
+from videobert.model import VideoBert, build_model, count_parameters, load_tokenizer
+
+TRAINER_STATE_NAME = "trainer.pt"
+METRIC_ROWS = REGIMES + ("alignment",)
+METRIC_COLUMNS = ("loss_sum", "correct", "count", "examples")
+
+
+# ---------------------------------------------------------------- runtime
+
+@dataclass
+class Runtime:
+    rank: int
+    world_size: int
+    device: torch.device
+    distributed: bool
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+
+def resolve_device(name: str, local_rank: int = 0) -> torch.device:
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cuda":
+        name = f"cuda:{local_rank}"
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError(f"device {name} was asked for, but CUDA is not available on this machine")
+    return device
+
+
+def autocast(device: torch.device, precision: str):
+    """bf16 autocast on GPU by default; float32 on CPU (where bf16 matmuls are slow)."""
+    if precision == "auto":
+        precision = "bfloat16" if device.type == "cuda" else "float32"
+    if precision == "float32":
+        return contextlib.nullcontext()
+    return torch.autocast(device.type, dtype=torch.bfloat16)
+
+
+def _start_runtime(device_name: str, num_threads: int = 0) -> tuple[Runtime, bool]:
+    """(runtime, whether this call started the process group); torchrun sets RANK and WORLD_SIZE."""
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    rank, local_rank = int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0"))
+    device = resolve_device(device_name, local_rank)
+    if num_threads:
+        torch.set_num_threads(num_threads)
+    started = False
+    if world_size > 1 and not dist.is_initialized():
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+        started = True
+    if device.type == "cuda":
+        torch.set_float32_matmul_precision("high")
+    return Runtime(rank, world_size, device, world_size > 1), started
+
+
+# ---------------------------------------------------------------- losses
+
+def compute_losses(model, batch: dict[str, torch.Tensor],
+                   loss_weights: dict[str, float]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(total loss, metrics): the masked-LM loss averaged over all masked tokens of the batch, each token
+    scaled by its regime's weight, + the alignment weight * the mean alignment loss of the text-video
+    examples. (Averaging over all tokens, not per regime, keeps a regime with few examples in a batch
+    from weighing as much as the others: `train.regime_weights` sets the mix.) Metrics rows are
+    METRIC_ROWS, columns METRIC_COLUMNS (sums, so windows and ranks add up)."""
+    predict = batch["labels"] != IGNORE
+    _, logits, alignment_logits = model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"],
+                                        predict)
+    labels = batch["labels"][predict]
+    token_regimes = batch["regimes"][:, None].expand_as(predict)[predict]
+    token_loss = F.cross_entropy(logits.float(), labels, reduction="none")
+    token_correct = (logits.argmax(dim=-1) == labels).float()
+    # masked sums rather than boolean indexing: no device-to-host sync per regime on GPU
+    rows, total = [], torch.zeros((), device=logits.device)
+    for index, name in enumerate(REGIMES):
+        chosen = (token_regimes == index).float()
+        loss_sum = (token_loss * chosen).sum()
+        total = total + loss_weights.get(name, 1.0) * loss_sum / max(len(labels), 1)
+        rows.append(torch.stack([loss_sum.detach(), (token_correct * chosen).sum(), chosen.sum(),
+                                 (batch["regimes"] == index).sum().float()]))
+    alignment_labels = batch["alignment_labels"]
+    aligned = (alignment_labels != IGNORE).float()
+    count = aligned.sum()
+    loss_sum = F.cross_entropy(alignment_logits.float(), alignment_labels, ignore_index=IGNORE, reduction="sum")
+    total = total + loss_weights.get("alignment", 1.0) * loss_sum / count.clamp(min=1)
+    correct = ((alignment_logits.argmax(dim=-1) == alignment_labels).float() * aligned).sum()
+    rows.append(torch.stack([loss_sum.detach(), correct, count, count]))
+    return total, torch.stack(rows)
+
+
+class Window:
+    """Metrics summed over the steps since the last log record."""
+
+    def __init__(self, device: torch.device):
+        self.metrics = torch.zeros(len(METRIC_ROWS), len(METRIC_COLUMNS), device=device)
+        self.loss_sum = torch.zeros((), device=device)
+        self.steps = 0
+        self.tokens = 0            # this process's tokens, for tokens/s (not restored on resume)
+        self.started = time.time()
+
+    def state(self) -> dict:
+        return {"metrics": self.metrics.cpu(), "loss_sum": self.loss_sum.cpu(), "steps": self.steps}
+
+    def load(self, state: dict) -> None:
+        self.metrics = state["metrics"].to(self.metrics.device)
+        self.loss_sum = state["loss_sum"].to(self.loss_sum.device)
+        self.steps = state["steps"]
+
+    def record(self, step: int, lr: float, runtime: Runtime) -> dict:
+        """The log record of this window, summed over ranks."""
+        totals = torch.cat([self.metrics.flatten(), self.loss_sum[None],
+                            torch.tensor([float(self.tokens)], device=self.metrics.device)])
+        if runtime.distributed:
+            dist.all_reduce(totals)
+        totals = totals.cpu().double()
+        metrics = totals[:self.metrics.numel()].view(self.metrics.shape)
+        elapsed = max(time.time() - self.started, 1e-9)
+        record = {"event": "train", "step": step, "lr": lr,
+                  "loss": float(totals[-2]) / max(self.steps * runtime.world_size, 1)}
+        for index, name in enumerate(METRIC_ROWS):
+            loss_sum, correct, count, examples = (float(v) for v in metrics[index])
+            prefix = "alignment" if name == "alignment" else f"mlm_{name}"
+            record[f"{prefix}_loss"] = loss_sum / count if count else None
+            record[f"{prefix}_acc"] = correct / count if count else None
+            record[f"{prefix}_examples"] = int(examples)
+        record["tokens_per_s"] = float(totals[-1]) / elapsed
+        return record
+
+
+# ---------------------------------------------------------------- checkpoints
+
+def checkpoints_dir(work_dir: Path) -> Path:
+    return Path(work_dir) / "train" / "checkpoints"
+
+
+def latest_checkpoint(work_dir: Path) -> Path | None:
+    """The newest complete checkpoint folder (temporary ones start with '.')."""
+    folder = checkpoints_dir(work_dir)
+    found = sorted(folder.glob("step-*")) if folder.exists() else []
+    return found[-1] if found else None
+
+
+def _rng_state(device: torch.device) -> dict:
+    return {"torch": torch.get_rng_state(),
+            "cuda": torch.cuda.get_rng_state(device) if device.type == "cuda" else None}
+
+
+def _set_rng_state(state: dict, device: torch.device) -> None:
+    torch.set_rng_state(state["torch"])
+    if device.type == "cuda" and state["cuda"] is not None:
+        torch.cuda.set_rng_state(state["cuda"], device)
+
+
+def _save_checkpoint(work_dir: Path, step: int, model: VideoBert, info: dict, trainer_state: dict,
+                     runtime: Runtime, keep: int) -> Path:
+    rng_states = [None] * runtime.world_size
+    if runtime.distributed:
+        dist.all_gather_object(rng_states, _rng_state(runtime.device))
+    else:
+        rng_states = [_rng_state(runtime.device)]
+    root = checkpoints_dir(work_dir)
+    final = root / f"step-{step:08d}"
+    if runtime.main and not final.exists():
+        tmp = root / f".tmp-{final.name}-{uuid.uuid4().hex[:8]}"
+        tmp.mkdir(parents=True)
+        model.save(tmp, dict(info, step=step))
+        torch.save(dict(trainer_state, step=step, rng=rng_states), tmp / TRAINER_STATE_NAME)
+        os.replace(tmp, final)
+        for old in sorted(root.glob("step-*"))[:-keep]:
+            shutil.rmtree(old)
+    if runtime.distributed:
+        dist.barrier()
+    return final
+
+
+# ---------------------------------------------------------------- the loop
+
+def _micro_batch_size(batch_size: int, grad_accum: int, world_size: int) -> int:
+    if batch_size % (grad_accum * world_size):
+        raise ValueError(f"train.batch_size {batch_size} must be a multiple of train.grad_accum {grad_accum} "
+                         f"x {world_size} ranks")
+    return batch_size // (grad_accum * world_size)
+
+
+def _lr_factor(warmup_steps: int, max_steps: int):
+    def factor(step: int) -> float:
+        if step < warmup_steps:
+            return (step + 1) / warmup_steps
+        return max(0.0, (max_steps - step) / max(1, max_steps - warmup_steps))
+    return factor
+
+
+def make_optimizer(model: VideoBert, lr: float, weight_decay: float) -> torch.optim.AdamW:
+    # as in BERT: no weight decay on biases and LayerNorm weights (the 1-d parameters)
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    groups = [{"params": [p for p in trainable if p.ndim >= 2], "weight_decay": weight_decay},
+              {"params": [p for p in trainable if p.ndim < 2], "weight_decay": 0.0}]
+    # the fused kernel updates every parameter in one launch on GPU; the same math as the loop version
+    return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.999), eps=1e-6, fused=trainable[0].is_cuda)
+
+
+def _format_record(record: dict, max_steps: int) -> str:
+    parts = [f"step {record['step']}/{max_steps}", f"loss {record['loss']:.4f}"]
+    for name in METRIC_ROWS:
+        prefix = "alignment" if name == "alignment" else f"mlm_{name}"
+        if record[f"{prefix}_loss"] is not None:
+            parts.append(f"{name} {record[f'{prefix}_loss']:.3f} (acc {record[f'{prefix}_acc']:.3f})")
+    parts.append(f"{record['tokens_per_s']:,.0f} tokens/s")
+    return " | ".join(parts)
+
+
+def train(cfg: Config, work_dir: Path, *, resume: bool = False, quiet: bool = False) -> dict:
+    """Pre-train VideoBERT on DIR/align shards with the DIR/kmeans codebook; returns the final stats."""
+    runtime, started_group = _start_runtime(cfg.train.device, cfg.train.num_threads)
+    try:
+        return _train(cfg, Path(work_dir), runtime, resume, quiet)
+    finally:
+        if started_group:
+            dist.destroy_process_group()
+
+
+def _train(cfg: Config, work_dir: Path, runtime: Runtime, resume: bool, quiet: bool) -> dict:
+    t = cfg.train
+    latest = latest_checkpoint(work_dir)
+    if latest is not None and not resume:
+        raise FileExistsError(f"{checkpoints_dir(work_dir)} already holds {latest.name}: pass --resume to "
+                              f"continue that run, or remove the folder to start over")
+    state = torch.load(latest / TRAINER_STATE_NAME, map_location="cpu", weights_only=True) if latest else None
+    start_step = state["step"] if state else 0
+    if start_step >= t.max_steps:
+        return {"step": start_step, "max_steps": t.max_steps, "finished": True, "steps_this_run": 0,
+                "checkpoint": str(latest)}
+    micro_batch = _micro_batch_size(t.batch_size, t.grad_accum, runtime.world_size)
+    tokenizer = load_tokenizer(cfg.align.tokenizer)
+    codebook = codebook_format.load(codebook_format.codebook_dir(work_dir))
+    layout = VocabLayout.from_tokenizer(tokenizer, codebook.num_leaves)
+    shards = training_shards(work_dir)
+    streams = streams_per_rank(len(shards), runtime.world_size, t.num_workers)
+    data_shape = {"world_size": runtime.world_size, "streams_per_rank": streams, "micro_batch": micro_batch}
+
+    if state is not None:
+        model, info = VideoBert.load(latest)
+        if model.layout != layout:
+            raise ValueError(f"{latest} was trained with vocabulary {model.layout.to_dict()}, but this tokenizer "
+                             f"and codebook give {layout.to_dict()}")
+        changed = {key: (state["data_shape"][key], value) for key, value in data_shape.items()
+                   if state["data_shape"][key] != value}
+        if changed:
+            raise ValueError(f"cannot resume {latest} exactly: (saved, now) differ for {changed}; resume with "
+                             f"the same ranks, train.num_workers and train.batch_size")
+        notes = [f"resumed from {latest}"]
+        shard_names = [path.name for path in shards]
+        if info.get("shards") != shard_names:
+            notes.append("the complete align shards differ from the checkpoint's: training goes on with the "
+                         "new set, so the data order is not that of an uninterrupted run")
+            info["shards"] = shard_names
+    else:
+        model, notes = build_model(t.init_checkpoint, layout, codebook.centroids[-1], codebook.counts[-1],
+                                   max_len=t.max_len, seed=t.seed)
+        info = {"init_checkpoint": t.init_checkpoint, "tokenizer": cfg.align.tokenizer,
+                "codebook_sha256": codebook.info.get("sha256"), "init_notes": notes,
+                "config": json.loads(cfg.section_json("train", "align")),
+                "config_hash": cfg.section_hash("train", "align"), "shards": [path.name for path in shards]}
+    if t.freeze_input_embeddings:
+        # the paper freezes the input embeddings (text and visual rows) for the whole pre-training
+        model.word_embeddings.weight.requires_grad_(False)
+    model.to(runtime.device)
+    wrapped = (DistributedDataParallel(model, device_ids=[runtime.device] if runtime.device.type == "cuda" else None)
+               if runtime.distributed else model)
+    optimizer = make_optimizer(model, t.lr, t.weight_decay)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _lr_factor(t.warmup_steps, t.max_steps))
+
+    dataset = ShardDataset(shards, layout, replacement_text_ids(tokenizer), DataParams.from_config(t), micro_batch,
+                           t.seed, runtime.rank, runtime.world_size,
+                           start_batch=state["micro_batches"] if state is not None else 0)
+    # its own generator: creating the loader must not draw from the global RNG that dropout uses
+    loader = DataLoader(dataset, batch_size=None, num_workers=streams if t.num_workers else 0,
+                        pin_memory=runtime.device.type == "cuda", generator=torch.Generator())
+    batches = iter(loader)
+    window = Window(runtime.device)
+    if state is not None:
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
+        window.load(state["window"])
+        _set_rng_state(state["rng"][runtime.rank], runtime.device)
+    else:
+        torch.manual_seed(t.seed + runtime.rank)     # dropout differs between ranks
+
+    log_path = work_dir / "train" / "log.jsonl"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    total_params, trainable_params = count_parameters(model)
+    header = {"event": "resume" if state is not None else "start", "step": start_step, "time": time.time(),
+              "notes": notes, "parameters": total_params, "trainable_parameters": trainable_params,
+              "device": str(runtime.device), "shards": len(shards), **data_shape,
+              "config": json.loads(cfg.section_json("train"))}
+    if runtime.main:
+        log_file = open(log_path, "a", buffering=1)
+        log_file.write(json.dumps(header) + "\n")
+        if not quiet:
+            for note in notes:
+                print(f"[train] {note}", file=sys.stderr)
+            print(f"[train] {total_params:,} parameters ({trainable_params:,} trainable), {len(shards)} shards, "
+                  f"{runtime.world_size} rank(s) x {streams} data stream(s), micro-batch {micro_batch}, "
+                  f"device {runtime.device}", file=sys.stderr)
+
+    stop_step = t.max_steps if t.steps_per_run == 0 else min(t.max_steps, start_step + t.steps_per_run)
+    step, last_record, checkpoint, started = start_step, None, latest, time.time()
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    wrapped.train()
+    try:
+        with Progress(total=stop_step - start_step, unit="steps", desc="train",
+                      quiet=quiet or not runtime.main) as progress:
+            while step < stop_step:
+                step_tokens = 0
+                for micro in range(t.grad_accum):
+                    batch = next(batches)
+                    step_tokens += int(batch["attention_mask"].sum())
+                    batch = {name: tensor.to(runtime.device, non_blocking=True) for name, tensor in batch.items()}
+                    # gradients are all-reduced once per step, on the last micro-batch
+                    sync = micro == t.grad_accum - 1 or not runtime.distributed
+                    with contextlib.nullcontext() if sync else wrapped.no_sync():
+                        with autocast(runtime.device, t.precision):
+                            loss, metrics = compute_losses(wrapped, batch, t.loss_weights)
+                        (loss / t.grad_accum).backward()
+                    window.metrics += metrics
+                    window.loss_sum += loss.detach() / t.grad_accum
+                if t.grad_clip > 0:
+                    torch.nn.utils.clip_grad_norm_(trainable, t.grad_clip)
+                lr = scheduler.get_last_lr()[0]
+                optimizer.step()
+                scheduler.step()
+                optimizer.zero_grad(set_to_none=True)
+                step += 1
+                window.steps += 1
+                window.tokens += step_tokens
+                progress.update(1, tokens=step_tokens)
+                if step % t.log_every == 0 or step == t.max_steps:
+                    last_record = window.record(step, lr, runtime)
+                    if runtime.main:
+                        log_file.write(json.dumps(last_record) + "\n")
+                        if not quiet:
+                            print(f"[train] {_format_record(last_record, t.max_steps)}", file=sys.stderr)
+                    window = Window(runtime.device)
+                if step % t.checkpoint_every == 0 or step == stop_step:
+                    trainer_state = {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+                                     "window": window.state(), "micro_batches": step * t.grad_accum,
+                                     "data_shape": data_shape}
+                    checkpoint = _save_checkpoint(work_dir, step, model, info, trainer_state, runtime,
+                                                  t.keep_checkpoints)
+    finally:
+        if runtime.main:
+            log_file.close()
+    elapsed = time.time() - started
+    return {"step": step, "max_steps": t.max_steps, "finished": step >= t.max_steps,
+            "steps_this_run": step - start_step, "checkpoint": str(checkpoint), "seconds": round(elapsed, 3),
+            "last": last_record, "log": str(log_path)}
