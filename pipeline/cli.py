@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return dispatch(args, cfg)
-    except (FileNotFoundError, ValueError) as error:
+    except (FileNotFoundError, FileExistsError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
 

@@ -1,0 +1,60 @@
+"""Zero-shot labels for the demo: each text segment of WORK/align gets the verb and noun of the scripted
+narration sentence it overlaps most (samples/narration.json), written to WORK/eval/labels.csv.
+
+    python scripts/demo_labels.py WORK"""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+REPO = Path(__file__).resolve().parent.parent
+# the verb and noun a cook would name for each scripted sentence of the English samples
+SENTENCE_LABELS = {
+    "Today we are going to cook a simple tomato pasta.": ("cook", "pasta"),
+    "First, fill a large pot with water and bring it to a boil.": ("fill", "pot"),
+    "Now let me show you how to chop the onion.": ("chop", "onion"),
+    "Add the pasta to the boiling water and stir it well.": ("add", "pasta"),
+    "Finally, pour the tomato sauce over the pasta and serve it.": ("pour", "sauce"),
+    "Let me show you how to make a fresh green salad.": ("make", "salad"),
+    "First, wash the lettuce under cold water.": ("wash", "lettuce"),
+    "Now cut the tomatoes into small pieces.": ("cut", "tomatoes"),
+    "Slice the cucumber and add it to the bowl.": ("slice", "cucumber"),
+    "Mix the olive oil with a little lemon juice.": ("mix", "oil"),
+    "Pour the dressing over the salad and toss it.": ("pour", "dressing"),
+}
+
+
+def main(work: Path) -> Path:
+    narration = json.loads((REPO / "samples" / "narration.json").read_text())["videos"]
+    rows = []
+    for part in sorted((work / "align").glob("part-*.parquet")):
+        for segment in pq.read_table(part, columns=["video_id", "segment_index", "start_s", "end_s", "kind"]).to_pylist():
+            if segment["kind"] != "text_video":
+                continue
+            video = next((v for name, v in narration.items() if segment["video_id"].startswith(name.rsplit(".", 1)[0] + "-")), None)
+            if video is None:
+                continue
+            overlaps = [(min(s["end_s"], segment["end_s"]) - max(s["start_s"], segment["start_s"]), s["text"])
+                        for s in video["sentences"] if s["text"] in SENTENCE_LABELS]
+            best = max(overlaps, default=(0.0, None))
+            if best[0] > 0:
+                verb, noun = SENTENCE_LABELS[best[1]]
+                rows.append({"video_id": segment["video_id"], "segment_index": segment["segment_index"],
+                             "verb": verb, "noun": noun})
+    out = work / "eval" / "labels.csv"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=["video_id", "segment_index", "verb", "noun"])
+        writer.writeheader()
+        writer.writerows(rows)
+    print(f"{len(rows)} labelled segments -> {out}")
+    return out
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]))
