@@ -132,9 +132,9 @@ def clip_batches(videos: list[dict], cfg: Config) -> Iterator:
     description (clip keys, error rows, videos done, has_frames), then its frames if it has clips."""
     from stages import features
 
-    stream = iter(features._ClipStream(videos, cfg))
+    stream = iter(features.ClipStream(videos, cfg))
     while items := list(itertools.islice(stream, cfg.features.batch_size)):
-        batch = features._collate(items)
+        batch = features.collate_clips(items)
         frames = batch.pop("frames")
         batch["has_frames"] = frames is not None
         yield batch

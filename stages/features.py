@@ -86,7 +86,7 @@ def normalise(frames_uint8: torch.Tensor) -> torch.Tensor:
     return (x - mean) / std
 
 
-class _ClipStream(IterableDataset):
+class ClipStream(IterableDataset):
     """Each DataLoader worker decodes whole videos (every n-th of the shard) and yields their clips."""
 
     def __init__(self, videos: list[dict], cfg: Config):
@@ -112,7 +112,7 @@ class _ClipStream(IterableDataset):
             yield {"video_done": video_id}
 
 
-def _collate(items: list[dict]) -> dict:
+def collate_clips(items: list[dict]) -> dict:
     clips = [item for item in items if "frames" in item]
     return {
         "clips": [{key: item[key] for key in ("video_id", "clip_index", "start_s", "end_s")} for item in clips],
@@ -168,16 +168,28 @@ def feature_table(rows: list[dict], vectors: np.ndarray) -> pa.Table:
     })
 
 
+_ENCODERS: dict[str, S3DEncoder] = {}
+
+
+def encoder_for(cfg: Config) -> S3DEncoder:
+    """One model per process and config: a worker that runs many shards loads the weights once."""
+    key = f"{cfg.seed}:{cfg.section_json('features')}"
+    if key not in _ENCODERS:
+        _ENCODERS.clear()
+        _ENCODERS[key] = S3DEncoder(cfg)
+    return _ENCODERS[key]
+
+
 def run_shard(ctx: ShardContext) -> ShardResult:
     cfg = ctx.cfg
     if cfg.features.num_threads:
         torch.set_num_threads(cfg.features.num_threads)
-    encoder = S3DEncoder(cfg)
+    encoder = encoder_for(cfg)
     if cfg.features.weights == "random":
         log.warning("features.weights=random: these features are NOT pretrained (recorded in the output)")
-    loader = DataLoader(_ClipStream(ctx.videos, cfg), batch_size=cfg.features.batch_size,
+    loader = DataLoader(ClipStream(ctx.videos, cfg), batch_size=cfg.features.batch_size,
                         num_workers=min(cfg.features.decode_workers, len(ctx.videos)),
-                        collate_fn=_collate, prefetch_factor=2 if cfg.features.decode_workers else None,
+                        collate_fn=collate_clips, prefetch_factor=2 if cfg.features.decode_workers else None,
                         persistent_workers=False)
     rows, vectors, errors = [], [], []
     with ctx.progress(total=len(ctx.videos)) as progress:
