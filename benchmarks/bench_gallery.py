@@ -98,14 +98,14 @@ def timed(fn) -> float:
 
 
 def read_only(work: Path) -> None:
-    for shard in sorted(int(p.stem.split("-")[1]) for p in (work / "features" / "_done").glob("*.json")):
+    for shard in io.completed_shards(work, "features"):
         for batch in pq.ParquetFile(io.stage_output(work, "features", shard)).iter_batches(
                 batch_size=READ_BATCH_ROWS, columns=["video_id", "clip_index", "start_s", "feature"]):
             batch.column(3).flatten().to_numpy(zero_copy_only=False).reshape(batch.num_rows, -1).astype(np.float32)
 
 
 def read_and_descend(work: Path, codebook) -> None:
-    for shard in sorted(int(p.stem.split("-")[1]) for p in (work / "features" / "_done").glob("*.json")):
+    for shard in io.completed_shards(work, "features"):
         for batch in pq.ParquetFile(io.stage_output(work, "features", shard)).iter_batches(
                 batch_size=READ_BATCH_ROWS, columns=["video_id", "clip_index", "start_s", "feature"]):
             vectors = batch.column(3).flatten().to_numpy(zero_copy_only=False).reshape(batch.num_rows, -1)

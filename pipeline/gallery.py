@@ -65,14 +65,6 @@ def jpeg_data_uri(jpeg: bytes) -> str:
     return "data:image/jpeg;base64," + base64.b64encode(jpeg).decode("ascii")
 
 
-def completed_parts(work_dir: Path, stage: str, table_name: str = "") -> list[tuple[int, Path]]:
-    """(shard index, path) of a stage's outputs that have a completion record, in shard order."""
-    done = Path(work_dir) / stage / "_done"
-    shards = sorted(int(record.stem.split("-")[1]) for record in done.glob("part-*.json"))
-    return [(shard, io.stage_output(work_dir, stage, shard, table_name)) for shard in shards
-            if io.stage_output(work_dir, stage, shard, table_name).exists()]
-
-
 def node_path(k: int, level: int, node: int) -> list[int]:
     """Child index at each level from the root to the node `node` (a row) of level `level`."""
     path = []
@@ -134,7 +126,7 @@ class NodeClips:
 
 def feature_parts_checked(work_dir: Path, codebook: codebook_format.Codebook) -> list[tuple[int, Path]]:
     """The completed features parts; refused when their feature space is not the codebook's."""
-    parts = completed_parts(work_dir, "features")
+    parts = io.completed_outputs(work_dir, "features")
     if not parts:
         raise FileNotFoundError(f"no completed features shards under {Path(work_dir) / 'features'}: "
                                 f"run the features stage first")

@@ -34,6 +34,25 @@ def completion_record(work_dir: Path, stage: str, shard_index: int) -> Path:
     return Path(work_dir) / stage / "_done" / f"part-{shard_index:05d}.json"
 
 
+def completed_shards(work_dir: Path, stage: str) -> list[int]:
+    """Shard indexes of `stage` that have a completion record, in order. Only `part-*.json` counts: a
+    killed writer's `.tmp-*` record is not one."""
+    done = Path(work_dir) / stage / "_done"
+    return sorted(int(record.stem.split("-")[1]) for record in done.glob("part-*.json"))
+
+
+def completion_records(work_dir: Path, stage: str) -> dict[int, dict]:
+    """Shard index -> its completion record (the shard's stats), for every completed shard of `stage`."""
+    return {shard: json.loads(completion_record(work_dir, stage, shard).read_text())
+            for shard in completed_shards(work_dir, stage)}
+
+
+def completed_outputs(work_dir: Path, stage: str, table_name: str = "") -> list[tuple[int, Path]]:
+    """(shard index, path) of a stage's outputs that have a completion record, in shard order."""
+    outputs = [(shard, stage_output(work_dir, stage, shard, table_name)) for shard in completed_shards(work_dir, stage)]
+    return [(shard, path) for shard, path in outputs if path.exists()]
+
+
 def atomic_path(final: Path) -> Path:
     """A unique temporary sibling: two workers racing on one shard never write into the same file."""
     final.parent.mkdir(parents=True, exist_ok=True)

@@ -29,7 +29,7 @@ import pyarrow.parquet as pq
 import schemas.codebook as codebook_format
 from pipeline import io, summary
 from pipeline.config import Config
-from pipeline.gallery import completed_parts, html_page, jpeg_data_uri, read_thumbnails
+from pipeline.gallery import html_page, jpeg_data_uri, read_thumbnails
 
 STAGES = ("decode", "features", "quantize", "asr", "align")
 EXAMPLE_SEGMENTS = 4           # text segments shown with their thumbnails, each from another video
@@ -198,7 +198,7 @@ def stage_runs(work_dir: Path) -> dict[str, dict]:
     """Per stage, from its completion records: shards, videos, clips, errors, seconds and throughput."""
     stages = {}
     for stage in STAGES:
-        records = [json.loads(path.read_text()) for path in sorted((work_dir / stage / "_done").glob("part-*.json"))]
+        records = list(io.completion_records(work_dir, stage).values())
         if not records:
             continue
         seconds = sum(record.get("seconds", 0.0) for record in records)
@@ -236,7 +236,7 @@ def visual_words(work_dir: Path) -> dict | None:
     except FileNotFoundError:
         return None
     token_counts = np.zeros(codebook.num_leaves, dtype=np.int64)
-    for _, path in completed_parts(work_dir, "quantize"):
+    for _, path in io.completed_outputs(work_dir, "quantize"):
         tokens = pq.read_table(path, columns=["token"])["token"].to_numpy()
         token_counts += np.bincount(tokens, minlength=codebook.num_leaves)[:codebook.num_leaves]
     by_rank = np.sort(token_counts[token_counts > 0])[::-1]
@@ -265,7 +265,7 @@ def text_stats(cfg: Config, work_dir: Path) -> dict:
     asr_status: dict[str, int] = {}
     languages: dict[str, int] = {}
     words = [0] * (MAX_SENTENCE_WORDS + 1)
-    for _, path in completed_parts(work_dir, "asr"):
+    for _, path in io.completed_outputs(work_dir, "asr"):
         table = pq.read_table(path, columns=["status", "language", "sentences"])
         for status in table["status"].to_pylist():
             asr_status[status] = asr_status.get(status, 0) + 1
@@ -277,7 +277,7 @@ def text_stats(cfg: Config, work_dir: Path) -> dict:
     token_cap = cfg.train.max_len
     wordpieces = [0] * (token_cap + 1)
     segments = {"text_video": 0, "video_only": 0}
-    for _, path in completed_parts(work_dir, "align"):
+    for _, path in io.completed_outputs(work_dir, "align"):
         table = pq.read_table(path, columns=["video_id", "kind", "text_ids", "visual_ids"])
         clips = pc.list_value_length(table["visual_ids"]).to_pylist()
         text_lengths = pc.list_value_length(table["text_ids"]).to_pylist()
@@ -312,7 +312,7 @@ def _segment_clips(clips: list[dict], segment: dict) -> list[dict]:
 def example_segments(work_dir: Path, limit: int = EXAMPLE_SEGMENTS) -> list[dict]:
     """The first text segment of each of the first `limit` videos that have one, with their clips."""
     examples = []
-    for shard, path in completed_parts(work_dir, "align"):
+    for shard, path in io.completed_outputs(work_dir, "align"):
         if len(examples) == limit:
             break
         table = pq.read_table(path, filters=[("kind", "=", "text_video")],

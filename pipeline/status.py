@@ -20,13 +20,6 @@ from pipeline.runner import SHARD_STAGES, manifest_shards, read_manifest
 SLOWEST_SHARDS = 3   # per stage
 
 
-def completion_records(work_dir: Path, stage: str) -> dict[int, dict]:
-    """Shard index -> its completion record (stats), for every completed shard of `stage`."""
-    done = Path(work_dir) / stage / "_done"
-    return {int(path.stem.split("-")[1]): json.loads(path.read_text())
-            for path in sorted(done.glob("part-*.json"))}
-
-
 def error_rows(work_dir: Path, stage: str, shards: list[int]) -> list[dict]:
     """The error rows of these completed shards, each with its shard index."""
     rows = []
@@ -67,7 +60,7 @@ def status_text(work_dir: Path) -> str:
              f"videos failed, by error type"]
     completed, failures = {}, []
     for stage in SHARD_STAGES:
-        records = completion_records(work_dir, stage)
+        records = io.completion_records(work_dir, stage)
         if stage == "quantize":
             lines.append(_codebook_line(work_dir))
         if not records and not (work_dir / stage).exists():
@@ -110,7 +103,7 @@ def errors_text(work_dir: Path, stage: str | None = None) -> str:
     uris = dict(zip(manifest["video_id"].to_pylist(), manifest["uri"].to_pylist(), strict=True))
     lines = []
     for name in (stage,) if stage else SHARD_STAGES:
-        rows = error_rows(work_dir, name, sorted(completion_records(work_dir, name)))
+        rows = error_rows(work_dir, name, sorted(io.completion_records(work_dir, name)))
         for row in sorted(rows, key=lambda r: (r["shard"], r["video_id"])):
             uri = uris.get(row["video_id"], "")
             where = f"  [{uri}]" if uri and uri not in row["message"] else ""

@@ -4,7 +4,6 @@ It reads only the stages' output files (through their schemas' columns), one col
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -28,10 +27,9 @@ def collect(work_dir: Path) -> dict:
     summary: dict = {"work_dir": str(work_dir), "videos_in": manifest.num_rows if manifest is not None else 0,
                      "shards": total_shards, "stages": {}}
     for stage in STAGES:
-        done = sorted((work_dir / stage / "_done").glob("part-*.json"))
-        if not done:
+        records = list(io.completion_records(work_dir, stage).values())
+        if not records:
             continue
-        records = [json.loads(path.read_text()) for path in done]
         entry = {"shards_complete": len(records), "shards_total": total_shards,
                  "seconds": round(sum(r.get("seconds", 0) for r in records), 1)}
         parts = _parts(work_dir, stage)

@@ -50,8 +50,7 @@ class TreeFit:
 
 def feature_shards(work_dir: Path) -> list[tuple[int, Path]]:
     """(shard index, path) of every features shard that has a completion record."""
-    done = Path(work_dir) / "features" / "_done"
-    shards = sorted(int(record.stem.split("-")[1]) for record in done.glob("part-*.json"))
+    shards = io.completed_shards(work_dir, "features")
     if not shards:
         raise FileNotFoundError(f"no completed features shards under {Path(work_dir) / 'features'}: "
                                 f"run the features stage first")

@@ -3,7 +3,6 @@
 import math
 
 import numpy as np
-import pyarrow.parquet as pq
 import pytest
 
 from media_factory import make_audio_only, make_video

@@ -223,7 +223,7 @@ def test_zero_shot_without_labels_writes_predictions(trained_dir, tmp_path):
     work_dir, cfg, _ = trained_dir
     verbs = tmp_path / "verbs.txt"
     verbs.write_text("cut\nwhisk\nmix\n")               # whisk is split by WordPiece
-    cfg = load_config(None, [f"train.num_threads=1", "train.max_len=48", f"eval.verbs={verbs}",
+    cfg = load_config(None, ["train.num_threads=1", "train.max_len=48", f"eval.verbs={verbs}",
                              f"eval.nouns={cfg.eval.nouns}"])
     report = evaluate.zero_shot(cfg, work_dir, quiet=True)
     assert "model" not in report and report["segments"] == 144

@@ -36,6 +36,8 @@ import pyarrow.parquet as pq
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
+from pipeline import io
+
 REGIMES = ("text", "video", "text_video")
 TEXT, VIDEO, TEXT_VIDEO = range(3)
 IGNORE = -100          # label of a position or example without a target (torch's cross-entropy default)
@@ -108,8 +110,7 @@ class DataParams:
 def complete_shards(work_dir: Path) -> list[Path]:
     """The align shards with a completion record, in name order."""
     align_dir = Path(work_dir) / "align"
-    shards = [path for path in sorted(align_dir.glob("part-*.parquet"))
-              if (align_dir / "_done" / f"{path.stem}.json").exists()]
+    shards = [path for _, path in io.completed_outputs(work_dir, "align")]
     if not shards:
         raise FileNotFoundError(f"no complete align shards in {align_dir}: run the align stage first")
     return shards
