@@ -32,7 +32,8 @@ from pipeline.config import load_config  # noqa: E402
 from videobert import PRESETS  # noqa: E402
 from videobert.data import (DataParams, ShardDataset, VocabLayout, replacement_text_ids,  # noqa: E402
                             streams_per_rank, training_shards)
-from videobert.model import build_model, count_parameters, load_tokenizer  # noqa: E402
+from schemas.tokenizer import load_tokenizer  # noqa: E402
+from videobert.model import build_model, count_parameters  # noqa: E402
 from videobert.synthetic import write_synthetic  # noqa: E402
 from videobert.train import autocast, compute_losses, make_optimizer, resolve_device  # noqa: E402
 

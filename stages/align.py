@@ -12,36 +12,18 @@ Which clips a sentence gets (every clip lands in exactly one segment):
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass, field
-from functools import lru_cache
 
 import pyarrow as pa
 
 import schemas
-from pipeline.config import resolve_model_spec
 from pipeline.runner import ShardContext, ShardResult
+from schemas.tokenizer import load_tokenizer, vocabulary_sha256
 
 NAME = "align"
 CONFIG_SECTIONS = ("align",)
 SCHEMAS = {"": schemas.ALIGN}
-
-
-@lru_cache(maxsize=4)
-def load_tokenizer(spec: str):
-    """BERT WordPiece from a hub name or a local folder; `pkg:<module>` names a package that ships one.
-    (transformers 5's BertTokenizerFast(vocab_file=...) silently ignores the file: load the folder.)"""
-    from transformers import AutoTokenizer
-    tokenizer = AutoTokenizer.from_pretrained(resolve_model_spec(spec))
-    if tokenizer.unk_token_id is None or tokenizer.mask_token_id is None:
-        raise ValueError(f"align.tokenizer {spec!r} is not a BERT WordPiece tokenizer ([UNK]/[MASK] missing)")
-    return tokenizer
-
-
-def vocabulary_sha256(tokenizer) -> str:
-    vocab = sorted(tokenizer.get_vocab().items(), key=lambda item: item[1])
-    return hashlib.sha256("\n".join(token for token, _ in vocab).encode()).hexdigest()
 
 
 @dataclass

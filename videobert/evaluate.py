@@ -26,8 +26,9 @@ import torch
 from pipeline import io
 from pipeline.config import Config
 from pipeline.progress import Progress
+from schemas.tokenizer import load_tokenizer
 from videobert.data import VocabLayout, assemble, complete_shards, read_segments
-from videobert.model import VideoBert, load_tokenizer
+from videobert.model import VideoBert
 from videobert.train import autocast, checkpoints_dir, latest_checkpoint, resolve_device
 
 _EXTRA_COLUMNS = ("segment_index", "start_s", "end_s", "kind")

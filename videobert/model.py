@@ -25,6 +25,7 @@ from torch import nn
 from transformers import BertConfig, BertModel
 from transformers.models.bert.modeling_bert import BertPredictionHeadTransform
 
+from schemas.tokenizer import load_tokenizer  # noqa: F401 - the trainer's tokenizer is align's
 from videobert import PRESETS
 from videobert.data import VocabLayout
 
@@ -82,16 +83,6 @@ class VideoBert(nn.Module):
         model = cls(BertConfig.from_dict(info["bert_config"]), VocabLayout(**info["layout"]))
         model.load_state_dict(load_file(str(folder / WEIGHTS_NAME), device=str(device)))
         return model.to(device), info
-
-
-def load_tokenizer(spec: str):
-    """The WordPiece tokenizer the align stage used (`align.tokenizer`: hub name, folder or pkg:<module>)."""
-    from transformers import AutoTokenizer
-
-    from pipeline.config import resolve_model_spec
-
-    # from_pretrained(folder), not BertTokenizerFast(vocab_file=...), which ignores the file in transformers 5
-    return AutoTokenizer.from_pretrained(resolve_model_spec(spec))
 
 
 def visual_embedding_rows(centroids: np.ndarray, counts: np.ndarray, hidden_size: int,

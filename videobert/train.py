@@ -35,9 +35,10 @@ from torch.utils.data import DataLoader
 import schemas.codebook as codebook_format
 from pipeline.config import Config
 from pipeline.progress import Progress
+from schemas.tokenizer import load_tokenizer
 from videobert.data import (IGNORE, REGIMES, DataParams, ShardDataset, VocabLayout, replacement_text_ids,
                             streams_per_rank, training_shards)
-from videobert.model import VideoBert, build_model, count_parameters, load_tokenizer
+from videobert.model import VideoBert, build_model, count_parameters
 
 TRAINER_STATE_NAME = "trainer.pt"
 METRIC_ROWS = REGIMES + ("alignment",)

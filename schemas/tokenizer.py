@@ -1,0 +1,25 @@
+"""The WordPiece vocabulary that the align shards' `text_ids` index into: the contract on text between
+align (which writes the ids) and the trainer (which reads them and extends the vocabulary)."""
+
+from __future__ import annotations
+
+import hashlib
+from functools import lru_cache
+
+from pipeline.config import resolve_model_spec
+
+
+@lru_cache(maxsize=4)
+def load_tokenizer(spec: str):
+    """BERT WordPiece from a hub name or a local folder; `pkg:<module>` names a package that ships one.
+    (transformers 5's BertTokenizerFast(vocab_file=...) silently ignores the file: load the folder.)"""
+    from transformers import AutoTokenizer
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model_spec(spec))
+    if tokenizer.unk_token_id is None or tokenizer.mask_token_id is None:
+        raise ValueError(f"align.tokenizer {spec!r} is not a BERT WordPiece tokenizer ([UNK]/[MASK] missing)")
+    return tokenizer
+
+
+def vocabulary_sha256(tokenizer) -> str:
+    vocab = sorted(tokenizer.get_vocab().items(), key=lambda item: item[1])
+    return hashlib.sha256("\n".join(token for token, _ in vocab).encode()).hexdigest()
