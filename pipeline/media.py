@@ -9,6 +9,7 @@ way) share one clock even when a stream starts late."""
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Iterator
@@ -21,6 +22,10 @@ from pipeline.config import DecodeConfig
 
 class VideoDecodeError(Exception):
     """The video cannot be decoded at all (no such file, not a video, no video stream, too large)."""
+
+
+class EmptyFile(VideoDecodeError):
+    pass
 
 
 class NoVideoStream(VideoDecodeError):
@@ -82,6 +87,8 @@ class ClipReader:
 
     def __init__(self, uri: str, cfg: DecodeConfig):
         self.uri, self.cfg = uri, cfg
+        if "://" not in uri and os.path.isfile(uri) and os.path.getsize(uri) == 0:
+            raise EmptyFile(f"{uri} is an empty file")
         try:
             self.container = av.open(uri, metadata_errors="ignore")
         except (av.error.FFmpegError, OSError, ValueError) as error:

@@ -42,8 +42,6 @@ def _video_row(video: dict, status: str, reader: media.ClipReader | None, n_clip
 def decode_video(video: dict, cfg) -> tuple[list[dict], dict, list[dict]]:
     """(clip rows, video row, error rows) for one manifest row."""
     video_id = video["video_id"]
-    if video.get("bytes") == 0:
-        return [], _video_row(video, "error", None, 0), [error_row(video_id, f"{video['uri']} is an empty file", "EmptyFile")]
     try:
         reader = media.ClipReader(video["uri"], cfg.decode)
     except media.VideoDecodeError as error:

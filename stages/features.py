@@ -97,9 +97,6 @@ class ClipStream(IterableDataset):
         videos = self.videos if worker is None else self.videos[worker.id::worker.num_workers]
         for video in videos:
             video_id = video["video_id"]
-            if video.get("bytes") == 0:
-                yield {"error": error_row(video_id, f"{video['uri']} is an empty file", "EmptyFile")}
-                continue
             try:
                 with media.ClipReader(video["uri"], self.cfg.decode) as reader:
                     for clip in reader.clips():
