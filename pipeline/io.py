@@ -98,10 +98,16 @@ def read_metadata(path: Path) -> dict[str, str]:
 
 
 def file_sha256(path: Path, chunk: int = 1 << 20) -> str:
+    """sha256 of a file, or of a model folder's files (relative names and contents, in name order)."""
+    path = Path(path)
     digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while block := handle.read(chunk):
-            digest.update(block)
+    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+    for file in files:
+        if path.is_dir():
+            digest.update(str(file.relative_to(path)).encode() + b"\0")
+        with open(file, "rb") as handle:
+            while block := handle.read(chunk):
+                digest.update(block)
     return digest.hexdigest()
 
 

@@ -22,7 +22,6 @@ float16/float32 CTranslate2 folder and converts it in memory (`ctranslate2_to_op
 
 from __future__ import annotations
 
-import hashlib
 import importlib
 import json
 import logging
@@ -37,7 +36,9 @@ import numpy as np
 import pyarrow as pa
 
 import schemas
-from pipeline.config import AsrConfig
+from pipeline import io
+from pipeline.config import AsrConfig, resolve_model_spec
+from pipeline.media import TRUNCATION_TOLERANCE_S, TRUNCATION_TOLERANCE_SHARE
 from pipeline.runner import ShardContext, ShardResult, error_row
 from stages import transcripts
 from stages.transcripts import Word
@@ -48,9 +49,6 @@ SCHEMAS = {"": schemas.ASR}
 MAX_PARALLEL_SHARDS = 1        # the backend already uses every core it is given
 
 SAMPLE_RATE = 16_000           # what Whisper models take
-# a file whose packets end this much before its header's duration was cut off
-TRUNCATION_TOLERANCE_S = 1.0
-TRUNCATION_TOLERANCE_SHARE = 0.05
 
 
 # ---------------------------------------------------------------------------------------------- audio
@@ -226,36 +224,17 @@ class ResolvedModel:
     sha256: str | None         # of the local weights; None for a hub name
 
 
-def _weights_sha256(path: Path) -> str:
-    """sha256 of a weights file, or of a model folder's files (names and contents, in name order)."""
-    digest = hashlib.sha256()
-    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
-    for file in files:
-        if path.is_dir():
-            digest.update(str(file.relative_to(path)).encode() + b"\0")
-        with open(file, "rb") as handle:
-            while block := handle.read(1 << 20):
-                digest.update(block)
-    return digest.hexdigest()
-
-
 def resolve_model(model: str) -> ResolvedModel:
     """`pkg:<module>` (a package whose get_model_path() ships the model), a local path, or a hub name."""
+    path = Path(resolve_model_spec(model)).expanduser()
+    if not path.exists():
+        return ResolvedModel(location=model, label=model, sha256=None)
     if model.startswith("pkg:"):
         module_name = model[len("pkg:"):]
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError as error:
-            raise ValueError(f"asr.model {model!r}: cannot import {module_name} ({error}); "
-                             f"pip install it or point asr.model at a local model") from error
-        path = Path(module.get_model_path())
-        label = getattr(module, "MODEL_NAME", module_name)
-        return ResolvedModel(location=str(path), label=label, sha256=_weights_sha256(path))
-    path = Path(model).expanduser()
-    if path.exists():
+        label = getattr(importlib.import_module(module_name), "MODEL_NAME", module_name)
+    else:
         label = path.stem if path.is_file() else path.name
-        return ResolvedModel(location=str(path), label=label, sha256=_weights_sha256(path))
-    return ResolvedModel(location=model, label=model, sha256=None)
+    return ResolvedModel(location=str(path), label=label, sha256=io.file_sha256(path))
 
 
 # Both backends decode alike. Conditioning a window on the previous window's text lets one mistake
