@@ -128,8 +128,8 @@ def build_manifest(cfg: Config, input_path: str | Path) -> pa.Table:
 def write_manifest(cfg: Config, input_path: str | Path, work_dir: Path) -> tuple[Path, pa.Table]:
     table = build_manifest(cfg, input_path)
     path = Path(work_dir) / "manifest" / "manifest.parquet"
-    io.write_parquet(path, table, {"stage": "manifest", "schema": schemas.MANIFEST.tag,
-                                   "config": cfg.section_json("shards"),
-                                   "config_hash": cfg.section_hash("shards"),
-                                   "input": str(Path(input_path).resolve())})
+    metadata = {"stage": "manifest", "schema": schemas.MANIFEST.tag, "config": cfg.section_json("shards"),
+                "config_hash": cfg.section_hash("shards"), "input": str(Path(input_path).resolve())}
+    # rows are in shard order: row groups of a few shards let a shard task read just its own
+    io.write_parquet(path, table, metadata, row_group_size=cfg.shards.videos_per_shard * 16)
     return path, table

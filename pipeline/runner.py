@@ -93,11 +93,13 @@ def completion_record_ok(work_dir: Path, stage: str, shard_index: int) -> bool:
     return io.completion_record(work_dir, stage, shard_index).exists()
 
 
-def read_manifest(work_dir: Path) -> pa.Table:
+def read_manifest(work_dir: Path, shard_index: int | None = None) -> pa.Table:
+    """The manifest, or only one shard's rows (read through the row groups' statistics, so a task of
+    a million-video run does not load every row)."""
     path = Path(work_dir) / "manifest" / "manifest.parquet"
     if not path.exists():
         raise FileNotFoundError(f"{path} not found: run the manifest stage first")
-    return pq.read_table(path)
+    return pq.read_table(path, filters=None if shard_index is None else [("shard", "=", shard_index)])
 
 
 def shard_videos(manifest: pa.Table, shard_index: int) -> list[dict]:
@@ -134,7 +136,7 @@ def run_one_shard(cfg: Config, work_dir: Path, stage: str, shard_index: int, *, 
         stats["skipped"] = True
         return stats
     module = stage_module(stage)
-    manifest = read_manifest(work_dir)
+    manifest = read_manifest(work_dir, shard_index)
     ctx = ShardContext(cfg=cfg, work_dir=work_dir, stage=stage, shard_index=shard_index,
                        videos=shard_videos(manifest, shard_index), quiet=quiet)
     started = time.time()
