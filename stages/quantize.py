@@ -19,8 +19,21 @@ CONFIG_SECTIONS = ("kmeans",)
 SCHEMAS = {"": schemas.QUANTIZE}
 
 
+_CODEBOOKS: dict[tuple[str, float], codebook_format.Codebook] = {}
+
+
+def load_codebook(work_dir) -> codebook_format.Codebook:
+    """The codebook, loaded once per process while its file is unchanged (a worker runs many shards)."""
+    path = codebook_format.codebook_dir(work_dir) / codebook_format.FILE_NAME
+    key = (str(path.resolve()), path.stat().st_mtime if path.exists() else 0.0)
+    if key not in _CODEBOOKS:
+        _CODEBOOKS.clear()
+        _CODEBOOKS[key] = codebook_format.load(path)
+    return _CODEBOOKS[key]
+
+
 def run_shard(ctx: runner.ShardContext) -> runner.ShardResult:
-    codebook = codebook_format.load(codebook_format.codebook_dir(ctx.work_dir))
+    codebook = load_codebook(ctx.work_dir)
     features = ctx.read_input("features")
     features_hash = ctx.input_metadata("features").get("feature_provenance_hash")
     codebook_hash = codebook.info.get("feature_provenance_hash")
