@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import collections
 import itertools
-import json
 import logging
 import math
 import os
@@ -34,7 +33,6 @@ from typing import Callable, Iterable, Iterator
 
 import numpy as np
 
-import schemas
 from pipeline import runner
 from pipeline.config import Config, ExecutorConfig
 from pipeline.progress import Progress
@@ -172,8 +170,6 @@ def features_with_model_actors(ctx: runner.ShardContext, models: list) -> runner
     from stages import features
 
     cfg = ctx.cfg
-    if cfg.features.weights == "random":
-        log.warning("features.weights=random: these features are NOT pretrained (recorded in the output)")
     n_streams = max(1, min(cfg.features.decode_workers, len(ctx.videos)))
     decode = ray.remote(clip_batches).options(
         num_returns="streaming", max_retries=0,   # a failed stream fails the shard task, which is retried
@@ -201,17 +197,9 @@ def features_with_model_actors(ctx: runner.ShardContext, models: list) -> runner
         rows += batch["clips"]
         vector_refs.append(vectors)
         in_flight.append(vectors)
-    vectors = ray.get(vector_refs)
-    matrix = np.concatenate(vectors) if vectors else np.zeros((0, schemas.FEATURE_DIM), np.float32)
-    provenance = features.feature_provenance(cfg)
-    errors.sort(key=lambda row: row["video_id"])
     model = ray.get(models[0].describe.remote())
-    return runner.ShardResult(
-        tables={"": features.feature_table(rows, matrix)}, errors=errors,
-        stats={"clips": len(rows), **model, "model_actors": len(models), "decode_streams": n_streams},
-        metadata={"feature_provenance": json.dumps(provenance, sort_keys=True),
-                  "feature_provenance_hash": features.provenance_hash(provenance),
-                  "weights": provenance["weights"]})
+    return features.shard_result(cfg, rows, ray.get(vector_refs), errors,
+                                 {**model, "model_actors": len(models), "decode_streams": n_streams})
 
 
 # ------------------------------------------------------------------ the executor

@@ -58,6 +58,7 @@ def load_s3d(cfg: Config) -> torch.nn.Module:
     if weights == "kinetics400":
         model = s3d(weights=S3D_Weights.KINETICS400_V1)
     elif weights == "random":
+        log.warning("features.weights=random: these features are NOT pretrained (recorded in the output)")
         torch.manual_seed(cfg.seed)
         model = s3d(weights=None)
     else:
@@ -182,8 +183,6 @@ def run_shard(ctx: ShardContext) -> ShardResult:
     if cfg.features.num_threads:
         torch.set_num_threads(cfg.features.num_threads)
     encoder = encoder_for(cfg)
-    if cfg.features.weights == "random":
-        log.warning("features.weights=random: these features are NOT pretrained (recorded in the output)")
     loader = DataLoader(ClipStream(ctx.videos, cfg), batch_size=cfg.features.batch_size,
                         num_workers=min(cfg.features.decode_workers, len(ctx.videos)),
                         collate_fn=collate_clips, prefetch_factor=2 if cfg.features.decode_workers else None,
@@ -196,12 +195,19 @@ def run_shard(ctx: ShardContext) -> ShardResult:
                 vectors.append(encoder(batch["frames"]).numpy())
                 rows += batch["clips"]
             progress.update(batch["videos_done"], clips=len(batch["clips"]))
+    return shard_result(cfg, rows, vectors, errors, {"device": str(encoder.device),
+                                                     "precision": str(encoder.dtype or "float32")})
+
+
+def shard_result(cfg: Config, rows: list[dict], vectors: list[np.ndarray], errors: list[dict],
+                 stats: dict) -> ShardResult:
+    """The stage's result from the clip keys and their vectors (batch by batch, in the same order),
+    however they were computed: here, or by an executor's model actors."""
     matrix = np.concatenate(vectors) if vectors else np.zeros((0, schemas.FEATURE_DIM), np.float32)
     provenance = feature_provenance(cfg)
-    errors.sort(key=lambda row: row["video_id"])
     return ShardResult(
-        tables={"": feature_table(rows, matrix)}, errors=errors,
-        stats={"clips": len(rows), "device": str(encoder.device), "precision": str(encoder.dtype or "float32")},
+        tables={"": feature_table(rows, matrix)}, errors=sorted(errors, key=lambda row: row["video_id"]),
+        stats={"clips": len(rows), **stats},
         metadata={"feature_provenance": json.dumps(provenance, sort_keys=True),
                   "feature_provenance_hash": provenance_hash(provenance),
                   "weights": provenance["weights"]})
