@@ -15,8 +15,9 @@ from pipeline import io
 STAGES = ("decode", "features", "quantize", "asr", "align")
 
 
-def _parts(work_dir: Path, stage: str, prefix: str = "part-") -> list[Path]:
-    return sorted((Path(work_dir) / stage).glob(f"{prefix}*.parquet"))
+def _parts(work_dir: Path, stage: str, table_name: str = "") -> list[Path]:
+    """The outputs of complete shards only: a killed run's output without its record does not count."""
+    return [path for _, path in io.completed_outputs(work_dir, stage, table_name)]
 
 
 def collect(work_dir: Path) -> dict:
@@ -35,7 +36,7 @@ def collect(work_dir: Path) -> dict:
         parts = _parts(work_dir, stage)
         entry["rows"] = sum(pq.read_metadata(p).num_rows for p in parts)
         summary["stages"][stage] = entry
-    videos = _parts(work_dir, "decode", "videos-part-")
+    videos = _parts(work_dir, "decode", "videos")
     if videos:
         statuses: dict[str, int] = {}
         for path in videos:
