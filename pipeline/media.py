@@ -266,9 +266,3 @@ class ClipReader:
         if len(window) >= cfg.min_clip_frames:
             yield cut(clip_index, len(window))   # padded by repeating the last real frame
 
-
-def expected_clip_count(duration_s: float, cfg: DecodeConfig) -> int:
-    """Clips for a stream of `duration_s` seconds, by the same rule the reader applies."""
-    frames = math.ceil(duration_s * cfg.fps - 1e-9)   # slots n with n / fps < duration
-    full, rest = divmod(frames, cfg.clip_frames)
-    return full + (1 if rest >= cfg.min_clip_frames else 0)

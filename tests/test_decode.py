@@ -7,10 +7,18 @@ import pytest
 
 from media_factory import make_audio_only, make_video
 from pipeline.config import load_config
-from pipeline.media import ClipReader, expected_clip_count
+from pipeline.media import ClipReader
 from stages.decode import decode_video
 
 CFG = load_config(None)
+
+
+def expected_clip_count(duration_s, cfg):
+    """Clips for a stream of `duration_s` seconds: output slots n with n / fps < duration, cut into
+    clips; a last partial clip counts when it has at least min_clip_frames."""
+    frames = math.ceil(duration_s * cfg.fps - 1e-9)
+    full, rest = divmod(frames, cfg.clip_frames)
+    return full + (1 if rest >= cfg.min_clip_frames else 0)
 
 
 def index_pattern(index, width, height):
