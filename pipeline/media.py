@@ -180,8 +180,8 @@ class ClipReader:
         costs a third of the scaling that FFmpeg's fps filter ahead of scale would spend."""
         graph = None
         time_base = self.stream.time_base
-        rate = Fraction(self.cfg.fps).limit_denominator(1001)
-        pending, pending_slot, first_pts, last_duration = None, 0, None, None
+        slots_per_tick = time_base * Fraction(self.cfg.fps).limit_denominator(1001)   # pts -> output slots
+        pending, pending_slot, first_pts = None, 0, None
         try:
             for packet in self.container.demux(self.stream):
                 for frame in packet.decode():
@@ -195,7 +195,7 @@ class ClipReader:
                         first_pts = frame.pts
                         self.first_frame_s = float(frame.pts * time_base) - self.info.start_s
                     # first output slot at or after this frame's time
-                    slot = math.ceil((frame.pts - first_pts) * time_base * rate)
+                    slot = math.ceil((frame.pts - first_pts) * slots_per_tick)
                     if pending is not None and slot <= pending_slot:
                         if frame.pts > pending.pts:
                             pending = frame   # a later frame takes over the same slot
@@ -203,16 +203,16 @@ class ClipReader:
                     if pending is not None:
                         yield from self._emit(graph, pending, slot - pending_slot)
                     pending, pending_slot = frame, slot
-                    last_duration = frame.duration
         except VideoTooLarge:
             raise
         except (av.error.FFmpegError, ValueError, OSError) as error:
             self.error = error
         if pending is not None:
             # the last frame stays on screen for its duration
-            duration = (last_duration * time_base if last_duration else
-                        (1 / Fraction(self.info.source_fps).limit_denominator(1001) if self.info.source_fps else 0))
-            end_slot = math.ceil(((pending.pts - first_pts) * time_base + duration) * rate)
+            duration = (pending.duration if pending.duration else
+                        (1 / Fraction(self.info.source_fps).limit_denominator(1001) / time_base
+                         if self.info.source_fps else 0))
+            end_slot = math.ceil((pending.pts - first_pts + duration) * slots_per_tick)
             try:
                 yield from self._emit(graph, pending, end_slot - pending_slot)
             except (av.error.FFmpegError, ValueError) as error:
