@@ -36,7 +36,7 @@ def completion_record(work_dir: Path, stage: str, shard_index: int) -> Path:
 
 def completed_shards(work_dir: Path, stage: str) -> list[int]:
     """Shard indexes of `stage` that have a completion record, in order. Only `part-*.json` counts: a
-    killed writer's `.tmp-*` record is not one."""
+    killed writer's `.tmp-*.partial` record is not one."""
     done = Path(work_dir) / stage / "_done"
     return sorted(int(record.stem.split("-")[1]) for record in done.glob("part-*.json"))
 
@@ -54,9 +54,10 @@ def completed_outputs(work_dir: Path, stage: str, table_name: str = "") -> list[
 
 
 def atomic_path(final: Path) -> Path:
-    """A unique temporary sibling: two workers racing on one shard never write into the same file."""
+    """A unique temporary sibling: two workers racing on one shard never write into the same file. The
+    `.partial` suffix keeps a killed writer's leftover out of every `*.parquet` or `*.json` glob."""
     final.parent.mkdir(parents=True, exist_ok=True)
-    return final.with_name(f".tmp-{uuid.uuid4().hex[:12]}-{final.name}")
+    return final.with_name(f".tmp-{uuid.uuid4().hex[:12]}-{final.name}.partial")
 
 
 def atomic_write_bytes(final: Path, data: bytes) -> None:

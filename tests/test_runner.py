@@ -85,6 +85,14 @@ def test_sigkill_mid_run_then_rerun_gives_the_uninterrupted_outputs(tmp_path, vi
     assert _outputs(killed) == _outputs(reference)
 
 
+def test_a_killed_writers_leftovers_match_no_output_glob(tmp_path):
+    """What SIGKILL leaves mid-write (a half Parquet file, a half record) is invisible to every reader."""
+    io.atomic_path(io.stage_output(tmp_path, "decode", 3)).write_bytes(b"PAR1 half a file")
+    io.atomic_path(io.completion_record(tmp_path, "decode", 3)).write_text('{"shard": ')
+    assert not list(tmp_path.rglob("*.parquet")) and not list(tmp_path.rglob("*.json"))
+    assert io.completed_shards(tmp_path, "decode") == [] and io.completed_outputs(tmp_path, "decode") == []
+
+
 def test_slurm_array_environment_selects_this_tasks_shards(monkeypatch):
     shards = list(range(10))
     assert select_shards(shards, None, None) == shards
