@@ -12,6 +12,7 @@ Which clips a sentence gets (every clip lands in exactly one segment):
 
 from __future__ import annotations
 
+import bisect
 import json
 from dataclasses import dataclass, field
 
@@ -47,14 +48,23 @@ def segment_video(clips: list[tuple[float, float]], sentences: list[dict], min_o
     """Segments of one video in time order, as (segments, sentences dropped). `clips` are (start_s, end_s)
     in clip order; `sentences` have text, start_s, end_s."""
     sentences = sorted(sentences, key=lambda s: (s["start_s"], s["end_s"]))
+    # clips are in time order: only those from bisect(ends) to bisect(starts) can overlap a span
+    starts, ends = [start for start, _ in clips], [end for _, end in clips]
+
+    def overlapping(sentence: dict) -> range:
+        return range(bisect.bisect_right(ends, sentence["start_s"]), bisect.bisect_left(starts, sentence["end_s"]))
+
     owner: dict[int, int] = {}          # clip position -> sentence position
     best_share: dict[int, float] = {}
     for s_pos, sentence in enumerate(sentences):
-        for c_pos, (c_start, c_end) in enumerate(clips):
+        for c_pos in overlapping(sentence):
+            c_start, c_end = clips[c_pos]
             share = _overlap(c_start, c_end, sentence["start_s"], sentence["end_s"]) / max(c_end - c_start, 1e-9)
             if share >= min_overlap - 1e-9 and share > best_share.get(c_pos, -1.0):
                 owner[c_pos], best_share[c_pos] = s_pos, share
-    owned = {s_pos: sorted(c for c, s in owner.items() if s == s_pos) for s_pos in range(len(sentences))}
+    owned: dict[int, list[int]] = {s_pos: [] for s_pos in range(len(sentences))}
+    for c_pos in sorted(owner):
+        owned[owner[c_pos]].append(c_pos)
     segments: dict[int, Segment] = {}   # sentence position (the segment's owner) -> segment
     dropped = 0
     for s_pos, sentence in enumerate(sentences):
@@ -64,11 +74,12 @@ def segment_video(clips: list[tuple[float, float]], sentences: list[dict], min_o
             segment.clips = owned[s_pos]
             segment.texts.append(text)
             continue
-        overlaps = [_overlap(c_start, c_end, sentence["start_s"], sentence["end_s"]) for c_start, c_end in clips]
-        if not overlaps or max(overlaps) <= 0:
+        overlaps = {c_pos: _overlap(*clips[c_pos], sentence["start_s"], sentence["end_s"])
+                    for c_pos in overlapping(sentence)}
+        if not overlaps or max(overlaps.values()) <= 0:
             dropped += 1
             continue
-        best = max(range(len(clips)), key=lambda c: (overlaps[c], -c))
+        best = max(overlaps, key=lambda c: (overlaps[c], -c))
         if best in owner:
             # the short sentence joins the segment that owns its clip
             host = segments.setdefault(owner[best], Segment(sentences[owner[best]]["start_s"],
@@ -93,11 +104,18 @@ def segment_video(clips: list[tuple[float, float]], sentences: list[dict], min_o
     return ordered, dropped
 
 
+def _visual_vocab_size(quantize_metadata: dict[str, str]) -> str:
+    """k ** depth of the codebook the tokens came from ("" when the quantize part does not say)."""
+    k, depth = quantize_metadata.get("codebook_k"), quantize_metadata.get("codebook_depth")
+    return str(int(k) ** int(depth)) if k and depth else ""
+
+
 def run_shard(ctx: ShardContext) -> ShardResult:
     cfg = ctx.cfg.align
     tokenizer = load_tokenizer(cfg.tokenizer)
     tokens = ctx.read_input("quantize").to_pylist()
-    asr_rows = {row["video_id"]: row for row in ctx.read_input("asr").to_pylist()}
+    asr_rows = {row["video_id"]: row for row in
+                ctx.read_input("asr", columns=["video_id", "language", "sentences"]).to_pylist()}
     quantize_metadata = ctx.input_metadata("quantize")
     clips_by_video: dict[str, list[dict]] = {}
     for row in tokens:
@@ -137,6 +155,6 @@ def run_shard(ctx: ShardContext) -> ShardResult:
                   "feature_provenance_hash": quantize_metadata.get("feature_provenance_hash", ""),
                   "tokenizer": cfg.tokenizer, "tokenizer_vocab_sha256": vocabulary_sha256(tokenizer),
                   "tokenizer_vocab_size": str(len(tokenizer.get_vocab())),
-                  "visual_vocab_size": quantize_metadata.get("visual_vocab_size", ""),
+                  "visual_vocab_size": _visual_vocab_size(quantize_metadata),
                   "text_languages": json.dumps(sorted(languages))},
         row_group_size=cfg.row_group_size)
