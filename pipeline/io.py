@@ -91,11 +91,16 @@ def write_parquet(final: Path, table: pa.Table, metadata: dict[str, str], *,
             tmp.unlink()
 
 
-def read_metadata(path: Path) -> dict[str, str]:
-    """The `videobert.*` key-value metadata of a Parquet file, prefix removed."""
-    raw = pq.read_schema(path).metadata or {}
+def schema_metadata(schema: pa.Schema) -> dict[str, str]:
+    """The `videobert.*` key-value metadata of a Parquet file's (or a table's) schema, prefix removed."""
+    raw = schema.metadata or {}
     return {key.decode()[len(METADATA_PREFIX):]: value.decode()
             for key, value in raw.items() if key.decode().startswith(METADATA_PREFIX)}
+
+
+def read_metadata(path: Path) -> dict[str, str]:
+    """The `videobert.*` key-value metadata of a Parquet file, prefix removed (reads only the footer)."""
+    return schema_metadata(pq.read_schema(path))
 
 
 def file_sha256(path: Path, chunk: int = 1 << 20) -> str:

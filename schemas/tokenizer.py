@@ -3,10 +3,10 @@ align (which writes the ids) and the trainer (which reads them and extends the v
 
 from __future__ import annotations
 
-import hashlib
 from functools import lru_cache
 
 from pipeline.config import resolve_model_spec
+from pipeline.io import text_sha256
 
 
 @lru_cache(maxsize=4)
@@ -22,4 +22,4 @@ def load_tokenizer(spec: str):
 
 def vocabulary_sha256(tokenizer) -> str:
     vocab = sorted(tokenizer.get_vocab().items(), key=lambda item: item[1])
-    return hashlib.sha256("\n".join(token for token, _ in vocab).encode()).hexdigest()
+    return text_sha256("\n".join(token for token, _ in vocab))

@@ -11,6 +11,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 import schemas
+import schemas.codebook as codebook_format
 from pipeline import io
 
 # folder -> (file prefix, schema)
@@ -32,7 +33,7 @@ def _check_schema(path: Path, schema: schemas.Schema) -> None:
         actual = {f.name: str(f.type) for f in found}
         differences = sorted(set(expected.items()) ^ set(actual.items()))
         raise Invalid(f"{path}: schema differs from {schema.tag}: {differences[:4]}")
-    tag = io.read_metadata(path).get("schema")
+    tag = io.schema_metadata(found).get("schema")
     if tag is not None and tag != schema.tag:
         raise Invalid(f"{path}: written as {tag}, this code reads {schema.tag}")
 
@@ -48,13 +49,8 @@ def _times_in_order(path: Path, rows: list[dict], key: str) -> None:
         previous[video] = row["start_s"]
 
 
-def _clip_keys(path: Path) -> list[tuple[str, int]]:
-    table = pq.read_table(path, columns=["video_id", "clip_index"])
-    return list(zip(table["video_id"].to_pylist(), table["clip_index"].to_pylist()))
-
-
 def _visual_vocab_size(work_dir: Path) -> int | None:
-    sidecar = work_dir / "kmeans" / "codebook.json"
+    sidecar = codebook_format.codebook_dir(work_dir) / codebook_format.SIDECAR_NAME
     if not sidecar.exists():
         return None
     info = json.loads(sidecar.read_text())
@@ -64,7 +60,8 @@ def _visual_vocab_size(work_dir: Path) -> int | None:
 def _check_part(work_dir: Path, folder: str, path: Path, visual_vocab: int | None) -> None:
     shard_name = path.name.split("part-")[-1]
     if folder in ("decode", "features", "quantize") and not path.name.startswith("videos-"):
-        rows = pq.read_table(path, columns=["video_id", "clip_index", "start_s", "end_s"]).to_pylist()
+        columns = ["video_id", "clip_index", "start_s", "end_s"] + (["token"] if folder == "quantize" else [])
+        rows = pq.read_table(path, columns=columns).to_pylist()
         _times_in_order(path, rows, "clip")
         keys = [(r["video_id"], r["clip_index"]) for r in rows]
         if len(set(keys)) != len(keys):
@@ -72,12 +69,13 @@ def _check_part(work_dir: Path, folder: str, path: Path, visual_vocab: int | Non
             raise Invalid(f"{path}: row {keys.index(duplicate)}: clip {duplicate} appears twice")
     if folder == "quantize":
         features = work_dir / "features" / f"part-{shard_name}"
-        if features.exists() and Counter(_clip_keys(features)) != Counter(_clip_keys(path)):
-            raise Invalid(f"{path}: its clips differ from {features} (every feature clip must be tokenised once)")
-        tokens = pq.read_table(path, columns=["token"])["token"].to_pylist()
-        for row_number, token in enumerate(tokens):
-            if token < 0 or (visual_vocab is not None and token >= visual_vocab):
-                raise Invalid(f"{path}: row {row_number}: token {token} outside [0, {visual_vocab})")
+        if features.exists():
+            feature_rows = pq.read_table(features, columns=["video_id", "clip_index"]).to_pylist()
+            if Counter((r["video_id"], r["clip_index"]) for r in feature_rows) != Counter(keys):
+                raise Invalid(f"{path}: its clips differ from {features} (every feature clip must be tokenised once)")
+        for row_number, row in enumerate(rows):
+            if row["token"] < 0 or (visual_vocab is not None and row["token"] >= visual_vocab):
+                raise Invalid(f"{path}: row {row_number}: token {row['token']} outside [0, {visual_vocab})")
     if folder == "asr":
         for row_number, row in enumerate(pq.read_table(path, columns=["video_id", "audio_s", "sentences", "words"]).to_pylist()):
             for kind in ("sentences", "words"):
@@ -91,9 +89,10 @@ def _check_part(work_dir: Path, folder: str, path: Path, visual_vocab: int | Non
 
 
 def _check_align(work_dir: Path, path: Path, shard_name: str, visual_vocab: int | None) -> None:
-    metadata = io.read_metadata(path)
+    table = pq.read_table(path)
+    metadata = io.schema_metadata(table.schema)
     text_vocab = int(metadata["tokenizer_vocab_size"]) if metadata.get("tokenizer_vocab_size") else None
-    rows = pq.read_table(path).to_pylist()
+    rows = table.to_pylist()
     _times_in_order(path, rows, "segment")
     expected_index: dict[str, int] = {}
     clips_per_video: Counter = Counter()
@@ -140,11 +139,7 @@ def validate_work_dir(work_dir: Path) -> list[str]:
             problems.append(str(problem))
     visual_vocab = _visual_vocab_size(work_dir)
     for folder, prefix, schema in OUTPUTS:
-        paths = sorted(p for p in (work_dir / folder).glob(f"{prefix}*.parquet")
-                       if prefix or folder == "errors")
-        if folder != "errors" and prefix == "part-":
-            paths = [p for p in paths if p.name.startswith("part-")]
-        for path in paths:
+        for path in sorted((work_dir / folder).glob(f"{prefix}*.parquet")):
             try:
                 _check_schema(path, schema)
                 _check_part(work_dir, folder, path, visual_vocab)

@@ -12,7 +12,7 @@ from threadpoolctl import threadpool_limits
 
 import schemas
 import schemas.codebook as codebook_format
-from pipeline import runner
+from pipeline import io, runner
 
 NAME = "quantize"
 CONFIG_SECTIONS = ("kmeans",)
@@ -35,7 +35,7 @@ def load_codebook(work_dir) -> codebook_format.Codebook:
 def run_shard(ctx: runner.ShardContext) -> runner.ShardResult:
     codebook = load_codebook(ctx.work_dir)
     features = ctx.read_input("features")
-    features_hash = ctx.input_metadata("features").get("feature_provenance_hash")
+    features_hash = io.schema_metadata(features.schema).get("feature_provenance_hash")
     codebook_hash = codebook.info.get("feature_provenance_hash")
     if features.num_rows and features_hash != codebook_hash:
         raise ValueError(f"features part {ctx.shard_index} has feature provenance {features_hash}, the "
