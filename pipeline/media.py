@@ -13,6 +13,7 @@ import os
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Iterator
+from urllib.parse import unquote, urlparse
 
 import av
 import numpy as np
@@ -43,6 +44,11 @@ class StreamTruncated(Exception):
 # a video that decodes this much shorter than its header says was cut off (streams end a little early)
 TRUNCATION_TOLERANCE_S = 1.0
 TRUNCATION_TOLERANCE_SHARE = 0.05
+
+
+def is_truncated(data_end_s: float, declared_s: float) -> bool:
+    """A stream whose data ends this far before the duration its header declares is a cut-off file."""
+    return declared_s - data_end_s > max(TRUNCATION_TOLERANCE_S, TRUNCATION_TOLERANCE_SHARE * declared_s)
 
 
 @dataclass
@@ -78,6 +84,12 @@ def _rotation_filters(rotation_deg: int) -> list[tuple[str, str]]:
     return []
 
 
+def open_target(uri: str) -> str:
+    """What FFmpeg opens for a manifest URI: a file:// URI as its percent-decoded path (FFmpeg's own file
+    protocol would not decode it), a plain path as it is, any other scheme left to FFmpeg's protocols."""
+    return unquote(urlparse(uri).path) if uri.startswith("file://") else uri
+
+
 class ClipReader:
     """Iterate a video's clips: `for clip in ClipReader(uri, cfg).clips(): ...`.
 
@@ -87,10 +99,11 @@ class ClipReader:
 
     def __init__(self, uri: str, cfg: DecodeConfig):
         self.uri, self.cfg = uri, cfg
-        if "://" not in uri and os.path.isfile(uri) and os.path.getsize(uri) == 0:
+        target = open_target(uri)
+        if "://" not in target and os.path.isfile(target) and os.path.getsize(target) == 0:
             raise EmptyFile(f"{uri} is an empty file")
         try:
-            self.container = av.open(uri, metadata_errors="ignore")
+            self.container = av.open(target, metadata_errors="ignore")
         except (av.error.FFmpegError, OSError, ValueError) as error:
             raise VideoDecodeError(f"cannot open {uri}: {error}") from error
         if not self.container.streams.video:
@@ -220,7 +233,7 @@ class ClipReader:
         duration = self._video_duration_s
         if self.error is None and self.n_frames and duration:
             ends_s = self.first_frame_s + self.n_frames / self.cfg.fps   # on the container clock
-            if duration - ends_s > max(TRUNCATION_TOLERANCE_S, TRUNCATION_TOLERANCE_SHARE * duration):
+            if is_truncated(ends_s, duration):
                 self.error = StreamTruncated(f"the stream ends at {ends_s:.2f} s of the {duration:.2f} s its "
                                              f"header states: the file is truncated")
 

@@ -29,7 +29,6 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Protocol
-from urllib.parse import unquote, urlparse
 
 import av
 import numpy as np
@@ -38,7 +37,7 @@ import pyarrow as pa
 import schemas
 from pipeline import io
 from pipeline.config import AsrConfig, resolve_model_spec
-from pipeline.media import TRUNCATION_TOLERANCE_S, TRUNCATION_TOLERANCE_SHARE
+from pipeline.media import is_truncated, open_target
 from pipeline.runner import ShardContext, ShardResult, error_row
 from stages import transcripts
 from stages.transcripts import Word
@@ -68,13 +67,11 @@ class Audio:
 
 
 def local_path(uri: str) -> str:
-    """A manifest URI as a path PyAV and open() take: plain paths and file:// URIs."""
-    if "://" not in uri:
-        return uri
-    parsed = urlparse(uri)
-    if parsed.scheme != "file":
+    """A transcript URI as a path open() takes: plain paths and file:// URIs."""
+    path = open_target(uri)
+    if "://" in path:
         raise ValueError(f"{uri}: only local paths and file:// URIs are supported")
-    return unquote(parsed.path)
+    return path
 
 
 def decode_audio(uri: str) -> Audio | None:
@@ -84,9 +81,8 @@ def decode_audio(uri: str) -> Audio | None:
     so memory holds only the 64 KB per second of output, never the source's decoded channels. Other
     streams' packets are read (the file is read whole anyway) but not decoded: where every stream ends
     tells a cut-off file, which FFmpeg reads to its end without an error, from one whose audio is short."""
-    path = local_path(uri)
     try:
-        container = av.open(path, metadata_errors="ignore")
+        container = av.open(open_target(uri), metadata_errors="ignore")
     except (av.error.FFmpegError, OSError, ValueError) as error:
         raise AudioDecodeError(f"cannot open {uri}: {error}") from error
     with container:
@@ -115,7 +111,7 @@ def decode_audio(uri: str) -> Audio | None:
         if container.duration:
             declared_s = container.duration / av.time_base
             data_s = packets_end_s - container_start_s
-            if data_s < declared_s - max(TRUNCATION_TOLERANCE_S, TRUNCATION_TOLERANCE_SHARE * declared_s):
+            if is_truncated(data_s, declared_s):
                 raise AudioDecodeError(f"{uri}: file is truncated: its streams end at {data_s:.2f} s of the "
                                        f"{declared_s:.2f} s its header declares")
         samples = np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.float32)
@@ -507,8 +503,7 @@ def _row(video_id: str, status: str, source: str, language, language_prob, audio
     }
 
 
-def recognise_video(video: dict, cfg: AsrConfig, backend: Backend, seed: int,
-                    punctuate: Punctuator | None = None) -> dict:
+def recognise_video(video: dict, cfg: AsrConfig, backend: Backend, seed: int) -> dict:
     """The output row of a video without a transcript; raises on broken audio."""
     audio = decode_audio(video["uri"])
     if audio is None:
@@ -519,7 +514,7 @@ def recognise_video(video: dict, cfg: AsrConfig, backend: Backend, seed: int,
     words = [Word(text=w.text, start_s=min(max(audio.offset_s + w.start_s, 0.0), end_s),
                   end_s=min(max(audio.offset_s + w.end_s, 0.0), end_s), prob=w.prob)
              for w in recognition.words if w.text.strip()]
-    words, sentences = sentences_from_words(words, cfg, punctuate)
+    words, sentences = sentences_from_words(words, cfg)
     # nothing recognised, nothing to name a language after (an English-only model would still say "en")
     language = recognition.language if words else None
     language_prob = recognition.language_prob if words else None
@@ -527,13 +522,13 @@ def recognise_video(video: dict, cfg: AsrConfig, backend: Backend, seed: int,
                 sentences, words)
 
 
-def import_video(video: dict, cfg: AsrConfig, punctuate: Punctuator | None = None) -> dict:
+def import_video(video: dict, cfg: AsrConfig) -> dict:
     """The output row of a video whose manifest row names a transcript.
 
     Language: the transcript's own (VTT `Language:` header, JSON `language`), else `asr.language` when
     set, else null; language_prob is null (nothing was measured)."""
     transcript = transcripts.read_transcript(local_path(video["transcript_uri"]))
-    words, sentences = sentences_from_words(transcript.words, cfg, punctuate)
+    words, sentences = sentences_from_words(transcript.words, cfg)
     return _row(video["video_id"], "ok", f"import:{transcript.format}", transcript.language or cfg.language,
                 None, None, sentences, words)
 

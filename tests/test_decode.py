@@ -1,6 +1,7 @@
 """decode: clip counts and times for known rates and starts, rotation, colour range, and bad inputs."""
 
 import math
+from urllib.parse import quote
 
 import numpy as np
 import pytest
@@ -59,6 +60,13 @@ def test_short_last_window_is_dropped(tmp_path):
     path = make_video(tmp_path / "v.mp4", duration_s=2.1, fps=25)   # 42 frames: 30 + 12 (< 15)
     with ClipReader(str(path), CFG.decode) as reader:
         assert [c.n_real_frames for c in reader.clips()] == [30]
+
+
+def test_file_uri_with_escaped_characters_decodes_like_its_path(tmp_path):
+    path = make_video(tmp_path / "a b#1.mp4", duration_s=3.1, fps=25)
+    uri = "file://" + quote(str(path))
+    with ClipReader(str(path), CFG.decode) as by_path, ClipReader(uri, CFG.decode) as by_uri:
+        assert [c.frames.tobytes() for c in by_uri.clips()] == [c.frames.tobytes() for c in by_path.clips()]
 
 
 def test_frames_follow_timestamps_for_variable_frame_rate(tmp_path):
