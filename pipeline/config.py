@@ -271,17 +271,13 @@ def _check(cfg: Config) -> None:
     _positive(t.lr, "train.lr")
     if not 0 < t.mask_prob < 1:
         raise ConfigError(f"config error: train.mask_prob must be in (0, 1) (got {t.mask_prob})")
-    for name, weight in t.regime_weights.items():
-        _one_of(name, ("text", "video", "text_video"), f"train.regime_weights.{name}")
-        if weight < 0:
-            raise ConfigError(f"config error: train.regime_weights.{name} must be >= 0 (got {weight})")
-    # a regime left out of the mapping keeps its default weight 1
-    if sum(t.regime_weights.get(name, 1.0) for name in ("text", "video", "text_video")) <= 0:
+    for mapping in ("regime_weights", "loss_weights"):
+        for name, weight in getattr(t, mapping).items():
+            _one_of(name, tuple(getattr(TrainConfig(), mapping)), f"train.{mapping}.{name}")
+            if weight < 0:
+                raise ConfigError(f"config error: train.{mapping}.{name} must be >= 0 (got {weight})")
+    if sum(t.regime_weights.values()) <= 0:
         raise ConfigError("config error: train.regime_weights must give some regime a weight > 0")
-    for name, weight in t.loss_weights.items():
-        _one_of(name, ("text", "video", "text_video", "alignment"), f"train.loss_weights.{name}")
-        if weight < 0:
-            raise ConfigError(f"config error: train.loss_weights.{name} must be >= 0 (got {weight})")
     if t.init_checkpoint.startswith("random:"):
         from videobert import PRESETS
         _one_of(t.init_checkpoint[len("random:"):], tuple(PRESETS), "train.init_checkpoint random:<preset>")
@@ -359,6 +355,7 @@ def _build(cls, data: dict, prefix: str):
         if key not in names:
             raise ConfigError(f"config error: unknown key {prefix}{key}")
     kwargs = {}
+    defaults = cls()
     for name in names:
         if name not in data:
             continue
@@ -367,7 +364,18 @@ def _build(cls, data: dict, prefix: str):
             kwargs[name] = _build(annotation, data[name] or {}, f"{prefix}{name}.")
         else:
             kwargs[name] = _coerce(data[name], annotation, f"{prefix}{name}")
+            if isinstance(kwargs[name], dict):
+                # a mapping overrides its defaults key by key: readers find every key
+                kwargs[name] = _merged(getattr(defaults, name), kwargs[name])
     return cls(**kwargs)
+
+
+def _merged(default: dict, given: dict) -> dict:
+    merged = dict(default)
+    for key, value in given.items():
+        merged[key] = _merged(default[key], value) if isinstance(default.get(key), dict) and \
+            isinstance(value, dict) else value
+    return merged
 
 
 def _apply_override(data: dict, assignment: str) -> None:

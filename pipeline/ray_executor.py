@@ -34,7 +34,7 @@ from typing import Callable, Iterable, Iterator
 import numpy as np
 
 from pipeline import runner
-from pipeline.config import Config, ExecutorConfig
+from pipeline.config import Config
 from pipeline.progress import Progress
 
 log = logging.getLogger("pipeline.ray")
@@ -47,9 +47,8 @@ ATTEMPT_STARTED, ATTEMPT_FAILED = ": attempt on ", ": attempt failed"   # marker
 
 def task_options(cfg: Config, role: str) -> dict:
     """Ray options for one task of `role` (a stage, or features_decode / features_model): the config's
-    resources over the built-in defaults, key by key."""
-    resources = dict(ExecutorConfig().ray_resources.get(role, {}))
-    resources.update(cfg.executor.ray_resources.get(role, {}))
+    resources (merged over the built-in defaults key by key at load)."""
+    resources = cfg.executor.ray_resources.get(role, {})
     options = {"num_cpus": resources.get("num_cpus", 1), "num_gpus": resources.get("num_gpus", 0)}
     if resources.get("memory_gb"):
         options["memory"] = int(resources["memory_gb"] * 2**30)

@@ -100,7 +100,7 @@ class DataParams:
     def from_config(cls, train_cfg) -> "DataParams":
         t = train_cfg
         return cls(max_len=t.max_len, mask_prob=t.mask_prob,
-                   regime_weights=tuple(float(t.regime_weights.get(name, 1.0)) for name in REGIMES),
+                   regime_weights=tuple(float(t.regime_weights[name]) for name in REGIMES),
                    negative_prob=t.negative_prob, concat_prob=t.concat_prob, max_concat=t.max_concat,
                    max_subsample_step=t.max_subsample_step, shuffle_buffer=t.shuffle_buffer)
 

@@ -118,14 +118,14 @@ def compute_losses(model, batch: dict[str, torch.Tensor],
     for index, name in enumerate(REGIMES):
         chosen = (token_regimes == index).float()
         loss_sum = (token_loss * chosen).sum()
-        total = total + loss_weights.get(name, 1.0) * loss_sum / max(len(labels), 1)
+        total = total + loss_weights[name] * loss_sum / max(len(labels), 1)
         rows.append(torch.stack([loss_sum.detach(), (token_correct * chosen).sum(), chosen.sum(),
                                  (batch["regimes"] == index).sum().float()]))
     alignment_labels = batch["alignment_labels"]
     aligned = (alignment_labels != IGNORE).float()
     count = aligned.sum()
     loss_sum = F.cross_entropy(alignment_logits.float(), alignment_labels, ignore_index=IGNORE, reduction="sum")
-    total = total + loss_weights.get("alignment", 1.0) * loss_sum / count.clamp(min=1)
+    total = total + loss_weights["alignment"] * loss_sum / count.clamp(min=1)
     correct = ((alignment_logits.argmax(dim=-1) == alignment_labels).float() * aligned).sum()
     rows.append(torch.stack([loss_sum.detach(), correct, count, count]))
     return total, torch.stack(rows)
