@@ -76,13 +76,23 @@ def atomic_write_json(final: Path, value) -> None:
 def write_parquet(final: Path, table: pa.Table, metadata: dict[str, str], *,
                   row_group_size: int | None = None, compression: str = "zstd") -> None:
     """Write `table` atomically with `metadata` (str -> str) in the file's key-value metadata."""
-    existing = dict(table.schema.metadata or {})
+    write_parquet_stream(final, table.schema, metadata, [table], row_group_size=row_group_size,
+                         compression=compression)
+
+
+def write_parquet_stream(final: Path, schema: pa.Schema, metadata: dict[str, str], tables, *,
+                         row_group_size: int | None = None, compression: str = "zstd") -> None:
+    """Write `tables` (an iterable, consumed one at a time: bounded memory) one after another into one
+    Parquet file of `schema`, atomically, with `metadata` (str -> str) added to its key-value metadata."""
+    existing = dict(schema.metadata or {})
     existing.update({(METADATA_PREFIX + key).encode(): str(value).encode() for key, value in metadata.items()})
-    table = table.replace_schema_metadata(existing)
+    schema = schema.with_metadata(existing)
     tmp = atomic_path(final)
     try:
-        pq.write_table(table, tmp, compression=compression, row_group_size=row_group_size,
-                       write_statistics=True)
+        with pq.ParquetWriter(tmp, schema, compression=compression, write_statistics=True) as writer:
+            for table in tables:
+                writer.write_table(table if table.schema.equals(schema) else table.cast(schema),
+                                   row_group_size=row_group_size)
         with open(tmp, "rb+") as handle:
             os.fsync(handle.fileno())
         os.replace(tmp, final)

@@ -20,6 +20,11 @@ def load_tokenizer(spec: str):
     return tokenizer
 
 
+def encode(tokenizer, text: str) -> list[int]:
+    """The word-piece ids of `text` as align writes them: no [CLS]/[SEP] (the trainer adds its own)."""
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
 def vocabulary_sha256(tokenizer) -> str:
     vocab = sorted(tokenizer.get_vocab().items(), key=lambda item: item[1])
     return text_sha256("\n".join(token for token, _ in vocab))

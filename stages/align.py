@@ -20,7 +20,7 @@ import pyarrow as pa
 
 import schemas
 from pipeline.runner import ShardContext, ShardResult
-from schemas.tokenizer import load_tokenizer, vocabulary_sha256
+from schemas.tokenizer import encode, load_tokenizer, vocabulary_sha256
 
 NAME = "align"
 CONFIG_SECTIONS = ("align",)
@@ -140,7 +140,7 @@ def run_shard(ctx: ShardContext) -> ShardResult:
                 "video_id": video_id, "segment_index": segment_index,
                 "start_s": segment.start_s, "end_s": segment.end_s,
                 "kind": "text_video" if text else "video_only", "text": text,
-                "text_ids": tokenizer(text, add_special_tokens=False)["input_ids"] if text else [],
+                "text_ids": encode(tokenizer, text) if text else [],
                 "visual_ids": [clips[c]["token"] for c in segment.clips], "language": language,
             })
     rows.sort(key=lambda row: (row["video_id"], row["segment_index"]))

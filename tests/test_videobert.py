@@ -19,9 +19,10 @@ from transformers import BertConfig, BertForPreTraining, BertModel
 
 import schemas.codebook as codebook_format
 from pipeline.config import load_config
+from schemas.tokenizer import load_tokenizer
 from videobert import evaluate
 from videobert.data import VocabLayout
-from videobert.model import VideoBert, build_model, load_tokenizer, visual_embedding_rows
+from videobert.model import VideoBert, build_model, visual_embedding_rows
 from videobert.synthetic import NOUNS, VERBS, write_synthetic
 from videobert.train import latest_checkpoint, train
 

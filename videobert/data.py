@@ -341,19 +341,27 @@ def build_example(plan: Plan, layout: VocabLayout, params: DataParams, text_repl
     return ids, types, labels
 
 
-def collate(examples: list[tuple[np.ndarray, np.ndarray, np.ndarray]], regimes: list[int],
-            alignment_labels: list[int], pad_id: int) -> dict[str, torch.Tensor]:
-    """Pad to the longest example of the batch (not max_len: short batches cost less)."""
-    length = max(len(ids) for ids, _, _ in examples)
+def pad_examples(examples: list[tuple[np.ndarray, ...]], pad_id: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(input_ids, token_type_ids, attention_mask) of (ids, types, ...) examples, padded to the longest one
+    (not max_len: short batches cost less)."""
+    length = max(len(example[0]) for example in examples)
     input_ids = np.full((len(examples), length), pad_id, dtype=np.int64)
     token_types = np.zeros((len(examples), length), dtype=np.int64)
-    labels = np.full((len(examples), length), IGNORE, dtype=np.int64)
     attention = np.zeros((len(examples), length), dtype=np.int64)
-    for row, (ids, types, example_labels) in enumerate(examples):
+    for row, (ids, types, *_) in enumerate(examples):
         input_ids[row, :len(ids)] = ids
         token_types[row, :len(ids)] = types
-        labels[row, :len(ids)] = example_labels
         attention[row, :len(ids)] = 1
+    return input_ids, token_types, attention
+
+
+def collate(examples: list[tuple[np.ndarray, np.ndarray, np.ndarray]], regimes: list[int],
+            alignment_labels: list[int], pad_id: int) -> dict[str, torch.Tensor]:
+    """The training batch of (ids, types, labels) examples, padded to the longest."""
+    input_ids, token_types, attention = pad_examples(examples, pad_id)
+    labels = np.full(input_ids.shape, IGNORE, dtype=np.int64)
+    for row, (_, _, example_labels) in enumerate(examples):
+        labels[row, :len(example_labels)] = example_labels
     return {"input_ids": torch.from_numpy(input_ids), "token_type_ids": torch.from_numpy(token_types),
             "attention_mask": torch.from_numpy(attention), "labels": torch.from_numpy(labels),
             "alignment_labels": torch.tensor(alignment_labels, dtype=torch.int64),

@@ -13,7 +13,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -26,8 +25,8 @@ import torch
 from pipeline import io
 from pipeline.config import Config
 from pipeline.progress import Progress
-from schemas.tokenizer import load_tokenizer
-from videobert.data import VocabLayout, assemble, complete_shards, read_segments
+from schemas.tokenizer import encode, load_tokenizer
+from videobert.data import VocabLayout, assemble, complete_shards, pad_examples, read_segments
 from videobert.model import VideoBert
 from videobert.train import autocast, checkpoints_dir, latest_checkpoint, resolve_device
 
@@ -55,23 +54,16 @@ class _Evaluator:
         self.max_len = min(cfg.train.max_len, self.model.config.max_position_embeddings)
 
     def text_ids(self, text: str) -> np.ndarray:
-        return np.array(self.tokenizer(text, add_special_tokens=False)["input_ids"], dtype=np.int64)
+        return np.array(encode(self.tokenizer, text), dtype=np.int64)
 
     @torch.no_grad()
     def forward(self, examples: list[tuple[np.ndarray, np.ndarray]], predict: list[list[int]] | None = None):
         """(hidden states, logits at the `predict` positions (row-major: example, then position), and the
         padded batch's attention mask) of some (ids, types) examples."""
-        length = max(len(ids) for ids, _ in examples)
-        input_ids = torch.full((len(examples), length), self.layout.pad_id, dtype=torch.int64)
-        token_types = torch.zeros((len(examples), length), dtype=torch.int64)
-        attention = torch.zeros((len(examples), length), dtype=torch.int64)
-        predict_mask = torch.zeros((len(examples), length), dtype=torch.bool)
-        for row, (ids, types) in enumerate(examples):
-            input_ids[row, :len(ids)] = torch.from_numpy(ids)
-            token_types[row, :len(ids)] = torch.from_numpy(types)
-            attention[row, :len(ids)] = 1
-            if predict is not None:
-                predict_mask[row, predict[row]] = True
+        input_ids, token_types, attention = map(torch.from_numpy, pad_examples(examples, self.layout.pad_id))
+        predict_mask = torch.zeros(input_ids.shape, dtype=torch.bool)
+        for row, positions in enumerate(predict or []):
+            predict_mask[row, positions] = True
         with autocast(self.device, self.cfg.train.precision):
             hidden, logits, _ = self.model(input_ids.to(self.device), token_types.to(self.device),
                                            attention.to(self.device),
@@ -100,23 +92,6 @@ def _batched(items, size: int):
         yield batch
 
 
-def _write_parquet_stream(final: Path, schema: pa.Schema, metadata: dict[str, str], tables) -> int:
-    """Write tables one after another into one Parquet file, atomically (bounded memory); returns rows."""
-    schema = schema.with_metadata({f"{io.METADATA_PREFIX}{key}": str(value) for key, value in metadata.items()})
-    tmp = io.atomic_path(final)
-    rows = 0
-    try:
-        with pq.ParquetWriter(tmp, schema, compression="zstd") as writer:
-            for table in tables:
-                writer.write_table(table.cast(schema))
-                rows += table.num_rows
-        os.replace(tmp, final)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-    return rows
-
-
 # ---------------------------------------------------------------- zero-shot
 
 def read_word_list(path: str | None, key: str) -> list[str]:
@@ -132,7 +107,7 @@ def first_pieces(tokenizer, words: list[str]) -> tuple[np.ndarray, list[str]]:
     """The first WordPiece id of each word, and notes on words split into several pieces."""
     ids, notes = [], []
     for word in words:
-        pieces = tokenizer(word, add_special_tokens=False)["input_ids"]
+        pieces = encode(tokenizer, word)
         if not pieces:
             raise ValueError(f"word list entry {word!r} has no word pieces")
         if len(pieces) > 1:
@@ -306,10 +281,9 @@ def extract_features(cfg: Config, work_dir: Path, checkpoint: str | Path | None 
                 progress.update(len(batch))
 
     final = work_dir / "eval" / "features.parquet"
-    final.parent.mkdir(parents=True, exist_ok=True)
-    _write_parquet_stream(final, schema, dict(ev.provenance(), template=cfg.eval.features_template,
-                                              feature="mean(video token states) ++ mean(masked text states)"),
-                          tables())
+    io.write_parquet_stream(final, schema, dict(ev.provenance(), template=cfg.eval.features_template,
+                                                feature="mean(video token states) ++ mean(masked text states)"),
+                            tables())
     return final
 
 

@@ -25,7 +25,7 @@ from torch import nn
 from transformers import BertConfig, BertModel
 from transformers.models.bert.modeling_bert import BertPredictionHeadTransform
 
-from schemas.tokenizer import load_tokenizer  # noqa: F401 - the trainer's tokenizer is align's
+from pipeline import io
 from videobert import PRESETS
 from videobert.data import VocabLayout
 
@@ -71,7 +71,7 @@ class VideoBert(nn.Module):
         state = {name: tensor.detach().contiguous().cpu() for name, tensor in self.state_dict().items()}
         save_file(state, str(folder / WEIGHTS_NAME), metadata={"format": "videobert"})
         record = dict(info, bert_config=self.config.to_dict(), layout=self.layout.to_dict())
-        (folder / INFO_NAME).write_text(json.dumps(record, indent=2, sort_keys=True, default=str) + "\n")
+        io.atomic_write_json(folder / INFO_NAME, record)
 
     @classmethod
     def load(cls, folder: Path, device: str | torch.device = "cpu") -> tuple["VideoBert", dict]:
@@ -81,7 +81,7 @@ class VideoBert(nn.Module):
         folder = Path(folder)
         info = json.loads((folder / INFO_NAME).read_text())
         model = cls(BertConfig.from_dict(info["bert_config"]), VocabLayout(**info["layout"]))
-        model.load_state_dict(load_file(str(folder / WEIGHTS_NAME), device=str(device)))
+        model.load_state_dict(load_file(str(folder / WEIGHTS_NAME)))   # onto the CPU model; moved once below
         return model.to(device), info
 
 

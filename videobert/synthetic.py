@@ -17,6 +17,7 @@ import pyarrow as pa
 import schemas
 import schemas.codebook as codebook_format
 from pipeline import io
+from schemas.tokenizer import encode
 
 VERBS = ("cut", "mix", "pour", "fry")
 NOUNS = ("onion", "egg", "rice", "sauce")
@@ -59,7 +60,7 @@ def write_synthetic(work_dir: Path, tokenizer, *, videos: int = 24, segments_per
                 continue
             text = SENTENCE.format(verb=VERBS[verb], noun=NOUNS[noun])
             rows.append(dict(row, kind="text_video", text=text,
-                             text_ids=tokenizer(text, add_special_tokens=False)["input_ids"]))
+                             text_ids=encode(tokenizer, text)))
             labels.append({"video_id": video_id, "segment_index": segment_index,
                            "verb": VERBS[verb], "noun": NOUNS[noun]})
 

@@ -22,7 +22,6 @@ import os
 import shutil
 import sys
 import time
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,6 +32,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader
 
 import schemas.codebook as codebook_format
+from pipeline import io
 from pipeline.config import Config
 from pipeline.progress import Progress
 from schemas.tokenizer import load_tokenizer
@@ -42,6 +42,8 @@ from videobert.model import VideoBert, build_model, count_parameters
 
 TRAINER_STATE_NAME = "trainer.pt"
 METRIC_ROWS = REGIMES + ("alignment",)
+# the log records' key prefix per metric row
+METRIC_PREFIXES = {name: "alignment" if name == "alignment" else f"mlm_{name}" for name in METRIC_ROWS}
 METRIC_COLUMNS = ("loss_sum", "correct", "count", "examples")
 
 
@@ -52,11 +54,14 @@ class Runtime:
     rank: int
     world_size: int
     device: torch.device
-    distributed: bool
 
     @property
     def main(self) -> bool:
         return self.rank == 0
+
+    @property
+    def distributed(self) -> bool:
+        return self.world_size > 1
 
 
 def resolve_device(name: str, local_rank: int = 0) -> torch.device:
@@ -94,7 +99,7 @@ def _start_runtime(device_name: str, num_threads: int = 0) -> tuple[Runtime, boo
         started = True
     if device.type == "cuda":
         torch.set_float32_matmul_precision("high")
-    return Runtime(rank, world_size, device, world_size > 1), started
+    return Runtime(rank, world_size, device), started
 
 
 # ---------------------------------------------------------------- losses
@@ -162,7 +167,7 @@ class Window:
                   "loss": float(totals[-2]) / max(self.steps * runtime.world_size, 1)}
         for index, name in enumerate(METRIC_ROWS):
             loss_sum, correct, count, examples = (float(v) for v in metrics[index])
-            prefix = "alignment" if name == "alignment" else f"mlm_{name}"
+            prefix = METRIC_PREFIXES[name]
             record[f"{prefix}_loss"] = loss_sum / count if count else None
             record[f"{prefix}_acc"] = correct / count if count else None
             record[f"{prefix}_examples"] = int(examples)
@@ -204,8 +209,8 @@ def _save_checkpoint(work_dir: Path, step: int, model: VideoBert, info: dict, tr
     root = checkpoints_dir(work_dir)
     final = root / f"step-{step:08d}"
     if runtime.main and not final.exists():
-        tmp = root / f".tmp-{final.name}-{uuid.uuid4().hex[:8]}"
-        tmp.mkdir(parents=True)
+        tmp = io.atomic_path(final)
+        tmp.mkdir()
         model.save(tmp, dict(info, step=step))
         torch.save(dict(trainer_state, step=step, rng=rng_states), tmp / TRAINER_STATE_NAME)
         os.replace(tmp, final)
@@ -244,8 +249,7 @@ def make_optimizer(model: VideoBert, lr: float, weight_decay: float) -> torch.op
 
 def _format_record(record: dict, max_steps: int) -> str:
     parts = [f"step {record['step']}/{max_steps}", f"loss {record['loss']:.4f}"]
-    for name in METRIC_ROWS:
-        prefix = "alignment" if name == "alignment" else f"mlm_{name}"
+    for name, prefix in METRIC_PREFIXES.items():
         if record[f"{prefix}_loss"] is not None:
             parts.append(f"{name} {record[f'{prefix}_loss']:.3f} (acc {record[f'{prefix}_acc']:.3f})")
     parts.append(f"{record['tokens_per_s']:,.0f} tokens/s")
