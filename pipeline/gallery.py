@@ -65,19 +65,6 @@ def jpeg_data_uri(jpeg: bytes) -> str:
     return "data:image/jpeg;base64," + base64.b64encode(jpeg).decode("ascii")
 
 
-def node_path(k: int, level: int, node: int) -> list[int]:
-    """Child index at each level from the root to the node `node` (a row) of level `level`."""
-    path = []
-    for _ in range(level):
-        path.append(node % k)
-        node //= k
-    return path[::-1]
-
-
-def path_label(k: int, level: int, node: int) -> str:
-    return ".".join(str(step) for step in node_path(k, level, node))
-
-
 def choose_nodes(codebook: codebook_format.Codebook, level: int, clusters: int,
                  node_ids: list[int] | None) -> list[int]:
     """The ids asked for (checked), else the `clusters` non-empty nodes of the level with the most
@@ -126,16 +113,13 @@ class NodeClips:
 
 def feature_parts_checked(work_dir: Path, codebook: codebook_format.Codebook) -> list[tuple[int, Path]]:
     """The completed features parts; refused when their feature space is not the codebook's."""
-    parts = io.completed_outputs(work_dir, "features")
-    if not parts:
-        raise FileNotFoundError(f"no completed features shards under {Path(work_dir) / 'features'}: "
-                                f"run the features stage first")
-    codebook_hash = codebook.info.get("feature_provenance_hash")
+    parts = io.required_outputs(work_dir, "features")
     for shard, path in parts:
-        features_hash = io.read_metadata(path).get("feature_provenance_hash")
-        if pq.ParquetFile(path).metadata.num_rows and features_hash != codebook_hash:
-            raise ValueError(f"features part {shard} has feature provenance {features_hash}, the codebook "
-                             f"was fit on {codebook_hash}: its clusters say nothing about these features")
+        footer = pq.read_metadata(path)
+        if footer.num_rows:
+            codebook_format.check_feature_provenance(
+                codebook, shard, io.schema_metadata(footer.schema.to_arrow_schema()).get("feature_provenance_hash"),
+                "its clusters say nothing about these features")
     return parts
 
 
@@ -157,7 +141,8 @@ def nearest_clips(work_dir: Path, codebook: codebook_format.Codebook, nodes_by_l
                 clips_in_shard += batch.num_rows
                 vectors = batch.column(3).flatten().to_numpy(zero_copy_only=False) \
                     .reshape(batch.num_rows, -1).astype(np.float32)
-                _, path_rows = codebook_format.descend(codebook, vectors, return_path=True)
+                # only as deep as the deepest level shown: the levels below cost most of a descent
+                _, path_rows = codebook_format.descend(codebook, vectors, return_path=True, levels=max(tracked))
                 for level, level_nodes in tracked.items():
                     column = path_rows[:, level - 1]
                     rows = np.flatnonzero(np.isin(column, level_nodes))
@@ -212,7 +197,7 @@ def _codebook_note(codebook: codebook_format.Codebook) -> str:
 def _row_html(codebook: codebook_format.Codebook, entry: NodeClips, thumbnails: dict, link: str | None) -> str:
     level, node, k = entry.level, entry.node, codebook.k
     members = int(codebook.counts[level - 1][node])
-    label = (f"<b>level {level}, node {node}</b><br>path {path_label(k, level, node)}<br>"
+    label = (f"<b>level {level}, node {node}</b><br>path {codebook_format.path_label(k, level, node)}<br>"
              f"{members:,} training members<br>{entry.clips:,} clips in this run")
     if members == 0:
         return (f'<section class="cluster empty" id="node-{level}-{node}" data-level="{level}" data-node="{node}">'
@@ -242,7 +227,8 @@ def contact_sheet(codebook: codebook_format.Codebook, entries: list[NodeClips], 
     for row, entry in enumerate(entries):
         top = row * row_height
         members = int(codebook.counts[entry.level - 1][entry.node])
-        lines = [f"L{entry.level} node {entry.node}", f"path {path_label(codebook.k, entry.level, entry.node)}",
+        lines = [f"L{entry.level} node {entry.node}",
+                 f"path {codebook_format.path_label(codebook.k, entry.level, entry.node)}",
                  f"{members:,} members" if members else "empty"]
         for number, text in enumerate(lines):
             draw.text((4, top + 4 + 14 * number), text, fill="black", font=font)
@@ -308,7 +294,7 @@ def write_gallery(cfg: Config, work_dir: Path, *, level: int = 1, clusters: int 
     for parent in parents:
         rows = [_row_html(codebook, found[(level + 1, child)], thumbnails, None) for child in children[parent]]
         page_body = [f'<p><a href="{main_name}">&larr; level {level}</a></p>',
-                     f"<h1>Node {parent} (path {path_label(codebook.k, level, parent)}) and its "
+                     f"<h1>Node {parent} (path {codebook_format.path_label(codebook.k, level, parent)}) and its "
                      f"{codebook.k} children at level {level + 1}</h1>", note,
                      _row_html(codebook, found[(level, parent)], thumbnails, None),
                      "<h2>Children</h2>", *rows]
@@ -326,7 +312,7 @@ def write_gallery(cfg: Config, work_dir: Path, *, level: int = 1, clusters: int 
         "missing_thumbnails": missing,
         "pages": [path.name for path in written],
         "nodes": [{"level": entry.level, "node": entry.node,
-                   "path": node_path(codebook.k, entry.level, entry.node),
+                   "path": codebook_format.node_path(codebook.k, entry.level, entry.node),
                    "training_members": int(counts[entry.level - 1][entry.node]), "clips": entry.clips,
                    "nearest": [{"video_id": clip.video_id, "clip_index": clip.clip_index, "start_s": clip.start_s,
                                 "shard": clip.shard, "distance": clip.distance} for clip in entry.nearest]}

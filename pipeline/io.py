@@ -53,6 +53,21 @@ def completed_outputs(work_dir: Path, stage: str, table_name: str = "") -> list[
     return [(shard, path) for shard, path in outputs if path.exists()]
 
 
+def required_outputs(work_dir: Path, stage: str) -> list[tuple[int, Path]]:
+    """(shard index, path) of every completed shard of an earlier stage that a whole-collection step needs;
+    none at all, or a record whose file is gone, is a clear error naming what to rerun."""
+    shards = completed_shards(work_dir, stage)
+    if not shards:
+        raise FileNotFoundError(f"no completed {stage} shards under {Path(work_dir) / stage}: "
+                                f"run the {stage} stage first")
+    outputs = [(shard, stage_output(work_dir, stage, shard)) for shard in shards]
+    for shard, path in outputs:
+        if not path.exists():
+            raise FileNotFoundError(f"{path} is missing although its completion record exists: "
+                                    f"rerun the {stage} stage for shard {shard}")
+    return outputs
+
+
 def atomic_path(final: Path) -> Path:
     """A unique temporary sibling: two workers racing on one shard never write into the same file. The
     `.partial` suffix keeps a killed writer's leftover out of every `*.parquet` or `*.json` glob."""

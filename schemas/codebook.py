@@ -37,13 +37,28 @@ class Codebook:
     def num_leaves(self) -> int:
         return self.k ** self.depth
 
-    def leaf_path(self, leaf_id: int) -> list[int]:
-        """Child index at each level from the root to `leaf_id`."""
-        path = []
-        for _ in range(self.depth):
-            path.append(leaf_id % self.k)
-            leaf_id //= self.k
-        return path[::-1]
+
+def node_path(k: int, level: int, node: int) -> list[int]:
+    """Child index at each level from the root to the node `node` (a row) of level `level`."""
+    path = []
+    for _ in range(level):
+        path.append(node % k)
+        node //= k
+    return path[::-1]
+
+
+def path_label(k: int, level: int, node: int) -> str:
+    """The node's path as dotted child indexes, e.g. "5.7.11"."""
+    return ".".join(str(step) for step in node_path(k, level, node))
+
+
+def check_feature_provenance(codebook: Codebook, shard_index: int, features_hash: str | None, remedy: str) -> None:
+    """Tokens or clusters from another feature space (other S3D weights, frame rate) are silently wrong:
+    refuse a features part whose provenance is not the one the codebook was fit on."""
+    codebook_hash = codebook.info.get("feature_provenance_hash")
+    if features_hash != codebook_hash:
+        raise ValueError(f"features part {shard_index} has feature provenance {features_hash}, the codebook "
+                         f"was fit on {codebook_hash}: {remedy}")
 
 
 def codebook_dir(work_dir: Path) -> Path:
@@ -93,30 +108,35 @@ def load(path: Path) -> Codebook:
                     counts=[tensors[f"counts_L{level}"] for level in range(1, depth + 1)], info=info)
 
 
-def descend(codebook: Codebook, vectors: np.ndarray, *, return_path: bool = False,
+def descend(codebook: Codebook, vectors: np.ndarray, *, return_path: bool = False, levels: int | None = None,
             chunk_rows: int = 65_536) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
     """The leaf id (int64, in [0, k**depth)) of each row of `vectors` (n x dim, any float dtype): at each
     level the nearest (L2) non-empty child of the node chosen one level up; ties go to the lower child.
-    With `return_path`, also the (n, depth) rows chosen at each level (the last column is the leaf id)."""
+    With `return_path`, also the (n, levels) rows chosen at each level (the last column is the leaf id).
+    `levels` < depth stops there: the ids are then of that level's nodes (a level depends only on those
+    above it, so the columns are the full descent's)."""
     vectors = np.asarray(vectors)
     if vectors.ndim != 2 or vectors.shape[1] != codebook.dim:
         raise ValueError(f"descend needs an (n, {codebook.dim}) array, got shape {vectors.shape}")
+    levels = codebook.depth if levels is None else levels
+    if not 1 <= levels <= codebook.depth:
+        raise ValueError(f"descend: levels must be in 1..{codebook.depth}, got {levels}")
     # ||x - c||^2 = ||x||^2 + ||c||^2 - 2 x.c; ||x||^2 is the same for every child, so it is left out.
     # An empty child's bias is +inf, so it never wins while its parent has a non-empty child (always true).
     biases = [np.where(counts > 0, np.einsum("ij,ij->i", centroids, centroids), np.inf).astype(np.float32)
-              for centroids, counts in zip(codebook.centroids, codebook.counts)]
-    path = np.empty((len(vectors), codebook.depth), dtype=np.int64)
+              for centroids, counts in zip(codebook.centroids[:levels], codebook.counts[:levels])]
+    path = np.empty((len(vectors), levels), dtype=np.int64)
     for start in range(0, len(vectors), chunk_rows):
         chunk = np.ascontiguousarray(vectors[start:start + chunk_rows], dtype=np.float32)
-        path[start:start + len(chunk)] = _descend_chunk(codebook, biases, chunk)
+        path[start:start + len(chunk)] = _descend_chunk(codebook, biases, chunk, levels)
     return (path[:, -1].copy(), path) if return_path else path[:, -1].copy()
 
 
-def _descend_chunk(codebook: Codebook, biases: list[np.ndarray], chunk: np.ndarray) -> np.ndarray:
+def _descend_chunk(codebook: Codebook, biases: list[np.ndarray], chunk: np.ndarray, levels: int) -> np.ndarray:
     k = codebook.k
-    path = np.empty((len(chunk), codebook.depth), dtype=np.int64)
+    path = np.empty((len(chunk), levels), dtype=np.int64)
     parent = np.zeros(len(chunk), dtype=np.int64)
-    for level in range(codebook.depth):
+    for level in range(levels):
         centroids, bias = codebook.centroids[level], biases[level]
         # rows sharing a parent are compared against the same k children in one matrix product
         order = np.argsort(parent, kind="stable")

@@ -48,22 +48,6 @@ class TreeFit:
 
 # ---------------------------------------------------------------- the fit sample
 
-def feature_shards(work_dir: Path) -> list[tuple[int, Path]]:
-    """(shard index, path) of every features shard that has a completion record."""
-    shards = io.completed_shards(work_dir, "features")
-    if not shards:
-        raise FileNotFoundError(f"no completed features shards under {Path(work_dir) / 'features'}: "
-                                f"run the features stage first")
-    found = []
-    for shard_index in shards:
-        path = io.stage_output(work_dir, "features", shard_index)
-        if not path.exists():
-            raise FileNotFoundError(f"{path} is missing although its completion record exists: "
-                                    f"rerun the features stage for shard {shard_index}")
-        found.append((shard_index, path))
-    return found
-
-
 def feature_provenance(shards: list[tuple[int, Path]]) -> tuple[str, str]:
     """The (hash, JSON) provenance that every non-empty features shard carries; disagreement is an error:
     features from two S3D checkpoints or frame rates cannot share one codebook."""
@@ -293,7 +277,7 @@ def run(cfg: Config, work_dir: Path, executor, *, force: bool = False, quiet: bo
         return {"stage": NAME, "skipped": True, "codebook": str(path), "config_changed": changed}
 
     started = time.time()
-    shards = feature_shards(work_dir)
+    shards = io.required_outputs(work_dir, "features")
     provenance_hash, provenance = feature_provenance(shards)
     sample_path = io.atomic_path(folder / SAMPLE_NAME)
     try:
@@ -371,6 +355,6 @@ def codebook_info(work_dir: Path, top: int = 10) -> str:
                   f"(small nodes have fewer than k={k} members)", "",
               f"  top {top} leaves by training members:", f"  {'leaf':>7} {'path':<16} {'members':>9} {'share':>7}"]
     for leaf in np.argsort(-leaf_counts, kind="stable")[:top].tolist():
-        path = ".".join(str(step) for step in codebook.leaf_path(leaf))
+        path = codebook_format.path_label(k, codebook.depth, leaf)
         lines.append(f"  {leaf:>7} {path:<16} {int(leaf_counts[leaf]):>9,} {leaf_counts[leaf] / total:>7.2%}")
     return "\n".join(lines)

@@ -35,12 +35,12 @@ def load_codebook(work_dir) -> codebook_format.Codebook:
 def run_shard(ctx: runner.ShardContext) -> runner.ShardResult:
     codebook = load_codebook(ctx.work_dir)
     features = ctx.read_input("features")
-    features_hash = io.schema_metadata(features.schema).get("feature_provenance_hash")
     codebook_hash = codebook.info.get("feature_provenance_hash")
-    if features.num_rows and features_hash != codebook_hash:
-        raise ValueError(f"features part {ctx.shard_index} has feature provenance {features_hash}, the "
-                         f"codebook was fit on {codebook_hash}: refit the codebook (kmeans --force) or "
-                         f"recompute these features with the codebook's S3D weights and decode settings")
+    if features.num_rows:
+        codebook_format.check_feature_provenance(
+            codebook, ctx.shard_index, io.schema_metadata(features.schema).get("feature_provenance_hash"),
+            "refit the codebook (kmeans --force) or recompute these features with the codebook's S3D weights "
+            "and decode settings")
     dim = features.schema.field("feature").type.list_size
     if features.num_rows and dim != codebook.dim:
         raise ValueError(f"features part {ctx.shard_index} has {dim}-d features, the codebook {codebook.dim}-d")

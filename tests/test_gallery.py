@@ -13,7 +13,8 @@ from PIL import Image
 import gallery_factory as factory
 from pipeline import cli
 from pipeline.config import load_config
-from pipeline.gallery import node_path, write_gallery
+from pipeline.gallery import write_gallery
+from schemas.codebook import node_path
 
 IMG_SRC = re.compile(r'<img src="([^"]+)"')
 CLUSTER = re.compile(r'<section class="cluster( empty)?" id="node-(\d+)-(\d+)"')

@@ -6,6 +6,7 @@ from kmeans_factory import (PROVENANCE_HASH, brute_force_descent, make_work_dir,
                             write_features_shard)
 
 import schemas.codebook as codebook_format
+from pipeline import io
 from pipeline.config import KmeansConfig, load_config
 from pipeline.executors import LocalExecutor
 from stages import kmeans
@@ -68,6 +69,8 @@ def test_descent_through_saved_file_equals_brute_force(planted):
         expected, margins = brute_force_descent(codebook.centroids, codebook.counts, 12, query)
         assert rows == expected or min(margins) < 1e-5 * (1 + float(query @ query))
         assert leaf == rows[-1] and 0 <= leaf < 144
+    top_nodes, top_path = codebook_format.descend(codebook, queries, return_path=True, levels=1)
+    assert np.array_equal(top_path, path[:, :1]) and np.array_equal(top_nodes, path[:, 0])
 
 
 def test_same_seed_gives_the_same_tree_for_any_number_of_workers(planted, tmp_path):
@@ -130,7 +133,7 @@ def test_sample_is_capped_spread_evenly_over_shards_and_seeded(tmp_path):
         vectors[:, 0], vectors[:, 1] = shard_index, np.arange(rows)     # where each row came from
         write_features_shard(tmp_path, shard_index, vectors)
         shards.append((shard_index, tmp_path / "features" / f"part-{shard_index:05d}.parquet"))
-    assert kmeans.feature_shards(tmp_path) == shards
+    assert io.required_outputs(tmp_path, "features") == shards
 
     def sample(seed, name):
         stats = kmeans.write_fit_sample(shards, 100, seed, tmp_path / name, quiet=True)
