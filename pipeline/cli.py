@@ -14,9 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from pipeline.config import ConfigError, load_config
-
-SHARD_STAGES = ("decode", "features", "quantize", "asr", "align")
+from pipeline.config import SHARD_STAGES, ConfigError, load_config
 
 
 def _common(parser: argparse.ArgumentParser, work_dir_required: bool = True) -> None:
@@ -121,7 +119,7 @@ def _print_stage_summary(stage: str, results: list[dict], elapsed: float) -> Non
 
 def run_stage(args, cfg) -> int:
     from pipeline import executors, runner
-    manifest = runner.read_manifest(args.work_dir)
+    manifest = runner.read_manifest(args.work_dir, columns=["shard"])
     shards = executors.select_shards(runner.manifest_shards(manifest), args.shard, args.num_shards)
     executor = executors.make_executor(cfg, args.executor, args.workers, args.ray_address)
     started = time.time()

@@ -15,6 +15,10 @@ from pathlib import Path
 
 import yaml
 
+# the stages in run order; the shard stages run once per manifest shard, kmeans and train once per run
+SHARD_STAGES = ("decode", "features", "quantize", "asr", "align")
+STAGES = ("decode", "features", "kmeans", "quantize", "asr", "align", "train")
+
 
 class ConfigError(ValueError):
     """A config mistake; its message is one line that names the key."""
@@ -182,6 +186,11 @@ def _positive(value, key):
         raise ConfigError(f"config error: {key} must be > 0 (got {value!r})")
 
 
+def _non_negative(value, key):
+    if value < 0:
+        raise ConfigError(f"config error: {key} must be >= 0 (got {value!r})")
+
+
 def _one_of(value, choices, key):
     if value not in choices:
         raise ConfigError(f"config error: {key} must be one of {', '.join(choices)} (got {value!r})")
@@ -189,21 +198,18 @@ def _one_of(value, choices, key):
 
 def _check_executor(ex: ExecutorConfig) -> None:
     for key in ("workers", "max_retries", "slurm_gpus", "ray_feature_models"):
-        if getattr(ex, key) < 0:
-            raise ConfigError(f"config error: executor.{key} must be >= 0 (got {getattr(ex, key)})")
+        _non_negative(getattr(ex, key), f"executor.{key}")
     _positive(ex.slurm_cpus_per_task, "executor.slurm_cpus_per_task")
     if ex.slurm_array_parallelism is not None:
         _positive(ex.slurm_array_parallelism, "executor.slurm_array_parallelism")
     for index, stage in enumerate(ex.slurm_gpu_stages):
-        _one_of(stage, ("decode", "features", "kmeans", "quantize", "asr", "align", "train"),
-                f"executor.slurm_gpu_stages[{index}]")
+        _one_of(stage, STAGES, f"executor.slurm_gpu_stages[{index}]")
     roles = tuple(ExecutorConfig().ray_resources)
     for role, resources in ex.ray_resources.items():
         _one_of(role, roles, f"executor.ray_resources.{role}")
         for name, amount in resources.items():
             _one_of(name, ("num_cpus", "num_gpus", "memory_gb"), f"executor.ray_resources.{role}.{name}")
-            if amount < 0:
-                raise ConfigError(f"config error: executor.ray_resources.{role}.{name} must be >= 0 (got {amount})")
+            _non_negative(amount, f"executor.ray_resources.{role}.{name}")
 
 
 def _check(cfg: Config) -> None:
@@ -242,10 +248,8 @@ def _check(cfg: Config) -> None:
         raise ConfigError(f"config error: kmeans.max_points_per_node must be >= kmeans.k (got {k.max_points_per_node})")
     _positive(k.niter, "kmeans.niter")
     _positive(k.nredo, "kmeans.nredo")
-    if k.workers < 0:
-        raise ConfigError(f"config error: kmeans.workers must be >= 0 (got {k.workers})")
-    if k.seed < 0:
-        raise ConfigError(f"config error: kmeans.seed must be >= 0 (got {k.seed})")
+    _non_negative(k.workers, "kmeans.workers")
+    _non_negative(k.seed, "kmeans.seed")
     if k.k ** k.depth > 2**31 - 1:
         # tokens are int32 leaf ids
         raise ConfigError(f"config error: kmeans.k ** kmeans.depth must be < 2**31 (got {k.k}**{k.depth})")
@@ -258,8 +262,7 @@ def _check(cfg: Config) -> None:
     _positive(a.max_sentence_s, "asr.max_sentence_s")
     _positive(a.pause_split_s, "asr.pause_split_s")
     _positive(a.beam_size, "asr.beam_size")
-    if a.num_threads < 0:
-        raise ConfigError(f"config error: asr.num_threads must be >= 0 (got {a.num_threads})")
+    _non_negative(a.num_threads, "asr.num_threads")
     _positive(cfg.align.tokens_per_segment_without_text, "align.tokens_per_segment_without_text")
     if not 0 < cfg.align.min_sentence_overlap <= 1:
         raise ConfigError(f"config error: align.min_sentence_overlap must be in (0, 1] (got {cfg.align.min_sentence_overlap})")
@@ -274,8 +277,7 @@ def _check(cfg: Config) -> None:
     for mapping in ("regime_weights", "loss_weights"):
         for name, weight in getattr(t, mapping).items():
             _one_of(name, tuple(getattr(TrainConfig(), mapping)), f"train.{mapping}.{name}")
-            if weight < 0:
-                raise ConfigError(f"config error: train.{mapping}.{name} must be >= 0 (got {weight})")
+            _non_negative(weight, f"train.{mapping}.{name}")
     if sum(t.regime_weights.values()) <= 0:
         raise ConfigError("config error: train.regime_weights must give some regime a weight > 0")
     if t.init_checkpoint.startswith("random:"):
@@ -287,8 +289,7 @@ def _check(cfg: Config) -> None:
     for key in ("log_every", "checkpoint_every", "keep_checkpoints"):
         _positive(getattr(t, key), f"train.{key}")
     for key in ("warmup_steps", "steps_per_run", "num_workers", "num_threads", "grad_clip", "weight_decay"):
-        if getattr(t, key) < 0:
-            raise ConfigError(f"config error: train.{key} must be >= 0 (got {getattr(t, key)})")
+        _non_negative(getattr(t, key), f"train.{key}")
     if t.batch_size % t.grad_accum:
         raise ConfigError(f"config error: train.batch_size must be a multiple of train.grad_accum "
                           f"(got {t.batch_size} and {t.grad_accum})")

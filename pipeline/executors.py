@@ -49,7 +49,7 @@ class LocalExecutor:
         self.workers = workers or default_workers(cfg)
 
     def run_shards(self, work_dir: Path, stage: str, shards: list[int], *, force: bool = False,
-                   quiet: bool = False, on_done: Callable[[dict], None] | None = None) -> list[dict]:
+                   quiet: bool = False) -> list[dict]:
         module = runner.stage_module(stage)
         workers = min(self.workers, getattr(module, "MAX_PARALLEL_SHARDS", self.workers), max(len(shards), 1))
         # the whole stage's progress is counted here, in the parent: pool workers run quiet (their bars
@@ -59,8 +59,6 @@ class LocalExecutor:
                 ran = not stats.get("skipped") and not stats.get("failed")
                 progress.update(1, videos=stats.get("videos", 0) if ran else 0,
                                 clips=stats.get("clips", 0) if ran else 0)
-                if on_done:
-                    on_done(stats)
 
             if workers <= 1:
                 results = []

@@ -239,7 +239,7 @@ class RayExecutor:
         return max(SHARDS_PER_MODEL * n_models, math.ceil(cpus / cpus_per_shard))
 
     def run_shards(self, work_dir: Path, stage: str, shards: list[int], *, force: bool = False,
-                   quiet: bool = False, on_done: Callable[[dict], None] | None = None) -> list[dict]:
+                   quiet: bool = False) -> list[dict]:
         ray, cfg = self._ray, self.cfg
         work_dir = Path(work_dir).resolve()
         attempts = cfg.executor.max_retries + 1
@@ -260,8 +260,6 @@ class RayExecutor:
             def finish(shard_index: int, stats: dict) -> None:
                 results[shard_index] = stats
                 progress.update(1, clips=stats.get("clips", 0) if not stats.get("skipped") else 0)
-                if on_done:
-                    on_done(stats)
 
             for shard_index in sorted(set(shards) - set(pending)):
                 finish(shard_index, runner.run_one_shard(cfg, work_dir, stage, shard_index))

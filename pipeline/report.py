@@ -28,10 +28,9 @@ import pyarrow.parquet as pq
 
 import schemas.codebook as codebook_format
 from pipeline import io, summary
-from pipeline.config import Config
+from pipeline.config import SHARD_STAGES, Config
 from pipeline.gallery import html_page, jpeg_data_uri, read_thumbnails
 
-STAGES = ("decode", "features", "quantize", "asr", "align")
 EXAMPLE_SEGMENTS = 4           # text segments shown with their thumbnails, each from another video
 ERROR_EXAMPLES = 20
 MAX_VIDEO_BARS = 50            # more videos than this: coverage is shown as a histogram
@@ -197,7 +196,7 @@ def _grouped(counts: list[int], max_bars: int = 32) -> tuple[list[str], list[int
 def stage_runs(work_dir: Path) -> dict[str, dict]:
     """Per stage, from its completion records: shards, videos, clips, errors, seconds and throughput."""
     stages = {}
-    for stage in STAGES:
+    for stage in SHARD_STAGES:
         records = list(io.completion_records(work_dir, stage).values())
         if not records:
             continue
@@ -235,10 +234,7 @@ def visual_words(work_dir: Path) -> dict | None:
         codebook = codebook_format.load(codebook_format.codebook_dir(work_dir))
     except FileNotFoundError:
         return None
-    token_counts = np.zeros(codebook.num_leaves, dtype=np.int64)
-    for _, path in io.completed_outputs(work_dir, "quantize"):
-        tokens = pq.read_table(path, columns=["token"])["token"].to_numpy()
-        token_counts += np.bincount(tokens, minlength=codebook.num_leaves)[:codebook.num_leaves]
+    token_counts = summary.token_counts(work_dir, codebook.num_leaves)[:codebook.num_leaves]
     by_rank = np.sort(token_counts[token_counts > 0])[::-1]
     total = int(token_counts.sum())
     probabilities = by_rank / max(total, 1)
@@ -372,7 +368,7 @@ def _number(value) -> str:
 def _stages_html(data: dict) -> str:
     run, stages = data["summary"], data["stages"]
     rows = []
-    for stage in STAGES:
+    for stage in SHARD_STAGES:
         counted = run["stages"].get(stage)
         entry = stages.get(stage)
         if not counted or not entry:

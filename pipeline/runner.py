@@ -29,12 +29,9 @@ import pyarrow.parquet as pq
 
 import schemas
 from pipeline import io
-from pipeline.config import Config
+from pipeline.config import SHARD_STAGES, Config
 
 log = logging.getLogger("pipeline")
-
-SHARD_STAGES = ("decode", "features", "quantize", "asr", "align")
-
 
 def stage_module(name: str):
     if name not in SHARD_STAGES:
@@ -93,13 +90,13 @@ def completion_record_ok(work_dir: Path, stage: str, shard_index: int) -> bool:
     return io.completion_record(work_dir, stage, shard_index).exists()
 
 
-def read_manifest(work_dir: Path, shard_index: int | None = None) -> pa.Table:
-    """The manifest, or only one shard's rows (read through the row groups' statistics, so a task of
-    a million-video run does not load every row)."""
+def read_manifest(work_dir: Path, shard_index: int | None = None, columns: list[str] | None = None) -> pa.Table:
+    """The manifest (its `columns`, default all), or only one shard's rows (read through the row groups'
+    statistics, so a task of a million-video run does not load every row)."""
     path = Path(work_dir) / "manifest" / "manifest.parquet"
     if not path.exists():
         raise FileNotFoundError(f"{path} not found: run the manifest stage first")
-    return pq.read_table(path, filters=None if shard_index is None else [("shard", "=", shard_index)])
+    return pq.read_table(path, columns=columns, filters=None if shard_index is None else [("shard", "=", shard_index)])
 
 
 def shard_videos(manifest: pa.Table, shard_index: int) -> list[dict]:

@@ -25,8 +25,8 @@ import sys
 import time
 from pathlib import Path
 
-from pipeline.config import Config
-from pipeline.runner import SHARD_STAGES, manifest_shards, read_manifest
+from pipeline.config import SHARD_STAGES, Config
+from pipeline.runner import manifest_shards, read_manifest
 
 REPO = Path(__file__).resolve().parent.parent
 JOB_ID = re.compile(r"\d+(_\d+)?")
@@ -107,7 +107,7 @@ def submit(cfg: Config, args) -> int:
             return 2
     manifest_path = Path(args.work_dir) / "manifest" / "manifest.parquet"
     if args.stage in SHARD_STAGES and manifest_path.exists():
-        shards = len(manifest_shards(read_manifest(args.work_dir)))
+        shards = len(manifest_shards(read_manifest(args.work_dir, columns=["shard"])))
         if args.num_shards > shards:
             print(f"submit: warning: {args.num_shards} tasks for {shards} manifest shard(s): "
                   f"{args.num_shards - shards} task(s) will find nothing to do", file=sys.stderr)

@@ -14,8 +14,9 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from pipeline import io
+from pipeline.config import SHARD_STAGES
 from pipeline.ray_executor import last_attempt_failure, shard_log_path
-from pipeline.runner import SHARD_STAGES, manifest_shards, read_manifest
+from pipeline.runner import manifest_shards, read_manifest
 
 SLOWEST_SHARDS = 3   # per stage
 
@@ -53,7 +54,7 @@ def _codebook_line(work_dir: Path) -> str:
 
 def status_text(work_dir: Path) -> str:
     work_dir = Path(work_dir)
-    manifest = read_manifest(work_dir)
+    manifest = read_manifest(work_dir, columns=["shard"])
     shards = manifest_shards(manifest)
     lines = [f"run {work_dir}: {manifest.num_rows:,} videos in {len(shards)} manifest shard(s)", "",
              f"{'stage':<9} {'shards done':>15} {'videos':>8} {'clips':>9} {'seconds':>9}  "
@@ -68,7 +69,7 @@ def status_text(work_dir: Path) -> str:
             continue
         done = len(records)
         share = done / len(shards) if shards else 0.0
-        error_types = Counter(row["error_type"] for row in error_rows(work_dir, stage, sorted(records)))
+        error_types = sum((Counter(record.get("error_types", {})) for record in records.values()), Counter())
         errors = ", ".join(f"{name} {count}" for name, count in sorted(error_types.items())) or "-"
         lines.append(f"{stage:<9} {f'{done}/{len(shards)} {share:4.0%}':>15} "
                      f"{sum(r.get('videos', 0) for r in records.values()):>8,} "
@@ -99,7 +100,7 @@ def errors_text(work_dir: Path, stage: str | None = None) -> str:
     work_dir = Path(work_dir)
     if stage is not None and stage not in SHARD_STAGES:
         raise ValueError(f"--stage must be one of {', '.join(SHARD_STAGES)} (got {stage!r})")
-    manifest = read_manifest(work_dir)
+    manifest = read_manifest(work_dir, columns=["video_id", "uri"])
     uris = dict(zip(manifest["video_id"].to_pylist(), manifest["uri"].to_pylist(), strict=True))
     lines = []
     for name in (stage,) if stage else SHARD_STAGES:

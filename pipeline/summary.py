@@ -11,13 +11,22 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pipeline import io
-
-STAGES = ("decode", "features", "quantize", "asr", "align")
+from pipeline.config import SHARD_STAGES
 
 
 def _parts(work_dir: Path, stage: str, table_name: str = "") -> list[Path]:
     """The outputs of complete shards only: a killed run's output without its record does not count."""
     return [path for _, path in io.completed_outputs(work_dir, stage, table_name)]
+
+
+def token_counts(work_dir: Path, num_leaves: int = 0) -> np.ndarray:
+    """Clips per visual token over the complete quantize parts (at least `num_leaves` entries), one part at
+    a time: memory stays bounded by a shard and the vocabulary, not the collection."""
+    counts = np.zeros(num_leaves, dtype=np.int64)
+    for path in _parts(work_dir, "quantize"):
+        part_counts = np.bincount(pq.read_table(path, columns=["token"])["token"].to_numpy(), minlength=len(counts))
+        counts = np.pad(counts, (0, len(part_counts) - len(counts))) + part_counts
+    return counts
 
 
 def collect(work_dir: Path) -> dict:
@@ -27,7 +36,7 @@ def collect(work_dir: Path) -> dict:
     total_shards = len(set(manifest["shard"].to_pylist())) if manifest is not None else 0
     summary: dict = {"work_dir": str(work_dir), "videos_in": manifest.num_rows if manifest is not None else 0,
                      "shards": total_shards, "stages": {}}
-    for stage in STAGES:
+    for stage in SHARD_STAGES:
         records = list(io.completion_records(work_dir, stage).values())
         if not records:
             continue
@@ -46,14 +55,7 @@ def collect(work_dir: Path) -> dict:
         summary["videos_by_status"] = dict(sorted(statuses.items()))
         summary["clips"] = summary["stages"]["decode"]["rows"]
     if "quantize" in summary["stages"]:
-        # one part at a time: memory stays bounded by a shard, not the collection
-        used = np.zeros(0, dtype=bool)
-        for path in _parts(work_dir, "quantize"):
-            tokens = pq.read_table(path, columns=["token"])["token"].to_numpy()
-            if tokens.size:
-                used = np.pad(used, (0, max(0, int(tokens.max()) + 1 - used.size)))
-                used[tokens] = True
-        summary["distinct_visual_tokens"] = int(used.sum())
+        summary["distinct_visual_tokens"] = int(np.count_nonzero(token_counts(work_dir)))
     align_parts = _parts(work_dir, "align")
     if align_parts:
         kinds: dict[str, int] = {}
