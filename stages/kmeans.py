@@ -53,9 +53,10 @@ def feature_provenance(shards: list[tuple[int, Path]]) -> tuple[str, str]:
     features from two S3D checkpoints or frame rates cannot share one codebook."""
     seen: dict[str, tuple[int, str]] = {}
     for shard_index, path in shards:
-        if pq.ParquetFile(path).metadata.num_rows == 0:
+        footer = pq.read_metadata(path)   # one read gives the row count and the provenance
+        if footer.num_rows == 0:
             continue
-        metadata = io.read_metadata(path)
+        metadata = io.schema_metadata(footer.schema.to_arrow_schema())
         if "feature_provenance_hash" not in metadata:
             raise ValueError(f"{path} has no feature_provenance_hash in its metadata: "
                              f"rerun the features stage for shard {shard_index}")
@@ -91,7 +92,7 @@ def write_fit_sample(shards: list[tuple[int, Path]], max_vectors: int, seed: int
     Non-finite rows are dropped (counted); the file's first `sample_size` rows are the sample."""
     from pipeline.progress import Progress
 
-    row_counts = [pq.ParquetFile(path).metadata.num_rows for _, path in shards]
+    row_counts = [pq.read_metadata(path).num_rows for _, path in shards]
     quotas = sample_quotas(row_counts, max_vectors)
     dim = pq.read_schema(shards[0][1]).field("feature").type.list_size
     sample = np.lib.format.open_memmap(destination, mode="w+", dtype=np.float16, shape=(sum(quotas), dim))
