@@ -18,7 +18,6 @@ import argparse
 import itertools
 import multiprocessing
 import os
-import sys
 import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -27,12 +26,12 @@ from pathlib import Path
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from common import machine
 
-import schemas.codebook as codebook_format  # noqa: E402
-from pipeline.config import KmeansConfig, load_config  # noqa: E402
-from pipeline.executors import LocalExecutor  # noqa: E402
-from stages import kmeans  # noqa: E402
+import schemas.codebook as codebook_format
+from pipeline.config import KmeansConfig, load_config
+from pipeline.executors import LocalExecutor
+from stages import kmeans
 
 
 def synthetic_features(path: Path, vectors: int, dim: int, k: int, depth: int, seed: int = 0) -> None:
@@ -73,9 +72,10 @@ def sklearn_tree(sample: np.ndarray, kcfg: KmeansConfig) -> float:
         # the faiss tree's thread rule: small nodes on one thread (OpenMP barriers outweigh their work)
         with threadpool_limits(limits=1 if vectors.size < kmeans.SINGLE_THREAD_FIT_VALUES else None):
             model.fit(vectors)
-            nearest = np.concatenate([model.predict(np.asarray(sample[members[start:start + 65_536]],
+            chunk = kmeans.ASSIGN_CHUNK_ROWS
+            nearest = np.concatenate([model.predict(np.asarray(sample[members[start:start + chunk]],
                                                                dtype=np.float32))
-                                      for start in range(0, len(members), 65_536)])
+                                      for start in range(0, len(members), chunk)])
         nodes += [(level + 1, row * kcfg.k + child, members[nearest == child]) for child in range(kcfg.k)]
     return time.perf_counter() - started
 
@@ -106,6 +106,7 @@ def main() -> None:
     args = parser.parse_args()
 
     kcfg = KmeansConfig(depth=args.depth, k=args.k)
+    print(f"machine: {machine()}")
     print(f"k-means tree benchmark: {args.vectors:,} x {args.dim} float16 vectors, depth {args.depth}, "
           f"k {args.k} ({args.k ** args.depth:,} leaves), niter {kcfg.niter}, per-node cap "
           f"{kcfg.max_points_per_node:,}; {os.cpu_count()} CPUs, load average "
@@ -125,7 +126,7 @@ def main() -> None:
             executor = LocalExecutor(cfg, workers=args.workers)
             started = time.perf_counter()
             parallel = kmeans.fit_tree(sample_path, kcfg, executor.map,
-                                       threads_per_task=max(1, (os.cpu_count() or 1) // args.workers))
+                                       threads_per_task=kmeans.threads_per_task(args.workers, args.k))
             pool_seconds = time.perf_counter() - started
             same = all(np.array_equal(a, b) for a, b in zip(tree.centroids, parallel.centroids))
             print(f"  faiss tree, {args.workers} processes         {pool_seconds:8.1f} s   "

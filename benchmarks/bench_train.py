@@ -16,26 +16,24 @@ MLM head on the masked positions) over the step time, divided by the chip's dens
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from common import machine
 
-import torch  # noqa: E402
-from torch.utils.data import DataLoader  # noqa: E402
+import torch
+from torch.utils.data import DataLoader
 
-import schemas.codebook as codebook_format  # noqa: E402
-from pipeline.config import load_config  # noqa: E402
-from videobert import PRESETS  # noqa: E402
-from videobert.data import (DataParams, ShardDataset, VocabLayout, replacement_text_ids,  # noqa: E402
+import schemas.codebook as codebook_format
+from pipeline.config import load_config
+from schemas.tokenizer import load_tokenizer
+from videobert import PRESETS
+from videobert.data import (DataParams, ShardDataset, VocabLayout, replacement_text_ids,
                             streams_per_rank, training_shards)
-from schemas.tokenizer import load_tokenizer  # noqa: E402
-from videobert.model import build_model, count_parameters  # noqa: E402
-from videobert.synthetic import write_synthetic  # noqa: E402
-from videobert.train import autocast, compute_losses, make_optimizer, resolve_device  # noqa: E402
+from videobert.model import build_model, count_parameters
+from videobert.synthetic import write_synthetic
+from videobert.train import autocast, compute_losses, make_optimizer, resolve_device
 
 # dense bf16 peak TFLOP/s by device name (NVIDIA data sheets, SXM parts)
 PEAK_BF16_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0, "L40S": 362.0, "A10": 125.0, "L4": 121.0}
@@ -153,6 +151,7 @@ def main() -> None:
         precision = "bf16 autocast" if device.type == "cuda" else "float32"
     total, trainable = count_parameters(model)
     mean_length = sum(float(b["attention_mask"].sum()) for b in batches) / sum(len(b["regimes"]) for b in batches)
+    print(f"machine: {machine()}")
     print(f"device {device} ({torch.cuda.get_device_name(device) if device.type == 'cuda' else 'CPU'}), "
           f"torch threads {torch.get_num_threads()}, preset {args.preset} ({total / 1e6:.1f}M parameters, "
           f"{trainable / 1e6:.1f}M trainable), batch {args.batch_size}, max_len {args.max_len}, "

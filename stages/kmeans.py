@@ -132,6 +132,12 @@ def write_fit_sample(shards: list[tuple[int, Path]], max_vectors: int, seed: int
 
 # ---------------------------------------------------------------- the tree
 
+def threads_per_task(workers: int | None, k: int) -> int:
+    """Threads for each node fit in a local pool of `workers` processes: the cores shared among the
+    processes instead of oversubscribed (at most k subtrees run at once); 0 (faiss's default) elsewhere."""
+    return max(1, (os.cpu_count() or 1) // min(workers, k)) if workers else 0
+
+
 def node_seed(seed: int, level: int, row: int) -> int:
     """The seed of the node at (level, row); level 0 is the root. Independent of the order of work."""
     return int(np.random.SeedSequence([seed, level, row]).generate_state(1)[0] & 0x7FFFFFFF)
@@ -284,11 +290,8 @@ def run(cfg: Config, work_dir: Path, executor, *, force: bool = False, quiet: bo
     try:
         sample_stats = write_fit_sample(shards, kcfg.max_fit_vectors, kcfg.seed, sample_path, quiet=quiet)
         sampled_at = time.time()
-        workers = getattr(executor, "workers", None)
-        # local pool: share the cores among the processes instead of oversubscribing them
-        threads = max(1, (os.cpu_count() or 1) // min(workers, kcfg.k)) if workers else 0
         fit = fit_tree(sample_path, kcfg, executor.map, sample_size=sample_stats["sample_size"],
-                       threads_per_task=threads)
+                       threads_per_task=threads_per_task(getattr(executor, "workers", None), kcfg.k))
     finally:
         sample_path.unlink(missing_ok=True)
     fitted_at = time.time()
