@@ -30,6 +30,7 @@ from PIL import Image
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import machine  # noqa: E402
+from work_factory import write_part  # noqa: E402
 
 import schemas  # noqa: E402
 import schemas.codebook as codebook_format  # noqa: E402
@@ -68,14 +69,12 @@ def make_work_dir(work: Path, shards: int, clips_per_shard: int) -> None:
                 "end_s": clip_index * 1.5 + 1.5}
         flat = pa.array(vectors.astype(np.float16).reshape(-1), type=pa.float16())
         features = pa.table(dict(keys, feature=pa.FixedSizeListArray.from_arrays(flat, DIM)))
-        io.write_parquet(io.stage_output(work, "features", shard), schemas.conform(features, schemas.FEATURES),
-                         {"feature_provenance_hash": PROVENANCE_HASH})
+        write_part(work, "features", shard, features, schemas.FEATURES, record={"clips": clips_per_shard},
+                   feature_provenance_hash=PROVENANCE_HASH)
         decode = pa.table(dict(keys, n_real_frames=pa.array(np.full(clips_per_shard, 30), pa.int32()),
                                padded=np.zeros(clips_per_shard, bool),
                                thumbnail_jpeg=pa.array([thumbnail] * clips_per_shard, pa.binary())))
-        io.write_parquet(io.stage_output(work, "decode", shard), schemas.conform(decode, schemas.DECODE_CLIPS), {})
-        for stage in ("features", "decode"):
-            io.atomic_write_json(io.completion_record(work, stage, shard), {"clips": clips_per_shard})
+        write_part(work, "decode", shard, decode, schemas.DECODE_CLIPS, record={"clips": clips_per_shard})
 
 
 def one_shard_copy(work: Path, destination: Path) -> Path:

@@ -19,6 +19,7 @@ from PIL import Image
 import schemas
 import schemas.codebook as codebook_format
 from pipeline import io
+from work_factory import write_manifest_rows, write_part
 
 K, DEPTH = 3, 2
 EMPTY_LEAF = 8
@@ -80,22 +81,14 @@ def _done(work_dir: Path, stage: str, shard: int, seconds: float, **stats) -> No
                           **stats})
 
 
-def _write(work_dir: Path, stage: str, shard: int, table: pa.Table, schema: schemas.Schema,
-           table_name: str = "", **metadata) -> None:
-    io.write_parquet(io.stage_output(work_dir, stage, shard, table_name), schemas.conform(table, schema),
-                     {"stage": stage, "schema": schema.tag, **metadata})
-
-
 def make_work_dir(work_dir: Path, *, stages: tuple[str, ...] = ("decode", "features", "kmeans", "quantize",
                                                                  "asr", "align")) -> Path:
     """Write the outputs of `stages` (each needs the ones before it) and return the work dir."""
     work_dir = Path(work_dir)
     rng = np.random.default_rng(1)
     codebook = make_codebook()
-    manifest = [{"video_id": video, "uri": f"/videos/{video}.mp4", "bytes": 1000, "transcript_uri": None,
-                 "shard": SHARD_OF[video]} for video in sorted(CLIPS)]
-    io.write_parquet(work_dir / "manifest" / "manifest.parquet",
-                     pa.Table.from_pylist(manifest, schema=schemas.MANIFEST.arrow), {"schema": schemas.MANIFEST.tag})
+    write_manifest_rows(work_dir, [{"video_id": video, "uri": f"/videos/{video}.mp4", "bytes": 1000,
+                                    "transcript_uri": None, "shard": SHARD_OF[video]} for video in sorted(CLIPS)])
     for shard in (0, 1):
         videos = [video for video in sorted(CLIPS) if SHARD_OF[video] == shard]
         clips = [{"video_id": video, "clip_index": clip, "start_s": clip * 1.5, "end_s": clip * 1.5 + 1.5}
@@ -104,12 +97,12 @@ def make_work_dir(work_dir: Path, *, stages: tuple[str, ...] = ("decode", "featu
             rows = [dict(clip, n_real_frames=30, padded=False,
                          thumbnail_jpeg=_jpeg(leaf_colour(_leaf_of(clip["video_id"], clip["clip_index"]))))
                     for clip in clips]
-            _write(work_dir, "decode", shard, pa.Table.from_pylist(rows, schema=schemas.DECODE_CLIPS.arrow),
-                   schemas.DECODE_CLIPS)
+            write_part(work_dir, "decode", shard, pa.Table.from_pylist(rows, schema=schemas.DECODE_CLIPS.arrow),
+                       schemas.DECODE_CLIPS)
             video_rows = [{"video_id": video, "uri": f"/videos/{video}.mp4", "status": "ok" if CLIPS[video] else "error",
                            "n_clips": CLIPS[video]} for video in videos]
-            _write(work_dir, "decode", shard, pa.Table.from_pylist(video_rows, schema=schemas.DECODE_VIDEOS.arrow),
-                   schemas.DECODE_VIDEOS, "videos")
+            write_part(work_dir, "decode", shard, pa.Table.from_pylist(video_rows, schema=schemas.DECODE_VIDEOS.arrow),
+                       schemas.DECODE_VIDEOS, table_name="videos")
             errors = [{"video_id": "v3", "stage": "decode", "error_type": "VideoDecodeError",
                        "message": "/videos/v3.mp4: Invalid data found when processing input"}] if shard == 1 else []
             io.write_parquet(io.error_output(work_dir, "decode", shard),
@@ -120,12 +113,12 @@ def make_work_dir(work_dir: Path, *, stages: tuple[str, ...] = ("decode", "featu
             flat = pa.array(vectors.astype(np.float16).reshape(-1), type=pa.float16())
             table = pa.Table.from_pylist(clips).append_column(
                 "feature", pa.FixedSizeListArray.from_arrays(flat, schemas.FEATURE_DIM))
-            _write(work_dir, "features", shard, table, schemas.FEATURES, feature_provenance_hash=PROVENANCE_HASH)
+            write_part(work_dir, "features", shard, table, schemas.FEATURES, feature_provenance_hash=PROVENANCE_HASH)
             _done(work_dir, "features", shard, 8.0, videos=len(videos), clips=len(clips))
         if "quantize" in stages:
             tokens = codebook_format.descend(codebook, vectors.astype(np.float16))
             table = pa.Table.from_pylist(clips).append_column("token", pa.array(tokens, pa.int32()))
-            _write(work_dir, "quantize", shard, table, schemas.QUANTIZE)
+            write_part(work_dir, "quantize", shard, table, schemas.QUANTIZE)
             _done(work_dir, "quantize", shard, 0.5, videos=len(videos), clips=len(clips))
         if "asr" in stages:
             rows = []
@@ -135,7 +128,7 @@ def make_work_dir(work_dir: Path, *, stages: tuple[str, ...] = ("decode", "featu
                              "source": "tiny.en", "language": "es" if video == "v2" else "en",
                              "language_prob": 0.9, "audio_s": CLIPS[video] * 1.5, "sentences": sentences,
                              "words": []})
-            _write(work_dir, "asr", shard, pa.Table.from_pylist(rows, schema=schemas.ASR.arrow), schemas.ASR)
+            write_part(work_dir, "asr", shard, pa.Table.from_pylist(rows, schema=schemas.ASR.arrow), schemas.ASR)
             _done(work_dir, "asr", shard, 3.0, videos=len(videos), audio_s=sum(r["audio_s"] for r in rows))
         if "align" in stages:
             token_of = {(c["video_id"], c["clip_index"]): int(t) for c, t in zip(clips, tokens)}
@@ -150,7 +143,7 @@ def make_work_dir(work_dir: Path, *, stages: tuple[str, ...] = ("decode", "featu
                                  "text": text, "text_ids": list(range(100, 100 + len(text.split()))) if text else [],
                                  "visual_ids": [token_of[(video, clip)] for clip in range(first, last)],
                                  "language": "es" if video == "v2" else "en"})
-            _write(work_dir, "align", shard, pa.Table.from_pylist(rows, schema=schemas.ALIGN.arrow), schemas.ALIGN)
+            write_part(work_dir, "align", shard, pa.Table.from_pylist(rows, schema=schemas.ALIGN.arrow), schemas.ALIGN)
             _done(work_dir, "align", shard, 1.0, videos=len(videos), clips=len(clips), segments=len(rows))
     if "kmeans" in stages:
         codebook_format.save(codebook, codebook_format.codebook_dir(work_dir))

@@ -9,7 +9,7 @@ import numpy as np
 import pyarrow as pa
 
 import schemas
-from pipeline import io
+from work_factory import write_manifest_rows, write_part
 
 PROVENANCE = {"weights": "kinetics400", "fps": 20.0, "clip_frames": 30}
 PROVENANCE_HASH = "a1b2c3d4e5f60718"
@@ -47,20 +47,16 @@ def write_features_shard(work_dir: Path, shard_index: int, vectors: np.ndarray, 
                          provenance_hash: str = PROVENANCE_HASH, clips_per_video: int = 50) -> pa.Table:
     """A features part with its provenance metadata and completion record."""
     table = features_table(vectors, f"s{shard_index}v", clips_per_video)
-    io.write_parquet(io.stage_output(work_dir, "features", shard_index), table,
-                     {"stage": "features", "schema": schemas.FEATURES.tag,
-                      "feature_provenance": json.dumps(PROVENANCE, sort_keys=True),
-                      "feature_provenance_hash": provenance_hash})
-    io.atomic_write_json(io.completion_record(work_dir, "features", shard_index), {"clips": len(vectors)})
+    write_part(work_dir, "features", shard_index, table, schemas.FEATURES, record={"clips": len(vectors)},
+               feature_provenance=json.dumps(PROVENANCE, sort_keys=True), feature_provenance_hash=provenance_hash)
     return table
 
 
 def write_manifest(work_dir: Path, tables: dict[int, pa.Table]) -> None:
-    rows = [{"video_id": video_id, "uri": f"/videos/{video_id}.mp4", "bytes": 1, "transcript_uri": None,
-             "shard": shard_index}
-            for shard_index, table in tables.items() for video_id in sorted(set(table["video_id"].to_pylist()))]
-    io.write_parquet(Path(work_dir) / "manifest" / "manifest.parquet",
-                     pa.Table.from_pylist(rows, schema=schemas.MANIFEST.arrow), {"schema": schemas.MANIFEST.tag})
+    write_manifest_rows(work_dir, [{"video_id": video_id, "uri": f"/videos/{video_id}.mp4", "bytes": 1,
+                                    "transcript_uri": None, "shard": shard_index}
+                                   for shard_index, table in tables.items()
+                                   for video_id in sorted(set(table["video_id"].to_pylist()))])
 
 
 def make_work_dir(work_dir: Path, shards: list[np.ndarray], **kwargs) -> dict[int, pa.Table]:

@@ -13,6 +13,7 @@ from pipeline.config import load_config
 from pipeline.runner import run_one_shard
 from schemas.validate import validate_work_dir
 from stages.align import load_tokenizer, segment_video
+from work_factory import write_manifest_rows, write_part
 
 CLIP = 1.5
 
@@ -77,27 +78,21 @@ def test_wordpiece_round_trips_the_zero_shot_template():
     assert tokenizer("Chop the onion.", add_special_tokens=False)["input_ids"] == [24494, 1996, 20949, 1012]
 
 
-def _write_part(work, stage, shard, table, schema, metadata=None):
-    io.write_parquet(io.stage_output(work, stage, shard), schemas.conform(table, schema),
-                     {"stage": stage, "schema": schema.tag, **(metadata or {})})
-    io.atomic_write_json(io.completion_record(work, stage, shard), {"stage": stage})
-
-
 def make_work_dir(work, videos):
     """videos: {video_id: (number of clips, language, sentences)} -> a work dir ready for align."""
     cfg = load_config(None, ["kmeans.depth=2", "kmeans.k=4"])
-    manifest = pa.Table.from_pylist([{"video_id": v, "uri": f"/videos/{v}.mp4", "bytes": 1, "transcript_uri": None,
-                                      "shard": 0} for v in videos], schema=schemas.MANIFEST.arrow)
-    io.write_parquet(work / "manifest" / "manifest.parquet", manifest, {"schema": schemas.MANIFEST.tag})
+    write_manifest_rows(work, [{"video_id": v, "uri": f"/videos/{v}.mp4", "bytes": 1, "transcript_uri": None,
+                                "shard": 0} for v in videos])
     token_rows, asr_rows = [], []
     for video_id, (n_clips, language, sentences) in videos.items():
         token_rows += [{"video_id": video_id, "clip_index": i, "start_s": i * CLIP, "end_s": (i + 1) * CLIP,
                         "token": (i * 5) % 16} for i in range(n_clips)]
         asr_rows.append({"video_id": video_id, "status": "ok", "source": "test", "language": language,
                          "language_prob": 0.99, "audio_s": n_clips * CLIP, "sentences": sentences, "words": []})
-    _write_part(work, "quantize", 0, pa.Table.from_pylist(token_rows, schema=schemas.QUANTIZE.arrow),
-                schemas.QUANTIZE, {"codebook_sha256": "c0ffee", "feature_provenance_hash": "feed"})
-    _write_part(work, "asr", 0, pa.Table.from_pylist(asr_rows, schema=schemas.ASR.arrow), schemas.ASR)
+    write_part(work, "quantize", 0, pa.Table.from_pylist(token_rows, schema=schemas.QUANTIZE.arrow),
+               schemas.QUANTIZE, record={"stage": "quantize"}, codebook_sha256="c0ffee", feature_provenance_hash="feed")
+    write_part(work, "asr", 0, pa.Table.from_pylist(asr_rows, schema=schemas.ASR.arrow), schemas.ASR,
+               record={"stage": "asr"})
     (work / "kmeans").mkdir(parents=True, exist_ok=True)
     (work / "kmeans" / "codebook.json").write_text(json.dumps({"k": 4, "depth": 2}))
     return cfg

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import av
 import numpy as np
-import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -24,6 +23,7 @@ from pipeline import io, runner
 from pipeline.config import AsrConfig, ConfigError, load_config
 from stages import asr, transcripts
 from stages.transcripts import TranscriptError, Word
+from work_factory import write_manifest_rows
 
 REPO = Path(__file__).resolve().parent.parent
 SPEECH = REPO / "tests" / "fixtures" / "speech"
@@ -396,12 +396,9 @@ def test_stage_shard_rows_errors_and_metadata(tmp_path):
         ("d_captioned", SAMPLES / "cooking_pasta.mp4", SPEECH / "narration_en.srt"),
         ("e_bad_captions", SAMPLES / "cooking_pasta.mp4", SPEECH / "malformed.vtt"),
     ]
-    manifest = pa.Table.from_pylist(
-        [{"video_id": vid, "uri": str(uri), "bytes": uri.stat().st_size,
-          "transcript_uri": str(transcript) if transcript else None, "shard": 0} for vid, uri, transcript in videos],
-        schema=schemas.MANIFEST.arrow)
-    (tmp_path / "work" / "manifest").mkdir(parents=True)
-    pq.write_table(manifest, tmp_path / "work" / "manifest" / "manifest.parquet")
+    write_manifest_rows(tmp_path / "work", [
+        {"video_id": vid, "uri": str(uri), "bytes": uri.stat().st_size,
+         "transcript_uri": str(transcript) if transcript else None, "shard": 0} for vid, uri, transcript in videos])
     cfg = load_config(None)
     stats = runner.run_one_shard(cfg, tmp_path / "work", "asr", 0, quiet=True)
 
