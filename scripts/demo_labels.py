@@ -13,6 +13,11 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from pipeline import io  # noqa: E402
+from pipeline.manifest import make_video_id  # noqa: E402
+
 # the verb and noun a cook would name for each scripted sentence of the English samples
 SENTENCE_LABELS = {
     "Today we are going to cook a simple tomato pasta.": ("cook", "pasta"),
@@ -31,12 +36,13 @@ SENTENCE_LABELS = {
 
 def main(work: Path) -> Path:
     narration = json.loads((REPO / "samples" / "narration.json").read_text())["videos"]
+    narration_by_id = {make_video_id(name): video for name, video in narration.items()}
     rows = []
-    for part in sorted((work / "align").glob("part-*.parquet")):
+    for _, part in io.completed_outputs(work, "align"):
         for segment in pq.read_table(part, columns=["video_id", "segment_index", "start_s", "end_s", "kind"]).to_pylist():
             if segment["kind"] != "text_video":
                 continue
-            video = next((v for name, v in narration.items() if segment["video_id"].startswith(name.rsplit(".", 1)[0] + "-")), None)
+            video = narration_by_id.get(segment["video_id"])
             if video is None:
                 continue
             overlaps = [(min(s["end_s"], segment["end_s"]) - max(s["start_s"], segment["start_s"]), s["text"])
