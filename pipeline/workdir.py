@@ -1,0 +1,137 @@
+"""The work dir's layout: every path of every stage, state file and report, in one place.
+
+Nothing else spells a path inside a work dir: stages, tools and tests ask a `WorkDir` for it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+STATE = "_state"   # pyarrow.dataset and most readers skip names starting with "_"
+
+
+class LayoutError(ValueError):
+    """The folder is not a work dir this version can use."""
+
+
+def part_name(shard_index: int) -> str:
+    return f"part-{shard_index:05d}.parquet"
+
+
+class WorkDir:
+    def __init__(self, root: "str | Path | WorkDir"):
+        self.root = root.root if isinstance(root, WorkDir) else Path(root)
+
+    def __repr__(self) -> str:
+        return f"WorkDir({str(self.root)!r})"
+
+    def __str__(self) -> str:
+        return str(self.root)
+
+    # ------------------------------------------------------------ data
+
+    @property
+    def manifest(self) -> Path:
+        return self.root / "manifest" / "manifest.parquet"
+
+    def data_folder(self, stage: str, table: str = "") -> Path:
+        """The folder of one per-shard output table: one schema per folder, so that any Parquet reader
+        opens it as a dataset. A stage's main table ("") is named after the stage; decode's per-video
+        table is `videos`."""
+        return self.root / (table or stage)
+
+    def part(self, stage: str, shard_index: int, table: str = "") -> Path:
+        return self.data_folder(stage, table) / part_name(shard_index)
+
+    @property
+    def kmeans_folder(self) -> Path:
+        return self.root / "kmeans"
+
+    @property
+    def codebook(self) -> Path:
+        return self.kmeans_folder / "codebook.safetensors"
+
+    @property
+    def codebook_sidecar(self) -> Path:
+        return self.kmeans_folder / "codebook.json"
+
+    @property
+    def train_folder(self) -> Path:
+        return self.root / "train"
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.train_folder / "checkpoints"
+
+    @property
+    def train_log(self) -> Path:
+        return self.train_folder / "log.jsonl"
+
+    @property
+    def eval_folder(self) -> Path:
+        return self.root / "eval"
+
+    # ------------------------------------------------------------ state: apart from the data
+    # (completion records inside a data folder would break `read_parquet(DIR/align)` in every reader)
+
+    @property
+    def state(self) -> Path:
+        return self.root / STATE
+
+    def records_folder(self, stage: str) -> Path:
+        return self.state / "done" / stage
+
+    def record(self, stage: str, shard_index: int | None = None) -> Path:
+        """A shard's completion record (written last, it is what marks the shard done), or with no shard
+        the record of a whole-collection stage (manifest, kmeans)."""
+        if shard_index is None:
+            return self.state / "done" / f"{stage}.json"
+        return self.records_folder(stage) / f"part-{shard_index:05d}.json"
+
+    def failure(self, stage: str, shard_index: int) -> Path:
+        """Why a shard's last attempt crashed (error and traceback); removed when the shard completes."""
+        return self.state / "failed" / stage / f"part-{shard_index:05d}.json"
+
+    @property
+    def errors_folder(self) -> Path:
+        """Per-video error rows of every stage: one schema, so the folder reads as one table."""
+        return self.state / "errors"
+
+    def errors(self, stage: str, shard_index: int) -> Path:
+        return self.errors_folder / f"{stage}-{part_name(shard_index)}"
+
+    def shard_log(self, stage: str, shard_index: int) -> Path:
+        return self.state / "logs" / stage / f"part-{shard_index:05d}.log"
+
+    @property
+    def slurm_folder(self) -> Path:
+        return self.state / "slurm"
+
+    @property
+    def slurm_logs(self) -> Path:
+        return self.slurm_folder / "logs"
+
+    def check_layout(self) -> None:
+        """Work dirs of earlier versions kept completion records inside the data folders (`<stage>/_done`);
+        their records carry no lineage, so nothing in them can be trusted as current."""
+        for old in sorted(self.root.glob("*/_done")):
+            raise LayoutError(f"{self.root} was written by an earlier version of the pipeline ({old} holds "
+                              f"completion records without lineage): start a new work dir")
+
+    # ------------------------------------------------------------ reports
+
+    @property
+    def summary(self) -> Path:
+        return self.root / "summary.json"
+
+    @property
+    def report(self) -> Path:
+        return self.root / "report.html"
+
+    @property
+    def report_data(self) -> Path:
+        return self.root / "report.json"
+
+    @property
+    def gallery(self) -> Path:
+        return self.root / "gallery"
