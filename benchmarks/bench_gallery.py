@@ -30,13 +30,15 @@ from PIL import Image
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import machine  # noqa: E402
-from work_factory import write_part  # noqa: E402
+from work_factory import MADE_BY, write_manifest_rows, write_part  # noqa: E402
 
 import schemas  # noqa: E402
 import schemas.codebook as codebook_format  # noqa: E402
-from pipeline import io  # noqa: E402
+from pipeline import lineage  # noqa: E402
 from pipeline.config import load_config  # noqa: E402
 from pipeline.gallery import READ_BATCH_ROWS, nearest_clips, write_gallery  # noqa: E402
+from pipeline.lineage import Lineage  # noqa: E402
+from pipeline.workdir import WorkDir  # noqa: E402
 
 K, DEPTH, DIM = 12, 4, schemas.FEATURE_DIM
 PROVENANCE_HASH = "bench000bench000"
@@ -56,7 +58,7 @@ def random_tree(rng) -> codebook_format.Codebook:
 def make_work_dir(work: Path, shards: int, clips_per_shard: int) -> None:
     rng = np.random.default_rng(0)
     codebook = random_tree(rng)
-    codebook_format.save(codebook, codebook_format.codebook_dir(work))
+    codebook_format.save(codebook, WorkDir(work).kmeans_folder)
     buffer = bytes_io.BytesIO()
     Image.fromarray(rng.integers(0, 256, (96, 96, 3), dtype=np.uint8)).save(buffer, format="JPEG", quality=80)
     thumbnail = buffer.getvalue()
@@ -75,14 +77,23 @@ def make_work_dir(work: Path, shards: int, clips_per_shard: int) -> None:
                                padded=np.zeros(clips_per_shard, bool),
                                thumbnail_jpeg=pa.array([thumbnail] * clips_per_shard, pa.binary())))
         write_part(work, "decode", shard, decode, schemas.DECODE_CLIPS, record={"clips": clips_per_shard})
+    write_manifest_rows(work, manifest_rows(shards, clips_per_shard))
 
 
-def one_shard_copy(work: Path, destination: Path) -> Path:
-    shutil.copytree(work / "kmeans", destination / "kmeans")
+def manifest_rows(shards: int, clips_per_shard: int) -> list[dict]:
+    return [{"video_id": f"s{shard}v{video:04d}", "uri": f"/videos/s{shard}v{video:04d}.mp4", "bytes": 1,
+             "transcript_uri": None, "shard": shard}
+            for shard in range(shards) for video in range((clips_per_shard + 599) // 600)]
+
+
+def one_shard_copy(work: Path, destination: Path, clips_per_shard: int) -> Path:
+    """Shard 0 of `work` as a run of its own (its parts linked, not copied)."""
+    shutil.copytree(WorkDir(work).kmeans_folder, WorkDir(destination).kmeans_folder)
     for stage in ("features", "decode"):
-        (destination / stage / "_done").mkdir(parents=True)
-        shutil.copy(io.completion_record(work, stage, 0), io.completion_record(destination, stage, 0))
-        (destination / stage / io.part_name(0)).symlink_to(io.stage_output(work, stage, 0))
+        WorkDir(destination).part(stage, 0).parent.mkdir(parents=True)
+        WorkDir(destination).part(stage, 0).symlink_to(WorkDir(work).part(stage, 0))
+        lineage.record_external(destination, stage, 0, MADE_BY)
+    write_manifest_rows(destination, manifest_rows(1, clips_per_shard))
     return destination
 
 
@@ -97,15 +108,15 @@ def timed(fn) -> float:
 
 
 def read_only(work: Path) -> None:
-    for shard in io.completed_shards(work, "features"):
-        for batch in pq.ParquetFile(io.stage_output(work, "features", shard)).iter_batches(
+    for _, path in Lineage(work).current_parts("features"):
+        for batch in pq.ParquetFile(path).iter_batches(
                 batch_size=READ_BATCH_ROWS, columns=["video_id", "clip_index", "start_s", "feature"]):
             batch.column(3).flatten().to_numpy(zero_copy_only=False).reshape(batch.num_rows, -1).astype(np.float32)
 
 
 def read_and_descend(work: Path, codebook) -> None:
-    for shard in io.completed_shards(work, "features"):
-        for batch in pq.ParquetFile(io.stage_output(work, "features", shard)).iter_batches(
+    for _, path in Lineage(work).current_parts("features"):
+        for batch in pq.ParquetFile(path).iter_batches(
                 batch_size=READ_BATCH_ROWS, columns=["video_id", "clip_index", "start_s", "feature"]):
             vectors = batch.column(3).flatten().to_numpy(zero_copy_only=False).reshape(batch.num_rows, -1)
             codebook_format.descend(codebook, vectors.astype(np.float32), return_path=True)
@@ -119,7 +130,7 @@ def peak_rss_kib() -> int:
 
 def scan_peak_rss(work: str) -> tuple[int, int]:
     """In a fresh process: the peak resident set (KiB) after loading the codebook, and after the scan."""
-    codebook = codebook_format.load(codebook_format.codebook_dir(work))
+    codebook = codebook_format.load(WorkDir(work).codebook)
     loaded = peak_rss_kib()
     nearest_clips(Path(work), codebook, level_one_nodes(), 12, quiet=True)
     return loaded, peak_rss_kib()
@@ -135,7 +146,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp) / "work"
         make_work_dir(work, args.shards, args.clips_per_shard)
-        codebook = codebook_format.load(codebook_format.codebook_dir(work))
+        codebook = codebook_format.load(WorkDir(work).codebook)
         cfg = load_config(None, [])
         read_only(work)   # warm the page cache: every variant then reads from memory
         results = {
@@ -153,7 +164,7 @@ def main() -> None:
         scan, descent = results["scan (nearest_clips)"], results["read + descent"]
         print(f"  scan overhead over read + descent: {scan / descent:.2f}x")
 
-        single = one_shard_copy(work, Path(tmp) / "one")
+        single = one_shard_copy(work, Path(tmp) / "one", args.clips_per_shard)
         spawn = multiprocessing.get_context("spawn")
         with spawn.Pool(1) as pool:
             one = pool.apply(scan_peak_rss, (str(single),))

@@ -24,9 +24,9 @@ from common import REPO, machine
 import ray
 
 from pipeline.config import load_config
-from pipeline.manifest import write_manifest
+from pipeline.lineage import Lineage
+from pipeline.manifest import read_manifest, write_manifest
 from pipeline.ray_executor import RayExecutor
-from pipeline.runner import manifest_shards, read_manifest
 from stages import kmeans
 
 STAGES = ("decode", "features", "kmeans", "quantize", "asr", "align")
@@ -75,7 +75,7 @@ def run_stage(executor: RayExecutor, cfg, work: Path, stage: str) -> dict:
         kmeans.run(cfg, work, executor, quiet=True)
         results = []
     else:
-        results = executor.run_shards(work, stage, manifest_shards(read_manifest(work)), quiet=True)
+        results = executor.run_shards(work, stage, Lineage(work).manifest_shards(), quiet=True)
         failed = [r for r in results if r.get("failed")]
         if failed:
             raise SystemExit(f"{stage} part {failed[0]['shard']} failed: {failed[0]['error']}")

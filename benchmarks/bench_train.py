@@ -27,6 +27,7 @@ from torch.utils.data import DataLoader
 
 import schemas.codebook as codebook_format
 from pipeline.config import load_config
+from pipeline.workdir import WorkDir
 from schemas.tokenizer import load_tokenizer
 from videobert import PRESETS
 from videobert.data import (DataParams, ShardDataset, VocabLayout, replacement_text_ids,
@@ -125,7 +126,7 @@ def main() -> None:
             write_synthetic(work_dir, tokenizer, videos=1600, segments_per_video=25, videos_per_shard=100,
                             tokens_per_segment=16)
         shards = training_shards(work_dir)
-        codebook = codebook_format.load(codebook_format.codebook_dir(work_dir))
+        codebook = codebook_format.load(WorkDir(work_dir).codebook)
         layout = VocabLayout.from_tokenizer(tokenizer, codebook.num_leaves)
         streams = streams_per_rank(len(shards), 1, args.workers)
         dataset = ShardDataset(shards, layout, replacement_text_ids(tokenizer), DataParams.from_config(cfg.train),

@@ -3,7 +3,10 @@
     python -m pipeline STAGE --config FILE --work-dir DIR [--set key=value ...]
                              [--shard I --num-shards N] [--force] [--executor local|ray] [--quiet]
 
-STAGE is manifest (with --input), decode, features, kmeans, quantize, asr, align, train or eval."""
+Stages, in run order: manifest (with --input), decode, features, kmeans, quantize, asr, align, train;
+then eval. A stage redoes what is stale (its inputs or config changed since it ran) and skips what is
+current. Exit codes: 0 done; 1 a shard failed or could not run, or a file is unreadable; 2 a usage or
+config error; 3 the input holds no videos, or more videos failed than executor.max_failed_share allows."""
 
 from __future__ import annotations
 
@@ -14,7 +17,11 @@ import sys
 import time
 from pathlib import Path
 
-from pipeline.config import SHARD_STAGES, ConfigError, load_config
+from pipeline import registry
+from pipeline.config import ConfigError, load_config
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_TOO_MANY_FAILED = 0, 1, 2, 3
+SHOWN_PROBLEMS = 5   # per stage run: failed or blocked shards listed one line each
 
 
 def _common(parser: argparse.ArgumentParser, work_dir_required: bool = True) -> None:
@@ -28,7 +35,7 @@ def _common(parser: argparse.ArgumentParser, work_dir_required: bool = True) -> 
 def _shard_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--shard", type=int, help="this task's index (default: $SLURM_ARRAY_TASK_ID)")
     parser.add_argument("--num-shards", type=int, help="number of tasks (default: $SLURM_ARRAY_TASK_COUNT)")
-    parser.add_argument("--force", action="store_true", help="redo shards that have a completion record")
+    parser.add_argument("--force", action="store_true", help="redo shards even when they are current")
     parser.add_argument("--executor", choices=("local", "ray"), help="default: executor.kind from the config")
     parser.add_argument("--workers", type=int, help="local process pool size (default: executor.workers)")
     parser.add_argument("--ray-address", help="Ray cluster address ('auto' joins a running one)")
@@ -39,20 +46,26 @@ def build_parser() -> argparse.ArgumentParser:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
 
-    manifest = commands.add_parser("manifest", help="list the input videos and assign shards")
-    _common(manifest)
-    manifest.add_argument("--input", required=True, type=Path,
-                          help="a folder (searched recursively) or a .txt/.csv/.parquet list of videos")
-    manifest.add_argument("--force", action="store_true", help="rewrite an existing manifest")
-
-    for stage in SHARD_STAGES + ("kmeans",):
-        sub = commands.add_parser(stage, help=f"run the {stage} stage")
+    for stage in registry.STAGES:
+        help_text = f"{stage.summary} (reads {', '.join(stage.reads) or 'the input videos'}; writes {stage.writes})"
+        sub = commands.add_parser(stage.name, help=help_text, description=help_text)
         _common(sub)
-        _shard_options(sub)
-
-    train = commands.add_parser("train", help="train the bundled VideoBERT on DIR/align")
-    _common(train)
-    train.add_argument("--resume", action="store_true", help="continue from the latest checkpoint")
+        if stage.name == "manifest":
+            sub.add_argument("--input", required=True, type=Path,
+                             help="a folder (searched recursively) or a .txt/.csv/.parquet list of videos")
+            sub.add_argument("--force", action="store_true",
+                             help="assign every video a shard anew (default: listed videos keep theirs)")
+        elif stage.name == "train":
+            sub.add_argument("--resume", action="store_true", help="continue from the latest checkpoint")
+            sub.add_argument("--restart", action="store_true",
+                             help="move the existing checkpoints aside and train anew")
+        elif stage.per_shard:
+            _shard_options(sub)
+        else:   # kmeans: one run for the collection, its subtrees in parallel
+            sub.add_argument("--force", action="store_true", help="refit even when the codebook is current")
+            sub.add_argument("--executor", choices=("local", "ray"), help="default: executor.kind")
+            sub.add_argument("--workers", type=int, help="processes fitting subtrees (default: kmeans.workers)")
+            sub.add_argument("--ray-address", help="Ray cluster address ('auto' joins a running one)")
 
     evaluate = commands.add_parser("eval", help="evaluate a trained VideoBERT")
     evaluate.add_argument("task", choices=("zero-shot", "features", "predict-video"))
@@ -66,14 +79,14 @@ def build_parser() -> argparse.ArgumentParser:
     summary = commands.add_parser("summary", help="print and write DIR/summary.json")
     _common(summary)
 
-    status = commands.add_parser("status", help="per stage: shards done/total, failures, slowest shards")
+    status = commands.add_parser("status", help="per stage: shards current/stale/failed, failures, slowest shards")
     _common(status)
-    errors = commands.add_parser("errors", help="list failed videos with their messages")
+    errors = commands.add_parser("errors", help="list failed videos and crashed shards with their messages")
     _common(errors)
     errors.add_argument("--stage", help="only this stage's errors")
 
     submit = commands.add_parser("submit", help="write (and submit) a Slurm job array for a stage")
-    submit.add_argument("stage", choices=SHARD_STAGES + ("kmeans", "train"))
+    submit.add_argument("stage", choices=tuple(name for name in registry.NAMES if name != "manifest"))
     _common(submit)
     submit.add_argument("--executor", choices=("slurm",), default="slurm")
     submit.add_argument("--num-shards", type=int, required=True, help="array tasks")
@@ -92,43 +105,188 @@ def build_parser() -> argparse.ArgumentParser:
     report = commands.add_parser("report", help="one self-contained HTML report of the run")
     _common(report)
 
-    validate = commands.add_parser("validate", help="check every output against its schema and invariants")
+    validate = commands.add_parser("validate", help="check every output: schemas, checksums, lineage, invariants")
     validate.add_argument("work_dir_positional", nargs="?", type=Path, metavar="DIR")
     _common(validate, work_dir_required=False)
     return parser
 
 
+# ---------------------------------------------------------------- per-shard stages
+
+def _failed_share(results: list[dict]) -> tuple[int, int]:
+    """(videos with an error row, videos) over the shards of this run that completed."""
+    done = [r for r in results if not r.get("failed") and not r.get("blocked")]
+    return sum(r.get("failed_videos", 0) for r in done), sum(r.get("videos", 0) for r in done)
+
+
 def _print_stage_summary(stage: str, results: list[dict], elapsed: float) -> None:
-    ran = [r for r in results if not r.get("skipped") and not r.get("failed")]
+    ran = [r for r in results if not (r.get("skipped") or r.get("failed") or r.get("blocked"))]
     skipped = [r for r in results if r.get("skipped")]
     failed = [r for r in results if r.get("failed")]
+    blocked = [r for r in results if r.get("blocked")]
+    redone = [r for r in ran if r.get("redone")]
     videos = sum(r.get("videos", 0) for r in ran)
     clips = sum(r.get("clips", 0) for r in ran)
     errors: dict[str, int] = {}
     for r in ran:
         for name, count in r.get("error_types", {}).items():
             errors[name] = errors.get(name, 0) + count
-    line = (f"{stage}: {len(ran)} shard(s) run, {len(skipped)} already complete, {len(failed)} failed; "
-            f"{videos} videos, {clips} clips in {elapsed:.1f}s")
+    what = f" ({len(redone)} redone: stale or corrupt)" if redone else ""
+    line = (f"{stage}: {len(ran)} shard(s) run{what}, {len(skipped)} already current, {len(failed)} failed"
+            f"{f', {len(blocked)} could not run' if blocked else ''}; {videos} videos, {clips} clips in {elapsed:.1f}s")
     if errors:
         line += "; video errors: " + ", ".join(f"{name} x{count}" for name, count in errors.items())
     print(line, file=sys.stderr)
-    for r in failed:
-        print(f"  shard {r['shard']} FAILED: {r['error']}\n{r.get('traceback', '')}", file=sys.stderr)
+    for r in redone[:SHOWN_PROBLEMS]:
+        print(f"  {stage} part {r['shard']:05d} redone ({r['redone']})", file=sys.stderr)
+    for r in failed[:SHOWN_PROBLEMS]:
+        details = ", ".join(str(r[key]) for key in ("failure_record", "log") if r.get(key))
+        print(f"  {stage} part {r['shard']:05d} FAILED: {r['error']} (details: {details or '-'})", file=sys.stderr)
+    for r in blocked[:SHOWN_PROBLEMS]:
+        print(f"  {stage} part {r['shard']:05d} could not run: {r['error']}", file=sys.stderr)
+    hidden = max(len(redone) - SHOWN_PROBLEMS, 0) + max(len(failed) - SHOWN_PROBLEMS, 0) + \
+        max(len(blocked) - SHOWN_PROBLEMS, 0)
+    if hidden:
+        print(f"  ... and {hidden} more (python -m pipeline status --work-dir DIR)", file=sys.stderr)
 
 
 def run_stage(args, cfg) -> int:
     from pipeline import executors, runner
-    manifest = runner.read_manifest(args.work_dir, columns=["shard"])
-    shards = executors.select_shards(runner.manifest_shards(manifest), args.shard, args.num_shards)
+    from pipeline.lineage import Lineage
+
+    for note in runner.prepare_stage(cfg, args.work_dir, args.command):
+        print(f"  {note}", file=sys.stderr)
+    shards = executors.select_shards(Lineage(args.work_dir).manifest_shards(), args.shard, args.num_shards)
     executor = executors.make_executor(cfg, args.executor, args.workers, args.ray_address)
     started = time.time()
     results = executor.run_shards(args.work_dir, args.command, shards, force=args.force, quiet=args.quiet)
     _print_stage_summary(args.command, results, time.time() - started)
-    return 1 if any(r.get("failed") for r in results) else 0
+    if any(r.get("failed") or r.get("blocked") for r in results):
+        return EXIT_FAILED
+    failed, videos = _failed_share(results)
+    if videos and failed / videos > cfg.executor.max_failed_share:
+        print(f"{args.command}: {failed} of {videos} videos failed ({failed / videos:.0%}), more than "
+              f"executor.max_failed_share={cfg.executor.max_failed_share:g}: see python -m pipeline errors "
+              f"--work-dir {args.work_dir}", file=sys.stderr)
+        return EXIT_TOO_MANY_FAILED
+    return EXIT_OK
+
+
+# ---------------------------------------------------------------- commands
+
+def run_manifest(args, cfg) -> int:
+    from pipeline.manifest import write_manifest
+
+    path, table, changes = write_manifest(cfg, args.input, args.work_dir, incremental=not args.force)
+    shards = len(set(table["shard"].to_pylist()))
+    if changes.get("unchanged"):
+        print(f"manifest: unchanged, {table.num_rows} videos in {shards} shard(s) ({path})", file=sys.stderr)
+        return EXIT_OK
+    line = f"manifest: {table.num_rows} videos in {shards} shard(s) -> {path}"
+    if changes["new_videos"] is not None:
+        line += f"; {changes['new_videos']} new, {changes['removed_videos']} removed"
+    changed = changes["changed_shards"]
+    if changed and changes["new_videos"] is not None:
+        listed = ", ".join(str(shard) for shard in changed[:10]) + (" ..." if len(changed) > 10 else "")
+        line += f"; later stages redo shard(s) {listed}"
+    print(line, file=sys.stderr)
+    return EXIT_OK
+
+
+def run_kmeans(args, cfg) -> int:
+    from pipeline import executors
+    from stages import kmeans
+    executor = executors.make_executor(cfg, args.executor, args.workers or cfg.kmeans.workers or None,
+                                       args.ray_address)
+    stats = kmeans.run(cfg, args.work_dir, executor, force=args.force, quiet=args.quiet)
+    if stats.get("skipped"):
+        print(f"kmeans: the codebook is current ({stats['codebook']})", file=sys.stderr)
+    else:
+        print(json.dumps(stats, indent=2, default=str), file=sys.stderr)
+    return EXIT_OK
+
+
+def run_train(args, cfg) -> int:
+    from videobert import train
+    stats = train.train(cfg, args.work_dir, resume=args.resume, restart=args.restart, quiet=args.quiet)
+    print(json.dumps(stats, indent=2, default=str), file=sys.stderr)
+    return EXIT_OK
+
+
+def run_eval(args, cfg) -> int:
+    from videobert import evaluate
+    if args.task == "zero-shot":
+        evaluate.zero_shot(cfg, args.work_dir, checkpoint=args.checkpoint, quiet=args.quiet)
+    elif args.task == "features":
+        print(evaluate.extract_features(cfg, args.work_dir, checkpoint=args.checkpoint))
+    else:
+        if not args.sentence:
+            print("eval predict-video: give at least one --sentence", file=sys.stderr)
+            return EXIT_USAGE
+        print(evaluate.predict_video(cfg, args.work_dir, args.sentence, checkpoint=args.checkpoint))
+    return EXIT_OK
+
+
+def run_validate(args, cfg) -> int:
+    from schemas import validate
+    problems = validate.validate_work_dir(args.work_dir, cfg if args.config or args.set else None)
+    if problems:
+        print(f"INVALID: {problems[0]}", file=sys.stderr)
+        for problem in problems[1:20]:
+            print(f"  also: {problem}", file=sys.stderr)
+        if len(problems) > 20:
+            print(f"  ... and {len(problems) - 20} more", file=sys.stderr)
+        return EXIT_FAILED
+    print(f"valid: every output under {args.work_dir} matches its schema, checksums, lineage and invariants",
+          file=sys.stderr)
+    return EXIT_OK
+
+
+def run_tool(args, cfg) -> int:
+    command = args.command
+    if command == "codebook-info":
+        from stages import kmeans
+        print(kmeans.codebook_info(args.work_dir))
+    elif command == "summary":
+        from pipeline import summary
+        print(summary.render(summary.write_summary(args.work_dir)))
+    elif command == "status":
+        from pipeline import status
+        print(status.status_text(args.work_dir))
+    elif command == "errors":
+        from pipeline import status
+        print(status.errors_text(args.work_dir, args.stage))
+    elif command == "gallery":
+        from pipeline import gallery
+        for path in gallery.write_gallery(cfg, args.work_dir, level=args.level, clusters=args.clusters,
+                                          per_cluster=args.per_cluster, node_ids=args.ids, quiet=args.quiet):
+            print(path)
+    elif command == "report":
+        from pipeline import report
+        print(report.write_report(cfg, args.work_dir))
+    elif command == "submit":
+        from pipeline import slurm
+        return slurm.submit(cfg, args)
+    else:
+        raise AssertionError(command)
+    return EXIT_OK
+
+
+COMMANDS = {"manifest": run_manifest, "kmeans": run_kmeans, "train": run_train, "eval": run_eval,
+            "validate": run_validate, **{name: run_stage for name in registry.SHARD_STAGES}}
+
+
+def dispatch(args, cfg) -> int:
+    return COMMANDS.get(args.command, run_tool)(args, cfg)
 
 
 def main(argv: list[str] | None = None) -> int:
+    from pipeline import io
+    from pipeline.lineage import CorruptFile, InputNotReady
+    from pipeline.manifest import ManifestError, NoVideos
+    from pipeline.workdir import LayoutError, WorkDir
+    from schemas.codebook import CorruptCodebook
+
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
@@ -137,96 +295,30 @@ def main(argv: list[str] | None = None) -> int:
         args.work_dir = args.work_dir or args.work_dir_positional
         if args.work_dir is None:
             print("validate: give the work dir (python -m pipeline validate DIR)", file=sys.stderr)
-            return 2
+            return EXIT_USAGE
     try:
         cfg = load_config(args.config, args.set)
     except ConfigError as error:
         print(error, file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     try:
+        if args.command not in ("manifest", "validate") and args.work_dir is not None:
+            WorkDir(args.work_dir).check_layout()
         return dispatch(args, cfg)
-    except (FileNotFoundError, FileExistsError, ValueError) as error:
+    except NoVideos as error:
         print(f"error: {error}", file=sys.stderr)
-        return 1
-
-
-def dispatch(args, cfg) -> int:
-    command = args.command
-    if command == "manifest":
-        from pipeline.manifest import ManifestError, write_manifest
-        path = args.work_dir / "manifest" / "manifest.parquet"
-        if path.exists() and not args.force:
-            print(f"manifest: {path} exists (use --force to rebuild it)", file=sys.stderr)
-            return 0
-        try:
-            path, table = write_manifest(cfg, args.input, args.work_dir)
-        except ManifestError as error:
-            print(f"error: {error}", file=sys.stderr)
-            return 1
-        shards = len(set(table["shard"].to_pylist()))
-        print(f"manifest: {table.num_rows} videos in {shards} shard(s) -> {path}", file=sys.stderr)
-        return 0
-    if command in SHARD_STAGES:
-        return run_stage(args, cfg)
-    if command == "kmeans":
-        from pipeline import executors
-        from stages import kmeans
-        executor = executors.make_executor(cfg, args.executor, args.workers or cfg.kmeans.workers or None,
-                                           args.ray_address)
-        stats = kmeans.run(cfg, args.work_dir, executor, force=args.force, quiet=args.quiet)
-        print(json.dumps(stats, indent=2, default=str), file=sys.stderr)
-        return 0
-    if command == "codebook-info":
-        from stages import kmeans
-        print(kmeans.codebook_info(args.work_dir))
-        return 0
-    if command == "train":
-        from videobert import train
-        stats = train.train(cfg, args.work_dir, resume=args.resume, quiet=args.quiet)
-        print(json.dumps(stats, indent=2, default=str), file=sys.stderr)
-        return 0
-    if command == "eval":
-        from videobert import evaluate
-        if args.task == "zero-shot":
-            evaluate.zero_shot(cfg, args.work_dir, checkpoint=args.checkpoint, quiet=args.quiet)
-        elif args.task == "features":
-            print(evaluate.extract_features(cfg, args.work_dir, checkpoint=args.checkpoint))
-        else:
-            if not args.sentence:
-                print("eval predict-video: give at least one --sentence", file=sys.stderr)
-                return 2
-            print(evaluate.predict_video(cfg, args.work_dir, args.sentence, checkpoint=args.checkpoint))
-        return 0
-    if command == "summary":
-        from pipeline import summary
-        print(summary.render(summary.write_summary(args.work_dir)))
-        return 0
-    if command in ("status", "errors"):
-        from pipeline import status
-        print(status.status_text(args.work_dir) if command == "status"
-              else status.errors_text(args.work_dir, args.stage))
-        return 0
-    if command == "submit":
-        from pipeline import slurm
-        return slurm.submit(cfg, args)
-    if command == "gallery":
-        from pipeline import gallery
-        for path in gallery.write_gallery(cfg, args.work_dir, level=args.level, clusters=args.clusters,
-                                          per_cluster=args.per_cluster, node_ids=args.ids, quiet=args.quiet):
-            print(path)
-        return 0
-    if command == "report":
-        from pipeline import report
-        print(report.write_report(cfg, args.work_dir))
-        return 0
-    if command == "validate":
-        from schemas import validate
-        problems = validate.validate_work_dir(args.work_dir)
-        if problems:
-            print(f"INVALID: {problems[0]}", file=sys.stderr)
-            for problem in problems[1:10]:
-                print(f"  also: {problem}", file=sys.stderr)
-            return 1
-        print(f"valid: every output under {args.work_dir} matches its schema and invariants", file=sys.stderr)
-        return 0
-    raise AssertionError(command)
+        return EXIT_TOO_MANY_FAILED
+    except (InputNotReady, CorruptFile, CorruptCodebook, io.UnreadableFile, LayoutError, ManifestError) as error:
+        print(f"{args.command}: cannot run: {error}", file=sys.stderr)
+        return EXIT_FAILED
+    except (FileExistsError, ValueError) as error:
+        print(f"{args.command}: error: {error}", file=sys.stderr)
+        return EXIT_FAILED
+    except OSError as error:
+        hint = io.disk_error_hint(error)
+        if hint is None and not isinstance(error, FileNotFoundError):
+            raise
+        where = f" {error.filename}" if error.filename else ""
+        print(f"{args.command}: error:{where}: {error.strerror or error}" + (f" ({hint})" if hint else ""),
+              file=sys.stderr)
+        return EXIT_FAILED

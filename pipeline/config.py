@@ -35,6 +35,7 @@ class ExecutorConfig:
     workers: int = 0                    # local process pool size; 0 = number of CPUs
     ray_address: str | None = None      # None starts a local Ray instance; "auto" joins a running cluster
     max_retries: int = 2                # Ray: attempts after the first failure of a shard task
+    max_failed_share: float = 0.5       # a stage whose share of failed videos exceeds this exits with 3
     slurm_partition: str | None = None
     slurm_time: str = "04:00:00"
     slurm_cpus_per_task: int = 4
@@ -199,6 +200,8 @@ def _one_of(value, choices, key):
 def _check_executor(ex: ExecutorConfig) -> None:
     for key in ("workers", "max_retries", "slurm_gpus", "ray_feature_models"):
         _non_negative(getattr(ex, key), f"executor.{key}")
+    if not 0 <= ex.max_failed_share <= 1:
+        raise ConfigError(f"config error: executor.max_failed_share must be in [0, 1] (got {ex.max_failed_share!r})")
     _positive(ex.slurm_cpus_per_task, "executor.slurm_cpus_per_task")
     if ex.slurm_array_parallelism is not None:
         _positive(ex.slurm_array_parallelism, "executor.slurm_array_parallelism")

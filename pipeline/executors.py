@@ -14,7 +14,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Callable, Iterable
 
-from pipeline import runner
+from pipeline import registry, runner
 from pipeline.config import Config
 from pipeline.progress import Progress
 
@@ -50,13 +50,13 @@ class LocalExecutor:
 
     def run_shards(self, work_dir: Path, stage: str, shards: list[int], *, force: bool = False,
                    quiet: bool = False) -> list[dict]:
-        module = runner.stage_module(stage)
-        workers = min(self.workers, getattr(module, "MAX_PARALLEL_SHARDS", self.workers), max(len(shards), 1))
+        limit = registry.stage(stage).max_parallel_shards or self.workers
+        workers = min(self.workers, limit, max(len(shards), 1))
         # the whole stage's progress is counted here, in the parent: pool workers run quiet (their bars
         # would overwrite each other), an in-process shard also shows its own bar of videos
         with Progress(total=len(shards), unit="shards", desc=stage, quiet=quiet) as progress:
             def done(stats: dict) -> None:
-                ran = not stats.get("skipped") and not stats.get("failed")
+                ran = not (stats.get("skipped") or stats.get("failed") or stats.get("blocked"))
                 progress.update(1, videos=stats.get("videos", 0) if ran else 0,
                                 clips=stats.get("clips", 0) if ran else 0)
 

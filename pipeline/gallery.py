@@ -31,7 +31,9 @@ from PIL import Image, ImageDraw, ImageFont
 import schemas.codebook as codebook_format
 from pipeline import io
 from pipeline.config import Config
+from pipeline.lineage import Lineage
 from pipeline.progress import Progress
+from pipeline.workdir import WorkDir
 
 READ_BATCH_ROWS = 8_192
 LABEL_WIDTH_PX = 190   # the contact sheet's label column
@@ -113,7 +115,10 @@ class NodeClips:
 
 def feature_parts_checked(work_dir: Path, codebook: codebook_format.Codebook) -> list[tuple[int, Path]]:
     """The completed features parts; refused when their feature space is not the codebook's."""
-    parts = io.required_outputs(work_dir, "features")
+    parts = Lineage(work_dir).current_parts("features")
+    if not parts:
+        raise FileNotFoundError(f"no current features shards under {WorkDir(work_dir).data_folder('features')}: "
+                                f"run the features stage first")
     for shard, path in parts:
         footer = pq.read_metadata(path)
         if footer.num_rows:
@@ -170,7 +175,7 @@ def read_thumbnails(work_dir: Path, clips: list[tuple[int, str, int]]) -> dict[t
         wanted.setdefault(shard, set()).add((video_id, clip_index))
     thumbnails = {}
     for shard, keys in sorted(wanted.items()):
-        path = io.stage_output(work_dir, "decode", shard)
+        path = WorkDir(work_dir).part("decode", shard)
         if not path.exists():
             raise FileNotFoundError(f"{path} not found: thumbnails come from the decode stage; run it first")
         for batch in pq.ParquetFile(path).iter_batches(batch_size=READ_BATCH_ROWS,
@@ -255,7 +260,7 @@ def write_gallery(cfg: Config, work_dir: Path, *, level: int = 1, clusters: int 
     work_dir = Path(work_dir)
     if per_cluster < 1:
         raise ValueError(f"gallery: --per-cluster must be >= 1, got {per_cluster}")
-    codebook = codebook_format.load(codebook_format.codebook_dir(work_dir))
+    codebook = codebook_format.load(WorkDir(work_dir).codebook)
     shown = choose_nodes(codebook, level, clusters, node_ids)
     counts = codebook.counts
     # below each shown non-empty node (above the leaves): its non-empty children, for its own page
@@ -272,7 +277,7 @@ def write_gallery(cfg: Config, work_dir: Path, *, level: int = 1, clusters: int 
     every_clip = [clip for entry in found.values() for clip in entry.nearest]
     thumbnails = read_thumbnails(work_dir, [(clip.shard, clip.video_id, clip.clip_index) for clip in every_clip])
 
-    folder = work_dir / "gallery"
+    folder = WorkDir(work_dir).gallery
     main_name = "index.html" if level == 1 else f"level-{level}.html"
     child_name = {parent: f"node-{level}-{parent}.html" for parent in parents}
     note = _codebook_note(codebook)

@@ -1,13 +1,18 @@
-"""Atomic Parquet output with provenance metadata, and the paths every stage's files live at.
+"""Atomic files, Parquet with provenance metadata and page checksums, and messages that name the file.
 
 An output appears only complete: it is written under a temporary name in the same folder and renamed
-(atomic on POSIX), so a killed run never leaves a file that a reader could take for a finished one."""
+(atomic on POSIX), so a killed run never leaves a file that a reader could take for a finished one. The
+temporary name says which host and process wrote it, so the next run can remove a killed writer's
+leftovers without touching a live writer's."""
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
+import socket
+import time
 import uuid
 from pathlib import Path
 
@@ -15,78 +20,101 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 METADATA_PREFIX = "videobert."
+TEMPORARY_PREFIX = ".tmp_"
+TEMPORARY_SUFFIX = ".partial"
+STALE_TEMPORARY_S = 24 * 3600     # another host's temporary file this old is a leftover, not a live write
 
 
-def part_name(shard_index: int) -> str:
-    return f"part-{shard_index:05d}.parquet"
+def one_line(error: BaseException) -> str:
+    """`Type: first line of the message`, the way every error is reported."""
+    text = str(error).strip()
+    return f"{type(error).__name__}: {text.splitlines()[0]}" if text else type(error).__name__
 
 
-def stage_output(work_dir: Path, stage: str, shard_index: int, table_name: str = "") -> Path:
-    prefix = f"{table_name}-" if table_name else ""
-    return Path(work_dir) / stage / f"{prefix}{part_name(shard_index)}"
+def disk_error_hint(error: OSError) -> str | None:
+    """A one-line hint for the OS errors a full, read-only or forbidden work dir gives."""
+    hints = {errno.ENOSPC: "the disk is full: free space or choose another --work-dir",
+             errno.EDQUOT: "the disk quota is exceeded: free space or choose another --work-dir",
+             errno.EROFS: "the file system is read-only: choose a writable --work-dir",
+             errno.EACCES: "permission denied: choose a --work-dir you can write to",
+             errno.EPERM: "operation not permitted: choose a --work-dir you can write to"}
+    return hints.get(error.errno)
 
 
-def error_output(work_dir: Path, stage: str, shard_index: int) -> Path:
-    return Path(work_dir) / "errors" / f"{stage}-{part_name(shard_index)}"
-
-
-def completion_record(work_dir: Path, stage: str, shard_index: int) -> Path:
-    return Path(work_dir) / stage / "_done" / f"part-{shard_index:05d}.json"
-
-
-def completed_shards(work_dir: Path, stage: str) -> list[int]:
-    """Shard indexes of `stage` that have a completion record, in order. Only `part-*.json` counts: a
-    killed writer's `.tmp-*.partial` record is not one."""
-    done = Path(work_dir) / stage / "_done"
-    return sorted(int(record.stem.split("-")[1]) for record in done.glob("part-*.json"))
-
-
-def completion_records(work_dir: Path, stage: str) -> dict[int, dict]:
-    """Shard index -> its completion record (the shard's stats), for every completed shard of `stage`."""
-    return {shard: json.loads(completion_record(work_dir, stage, shard).read_text())
-            for shard in completed_shards(work_dir, stage)}
-
-
-def completed_outputs(work_dir: Path, stage: str, table_name: str = "") -> list[tuple[int, Path]]:
-    """(shard index, path) of a stage's outputs that have a completion record, in shard order."""
-    outputs = [(shard, stage_output(work_dir, stage, shard, table_name)) for shard in completed_shards(work_dir, stage)]
-    return [(shard, path) for shard, path in outputs if path.exists()]
-
-
-def required_outputs(work_dir: Path, stage: str) -> list[tuple[int, Path]]:
-    """(shard index, path) of every completed shard of an earlier stage that a whole-collection step needs;
-    none at all, or a record whose file is gone, is a clear error naming what to rerun."""
-    shards = completed_shards(work_dir, stage)
-    if not shards:
-        raise FileNotFoundError(f"no completed {stage} shards under {Path(work_dir) / stage}: "
-                                f"run the {stage} stage first")
-    outputs = [(shard, stage_output(work_dir, stage, shard)) for shard in shards]
-    for shard, path in outputs:
-        if not path.exists():
-            raise FileNotFoundError(f"{path} is missing although its completion record exists: "
-                                    f"rerun the {stage} stage for shard {shard}")
-    return outputs
-
+# ---------------------------------------------------------------- atomic writes
 
 def atomic_path(final: Path) -> Path:
     """A unique temporary sibling: two workers racing on one shard never write into the same file. The
-    `.partial` suffix keeps a killed writer's leftover out of every `*.parquet` or `*.json` glob."""
+    `.partial` suffix and the leading dot keep a killed writer's leftover out of every `*.parquet`,
+    `*.json` or `step-*` glob."""
+    final = Path(final)
     final.parent.mkdir(parents=True, exist_ok=True)
-    return final.with_name(f".tmp-{uuid.uuid4().hex[:12]}-{final.name}.partial")
+    host = socket.gethostname().replace("_", "-")
+    return final.with_name(f"{TEMPORARY_PREFIX}{os.getpid()}_{host}_{uuid.uuid4().hex[:8]}_{final.name}"
+                           f"{TEMPORARY_SUFFIX}")
+
+
+def _writer_is_gone(name: str, age_s: float) -> bool:
+    """Whether the writer of a temporary file has ended: this host's process no longer runs, or another
+    host's file is older than any write takes."""
+    try:
+        pid, host, _ = name[len(TEMPORARY_PREFIX):].split("_", 2)
+        pid = int(pid)
+    except ValueError:
+        return age_s > STALE_TEMPORARY_S
+    if host != socket.gethostname().replace("_", "-"):
+        return age_s > STALE_TEMPORARY_S
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
+def remove_stale_temporaries(folder: Path) -> list[Path]:
+    """Delete the temporary files and folders that killed runs left in `folder`; returns them."""
+    import shutil
+
+    folder = Path(folder)
+    removed = []
+    if not folder.is_dir():
+        return removed
+    now = time.time()
+    for path in folder.glob(f"{TEMPORARY_PREFIX}*{TEMPORARY_SUFFIX}"):
+        try:
+            age = now - path.lstat().st_mtime
+        except FileNotFoundError:
+            continue
+        if _writer_is_gone(path.name, age):
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+            removed.append(path)
+    return removed
 
 
 def atomic_write_bytes(final: Path, data: bytes) -> None:
     tmp = atomic_path(final)
-    with open(tmp, "wb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, final)
+    try:
+        with open(tmp, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, final)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def atomic_write_json(final: Path, value) -> None:
     atomic_write_bytes(final, (json.dumps(value, indent=2, sort_keys=True, default=str) + "\n").encode())
 
+
+# ---------------------------------------------------------------- Parquet
 
 def write_parquet(final: Path, table: pa.Table, metadata: dict[str, str], *,
                   row_group_size: int | None = None, compression: str = "zstd") -> None:
@@ -98,13 +126,15 @@ def write_parquet(final: Path, table: pa.Table, metadata: dict[str, str], *,
 def write_parquet_stream(final: Path, schema: pa.Schema, metadata: dict[str, str], tables, *,
                          row_group_size: int | None = None, compression: str = "zstd") -> None:
     """Write `tables` (an iterable, consumed one at a time: bounded memory) one after another into one
-    Parquet file of `schema`, atomically, with `metadata` (str -> str) added to its key-value metadata."""
+    Parquet file of `schema`, atomically, with `metadata` (str -> str) added to its key-value metadata.
+    Every data page carries a CRC32 checksum (Parquet's own), which readers here verify."""
     existing = dict(schema.metadata or {})
     existing.update({(METADATA_PREFIX + key).encode(): str(value).encode() for key, value in metadata.items()})
     schema = schema.with_metadata(existing)
     tmp = atomic_path(final)
     try:
-        with pq.ParquetWriter(tmp, schema, compression=compression, write_statistics=True) as writer:
+        with pq.ParquetWriter(tmp, schema, compression=compression, write_statistics=True,
+                              write_page_checksum=True) as writer:
             for table in tables:
                 writer.write_table(table if table.schema.equals(schema) else table.cast(schema),
                                    row_group_size=row_group_size)
@@ -112,8 +142,21 @@ def write_parquet_stream(final: Path, schema: pa.Schema, metadata: dict[str, str
             os.fsync(handle.fileno())
         os.replace(tmp, final)
     finally:
-        if tmp.exists():
-            tmp.unlink()
+        tmp.unlink(missing_ok=True)
+
+
+def read_table(path: Path, columns: list[str] | None = None, **kwargs) -> pa.Table:
+    """A Parquet file with its page checksums verified; an unreadable file is an error naming it."""
+    try:
+        return pq.read_table(path, columns=columns, page_checksum_verification=True, **kwargs)
+    except (OSError, pa.ArrowException) as error:
+        if isinstance(error, FileNotFoundError):
+            raise FileNotFoundError(f"{path} not found") from None
+        raise UnreadableFile(f"cannot read {path}: {one_line(error)}") from None
+
+
+class UnreadableFile(ValueError):
+    """A file that exists but cannot be parsed; the message names it."""
 
 
 def schema_metadata(schema: pa.Schema) -> dict[str, str]:
@@ -125,7 +168,12 @@ def schema_metadata(schema: pa.Schema) -> dict[str, str]:
 
 def read_metadata(path: Path) -> dict[str, str]:
     """The `videobert.*` key-value metadata of a Parquet file, prefix removed (reads only the footer)."""
-    return schema_metadata(pq.read_schema(path))
+    try:
+        return schema_metadata(pq.read_schema(path))
+    except (OSError, pa.ArrowException) as error:
+        if isinstance(error, FileNotFoundError):
+            raise FileNotFoundError(f"{path} not found") from None
+        raise UnreadableFile(f"cannot read {path}: {one_line(error)}") from None
 
 
 def file_sha256(path: Path, chunk: int = 1 << 20) -> str:

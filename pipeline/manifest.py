@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import json
 import os
 import re
 import unicodedata
@@ -20,8 +21,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 import schemas
-from pipeline import io
+from pipeline import io, lineage
 from pipeline.config import Config
+from pipeline.workdir import WorkDir
 
 VIDEO_EXTENSIONS = {".mp4", ".m4v", ".mov", ".mkv", ".webm", ".avi", ".mpg", ".mpeg", ".ts", ".mts",
                     ".m2ts", ".flv", ".wmv", ".3gp", ".ogv", ".mxf"}
@@ -31,6 +33,10 @@ LIST_EXTENSIONS = {".txt", ".csv", ".parquet"}
 
 class ManifestError(ValueError):
     pass
+
+
+class NoVideos(ManifestError):
+    """The input holds no videos: nothing would run, which a batch job must not report as success."""
 
 
 def make_video_id(relative_path: str) -> str:
@@ -87,7 +93,8 @@ def _read_list(list_file: Path) -> list[tuple[str, str | None]]:
     return [(absolute(path), absolute(transcript)) for path, transcript in rows]
 
 
-def build_manifest(cfg: Config, input_path: str | Path) -> pa.Table:
+def list_videos(input_path: str | Path) -> list[dict]:
+    """One row per input video (video_id, uri, bytes, transcript_uri), in video_id order, no shards yet."""
     input_path = Path(input_path)
     if input_path.is_dir():
         entries, root = _find_videos(input_path), input_path
@@ -119,17 +126,101 @@ def build_manifest(cfg: Config, input_path: str | Path) -> pa.Table:
     ids = [row["video_id"] for row in rows]
     if len(set(ids)) != len(ids):
         raise ManifestError("two inputs map to the same video_id; rename one of them")
-    rows.sort(key=lambda row: row["video_id"])
-    for position, row in enumerate(rows):
-        row["shard"] = position // cfg.shards.videos_per_shard
+    return sorted(rows, key=lambda row: row["video_id"])
+
+
+def assign_shards(rows: list[dict], videos_per_shard: int, previous: dict[str, int] | None = None) -> list[dict]:
+    """Give every row its shard. Without `previous` (video_id -> shard of the last manifest), shard s
+    holds the rows s*videos_per_shard.. in video_id order. With it, a listed video keeps its shard and new
+    videos fill new shards after the last one, so that adding videos to a large collection redoes only
+    the new shards (and the shards that lost a video), not every shard after the first new id."""
+    if previous is None:
+        return [dict(row, shard=position // videos_per_shard) for position, row in enumerate(rows)]
+    kept = [dict(row, shard=previous[row["video_id"]]) for row in rows if row["video_id"] in previous]
+    new = [row for row in rows if row["video_id"] not in previous]
+    first = max(previous.values(), default=-1) + 1
+    added = [dict(row, shard=first + position // videos_per_shard) for position, row in enumerate(new)]
+    return sorted(kept + added, key=lambda row: (row["shard"], row["video_id"]))
+
+
+def build_manifest(cfg: Config, input_path: str | Path, previous: dict[str, int] | None = None) -> pa.Table:
+    rows = assign_shards(list_videos(input_path), cfg.shards.videos_per_shard, previous)
+    rows.sort(key=lambda row: (row["shard"], row["video_id"]))
     return pa.Table.from_pylist(rows, schema=schemas.MANIFEST.arrow)
 
 
-def write_manifest(cfg: Config, input_path: str | Path, work_dir: Path) -> tuple[Path, pa.Table]:
-    table = build_manifest(cfg, input_path)
-    path = Path(work_dir) / "manifest" / "manifest.parquet"
+def previous_assignment(cfg: Config, work: WorkDir) -> dict[str, int] | None:
+    """video_id -> shard of the existing manifest, when it was made with the same shard size."""
+    try:
+        record = lineage.read_json(work.record("manifest"))
+    except lineage.CorruptFile:
+        return None
+    if record is None or not work.manifest.exists() or \
+            record.get("lineage", {}).get("config") != json.loads(cfg.section_json("shards")):
+        return None
+    table = pq.read_table(work.manifest, columns=["video_id", "shard"])
+    return dict(zip(table["video_id"].to_pylist(), table["shard"].to_pylist()))
+
+
+def write_manifest(cfg: Config, input_path: str | Path, work_dir, *, incremental: bool = True) -> tuple[Path, pa.Table, dict]:
+    """List the input and write the manifest with its completion record (the digest of each shard's rows,
+    which every later stage's lineage names). Returns (path, table, changes): changes has the shards whose
+    rows changed and the counts of new and removed videos."""
+    work = WorkDir(work_dir)
+    previous = previous_assignment(cfg, work) if incremental else None
+    table = build_manifest(cfg, input_path, previous)
+    if table.num_rows == 0:
+        raise NoVideos(f"--input {input_path}: no videos found (looked for {', '.join(sorted(VIDEO_EXTENSIONS))})")
+    digests = shard_digests(table)
+    try:
+        old = lineage.read_json(work.record("manifest")) or {}
+    except lineage.CorruptFile:
+        old = {}
+    old_digests = old.get("shards", {})
+    changed = sorted(int(s) for s in set(digests) | set(old_digests) if digests.get(s) != old_digests.get(s))
+    ids = set(table["video_id"].to_pylist())
+    changes = {"changed_shards": changed, "new_videos": len(ids - set(previous or {})) if previous is not None else None,
+               "removed_videos": len(set(previous or {}) - ids) if previous is not None else None}
+    config = json.loads(cfg.section_json("shards"))
+    if not changed and old.get("lineage", {}).get("config") == config and work.manifest.exists():
+        changes["unchanged"] = True
+        return work.manifest, table, changes
     metadata = {"stage": "manifest", "schema": schemas.MANIFEST.tag, "config": cfg.section_json("shards"),
                 "config_hash": cfg.section_hash("shards"), "input": str(Path(input_path).resolve())}
+    write_manifest_table(work, table, {"version": lineage.VERSION, "config": config,
+                                       "input": str(Path(input_path).resolve())},
+                         metadata, row_group_size=cfg.shards.videos_per_shard * 16)
+    return work.manifest, table, changes
+
+
+def shard_digests(table: pa.Table) -> dict[str, str]:
+    """shard -> the digest of its rows, as the manifest's record holds them."""
+    by_shard: dict[int, list[dict]] = {}
+    for row in table.to_pylist():
+        by_shard.setdefault(row["shard"], []).append(row)
+    return {str(shard): lineage.rows_digest(rows) for shard, rows in sorted(by_shard.items())}
+
+
+def write_manifest_table(work_dir, table: pa.Table, lineage_record: dict, metadata: dict[str, str], *,
+                         row_group_size: int | None = None) -> dict[str, str]:
+    """Write a manifest table and its completion record: the digest of each shard's rows, which every
+    later stage's lineage names. Returns shard -> digest."""
+    work = WorkDir(work_dir)
+    digests = shard_digests(table)
+    work.record("manifest").unlink(missing_ok=True)
     # rows are in shard order: row groups of a few shards let a shard task read just its own
-    io.write_parquet(path, table, metadata, row_group_size=cfg.shards.videos_per_shard * 16)
-    return path, table
+    io.write_parquet(work.manifest, table, metadata, row_group_size=row_group_size)
+    lineage.write_record(work, "manifest", None, lineage_record,
+                         lineage.output_entry(work, work.manifest, table.num_rows),
+                         {"videos": table.num_rows, "shards": digests})
+    return digests
+
+
+def read_manifest(work_dir, shard_index: int | None = None, columns: list[str] | None = None) -> pa.Table:
+    """The manifest (its `columns`, default all), or only one shard's rows (read through the row groups'
+    statistics, so a task of a million-video run does not load every row)."""
+    path = WorkDir(work_dir).manifest
+    if not path.exists():
+        raise FileNotFoundError(f"{path} not found: run the manifest stage first")
+    return io.read_table(path, columns=columns,
+                         filters=None if shard_index is None else [("shard", "=", shard_index)])

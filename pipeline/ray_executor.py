@@ -6,7 +6,7 @@ node sees at the same path (NFS, Lustre, a mounted bucket), and every node needs
 
 - Resources per task come from `executor.ray_resources` (per stage: num_cpus, num_gpus, memory_gb).
 - A failed task is retried `executor.max_retries` times, whether it raised or its worker died. Each
-  attempt's log lines and traceback are appended to DIR/<stage>/_logs/part-NNNNN.log; a shard that keeps
+  attempt's log lines and traceback are appended to DIR/_state/logs/<stage>/part-NNNNN.log; a shard that keeps
   failing comes back as {"failed": True, "error", "traceback" (the log's tail)} and the finished shards
   stay complete, so the run ends non-zero naming the failed shards and a rerun does only those.
 - Progress across the cluster: shards done/total and clips/s, from the shards' completion stats.
@@ -35,6 +35,8 @@ import numpy as np
 
 from pipeline import runner
 from pipeline.config import Config
+from pipeline.lineage import CorruptFile, InputNotReady, Lineage
+from pipeline.workdir import WorkDir
 from pipeline.progress import Progress
 
 log = logging.getLogger("pipeline.ray")
@@ -53,10 +55,6 @@ def task_options(cfg: Config, role: str) -> dict:
     if resources.get("memory_gb"):
         options["memory"] = int(resources["memory_gb"] * 2**30)
     return options
-
-
-def shard_log_path(work_dir: Path, stage: str, shard_index: int) -> Path:
-    return Path(work_dir) / stage / "_logs" / f"part-{shard_index:05d}.log"
 
 
 def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
@@ -81,7 +79,7 @@ def last_attempt_failure(path: Path) -> str | None:
 def _run_shard_task(cfg: Config, work_dir: Path, stage: str, shard_index: int, force: bool,
                     feature_models: list | None) -> dict:
     """One attempt at one shard, in a Ray worker. Its log lines and any traceback go to the shard's log."""
-    path = shard_log_path(work_dir, stage, shard_index)
+    path = WorkDir(work_dir).shard_log(stage, shard_index)
     path.parent.mkdir(parents=True, exist_ok=True)
     handler = logging.FileHandler(path, encoding="utf-8")
     handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
@@ -93,9 +91,13 @@ def _run_shard_task(cfg: Config, work_dir: Path, stage: str, shard_index: int, f
         log.info("%s part %d%s%s (pid %d)", stage, shard_index, ATTEMPT_STARTED, socket.gethostname(), os.getpid())
         compute = partial(features_with_model_actors, models=feature_models) if feature_models else None
         stats = runner.run_one_shard(cfg, work_dir, stage, shard_index, force=force, quiet=True, compute=compute)
-        log.info("%s part %d: done (%s)", stage, shard_index, "already complete" if stats.get("skipped") else
+        log.info("%s part %d: done (%s)", stage, shard_index, "already current" if stats.get("skipped") else
                  f"{stats.get('seconds', 0):.1f} s")
         return stats
+    except (InputNotReady, CorruptFile) as error:
+        # not a failure to retry: an input is missing or stale until its own stage runs
+        log.error("%s part %d: cannot run: %s", stage, shard_index, error)
+        return {"stage": stage, "shard": shard_index, "blocked": True, "error": str(error)}
     except BaseException:
         log.error("%s part %d%s\n%s", stage, shard_index, ATTEMPT_FAILED, traceback.format_exc())
         raise
@@ -115,10 +117,11 @@ def cause_line(error: BaseException) -> str:
 
 def _failure(work_dir: Path, stage: str, shard_index: int, error: BaseException, attempts: int) -> dict:
     """The report of a shard whose every attempt failed: the cause and the tail of its log."""
-    path = shard_log_path(work_dir, stage, shard_index)
-    return {"stage": stage, "shard": shard_index, "failed": True, "attempts": attempts,
-            "error": f"{cause_line(error)} (after {attempts} attempt(s))", "log": str(path),
-            "traceback": f"  log {path}, last lines:\n{log_tail(path)}"}
+    work = WorkDir(work_dir)
+    path = work.shard_log(stage, shard_index)
+    failure = runner.record_failure(work, stage, shard_index, f"{cause_line(error)} (after {attempts} attempt(s))",
+                                    f"log {path}, last lines:\n{log_tail(path)}")
+    return {**failure, "attempts": attempts, "log": str(path)}
 
 
 # ------------------------------------------------------------------ features: decode tasks -> model actors
@@ -245,7 +248,8 @@ class RayExecutor:
         attempts = cfg.executor.max_retries + 1
         results: dict[int, dict] = {}
         # complete shards are answered here: no task, no model actor for a finished stage
-        pending = [s for s in shards if force or not runner.completion_record_ok(work_dir, stage, s)]
+        checker = Lineage(work_dir, cfg)
+        pending = [s for s in shards if force or not checker.state(stage, s, verify=True).current]
         split_features = stage == "features" and cfg.executor.ray_feature_models > 0 and bool(pending)
         models = self._feature_models() if split_features else None
         if split_features:
@@ -262,7 +266,7 @@ class RayExecutor:
                 progress.update(1, clips=stats.get("clips", 0) if not stats.get("skipped") else 0)
 
             for shard_index in sorted(set(shards) - set(pending)):
-                finish(shard_index, runner.run_one_shard(cfg, work_dir, stage, shard_index))
+                finish(shard_index, dict(checker.state(stage, shard_index).record, skipped=True))
             queue, in_flight = collections.deque(pending), {}
             while queue or in_flight:
                 while queue and len(in_flight) < max_in_flight:

@@ -28,8 +28,11 @@ import pyarrow.parquet as pq
 
 import schemas.codebook as codebook_format
 from pipeline import io, summary
-from pipeline.config import SHARD_STAGES, Config
+from pipeline.config import Config
 from pipeline.gallery import html_page, jpeg_data_uri, read_thumbnails
+from pipeline.lineage import Lineage
+from pipeline.registry import SHARD_STAGES
+from pipeline.workdir import WorkDir
 
 EXAMPLE_SEGMENTS = 4           # text segments shown with their thumbnails, each from another video
 ERROR_EXAMPLES = 20
@@ -197,7 +200,7 @@ def stage_runs(work_dir: Path) -> dict[str, dict]:
     """Per stage, from its completion records: shards, videos, clips, errors, seconds and throughput."""
     stages = {}
     for stage in SHARD_STAGES:
-        records = list(io.completion_records(work_dir, stage).values())
+        records = list(Lineage(work_dir).current_records(stage).values())
         if not records:
             continue
         seconds = sum(record.get("seconds", 0.0) for record in records)
@@ -220,18 +223,22 @@ def stage_runs(work_dir: Path) -> dict[str, dict]:
 
 def error_examples(work_dir: Path, limit: int = ERROR_EXAMPLES) -> list[dict]:
     examples = []
-    for path in sorted((work_dir / "errors").glob("*.parquet")):
-        for row in pq.read_table(path, columns=["stage", "video_id", "error_type", "message"]).to_pylist():
-            if len(examples) == limit:
-                return examples
-            examples.append(row)
+    for stage in SHARD_STAGES:
+        for shard in Lineage(work_dir).current_records(stage):
+            path = WorkDir(work_dir).errors(stage, shard)
+            if not path.exists():
+                continue   # parts made outside the stages have no error table
+            for row in io.read_table(path, columns=["stage", "video_id", "error_type", "message"]).to_pylist():
+                if len(examples) == limit:
+                    return examples
+                examples.append(row)
     return examples
 
 
 def visual_words(work_dir: Path) -> dict | None:
     """Token counts from quantize and the codebook's node sizes; None before the codebook exists."""
     try:
-        codebook = codebook_format.load(codebook_format.codebook_dir(work_dir))
+        codebook = codebook_format.load(WorkDir(work_dir).codebook)
     except FileNotFoundError:
         return None
     token_counts = summary.token_counts(work_dir, codebook.num_leaves)[:codebook.num_leaves]
@@ -261,7 +268,7 @@ def text_stats(cfg: Config, work_dir: Path) -> dict:
     asr_status: dict[str, int] = {}
     languages: dict[str, int] = {}
     words = [0] * (MAX_SENTENCE_WORDS + 1)
-    for _, path in io.completed_outputs(work_dir, "asr"):
+    for _, path in Lineage(work_dir).current_parts("asr"):
         table = pq.read_table(path, columns=["status", "language", "sentences"])
         for status in table["status"].to_pylist():
             asr_status[status] = asr_status.get(status, 0) + 1
@@ -273,7 +280,7 @@ def text_stats(cfg: Config, work_dir: Path) -> dict:
     token_cap = cfg.train.max_len
     wordpieces = [0] * (token_cap + 1)
     segments = {"text_video": 0, "video_only": 0}
-    for _, path in io.completed_outputs(work_dir, "align"):
+    for _, path in Lineage(work_dir).current_parts("align"):
         table = pq.read_table(path, columns=["video_id", "kind", "text_ids", "visual_ids"])
         clips = pc.list_value_length(table["visual_ids"]).to_pylist()
         text_lengths = pc.list_value_length(table["text_ids"]).to_pylist()
@@ -308,7 +315,7 @@ def _segment_clips(clips: list[dict], segment: dict) -> list[dict]:
 def example_segments(work_dir: Path, limit: int = EXAMPLE_SEGMENTS) -> list[dict]:
     """The first text segment of each of the first `limit` videos that have one, with their clips."""
     examples = []
-    for shard, path in io.completed_outputs(work_dir, "align"):
+    for shard, path in Lineage(work_dir).current_parts("align"):
         if len(examples) == limit:
             break
         table = pq.read_table(path, filters=[("kind", "=", "text_video")],
@@ -320,7 +327,7 @@ def example_segments(work_dir: Path, limit: int = EXAMPLE_SEGMENTS) -> list[dict
             if row["video_id"] in seen or not row["visual_ids"]:
                 continue
             seen.add(row["video_id"])
-            quantize_path = io.stage_output(work_dir, "quantize", shard)
+            quantize_path = WorkDir(work_dir).part("quantize", shard)
             clips = pq.read_table(quantize_path, filters=[("video_id", "=", row["video_id"])],
                                   columns=["clip_index", "start_s", "end_s", "token"]).to_pylist() \
                 if quantize_path.exists() else []
@@ -331,7 +338,7 @@ def example_segments(work_dir: Path, limit: int = EXAMPLE_SEGMENTS) -> list[dict
 
 
 def training_log(work_dir: Path) -> list[dict]:
-    path = work_dir / "train" / "log.jsonl"
+    path = WorkDir(work_dir).train_log
     if not path.exists():
         return []
     return [record for line in path.read_text().splitlines() if line.strip()
@@ -508,7 +515,7 @@ def render(data: dict, thumbnails: dict, work_dir: Path) -> str:
     body = ["<h1>VideoBERT pipeline run report</h1>",
             f'<p class="provenance">work dir {html.escape(run["work_dir"])}: {run["videos_in"]:,} videos in '
             f'{run["shards"]} shard(s). Every number here is in report.json.</p>']
-    if (work_dir / "gallery" / "index.html").exists():
+    if (WorkDir(work_dir).gallery / "index.html").exists():
         body.append('<p><a href="gallery/index.html">the visual words as pictures (gallery)</a></p>')
     body += [_stages_html(data), _visual_words_html(data["visual_words"]), _text_html(data["text"]),
              _examples_html(data["examples"], thumbnails), _train_html(data["train"])]
@@ -517,15 +524,14 @@ def render(data: dict, thumbnails: dict, work_dir: Path) -> str:
 
 def write_report(cfg: Config, work_dir: Path) -> Path:
     """Write DIR/report.html and DIR/report.json; returns the HTML's path."""
-    work_dir = Path(work_dir)
-    if not (work_dir / "manifest" / "manifest.parquet").exists():
-        raise FileNotFoundError(f"{work_dir / 'manifest' / 'manifest.parquet'} not found: nothing has run "
-                                f"in {work_dir} yet")
+    work = WorkDir(work_dir)
+    if not work.manifest.exists():
+        raise FileNotFoundError(f"{work.manifest} not found: nothing has run in {work.root} yet")
     data = collect(cfg, work_dir)
     wanted = [(clip["shard"], example["video_id"], clip["clip_index"])
               for example in data["examples"] for clip in example["clips"]]
     thumbnails = read_thumbnails(work_dir, wanted) if wanted else {}
-    page = work_dir / "report.html"
-    io.atomic_write_json(work_dir / "report.json", data)
+    page = work.report
+    io.atomic_write_json(work.report_data, data)
     io.atomic_write_bytes(page, render(data, thumbnails, work_dir).encode())
     return page

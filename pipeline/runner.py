@@ -1,20 +1,16 @@
-"""The step interface: a stage is a function of (config, one manifest shard) to one output file.
+"""Running one shard of one stage: the only thing an executor calls. Executors decide where it runs.
 
-Stage modules (`stages/*.py`) define:
-    NAME: str
-    CONFIG_SECTIONS: tuple[str, ...]   # the config sections whose values shape the output
-    SCHEMAS: dict[str, Schema]         # "" -> the main table's schema; other names -> extra tables
-    def run_shard(ctx: ShardContext) -> ShardResult
-and optionally
-    MAX_PARALLEL_SHARDS: int           # e.g. 1 for a stage that already uses every core per shard
+`run_one_shard` skips a shard that is current (its record's lineage matches what its inputs and config
+give now and its files still have their recorded sha256), and otherwise (re)makes it: the tables, the
+per-video error rows and then the completion record, each atomically. A stale or corrupt shard is redone
+automatically, and the reason is returned in its stats (`redone`). A shard whose input is not current
+cannot run: `InputNotReady`, one line naming the input and the stage to run first.
 
-`run_one_shard` is all an executor calls: it skips a shard with a completion record, writes the tables,
-the error rows and then the completion record, each atomically. Executors only decide where it runs."""
+The stage code itself (`stages/*.py`, named in pipeline/registry.py) is a function of a `ShardContext`
+to a `ShardResult`: it never sees paths of other stages' records or any executor."""
 
 from __future__ import annotations
 
-import importlib
-import json
 import logging
 import platform
 import socket
@@ -28,15 +24,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 import schemas
-from pipeline import io
-from pipeline.config import SHARD_STAGES, Config
+from pipeline import io, lineage, registry
+from pipeline.config import Config
+from pipeline.lineage import CorruptFile, InputNotReady, Lineage
+from pipeline.workdir import WorkDir
 
 log = logging.getLogger("pipeline")
-
-def stage_module(name: str):
-    if name not in SHARD_STAGES:
-        raise KeyError(name)
-    return importlib.import_module(f"stages.{name}")
 
 
 @dataclass
@@ -51,24 +44,21 @@ class ShardResult:
 @dataclass
 class ShardContext:
     cfg: Config
-    work_dir: Path
+    work: WorkDir
     stage: str
     shard_index: int
     videos: list[dict]                                 # this shard's manifest rows
+    lineage: Lineage
     quiet: bool = False
 
-    def input_path(self, stage: str, table_name: str = "") -> Path:
-        return io.stage_output(self.work_dir, stage, self.shard_index, table_name)
-
     def read_input(self, stage: str, table_name: str = "", columns: list[str] | None = None) -> pa.Table:
-        """This shard's output of an earlier stage; a missing one is a clear error (run that stage first)."""
-        path = self.input_path(stage, table_name)
-        if not completion_record_ok(self.work_dir, stage, self.shard_index):
-            raise FileNotFoundError(f"{path} is missing or incomplete: run the {stage} stage first")
-        return pq.read_table(path, columns=columns)
+        """This shard's output of an earlier stage, after checking its bytes against the upstream record
+        (a bit flip that still parses must not flow on), with Parquet page checksums verified."""
+        path = self.lineage.verified(stage, self.shard_index, self.work.part(stage, self.shard_index, table_name))
+        return io.read_table(path, columns=columns)
 
     def input_metadata(self, stage: str, table_name: str = "") -> dict[str, str]:
-        return io.read_metadata(self.input_path(stage, table_name))
+        return io.read_metadata(self.work.part(stage, self.shard_index, table_name))
 
     def progress(self, total: int | None = None, unit: str = "videos", desc: str | None = None):
         from pipeline.progress import Progress
@@ -86,87 +76,122 @@ def error_row(video_id: str, error: BaseException | str, error_type: str | None 
     return {"video_id": video_id, "error_type": error_type or "Error", "message": message}
 
 
-def completion_record_ok(work_dir: Path, stage: str, shard_index: int) -> bool:
-    return io.completion_record(work_dir, stage, shard_index).exists()
-
-
-def read_manifest(work_dir: Path, shard_index: int | None = None, columns: list[str] | None = None) -> pa.Table:
-    """The manifest (its `columns`, default all), or only one shard's rows (read through the row groups'
-    statistics, so a task of a million-video run does not load every row)."""
-    path = Path(work_dir) / "manifest" / "manifest.parquet"
-    if not path.exists():
-        raise FileNotFoundError(f"{path} not found: run the manifest stage first")
-    return pq.read_table(path, columns=columns, filters=None if shard_index is None else [("shard", "=", shard_index)])
-
-
-def shard_videos(manifest: pa.Table, shard_index: int) -> list[dict]:
-    rows = manifest.filter(pa.compute.equal(manifest["shard"], shard_index)).to_pylist()
-    return sorted(rows, key=lambda row: row["video_id"])
-
-
-def manifest_shards(manifest: pa.Table) -> list[int]:
-    return sorted(set(manifest["shard"].to_pylist()))
-
-
-def output_metadata(cfg: Config, stage: str, schema: schemas.Schema, extra: dict[str, str]) -> dict[str, str]:
-    module = stage_module(stage)
-    sections = getattr(module, "CONFIG_SECTIONS", ())
+def output_metadata(cfg: Config, stage: registry.Stage, schema: schemas.Schema, extra: dict[str, str]) -> dict[str, str]:
     metadata = {
-        "stage": stage,
+        "stage": stage.name,
         "schema": schema.tag,
-        "config": cfg.section_json(*sections),
-        "config_hash": cfg.section_hash(*sections),
+        "config": cfg.section_json(*stage.config_sections),
+        "config_hash": cfg.section_hash(*stage.config_sections),
     }
     metadata.update(extra)
     return metadata
 
 
-def run_one_shard(cfg: Config, work_dir: Path, stage: str, shard_index: int, *, force: bool = False,
+def run_one_shard(cfg: Config, work_dir, stage: str, shard_index: int, *, force: bool = False,
                   quiet: bool = False, compute: Callable[[ShardContext], ShardResult] | None = None) -> dict:
-    """Run one stage on one manifest shard unless its completion record exists. Returns its stats.
-    `compute` replaces the stage's run_shard with an executor's own way to the same result (the Ray
+    """Run one stage on one manifest shard unless it is current. Returns its stats (`skipped` when it
+    was current; `redone` with the reason when a stale or corrupt shard was made again).
+    `compute` replaces the stage's run function with an executor's own way to the same result (the Ray
     executor's features: decode tasks feeding shared model actors); the files are written the same way."""
-    work_dir = Path(work_dir)
-    record = io.completion_record(work_dir, stage, shard_index)
-    if record.exists() and not force:
-        stats = json.loads(record.read_text())
-        stats["skipped"] = True
-        return stats
-    module = stage_module(stage)
-    manifest = read_manifest(work_dir, shard_index)
-    ctx = ShardContext(cfg=cfg, work_dir=work_dir, stage=stage, shard_index=shard_index,
-                       videos=shard_videos(manifest, shard_index), quiet=quiet)
+    work = WorkDir(work_dir)
+    spec = registry.stage(stage)
+    checker = Lineage(work, cfg)
+    expected = checker.expected(stage, shard_index)      # raises InputNotReady: nothing runs
+    redone = None
+    if not force:
+        state = checker.state(stage, shard_index, verify=True)
+        if state.current:
+            return dict(state.record, skipped=True)
+        if state.status != "missing":
+            redone = f"{state.status}: {state.reason}"
+            log.info("%s part %05d is %s; redoing it", stage, shard_index, redone)
+    ctx = ShardContext(cfg=cfg, work=work, stage=stage, shard_index=shard_index,
+                       videos=checker.shard_videos(shard_index), lineage=checker, quiet=quiet)
     started = time.time()
-    result: ShardResult = (compute or module.run_shard)(ctx)
+    result: ShardResult = (compute or spec.function("run"))(ctx)
     elapsed = time.time() - started
-    # the completion record goes last and is what marks the shard done: outputs first
-    if force and record.exists():
-        record.unlink()
-    for table_name, schema in module.SCHEMAS.items():
+    # the old record goes first and the new one last: no moment where a record vouches for other files
+    work.record(stage, shard_index).unlink(missing_ok=True)
+    outputs = {}
+    for table_name, schema in spec.tables.items():
         table = schemas.conform(result.tables[table_name], schema)
-        io.write_parquet(io.stage_output(work_dir, stage, shard_index, table_name), table,
-                         output_metadata(cfg, stage, schema, result.metadata),
+        path = work.part(stage, shard_index, table_name)
+        io.write_parquet(path, table, output_metadata(cfg, spec, schema, result.metadata),
                          row_group_size=result.row_group_size)
+        outputs.update(lineage.output_entry(work, path, table.num_rows))
     errors = [dict(row, stage=stage) for row in result.errors]
     error_table = schemas.conform(pa.Table.from_pylist(errors, schema=schemas.ERRORS.arrow)
                                   if errors else schemas.empty(schemas.ERRORS), schemas.ERRORS)
-    io.write_parquet(io.error_output(work_dir, stage, shard_index), error_table,
-                     {"stage": stage, "schema": schemas.ERRORS.tag})
+    errors_path = work.errors(stage, shard_index)
+    io.write_parquet(errors_path, error_table, {"stage": stage, "schema": schemas.ERRORS.tag})
+    outputs.update(lineage.output_entry(work, errors_path, error_table.num_rows))
     stats = dict(result.stats)
-    stats.update(stage=stage, shard=shard_index, videos=len(ctx.videos), errors=len(errors),
+    stats.update(videos=len(ctx.videos), errors=len(errors), failed_videos=len({row["video_id"] for row in errors}),
                  error_types=_count([row["error_type"] for row in errors]), seconds=round(elapsed, 3),
                  host=socket.gethostname(), python=platform.python_version(), finished_at=time.time())
-    io.atomic_write_json(record, stats)
+    lineage.write_record(work, stage, shard_index, expected, outputs, stats)
+    work.failure(stage, shard_index).unlink(missing_ok=True)
+    stats.update(stage=stage, shard=shard_index)
+    if redone:
+        stats["redone"] = redone
     return stats
 
 
-def run_one_shard_safely(cfg: Config, work_dir: Path, stage: str, shard_index: int, **kwargs) -> dict:
-    """For pool workers: a crash of a whole shard comes back as stats with `failed` and the traceback."""
+def run_one_shard_safely(cfg: Config, work_dir, stage: str, shard_index: int, **kwargs) -> dict:
+    """For executors: a shard that cannot run (an input not ready) comes back `blocked` with one line;
+    a crash comes back `failed` with its error line, and the traceback is kept in the shard's failure
+    record (DIR/_state/failed) so that `status` and `errors` show it."""
     try:
         return run_one_shard(cfg, work_dir, stage, shard_index, **kwargs)
-    except Exception as error:  # noqa: BLE001 - reported per shard, the run ends non-zero
-        return {"stage": stage, "shard": shard_index, "failed": True,
-                "error": f"{type(error).__name__}: {error}", "traceback": traceback.format_exc()}
+    except (InputNotReady, CorruptFile) as error:
+        return {"stage": stage, "shard": shard_index, "blocked": True, "error": str(error)}
+    except Exception as error:  # noqa: BLE001 - recorded per shard; the run ends non-zero
+        return record_failure(WorkDir(work_dir), stage, shard_index, io.one_line(error), traceback.format_exc())
+
+
+def record_failure(work: WorkDir, stage: str, shard_index: int, error: str, trace: str) -> dict:
+    """The failure of one shard's attempt (`error`: one line), written where `status` and `errors` read it
+    (best effort: on a full or read-only disk the report still comes back to the caller)."""
+    failure = {"stage": stage, "shard": shard_index, "failed": True, "error": error,
+               "traceback": trace, "host": socket.gethostname(), "at": time.time()}
+    path = work.failure(stage, shard_index)
+    try:
+        io.atomic_write_json(path, failure)
+        failure["failure_record"] = str(path)
+    except OSError as write_error:
+        failure["failure_record"] = f"not written ({io.one_line(write_error)})"
+    return failure
+
+
+def prepare_stage(cfg: Config, work_dir, stage: str) -> list[str]:
+    """Before a per-shard stage runs (once per invocation, not per shard): its whole-collection inputs
+    must be current (the codebook for quantize), temporary files of killed runs are removed and outputs
+    of shards no longer in the manifest are deleted. Returns notes to print."""
+    work = WorkDir(work_dir)
+    checker = Lineage(work, cfg)
+    spec = registry.stage(stage)
+    for upstream in spec.reads:
+        if upstream != "manifest" and not registry.stage(upstream).per_shard:
+            state = checker.state(upstream, verify=True)
+            if not state.current:
+                raise InputNotReady(f"{stage} needs the {upstream} stage's output, which is {state.status}"
+                                    f"{f' ({state.reason})' if state.reason else ''}: run the {upstream} stage first")
+    folders = [work.data_folder(stage, table) for table in spec.tables] + [work.records_folder(stage),
+                                                                          work.errors_folder]
+    for folder in folders:
+        io.remove_stale_temporaries(folder)
+    shards = set(checker.manifest_shards())
+    notes = []
+    found = {int(path.stem.split("-")[1]) for path in work.records_folder(stage).glob("part-*.json")}
+    for table in spec.tables:
+        found |= {int(path.stem.split("-")[1]) for path in work.data_folder(stage, table).glob("part-*.parquet")}
+    for shard in sorted(found - shards):
+        work.record(stage, shard).unlink(missing_ok=True)
+        for table in spec.tables:
+            work.part(stage, shard, table).unlink(missing_ok=True)
+        work.errors(stage, shard).unlink(missing_ok=True)
+        notes.append(f"{stage} part {shard:05d}: removed (shard {shard} is no longer in the manifest)")
+    return notes
 
 
 def _count(values: list[str]) -> dict[str, int]:

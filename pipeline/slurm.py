@@ -25,8 +25,10 @@ import sys
 import time
 from pathlib import Path
 
-from pipeline.config import SHARD_STAGES, Config
-from pipeline.runner import manifest_shards, read_manifest
+from pipeline.config import Config
+from pipeline.lineage import Lineage
+from pipeline.registry import SHARD_STAGES
+from pipeline.workdir import WorkDir
 
 REPO = Path(__file__).resolve().parent.parent
 JOB_ID = re.compile(r"\d+(_\d+)?")
@@ -74,7 +76,7 @@ def sbatch_script(cfg: Config, stage: str, *, work_dir: Path, config: str | None
     if gpus:
         lines.append(f"#SBATCH --gres=gpu:{gpus}")
     log_name = "%x-%A_%a.out" if is_array else "%x-%j.out"
-    lines += [f"#SBATCH --output={shlex.quote(str(work_dir / 'slurm' / 'logs' / log_name))}",
+    lines += [f"#SBATCH --output={shlex.quote(str(WorkDir(work_dir).slurm_logs / log_name))}",
               "#SBATCH --open-mode=append",     # a requeued attempt appends to the same log
               "#SBATCH --requeue"]
     if after:
@@ -105,9 +107,8 @@ def submit(cfg: Config, args) -> int:
         if not JOB_ID.fullmatch(job):
             print(f"submit: --after takes a Slurm job id such as 12345 (got {job!r})", file=sys.stderr)
             return 2
-    manifest_path = Path(args.work_dir) / "manifest" / "manifest.parquet"
-    if args.stage in SHARD_STAGES and manifest_path.exists():
-        shards = len(manifest_shards(read_manifest(args.work_dir, columns=["shard"])))
+    if args.stage in SHARD_STAGES and WorkDir(args.work_dir).manifest.exists():
+        shards = len(Lineage(args.work_dir).manifest_shards())
         if args.num_shards > shards:
             print(f"submit: warning: {args.num_shards} tasks for {shards} manifest shard(s): "
                   f"{args.num_shards - shards} task(s) will find nothing to do", file=sys.stderr)
@@ -121,9 +122,9 @@ def submit(cfg: Config, args) -> int:
         print("submit: sbatch not found on PATH (run this on a Slurm login node, or use --dry-run to print "
               "the script)", file=sys.stderr)
         return 1
-    folder = Path(args.work_dir).resolve() / "slurm"
-    (folder / "logs").mkdir(parents=True, exist_ok=True)
-    path = folder / f"{args.stage}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.sbatch"
+    work = WorkDir(Path(args.work_dir).resolve())
+    work.slurm_logs.mkdir(parents=True, exist_ok=True)
+    path = work.slurm_folder / f"{args.stage}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.sbatch"
     path.write_text(script)
     done = subprocess.run([sbatch, "--parsable", str(path)], capture_output=True, text=True)
     if done.returncode != 0:
@@ -132,5 +133,5 @@ def submit(cfg: Config, args) -> int:
     job_id = done.stdout.strip().split(";")[0]   # --parsable: "jobid[;cluster]"
     print(job_id)
     if not args.quiet:
-        print(f"submit: {args.stage} is job {job_id} ({path}); logs in {folder / 'logs'}", file=sys.stderr)
+        print(f"submit: {args.stage} is job {job_id} ({path}); logs in {work.slurm_logs}", file=sys.stderr)
     return 0

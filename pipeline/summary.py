@@ -11,12 +11,15 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pipeline import io
-from pipeline.config import SHARD_STAGES
+from pipeline.lineage import Lineage, read_json
+from pipeline.registry import SHARD_STAGES
+from pipeline.workdir import WorkDir
 
 
-def _parts(work_dir: Path, stage: str, table_name: str = "") -> list[Path]:
-    """The outputs of complete shards only: a killed run's output without its record does not count."""
-    return [path for _, path in io.completed_outputs(work_dir, stage, table_name)]
+def _parts(work_dir, stage: str, table_name: str = "") -> list[Path]:
+    """The outputs of current shards only: a killed run's file without its record, or a stale one, does
+    not count."""
+    return [path for _, path in Lineage(work_dir).current_parts(stage, table_name)]
 
 
 def token_counts(work_dir: Path, num_leaves: int = 0) -> np.ndarray:
@@ -30,14 +33,14 @@ def token_counts(work_dir: Path, num_leaves: int = 0) -> np.ndarray:
 
 
 def collect(work_dir: Path) -> dict:
-    work_dir = Path(work_dir)
-    manifest_path = work_dir / "manifest" / "manifest.parquet"
-    manifest = pq.read_table(manifest_path, columns=["shard"]) if manifest_path.exists() else None
-    total_shards = len(set(manifest["shard"].to_pylist())) if manifest is not None else 0
-    summary: dict = {"work_dir": str(work_dir), "videos_in": manifest.num_rows if manifest is not None else 0,
+    work = WorkDir(work_dir)
+    checker = Lineage(work)
+    manifest = read_json(work.record("manifest")) or {}
+    total_shards = len(manifest.get("shards", {}))
+    summary: dict = {"work_dir": str(work.root), "videos_in": manifest.get("videos", 0),
                      "shards": total_shards, "stages": {}}
     for stage in SHARD_STAGES:
-        records = list(io.completion_records(work_dir, stage).values())
+        records = list(checker.current_records(stage).values())
         if not records:
             continue
         entry = {"shards_complete": len(records), "shards_total": total_shards,
@@ -45,7 +48,7 @@ def collect(work_dir: Path) -> dict:
         parts = _parts(work_dir, stage)
         entry["rows"] = sum(pq.read_metadata(p).num_rows for p in parts)
         summary["stages"][stage] = entry
-    videos = _parts(work_dir, "decode", "videos")
+    videos = _parts(work, "decode", "videos")
     if videos:
         statuses: dict[str, int] = {}
         for path in videos:
@@ -72,18 +75,21 @@ def collect(work_dir: Path) -> dict:
         summary["segments_by_kind"] = dict(sorted(kinds.items()))
         summary["text_coverage"] = round(clips_in_text / clips_all, 4) if clips_all else 0.0
     errors: dict[str, dict[str, int]] = {}
-    for path in sorted((work_dir / "errors").glob("*.parquet")):
-        table = pq.read_table(path, columns=["stage", "error_type"])
-        for stage, error_type in zip(table["stage"].to_pylist(), table["error_type"].to_pylist()):
-            errors.setdefault(stage, {}).setdefault(error_type, 0)
-            errors[stage][error_type] += 1
+    for stage in SHARD_STAGES:
+        for shard in checker.current_records(stage):
+            if not work.errors(stage, shard).exists():
+                continue   # parts made outside the stages have no error table
+            table = io.read_table(work.errors(stage, shard), columns=["error_type"])
+            for error_type in table["error_type"].to_pylist():
+                errors.setdefault(stage, {}).setdefault(error_type, 0)
+                errors[stage][error_type] += 1
     summary["errors"] = errors
     return summary
 
 
 def write_summary(work_dir: Path) -> dict:
     summary = collect(work_dir)
-    io.atomic_write_json(Path(work_dir) / "summary.json", summary)
+    io.atomic_write_json(WorkDir(work_dir).summary, summary)
     return summary
 
 

@@ -21,6 +21,10 @@ FILE_NAME = "codebook.safetensors"
 SIDECAR_NAME = "codebook.json"
 
 
+class CorruptCodebook(ValueError):
+    """The codebook files cannot be trusted; the message names the file."""
+
+
 @dataclass
 class Codebook:
     depth: int
@@ -61,10 +65,6 @@ def check_feature_provenance(codebook: Codebook, shard_index: int, features_hash
                          f"was fit on {codebook_hash}: {remedy}")
 
 
-def codebook_dir(work_dir: Path) -> Path:
-    return Path(work_dir) / "kmeans"
-
-
 def save(codebook: Codebook, folder: Path) -> tuple[Path, str]:
     """Write the tensors and the sidecar atomically; returns (path, sha256 of the tensors file)."""
     from safetensors.numpy import save as save_bytes
@@ -91,16 +91,27 @@ def save(codebook: Codebook, folder: Path) -> tuple[Path, str]:
 
 def load(path: Path) -> Codebook:
     """Load from the safetensors file or from the folder holding it (e.g. DIR/kmeans)."""
-    from safetensors.numpy import load_file
+    from safetensors.numpy import load as load_bytes
 
     path = Path(path)
     if path.is_dir():
         path = path / FILE_NAME
     if not path.exists():
         raise FileNotFoundError(f"{path} not found: run the kmeans stage first")
-    tensors = load_file(str(path))
+    data = path.read_bytes()
     sidecar = path.with_name(SIDECAR_NAME)
-    info = json.loads(sidecar.read_text()) if sidecar.exists() else {}
+    try:
+        info = json.loads(sidecar.read_text()) if sidecar.exists() else {}
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise CorruptCodebook(f"{sidecar} is not valid JSON ({error}): rerun the kmeans stage") from None
+    # the sidecar names the tensors file by content: a flipped bit would silently move every token
+    if info.get("sha256") and hashlib.sha256(data).hexdigest() != info["sha256"]:
+        raise CorruptCodebook(f"{path} does not match the sha256 in {sidecar}: the codebook is corrupt or was "
+                              f"replaced; rerun the kmeans stage")
+    try:
+        tensors = load_bytes(data)
+    except Exception as error:  # noqa: BLE001 - safetensors raises its own error types
+        raise CorruptCodebook(f"cannot read {path}: {error}: rerun the kmeans stage") from None
     depth = sum(1 for key in tensors if key.startswith("centroids_L"))
     k = tensors["centroids_L1"].shape[0]
     return Codebook(depth=depth, k=k,

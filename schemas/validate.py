@@ -1,10 +1,17 @@
-"""`python -m pipeline validate DIR`: every output file against its schema, and the invariants across
-files (every clip of the features tokenised once, tokens and ids inside their vocabularies, times in
-order, every tokenised clip in exactly one training segment). Returns problems, first bad file first."""
+"""`python -m pipeline validate DIR`: the whole chain of a run, file by file, and the invariants across files.
+
+- integrity: every recorded file has the sha256 its completion record gives it, every value of every
+  Parquet part is read with its page checksums verified, the codebook matches the sha256 in its sidecar;
+- lineage: every record is consistent with the upstream outputs that exist now (with a config, also
+  with its values: `validate DIR --config FILE`); stale, corrupt and unrecorded files are named;
+- schemas: every part against its schema and version;
+- invariants: every clip of the features tokenised once, tokens and ids inside their vocabularies, times
+  in order, every tokenised clip in exactly one training segment.
+
+Returns the problems, each naming its file; an empty list means valid."""
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from pathlib import Path
 
@@ -12,14 +19,10 @@ import pyarrow.parquet as pq
 
 import schemas
 import schemas.codebook as codebook_format
-from pipeline import io
-
-# folder -> (file prefix, schema)
-OUTPUTS = [
-    ("decode", "part-", schemas.DECODE_CLIPS), ("decode", "videos-part-", schemas.DECODE_VIDEOS),
-    ("features", "part-", schemas.FEATURES), ("quantize", "part-", schemas.QUANTIZE),
-    ("asr", "part-", schemas.ASR), ("align", "part-", schemas.ALIGN), ("errors", "", schemas.ERRORS),
-]
+from pipeline import io, registry
+from pipeline.lineage import CorruptFile, InputNotReady, Lineage, explain, read_json, relative
+from pipeline.manifest import shard_digests
+from pipeline.workdir import WorkDir
 
 
 class Invalid(Exception):
@@ -49,17 +52,17 @@ def _times_in_order(path: Path, rows: list[dict], key: str) -> None:
         previous[video] = row["start_s"]
 
 
-def _visual_vocab_size(work_dir: Path) -> int | None:
-    sidecar = codebook_format.codebook_dir(work_dir) / codebook_format.SIDECAR_NAME
-    if not sidecar.exists():
+def _visual_vocab_size(work: WorkDir) -> int | None:
+    try:
+        info = read_json(work.codebook_sidecar)
+    except CorruptFile:
         return None
-    info = json.loads(sidecar.read_text())
-    return int(info["k"]) ** int(info["depth"])
+    return int(info["k"]) ** int(info["depth"]) if info else None
 
 
-def _check_part(work_dir: Path, folder: str, path: Path, visual_vocab: int | None) -> None:
+def _check_part(work: WorkDir, folder: str, path: Path, visual_vocab: int | None) -> None:
     shard_name = path.name.split("part-")[-1]
-    if folder in ("decode", "features", "quantize") and not path.name.startswith("videos-"):
+    if folder in ("decode", "features", "quantize"):
         columns = ["video_id", "clip_index", "start_s", "end_s"] + (["token"] if folder == "quantize" else [])
         rows = pq.read_table(path, columns=columns).to_pylist()
         _times_in_order(path, rows, "clip")
@@ -68,7 +71,7 @@ def _check_part(work_dir: Path, folder: str, path: Path, visual_vocab: int | Non
             duplicate = next(k for k, n in Counter(keys).items() if n > 1)
             raise Invalid(f"{path}: row {keys.index(duplicate)}: clip {duplicate} appears twice")
     if folder == "quantize":
-        features = work_dir / "features" / f"part-{shard_name}"
+        features = work.data_folder("features") / f"part-{shard_name}"
         if features.exists():
             feature_rows = pq.read_table(features, columns=["video_id", "clip_index"]).to_pylist()
             if Counter((r["video_id"], r["clip_index"]) for r in feature_rows) != Counter(keys):
@@ -85,10 +88,10 @@ def _check_part(work_dir: Path, folder: str, path: Path, visual_vocab: int | Non
                         raise Invalid(f"{path}: row {row_number}: {kind} times out of order in {row['video_id']}")
                     last = item["start_s"]
     if folder == "align":
-        _check_align(work_dir, path, shard_name, visual_vocab)
+        _check_align(work, path, shard_name, visual_vocab)
 
 
-def _check_align(work_dir: Path, path: Path, shard_name: str, visual_vocab: int | None) -> None:
+def _check_align(work: WorkDir, path: Path, shard_name: str, visual_vocab: int | None) -> None:
     table = pq.read_table(path)
     metadata = io.schema_metadata(table.schema)
     text_vocab = int(metadata["tokenizer_vocab_size"]) if metadata.get("tokenizer_vocab_size") else None
@@ -114,7 +117,7 @@ def _check_align(work_dir: Path, path: Path, shard_name: str, visual_vocab: int 
             if token < 0 or (text_vocab is not None and token >= text_vocab):
                 raise Invalid(f"{path}: row {row_number}: text id {token} outside [0, {text_vocab})")
         clips_per_video[video] += len(row["visual_ids"])
-    tokens = work_dir / "quantize" / f"part-{shard_name}"
+    tokens = work.data_folder("quantize") / f"part-{shard_name}"
     if tokens.exists():
         tokenised = Counter(pq.read_table(tokens, columns=["video_id"])["video_id"].to_pylist())
         if tokenised != clips_per_video:
@@ -123,26 +126,116 @@ def _check_align(work_dir: Path, path: Path, shard_name: str, visual_vocab: int 
                           f"{tokenised[video]} tokenised clips (each must land in exactly one segment)")
 
 
-def validate_work_dir(work_dir: Path) -> list[str]:
-    work_dir = Path(work_dir)
-    if not work_dir.is_dir():
-        return [f"{work_dir} is not a folder"]
+def _check_manifest(work: WorkDir, checker: Lineage) -> list[str]:
+    if not work.manifest.exists():
+        return [f"{work.manifest} not found: nothing to validate (run the manifest stage)"]
+    try:
+        record = checker.manifest_record()
+    except (InputNotReady, CorruptFile) as error:
+        return [str(error)]
+    state = checker.state("manifest", verify=True)
+    if not state.current:
+        return [f"{work.manifest}: {state.status}: {state.reason}"]
+    try:
+        _check_schema(work.manifest, schemas.MANIFEST)
+        table = io.read_table(work.manifest)
+    except (Invalid, io.UnreadableFile) as problem:
+        return [str(problem)]
     problems = []
-    manifest = work_dir / "manifest" / "manifest.parquet"
-    if manifest.exists():
-        try:
-            _check_schema(manifest, schemas.MANIFEST)
-            ids = pq.read_table(manifest, columns=["video_id"])["video_id"].to_pylist()
-            if len(set(ids)) != len(ids):
-                problems.append(f"{manifest}: duplicate video_id")
-        except Invalid as problem:
-            problems.append(str(problem))
-    visual_vocab = _visual_vocab_size(work_dir)
-    for folder, prefix, schema in OUTPUTS:
-        for path in sorted((work_dir / folder).glob(f"{prefix}*.parquet")):
+    ids = table["video_id"].to_pylist()
+    if len(set(ids)) != len(ids):
+        problems.append(f"{work.manifest}: duplicate video_id")
+    if shard_digests(table) != record.get("shards"):
+        problems.append(f"{work.manifest}: its rows do not match the shard digests of {work.record('manifest')}")
+    return problems
+
+
+def _check_stage_parts(work: WorkDir, checker: Lineage, stage: registry.Stage, visual_vocab: int | None) -> list[str]:
+    """Every manifest shard of a per-shard stage: lineage and sha256, then schema, values and invariants of
+    the current ones; and files no record accounts for."""
+    problems = []
+    shards = checker.manifest_shards()
+    for shard in shards:
+        state = checker.state(stage.name, shard, verify=True)
+        if state.status in ("stale", "corrupt"):
+            problems.append(f"{work.record(stage.name, shard)}: {stage.name} part {shard:05d} is {state.status}: "
+                            f"{state.reason}")
+        if not state.current:
+            continue
+        for table, schema in list(stage.tables.items()) + [("errors", schemas.ERRORS)]:
+            path = work.errors(stage.name, shard) if table == "errors" else work.part(stage.name, shard, table)
+            if table == "errors" and not path.exists():
+                continue   # parts made outside the stages have no error table
             try:
                 _check_schema(path, schema)
-                _check_part(work_dir, folder, path, visual_vocab)
-            except Invalid as problem:
+                io.read_table(path)      # every value, with the page checksums verified
+                if table != "errors":
+                    _check_part(work, stage.name if not table else table, path, visual_vocab)
+            except (Invalid, io.UnreadableFile) as problem:
                 problems.append(str(problem))
+    recorded = set()
+    for shard in shards:
+        try:
+            recorded |= set((read_json(work.record(stage.name, shard)) or {}).get("outputs", {}))
+        except CorruptFile:
+            pass
+    for table in stage.tables:
+        for path in sorted(work.data_folder(stage.name, table).glob("part-*.parquet")):
+            if relative(work, path) not in recorded:
+                problems.append(f"{path}: no completion record accounts for this file (a killed run's output, or "
+                                f"a shard no longer in the manifest); a rerun of {stage.name} redoes or removes it")
+    return problems
+
+
+def _check_codebook(work: WorkDir, checker: Lineage) -> list[str]:
+    state = checker.state("kmeans", verify=True)
+    if state.status == "missing":
+        return []
+    if not state.current:
+        return [f"{work.codebook}: the codebook is {state.status}: {state.reason}"]
+    try:
+        codebook_format.load(work.codebook)
+    except codebook_format.CorruptCodebook as problem:
+        return [str(problem)]
+    return []
+
+
+def _check_training(work: WorkDir, checker: Lineage) -> list[str]:
+    """The newest checkpoint against the align shards and codebook it names."""
+    checkpoints = sorted(work.checkpoints.glob("step-*")) if work.checkpoints.exists() else []
+    if not checkpoints:
+        return []
+    latest = checkpoints[-1]
+    try:
+        info = read_json(latest / "model.json") or {}
+    except CorruptFile as problem:
+        return [str(problem)]
+    recorded = info.get("lineage")
+    if not recorded:
+        return [f"{latest}: trained by an earlier version (no lineage): its inputs cannot be checked"]
+    try:
+        now = checker.expected("train", record={"lineage": recorded})
+    except (InputNotReady, CorruptFile) as problem:
+        return [f"{latest}: its inputs are not current: {problem}"]
+    if recorded != now:
+        return [f"{latest}: trained on other inputs than the current ones ({explain(recorded, now)})"]
+    return []
+
+
+def validate_work_dir(work_dir, cfg=None) -> list[str]:
+    """Problems of the run in `work_dir`, each naming its file; with `cfg`, outputs made with other config
+    values than `cfg`'s are stale too."""
+    work = WorkDir(work_dir)
+    if not work.root.is_dir():
+        return [f"{work.root} is not a folder"]
+    checker = Lineage(work, cfg)
+    problems = _check_manifest(work, checker)
+    if problems and not work.manifest.exists():
+        return problems
+    visual_vocab = _visual_vocab_size(work)
+    for stage in registry.STAGES:
+        if stage.per_shard:
+            problems += _check_stage_parts(work, checker, stage, visual_vocab)
+    problems += _check_codebook(work, checker)
+    problems += _check_training(work, checker)
     return problems

@@ -15,8 +15,9 @@ import pyarrow.parquet as pq
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from pipeline import io  # noqa: E402
+from pipeline.lineage import Lineage  # noqa: E402
 from pipeline.manifest import make_video_id  # noqa: E402
+from pipeline.workdir import WorkDir  # noqa: E402
 
 # the verb and noun a cook would name for each scripted sentence of the English samples
 SENTENCE_LABELS = {
@@ -38,7 +39,7 @@ def main(work: Path) -> Path:
     narration = json.loads((REPO / "samples" / "narration.json").read_text())["videos"]
     narration_by_id = {make_video_id(name): video for name, video in narration.items()}
     rows = []
-    for _, part in io.completed_outputs(work, "align"):
+    for _, part in Lineage(work).current_parts("align"):
         for segment in pq.read_table(part, columns=["video_id", "segment_index", "start_s", "end_s", "kind"]).to_pylist():
             if segment["kind"] != "text_video":
                 continue
@@ -52,7 +53,7 @@ def main(work: Path) -> Path:
                 verb, noun = SENTENCE_LABELS[best[1]]
                 rows.append({"video_id": segment["video_id"], "segment_index": segment["segment_index"],
                              "verb": verb, "noun": noun})
-    out = work / "eval" / "labels.csv"
+    out = WorkDir(work).eval_folder / "labels.csv"
     out.parent.mkdir(parents=True, exist_ok=True)
     with open(out, "w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=["video_id", "segment_index", "verb", "noun"])

@@ -22,10 +22,6 @@ import schemas
 from pipeline.runner import ShardContext, ShardResult
 from schemas.tokenizer import encode, load_tokenizer, vocabulary_sha256
 
-NAME = "align"
-CONFIG_SECTIONS = ("align",)
-SCHEMAS = {"": schemas.ALIGN}
-
 
 @dataclass
 class Segment:
@@ -37,6 +33,11 @@ class Segment:
     @property
     def text(self) -> str | None:
         return " ".join(text for _, _, text in sorted(self.texts)) if self.texts else None
+
+
+def identities(cfg, videos: list[dict]) -> dict[str, str]:
+    """What shapes the segments besides the config: the WordPiece vocabulary, by content (lineage)."""
+    return {"tokenizer": vocabulary_sha256(load_tokenizer(cfg.align.tokenizer))}
 
 
 def _overlap(a_start: float, a_end: float, b_start: float, b_end: float) -> float:

@@ -22,9 +22,13 @@ float16/float32 CTranslate2 folder and converts it in memory (`ctranslate2_to_op
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import importlib
 import json
 import logging
+import os
+import stat
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,10 +46,6 @@ from pipeline.runner import ShardContext, ShardResult, error_row
 from stages import transcripts
 from stages.transcripts import Word
 
-NAME = "asr"
-CONFIG_SECTIONS = ("asr",)
-SCHEMAS = {"": schemas.ASR}
-MAX_PARALLEL_SHARDS = 1        # the backend already uses every core it is given
 
 SAMPLE_RATE = 16_000           # what Whisper models take
 
@@ -220,8 +220,10 @@ class ResolvedModel:
     sha256: str | None         # of the local weights; None for a hub name
 
 
+@functools.lru_cache(maxsize=4)
 def resolve_model(model: str) -> ResolvedModel:
-    """`pkg:<module>` (a package whose get_model_path() ships the model), a local path, or a hub name."""
+    """`pkg:<module>` (a package whose get_model_path() ships the model), a local path, or a hub name.
+    Local weights are hashed once per process."""
     path = Path(resolve_model_spec(model)).expanduser()
     if not path.exists():
         return ResolvedModel(location=model, label=model, sha256=None)
@@ -489,6 +491,41 @@ def load_backend(cfg: AsrConfig) -> Backend:
         _loaded.clear()   # one model in memory at a time
         _loaded[key] = BACKENDS[cfg.backend](cfg)
     return _loaded[key]
+
+
+# ------------------------------------------------------------------------------------------ lineage
+
+TRANSCRIPT_IDENTITY_MAX_BYTES = 16 << 20   # larger transcripts are refused when read; named by size here
+
+
+def transcript_identity(uri: str) -> str:
+    """A transcript by content (a caption file fixed in place must redo its video's sentences), read only
+    when it is a regular local file of a sane size: a FIFO or a device is never opened here."""
+    try:
+        path = local_path(uri)
+        info = os.stat(path)
+    except (ValueError, OSError) as error:
+        return f"unreadable: {type(error).__name__}"
+    if not stat.S_ISREG(info.st_mode):
+        return "not a regular file"
+    if info.st_size > TRANSCRIPT_IDENTITY_MAX_BYTES:
+        return f"size:{info.st_size}"
+    with open(path, "rb") as handle:
+        return hashlib.sha256(handle.read(TRANSCRIPT_IDENTITY_MAX_BYTES)).hexdigest()
+
+
+def identities(cfg, videos: list[dict]) -> dict[str, str]:
+    """What shapes a shard's speech rows besides the asr config: the model by content (when some video
+    is recognised), the seed of the sampling fallback, and each imported transcript's content."""
+    result = {"seed": str(cfg.seed)}
+    if any(not video.get("transcript_uri") for video in videos):
+        model = resolve_model(cfg.asr.model)
+        result["speech model"] = f"{cfg.asr.backend}:{model.label}:{model.sha256 or model.location}"
+    transcripts = {video["video_id"]: transcript_identity(video["transcript_uri"])
+                   for video in videos if video.get("transcript_uri")}
+    if transcripts:
+        result["transcripts"] = hashlib.sha256(json.dumps(transcripts, sort_keys=True).encode()).hexdigest()
+    return result
 
 
 # ------------------------------------------------------------------------------------------ the stage

@@ -13,10 +13,6 @@ import schemas
 from pipeline import media
 from pipeline.runner import ShardContext, ShardResult, error_row
 
-NAME = "decode"
-CONFIG_SECTIONS = ("decode",)
-SCHEMAS = {"": schemas.DECODE_CLIPS, "videos": schemas.DECODE_VIDEOS}
-
 
 def thumbnail_jpeg(frame: np.ndarray, size: int, quality: int) -> bytes:
     image = Image.fromarray(frame).resize((size, size), Image.BILINEAR)

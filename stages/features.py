@@ -4,8 +4,10 @@ so decoding the next clips overlaps the forward pass of the current ones."""
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
+import os
 
 import numpy as np
 import pyarrow as pa
@@ -17,10 +19,6 @@ from pipeline import io, media
 from pipeline.config import Config
 from pipeline.runner import ShardContext, ShardResult, error_row
 
-NAME = "features"
-CONFIG_SECTIONS = ("decode", "features")
-SCHEMAS = {"": schemas.FEATURES}
-MAX_PARALLEL_SHARDS = 1   # one shard at a time already uses every core (decode workers + torch threads)
 
 # torchvision S3D_Weights.KINETICS400_V1 normalisation
 KINETICS_MEAN = (0.43216, 0.394666, 0.37645)
@@ -37,7 +35,26 @@ def weights_identity(cfg: Config) -> str:
     if weights == "kinetics400":
         from torchvision.models.video import S3D_Weights
         return f"kinetics400:{S3D_Weights.KINETICS400_V1.url}"
-    return f"file:sha256={io.file_sha256(weights)}"
+    return f"file:sha256={_file_sha256(weights)}"
+
+
+@functools.lru_cache(maxsize=8)
+def _cached_sha256(path: str, size: int, modified_ns: int) -> str:
+    return io.file_sha256(path)
+
+
+def _file_sha256(path: str) -> str:
+    """A weights file's sha256, hashed once per process while the file is unchanged."""
+    try:
+        stat = os.stat(path)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"features.weights: {path} not found") from None
+    return _cached_sha256(os.path.abspath(path), stat.st_size, stat.st_mtime_ns)
+
+
+def identities(cfg: Config, videos: list[dict]) -> dict[str, str]:
+    """What shapes the features besides the config: the S3D weights, by content (lineage)."""
+    return {"S3D weights": weights_identity(cfg)}
 
 
 def feature_provenance(cfg: Config) -> dict:

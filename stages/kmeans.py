@@ -1,11 +1,14 @@
 """kmeans: the visual-word codebook, a k-means tree fit top-down on a seeded sample of clip features.
 
 A global stage (one output for the whole collection, not one per shard):
-1. sample at most `kmeans.max_fit_vectors` features evenly across the completed features shards, streamed
-   into a float16 memory-mapped file under DIR/kmeans (memory stays bounded whatever the sample size);
+1. sample at most `kmeans.max_fit_vectors` features evenly across the features shards (every manifest
+   shard current, each part checked against its sha256), streamed into a float16 .npy under DIR/kmeans
+   that the fit reads memory-mapped (memory stays bounded whatever the sample size);
 2. split the sample into k clusters with faiss (k-means++ initialisation), then each cluster's members
    into k again, down to `kmeans.depth` levels: k**depth leaves, the visual words;
-3. write DIR/kmeans/codebook.safetensors and its JSON sidecar (schemas/codebook.py is the format).
+3. write DIR/kmeans/codebook.safetensors and its JSON sidecar (schemas/codebook.py is the format), then
+   the completion record naming the features parts it was fit on; a later run refits when they or the
+   kmeans config change.
 
 The subtrees below level 1 are independent: each is one `executor.map` task reading the sample file from
 the work dir. Each node's seed comes from (seed, level, row), so the tree is the same for any number of
@@ -25,10 +28,10 @@ import numpy as np
 import pyarrow.parquet as pq
 
 import schemas.codebook as codebook_format
-from pipeline import io
+from pipeline import io, lineage
 from pipeline.config import Config, KmeansConfig
+from pipeline.workdir import WorkDir
 
-NAME = "kmeans"
 SAMPLE_NAME = "fit-sample.npy"
 ASSIGN_CHUNK_ROWS = 65_536      # sample rows converted to float32 at a time when assigning members
 # faiss's k-means++ runs k short OpenMP regions: on a small node their barriers cost more than the
@@ -89,21 +92,27 @@ def sample_quotas(row_counts: list[int], max_vectors: int) -> list[int]:
 def write_fit_sample(shards: list[tuple[int, Path]], max_vectors: int, seed: int, destination: Path,
                      *, quiet: bool = False) -> dict:
     """Stream a seeded, shard-proportional sample of features into a float16 .npy at `destination`.
-    Non-finite rows are dropped (counted); the file's first `sample_size` rows are the sample."""
+    Non-finite rows are dropped (counted); the file's first `sample_size` rows are the sample.
+
+    The file is written with plain sequential writes, never through a writable memory map: on a full disk
+    a write fails with ENOSPC (a one-line error), where a store into a mapped page would kill the process
+    with SIGBUS and no message."""
     from pipeline.progress import Progress
 
     row_counts = [pq.read_metadata(path).num_rows for _, path in shards]
     quotas = sample_quotas(row_counts, max_vectors)
     dim = pq.read_schema(shards[0][1]).field("feature").type.list_size
-    sample = np.lib.format.open_memmap(destination, mode="w+", dtype=np.float16, shape=(sum(quotas), dim))
     written = dropped = 0
-    with Progress(total=len(shards), unit="shards", desc="kmeans sample", quiet=quiet) as progress:
+    with open(destination, "wb") as sample, \
+            Progress(total=len(shards), unit="shards", desc="kmeans sample", quiet=quiet) as progress:
+        np.lib.format.write_array_header_2_0(sample, {"descr": np.lib.format.dtype_to_descr(np.dtype(np.float16)),
+                                                      "fortran_order": False, "shape": (sum(quotas), dim)})
         for (shard_index, path), rows, quota in zip(shards, row_counts, quotas):
             if quota == 0:
                 progress.update(1)
                 continue
             chosen = np.sort(np.random.default_rng([seed, shard_index]).choice(rows, quota, replace=False))
-            parquet = pq.ParquetFile(path)
+            parquet = pq.ParquetFile(path, page_checksum_verification=True)
             if parquet.schema_arrow.field("feature").type.list_size != dim:
                 raise ValueError(f"{path} has {parquet.schema_arrow.field('feature').type.list_size}-d "
                                  f"features, {shards[0][1]} has {dim}-d")
@@ -114,7 +123,7 @@ def write_fit_sample(shards: list[tuple[int, Path]], max_vectors: int, seed: int
                     flat = batch.column(0).flatten().to_numpy(zero_copy_only=False)
                     vectors = flat.reshape(-1, dim)[chosen[taken:end] - offset]
                     finite = np.isfinite(vectors).all(axis=1)
-                    sample[written:written + finite.sum()] = vectors[finite]
+                    sample.write(np.ascontiguousarray(vectors[finite], dtype=np.float16).tobytes())
                     written += int(finite.sum())
                     dropped += int((~finite).sum())
                 taken = end
@@ -122,8 +131,10 @@ def write_fit_sample(shards: list[tuple[int, Path]], max_vectors: int, seed: int
                 if taken == len(chosen):
                     break
             progress.update(1, clips=quota)
-    sample.flush()
-    del sample
+        # the header promised sum(quotas) rows: the dropped ones are zeros past sample_size
+        sample.write(bytes(dropped * dim * 2))
+        sample.flush()
+        os.fsync(sample.fileno())
     if dropped:
         log.warning("kmeans: dropped %d sampled features with NaN/inf values", dropped)
     return {"sample_size": written, "nonfinite_dropped": dropped, "features_rows": sum(row_counts),
@@ -268,25 +279,29 @@ def fit_tree(sample_path: Path, kcfg: KmeansConfig, map_fn=map, *, sample_size: 
 
 # ---------------------------------------------------------------- the stage
 
-def run(cfg: Config, work_dir: Path, executor, *, force: bool = False, quiet: bool = False) -> dict:
-    """Fit and write the codebook unless it exists (then report it, flagging a config change).
-    `executor.map` runs the level-1 subtrees; the CLI sizes a local pool with `kmeans.workers`."""
-    kcfg = cfg.kmeans
-    folder = codebook_format.codebook_dir(work_dir)
-    path = folder / codebook_format.FILE_NAME
-    current_config = json.loads(cfg.section_json("kmeans"))
-    if path.exists() and not force:
-        sidecar = folder / codebook_format.SIDECAR_NAME
-        info = json.loads(sidecar.read_text()) if sidecar.exists() else {}
-        changed = info.get("config") != current_config
-        if changed:
-            log.warning("kmeans: %s was fit with a different kmeans config; pass --force to refit it", path)
-        return {"stage": NAME, "skipped": True, "codebook": str(path), "config_changed": changed}
+def run(cfg: Config, work_dir, executor, *, force: bool = False, quiet: bool = False) -> dict:
+    """Fit and write the codebook unless it is current: its record's lineage (the kmeans config and the
+    digest of every features part) matches what they are now, and its files their sha256. A stale or
+    corrupt codebook is refit automatically. `executor.map` runs the level-1 subtrees; the CLI sizes a
+    local pool with `kmeans.workers`."""
+    work = WorkDir(work_dir)
+    checker = lineage.Lineage(work, cfg)
+    expected = checker.expected("kmeans")          # every features shard current, or InputNotReady
+    state = checker.state("kmeans", verify=True)
+    if state.current and not force:
+        return {"stage": "kmeans", "skipped": True, "codebook": str(work.codebook),
+                "sha256": state.record.get("sha256")}
+    redone = None if state.status == "missing" or force else f"{state.status}: {state.reason}"
+    if redone:
+        log.warning("kmeans: the codebook is %s; refitting it", redone)
 
     started = time.time()
-    shards = io.required_outputs(work_dir, "features")
+    kcfg = cfg.kmeans
+    io.remove_stale_temporaries(work.kmeans_folder)
+    shards = [(shard, checker.verified("features", shard, work.part("features", shard)))
+              for shard in checker.manifest_shards()]
     provenance_hash, provenance = feature_provenance(shards)
-    sample_path = io.atomic_path(folder / SAMPLE_NAME)
+    sample_path = io.atomic_path(work.kmeans_folder / SAMPLE_NAME)
     try:
         sample_stats = write_fit_sample(shards, kcfg.max_fit_vectors, kcfg.seed, sample_path, quiet=quiet)
         sampled_at = time.time()
@@ -302,8 +317,8 @@ def run(cfg: Config, work_dir: Path, executor, *, force: bool = False, quiet: bo
     empty_nodes = [int((counts == 0).sum()) for counts in fit.counts]
     small_nodes = [int(((counts > 0) & (counts < kcfg.k)).sum()) for counts in fit.counts]
     info = {
-        "stage": NAME,
-        "config": current_config,
+        "stage": "kmeans",
+        "config": json.loads(cfg.section_json("kmeans")),
         "config_hash": cfg.section_hash("kmeans"),
         "seed": kcfg.seed,
         "init": "k-means++",
@@ -322,21 +337,25 @@ def run(cfg: Config, work_dir: Path, executor, *, force: bool = False, quiet: bo
     }
     codebook = codebook_format.Codebook(depth=kcfg.depth, k=kcfg.k, centroids=fit.centroids,
                                         counts=fit.counts, info=info)
-    path, sha = codebook_format.save(codebook, folder)
+    work.record("kmeans").unlink(missing_ok=True)
+    path, sha = codebook_format.save(codebook, work.kmeans_folder)
+    outputs = {**lineage.output_entry(work, work.codebook), **lineage.output_entry(work, work.codebook_sidecar)}
+    stats = {"codebook": str(path), "sha256": sha, "sample_size": sample_size, "leaves": codebook.num_leaves,
+             "empty_leaves": empty_nodes[-1], "small_nodes": sum(small_nodes),
+             "sample_seconds": round(sampled_at - started, 3), "fit_seconds": round(fitted_at - sampled_at, 3)}
+    lineage.write_record(work, "kmeans", None, expected, outputs, stats)
     if sample_size < codebook.num_leaves:
         log.warning("kmeans: %d sampled features for %d leaves: at least %d leaves are empty",
                     sample_size, codebook.num_leaves, codebook.num_leaves - sample_size)
-    return {"stage": NAME, "codebook": str(path), "sha256": sha, "sample_size": sample_size,
-            "leaves": codebook.num_leaves, "empty_leaves": empty_nodes[-1], "small_nodes": sum(small_nodes),
-            "sample_seconds": round(sampled_at - started, 3), "fit_seconds": round(fitted_at - sampled_at, 3)}
+    return {"stage": "kmeans", **stats, **({"redone": redone} if redone else {})}
 
 
-def codebook_info(work_dir: Path, top: int = 10) -> str:
+def codebook_info(work_dir, top: int = 10) -> str:
     """A readable summary of DIR/kmeans: levels, occupancy, empty leaves, the largest leaves."""
-    folder = codebook_format.codebook_dir(work_dir)
-    codebook = codebook_format.load(folder)
+    work = WorkDir(work_dir)
+    codebook = codebook_format.load(work.codebook)
     info, k = codebook.info, codebook.k
-    lines = [f"codebook {folder / codebook_format.FILE_NAME}",
+    lines = [f"codebook {work.codebook}",
              f"  sha256 {info.get('sha256', '?')}",
              f"  depth {codebook.depth}, k {k}, dim {codebook.dim}: {codebook.num_leaves:,} leaves",
              f"  fit on {info.get('sample_size', 0):,} sampled clips of {info.get('features_rows', 0):,} "

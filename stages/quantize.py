@@ -14,26 +14,25 @@ import schemas
 import schemas.codebook as codebook_format
 from pipeline import io, runner
 
-NAME = "quantize"
-CONFIG_SECTIONS = ("kmeans",)
-SCHEMAS = {"": schemas.QUANTIZE}
+
+_CODEBOOKS: dict[tuple[str, int, int], codebook_format.Codebook] = {}
 
 
-_CODEBOOKS: dict[tuple[str, float], codebook_format.Codebook] = {}
-
-
-def load_codebook(work_dir) -> codebook_format.Codebook:
-    """The codebook, loaded once per process while its file is unchanged (a worker runs many shards)."""
-    path = codebook_format.codebook_dir(work_dir) / codebook_format.FILE_NAME
-    key = (str(path.resolve()), path.stat().st_mtime if path.exists() else 0.0)
+def load_codebook(ctx: runner.ShardContext) -> codebook_format.Codebook:
+    """The codebook, checked against its record and loaded once per process while its file is unchanged
+    (a worker runs many shards)."""
+    path = ctx.work.codebook
+    stat = path.stat()
+    key = (str(path.resolve()), stat.st_mtime_ns, stat.st_size)
     if key not in _CODEBOOKS:
+        ctx.lineage.verified("kmeans", None, path)
         _CODEBOOKS.clear()
         _CODEBOOKS[key] = codebook_format.load(path)
     return _CODEBOOKS[key]
 
 
 def run_shard(ctx: runner.ShardContext) -> runner.ShardResult:
-    codebook = load_codebook(ctx.work_dir)
+    codebook = load_codebook(ctx)
     features = ctx.read_input("features")
     codebook_hash = codebook.info.get("feature_provenance_hash")
     if features.num_rows:

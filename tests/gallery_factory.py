@@ -18,8 +18,9 @@ from PIL import Image
 
 import schemas
 import schemas.codebook as codebook_format
-from pipeline import io
-from work_factory import write_manifest_rows, write_part
+from pipeline import io, lineage
+from pipeline.workdir import WorkDir
+from work_factory import MADE_BY, write_manifest_rows, write_part
 
 K, DEPTH = 3, 2
 EMPTY_LEAF = 8
@@ -76,9 +77,8 @@ def _feature(codebook, video_id: str, clip_index: int, rng) -> np.ndarray:
 
 
 def _done(work_dir: Path, stage: str, shard: int, seconds: float, **stats) -> None:
-    io.atomic_write_json(io.completion_record(work_dir, stage, shard),
-                         {"stage": stage, "shard": shard, "seconds": seconds, "finished_at": 1000.0 + shard * seconds,
-                          **stats})
+    lineage.record_external(work_dir, stage, shard, MADE_BY,
+                            {"seconds": seconds, "finished_at": 1000.0 + shard * seconds, **stats})
 
 
 def make_work_dir(work_dir: Path, *, stages: tuple[str, ...] = ("decode", "features", "kmeans", "quantize",
@@ -105,7 +105,7 @@ def make_work_dir(work_dir: Path, *, stages: tuple[str, ...] = ("decode", "featu
                        schemas.DECODE_VIDEOS, table_name="videos")
             errors = [{"video_id": "v3", "stage": "decode", "error_type": "VideoDecodeError",
                        "message": "/videos/v3.mp4: Invalid data found when processing input"}] if shard == 1 else []
-            io.write_parquet(io.error_output(work_dir, "decode", shard),
+            io.write_parquet(WorkDir(work_dir).errors("decode", shard),
                              pa.Table.from_pylist(errors, schema=schemas.ERRORS.arrow), {"stage": "decode"})
             _done(work_dir, "decode", shard, 2.0, videos=len(videos), clips=len(clips), errors=len(errors))
         if "features" in stages:
@@ -146,7 +146,11 @@ def make_work_dir(work_dir: Path, *, stages: tuple[str, ...] = ("decode", "featu
             write_part(work_dir, "align", shard, pa.Table.from_pylist(rows, schema=schemas.ALIGN.arrow), schemas.ALIGN)
             _done(work_dir, "align", shard, 1.0, videos=len(videos), clips=len(clips), segments=len(rows))
     if "kmeans" in stages:
-        codebook_format.save(codebook, codebook_format.codebook_dir(work_dir))
+        work = WorkDir(work_dir)
+        codebook_format.save(codebook, work.kmeans_folder)
+        lineage.write_record(work, "kmeans", None, lineage.external_lineage(MADE_BY),
+                             {**lineage.output_entry(work, work.codebook),
+                              **lineage.output_entry(work, work.codebook_sidecar)}, {})
     return work_dir
 
 

@@ -9,7 +9,9 @@ import numpy as np
 import pyarrow as pa
 
 import schemas
-from work_factory import write_manifest_rows, write_part
+from pipeline import lineage
+from pipeline.workdir import WorkDir
+from work_factory import MADE_BY, write_manifest_rows, write_part
 
 PROVENANCE = {"weights": "kinetics400", "fps": 20.0, "clip_frames": 30}
 PROVENANCE_HASH = "a1b2c3d4e5f60718"
@@ -53,16 +55,28 @@ def write_features_shard(work_dir: Path, shard_index: int, vectors: np.ndarray, 
 
 
 def write_manifest(work_dir: Path, tables: dict[int, pa.Table]) -> None:
+    """The manifest of these features parts; a part without clips stands for a shard whose one video
+    gave none (it failed)."""
     write_manifest_rows(work_dir, [{"video_id": video_id, "uri": f"/videos/{video_id}.mp4", "bytes": 1,
                                     "transcript_uri": None, "shard": shard_index}
                                    for shard_index, table in tables.items()
-                                   for video_id in sorted(set(table["video_id"].to_pylist()))])
+                                   for video_id in sorted(set(table["video_id"].to_pylist()))
+                                   or [f"s{shard_index}v_failed"]])
 
 
 def make_work_dir(work_dir: Path, shards: list[np.ndarray], **kwargs) -> dict[int, pa.Table]:
     tables = {index: write_features_shard(work_dir, index, vectors, **kwargs) for index, vectors in enumerate(shards)}
     write_manifest(work_dir, tables)
     return tables
+
+
+def pin_codebook(work_dir: Path) -> None:
+    """Record the fitted codebook as made outside the stages: it stays current whatever the features
+    parts become (for tests of what a reader of mismatched features does)."""
+    work = WorkDir(work_dir)
+    lineage.write_record(work, "kmeans", None, lineage.external_lineage(MADE_BY),
+                         {**lineage.output_entry(work, work.codebook),
+                          **lineage.output_entry(work, work.codebook_sidecar)}, {})
 
 
 def brute_force_descent(centroids: list[np.ndarray], counts: list[np.ndarray], k: int,

@@ -8,9 +8,10 @@ import pyarrow.parquet as pq
 import pytest
 
 import schemas
-from pipeline import io
+from pipeline import io, lineage
 from pipeline.config import load_config
 from pipeline.runner import run_one_shard
+from pipeline.workdir import WorkDir
 from schemas.validate import validate_work_dir
 from stages.align import load_tokenizer, segment_video
 from work_factory import write_manifest_rows, write_part
@@ -156,9 +157,21 @@ def test_validator_catches_a_planted_out_of_range_token_and_a_wrong_schema(align
     rows = table.to_pylist()
     rows[3]["visual_ids"] = rows[3]["visual_ids"][:-1] + [16]   # k**depth = 16: one past the end
     pq.write_table(pa.Table.from_pylist(rows, schema=table.schema), path)
+    # changed behind the record's back: the file no longer has its recorded sha256
+    problems = validate_work_dir(work)
+    assert problems and f"{path} does not match its sha256" in problems[0]
+
+    def vouch_for_the_file():
+        """As if the stage itself had written these bytes: the record's sha256 updated."""
+        record = json.loads(WorkDir(work).record("align", 0).read_text())
+        record["outputs"].update(lineage.output_entry(WorkDir(work), path, pq.read_metadata(path).num_rows))
+        io.atomic_write_json(WorkDir(work).record("align", 0), record)
+
+    vouch_for_the_file()
     problems = validate_work_dir(work)
     assert problems and "part-00000.parquet: row 3: visual id 16 outside [0, 16)" in problems[0]
     wrong = table.set_column(table.schema.get_field_index("visual_ids"), "visual_ids",
                              pa.array(table["visual_ids"].to_pylist(), pa.list_(pa.int64())))
     pq.write_table(wrong, path)
+    vouch_for_the_file()
     assert "schema differs from align:1" in validate_work_dir(work)[0]

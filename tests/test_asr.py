@@ -21,6 +21,7 @@ import pytest
 import schemas
 from pipeline import io, runner
 from pipeline.config import AsrConfig, ConfigError, load_config
+from pipeline.workdir import WorkDir
 from stages import asr, transcripts
 from stages.transcripts import TranscriptError, Word
 from work_factory import write_manifest_rows
@@ -402,7 +403,7 @@ def test_stage_shard_rows_errors_and_metadata(tmp_path):
     cfg = load_config(None)
     stats = runner.run_one_shard(cfg, tmp_path / "work", "asr", 0, quiet=True)
 
-    out = io.stage_output(tmp_path / "work", "asr", 0)
+    out = WorkDir(tmp_path / "work").part("asr", 0)
     table = pq.read_table(out)
     assert table.schema.equals(schemas.ASR.arrow, check_metadata=False)
     rows = {row["video_id"]: row for row in table.to_pylist()}
@@ -411,7 +412,7 @@ def test_stage_shard_rows_errors_and_metadata(tmp_path):
     assert len(rows["b_pasta"]["sentences"]) == 5 and rows["b_pasta"]["source"] == "faster-whisper:tiny.en"
     assert rows["d_captioned"]["source"] == "import:srt" and len(rows["d_captioned"]["sentences"]) == 3
 
-    errors = {row["video_id"]: row for row in pq.read_table(io.error_output(tmp_path / "work", "asr", 0)).to_pylist()}
+    errors = {row["video_id"]: row for row in pq.read_table(WorkDir(tmp_path / "work").errors("asr", 0)).to_pylist()}
     assert set(errors) == {"c_broken", "e_bad_captions"}
     assert errors["c_broken"]["error_type"] == "AudioDecodeError" and str(broken) in errors["c_broken"]["message"]
     assert errors["e_bad_captions"]["error_type"] == "TranscriptError"

@@ -13,10 +13,13 @@ import pytest
 from PIL import Image
 
 from bad_input_corpus import HUGE_SIZE, make_bad_corpus, make_good_videos
-from pipeline import io, runner
+from kmeans_factory import pin_codebook
+from pipeline import io
 from pipeline.config import load_config
 from pipeline.executors import LocalExecutor
-from pipeline.manifest import write_manifest
+from pipeline.lineage import Lineage
+from pipeline.manifest import read_manifest, write_manifest
+from pipeline.workdir import WorkDir
 from stages import kmeans
 
 # one shard; the smallest clips S3D takes (14 frames), random weights; batches of one clip, so that no
@@ -60,6 +63,7 @@ def _run_pipeline(cfg, videos, work, codebook_from=None):
         kmeans.run(cfg, work, executor, quiet=True)
     else:   # one codebook for both runs: the tokens are then comparable
         shutil.copytree(codebook_from / "kmeans", work / "kmeans")
+        pin_codebook(work)
     for stage in ("quantize", "align"):
         executor.run_shards(work, stage, [0], quiet=True)
 
@@ -74,7 +78,7 @@ def runs(tmp_path_factory):
     cfg = load_config(None, SETTINGS)
     _run_pipeline(cfg, root / "clean", root / "clean_run")
     _run_pipeline(cfg, root / "with_bad", root / "bad_run", codebook_from=root / "clean_run")
-    manifest = runner.read_manifest(root / "bad_run").to_pylist()
+    manifest = read_manifest(root / "bad_run").to_pylist()
     ids = {row["uri"]: row["video_id"] for row in manifest}
     video_ids = {kind: ids[os.path.normpath(os.path.abspath(path))] for kind, path in kinds.items()}
     good_ids = sorted(set(ids.values()) - set(video_ids.values()))
@@ -83,12 +87,12 @@ def runs(tmp_path_factory):
 
 
 def _table(work, stage, name=""):
-    return pq.read_table(io.stage_output(work, stage, 0, name))
+    return pq.read_table(WorkDir(work).part(stage, 0, name))
 
 
 def _errors(work, stage) -> dict[str, list[dict]]:
     by_video: dict[str, list[dict]] = {}
-    for row in pq.read_table(io.error_output(work, stage, 0)).to_pylist():
+    for row in pq.read_table(WorkDir(work).errors(stage, 0)).to_pylist():
         by_video.setdefault(row["video_id"], []).append(row)
     return by_video
 
@@ -96,7 +100,7 @@ def _errors(work, stage) -> dict[str, list[dict]]:
 def test_every_stage_completes_its_shard_with_output_or_an_error_row_per_kind(runs):
     work, ids = runs["bad"], runs["ids"]
     for stage in SHARD_STAGES:
-        assert runner.completion_record_ok(work, stage, 0), stage
+        assert Lineage(work).current(stage, 0), stage
     videos = {row["video_id"]: row for row in _table(work, "decode", "videos").to_pylist()}
     decode_errors, features_errors, asr_errors = (_errors(work, stage) for stage in ("decode", "features", "asr"))
     clips = _table(work, "decode").to_pylist()
@@ -187,5 +191,5 @@ def test_the_good_videos_come_out_as_in_a_run_without_the_bad_files(runs):
                 row.pop("uri", None)   # the two runs read their videos from two folders
             tables.append(rows)
         assert tables[0] and tables[0] == tables[1], (stage, name)
-        metadata = [io.read_metadata(io.stage_output(runs[run], stage, 0, name)) for run in ("bad", "clean")]
+        metadata = [io.read_metadata(WorkDir(runs[run]).part(stage, 0, name)) for run in ("bad", "clean")]
         assert metadata[0]["config_hash"] == metadata[1]["config_hash"]

@@ -14,6 +14,7 @@ from pipeline.config import load_config
 from pipeline.manifest import write_manifest
 from pipeline.media import ClipReader
 from pipeline.runner import run_one_shard
+from pipeline.workdir import WorkDir
 from stages import features
 
 
@@ -89,5 +90,5 @@ def test_features_stage_matches_the_clip_index_and_records_provenance(tmp_path):
     assert provenance["weights"].startswith("random") and "NOT pretrained" in provenance["weights"]
     assert provenance["fps"] == 20.0 and provenance["clip_frames"] == 30
     assert metadata["feature_provenance_hash"] == features.provenance_hash(provenance)
-    errors = pq.read_table(work / "errors" / "features-part-00000.parquet").to_pylist()
+    errors = pq.read_table(WorkDir(work).errors("features", 0)).to_pylist()
     assert [e["video_id"].split("-")[0] for e in errors] == ["broken"]

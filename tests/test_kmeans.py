@@ -4,11 +4,13 @@ import numpy as np
 import pytest
 from kmeans_factory import (PROVENANCE_HASH, brute_force_descent, make_work_dir, planted_hierarchy,
                             write_features_shard)
+from kmeans_factory import write_manifest as write_features_manifest
 
 import schemas.codebook as codebook_format
-from pipeline import io
 from pipeline.config import KmeansConfig, load_config
 from pipeline.executors import LocalExecutor
+from pipeline.lineage import InputNotReady, Lineage
+from pipeline.workdir import WorkDir
 from stages import kmeans
 
 PLANTED_SETTINGS = ["kmeans.depth=2", "kmeans.k=12", "kmeans.niter=10", "kmeans.nredo=3"]
@@ -27,7 +29,7 @@ def planted(tmp_path_factory):
     make_work_dir(work_dir, [vectors[:700], vectors[700:]])
     cfg, stats = fit(work_dir, PLANTED_SETTINGS)
     return {"work_dir": work_dir, "vectors": vectors, "group": group, "subgroup": subgroup, "cfg": cfg,
-            "stats": stats, "codebook": codebook_format.load(codebook_format.codebook_dir(work_dir))}
+            "stats": stats, "codebook": codebook_format.load(WorkDir(work_dir).codebook)}
 
 
 def test_tree_recovers_the_planted_groups_and_subgroups(planted):
@@ -127,13 +129,14 @@ def test_node_fit_uses_every_member_up_to_the_cap(tmp_path):
 
 
 def test_sample_is_capped_spread_evenly_over_shards_and_seeded(tmp_path):
-    shards = []
+    shards, tables = [], {}
     for shard_index, rows in enumerate([50, 100, 150]):
         vectors = np.zeros((rows, 1024), dtype=np.float16)
         vectors[:, 0], vectors[:, 1] = shard_index, np.arange(rows)     # where each row came from
-        write_features_shard(tmp_path, shard_index, vectors)
+        tables[shard_index] = write_features_shard(tmp_path, shard_index, vectors)
         shards.append((shard_index, tmp_path / "features" / f"part-{shard_index:05d}.parquet"))
-    assert io.required_outputs(tmp_path, "features") == shards
+    write_features_manifest(tmp_path, tables)
+    assert Lineage(tmp_path).current_parts("features") == shards
 
     def sample(seed, name):
         stats = kmeans.write_fit_sample(shards, 100, seed, tmp_path / name, quiet=True)
@@ -173,29 +176,40 @@ def test_fewer_vectors_than_k_is_a_clear_error(tmp_path):
     assert not list((tmp_path / "kmeans").glob("*.npy"))                 # the sample file is cleaned up
 
 
-def test_no_completed_features_is_a_clear_error(tmp_path):
-    with pytest.raises(FileNotFoundError, match="run the features stage first"):
+def test_missing_features_is_a_clear_error_naming_the_stage_to_run(tmp_path):
+    with pytest.raises(InputNotReady, match="run the manifest stage first"):
         fit(tmp_path, [])
+    vectors, _, _ = planted_hierarchy(groups=3, subgroups=2, per_subgroup=4)
+    tables = make_work_dir(tmp_path, [vectors[:12], vectors[12:]])
+    WorkDir(tmp_path).record("features", 1).unlink()
+    with pytest.raises(InputNotReady, match="kmeans needs features part 00001, which is missing: "
+                                            "run the features stage first"):
+        fit(tmp_path, [])
+    assert tables
 
 
 def test_mixed_feature_provenance_is_refused(tmp_path):
     vectors, _, _ = planted_hierarchy(groups=3, subgroups=2, per_subgroup=4)
-    write_features_shard(tmp_path, 0, vectors, provenance_hash="1111111111111111")
-    write_features_shard(tmp_path, 1, vectors, provenance_hash="2222222222222222")
+    write_features_manifest(tmp_path, {
+        0: write_features_shard(tmp_path, 0, vectors, provenance_hash="1111111111111111"),
+        1: write_features_shard(tmp_path, 1, vectors, provenance_hash="2222222222222222")})
     with pytest.raises(ValueError, match="part 0 has 1111111111111111, part 1 has 2222222222222222"):
         fit(tmp_path, ["kmeans.k=3"])
 
 
-def test_existing_codebook_is_kept_unless_forced(planted):
+def test_a_current_codebook_is_kept_and_a_stale_one_refit(planted):
     work_dir, cfg = planted["work_dir"], planted["cfg"]
     executor = LocalExecutor(cfg, workers=1)
+    original = planted["stats"]["sha256"]
     assert kmeans.run(cfg, work_dir, executor, quiet=True) == {
         "stage": "kmeans", "skipped": True, "codebook": str(work_dir / "kmeans" / "codebook.safetensors"),
-        "config_changed": False}
-    changed = load_config(None, PLANTED_SETTINGS + ["kmeans.seed=1"])
-    assert kmeans.run(changed, work_dir, executor, quiet=True)["config_changed"] is True
+        "sha256": original}
+    changed = kmeans.run(load_config(None, PLANTED_SETTINGS + ["kmeans.seed=1"]), work_dir, executor, quiet=True)
+    assert changed["redone"] == "stale: config kmeans.seed 0 -> 1" and changed["sha256"] != original
+    back = kmeans.run(cfg, work_dir, executor, quiet=True)      # the config went back: so does the tree
+    assert back["sha256"] == original and "skipped" not in back
     forced = kmeans.run(cfg, work_dir, executor, force=True, quiet=True)
-    assert forced["sha256"] == planted["stats"]["sha256"] and "skipped" not in forced
+    assert forced["sha256"] == original and "skipped" not in forced
 
 
 def test_codebook_info_reports_levels_occupancy_and_top_clusters(planted):

@@ -1,13 +1,15 @@
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from kmeans_factory import PROVENANCE_HASH, brute_force_descent, make_work_dir, planted_hierarchy, write_features_shard
+from kmeans_factory import PROVENANCE_HASH, brute_force_descent, make_work_dir, pin_codebook, planted_hierarchy
 
 import schemas
 import schemas.codebook as codebook_format
 from pipeline import io, runner
 from pipeline.config import load_config
 from pipeline.executors import LocalExecutor
+from pipeline.lineage import InputNotReady
+from pipeline.workdir import WorkDir
 from stages import kmeans
 
 SETTINGS = ["kmeans.depth=2", "kmeans.k=12", "kmeans.niter=10", "kmeans.nredo=3"]
@@ -32,7 +34,7 @@ def test_tokens_are_the_tree_descent_of_each_clip(fitted):
     for shard_index, features in fitted["tables"].items():
         stats = runner.run_one_shard(cfg, work_dir, "quantize", shard_index, quiet=True)
         assert stats["clips"] == features.num_rows and stats["errors"] == 0
-        path = io.stage_output(work_dir, "quantize", shard_index)
+        path = WorkDir(work_dir).part("quantize", shard_index)
         table = pq.read_table(path)
         assert table.schema.remove_metadata() == schemas.QUANTIZE.arrow
         keys = list(zip(table["video_id"].to_pylist(), table["clip_index"].to_pylist()))
@@ -60,32 +62,33 @@ def test_tokens_are_the_tree_descent_of_each_clip(fitted):
     assert len({next(iter(tokens)) for tokens in words.values()}) == 144
 
 
-def test_features_from_another_provenance_are_refused(fitted):
-    work_dir = fitted["work_dir"]
-    vectors = fitted["vectors"][:20]
-    write_features_shard(work_dir, 2, vectors, provenance_hash="ffffffffffffffff")
-    try:
-        with pytest.raises(ValueError, match=f"ffffffffffffffff.*{PROVENANCE_HASH}"):
-            runner.run_one_shard(fitted["cfg"], work_dir, "quantize", 2, quiet=True)
-        assert not io.stage_output(work_dir, "quantize", 2).exists()
-        assert not io.completion_record(work_dir, "quantize", 2).exists()
-    finally:
-        io.completion_record(work_dir, "features", 2).unlink()
-        io.stage_output(work_dir, "features", 2).unlink()
+def _with_fitted_codebook(work_dir, fitted) -> None:
+    """The fitted codebook copied into another work dir, recorded as made outside its stage."""
+    (work_dir / "kmeans").mkdir()
+    for name in ("codebook.safetensors", "codebook.json"):
+        (work_dir / "kmeans" / name).write_bytes((fitted["work_dir"] / "kmeans" / name).read_bytes())
+    pin_codebook(work_dir)
+
+
+def test_features_from_another_provenance_are_refused(tmp_path, fitted):
+    make_work_dir(tmp_path, [fitted["vectors"][:20]], provenance_hash="ffffffffffffffff")
+    _with_fitted_codebook(tmp_path, fitted)
+    with pytest.raises(ValueError, match=f"ffffffffffffffff.*{PROVENANCE_HASH}"):
+        runner.run_one_shard(fitted["cfg"], tmp_path, "quantize", 0, quiet=True)
+    assert not WorkDir(tmp_path).part("quantize", 0).exists()
+    assert not WorkDir(tmp_path).record("quantize", 0).exists()
 
 
 def test_an_empty_features_shard_gives_an_empty_token_shard(tmp_path, fitted):
     make_work_dir(tmp_path, [np.zeros((0, 1024), dtype=np.float16)])
-    (tmp_path / "kmeans").mkdir()
-    for name in ("codebook.safetensors", "codebook.json"):
-        (tmp_path / "kmeans" / name).write_bytes((fitted["work_dir"] / "kmeans" / name).read_bytes())
+    _with_fitted_codebook(tmp_path, fitted)
     stats = runner.run_one_shard(fitted["cfg"], tmp_path, "quantize", 0, quiet=True)
     assert stats["clips"] == 0 and stats["errors"] == 0
-    assert pq.read_table(io.stage_output(tmp_path, "quantize", 0)).num_rows == 0
+    assert pq.read_table(WorkDir(tmp_path).part("quantize", 0)).num_rows == 0
 
 
 def test_a_missing_codebook_says_to_run_kmeans(tmp_path):
     vectors, _, _ = planted_hierarchy(groups=2, subgroups=2, per_subgroup=2)
     make_work_dir(tmp_path, [vectors])
-    with pytest.raises(FileNotFoundError, match="run the kmeans stage first"):
+    with pytest.raises(InputNotReady, match="run the kmeans stage first"):
         runner.run_one_shard(load_config(None, SETTINGS), tmp_path, "quantize", 0, quiet=True)

@@ -8,19 +8,21 @@ from pathlib import Path
 
 import pytest
 import pyarrow.parquet as pq
-from kmeans_factory import PROVENANCE_HASH, make_work_dir, planted_hierarchy, write_features_shard
+from kmeans_factory import PROVENANCE_HASH, make_work_dir, pin_codebook, planted_hierarchy, write_features_shard
 from kmeans_factory import write_manifest as write_features_manifest
 
 from media_factory import make_video
-from pipeline import cli, io, runner
+from pipeline import cli
 from pipeline.config import ConfigError, load_config
 from pipeline.executors import LocalExecutor
+from pipeline.lineage import Lineage
 from pipeline.manifest import write_manifest
 from pipeline.status import status_text
+from pipeline.workdir import WorkDir
 from stages import kmeans
 
 ray = pytest.importorskip("ray")
-from pipeline.ray_executor import RayExecutor, shard_log_path, task_options  # noqa: E402
+from pipeline.ray_executor import RayExecutor, task_options  # noqa: E402
 
 # the smallest clips S3D takes (14 frames), random weights: each clip costs about a second on 2 cores
 TINY_FEATURES = ["features.weights=random", "decode.clip_frames=14", "decode.min_clip_frames=7",
@@ -53,7 +55,7 @@ def test_decode_and_features_are_byte_identical_to_the_local_executor(tmp_path, 
     local, distributed = tmp_path / "local", tmp_path / "ray"
     for work in (local, distributed):
         write_manifest(cfg, videos, work)
-    shards = runner.manifest_shards(runner.read_manifest(local))
+    shards = Lineage(local).manifest_shards()
     assert shards == [0, 1]
     executor = RayExecutor(cfg)
     for stage in ("decode", "features"):
@@ -75,27 +77,29 @@ def test_a_shard_that_keeps_failing_is_reported_with_its_log_and_the_others_comp
     cfg = load_config(None, settings)
     make_work_dir(tmp_path, [vectors[:12]], clips_per_video=6)
     kmeans.run(cfg, tmp_path, RayExecutor(cfg), quiet=True)
+    pin_codebook(tmp_path)
     # shard 1's features come from another S3D: quantize refuses them on every attempt
     write_features_shard(tmp_path, 1, vectors[12:], provenance_hash="another-model", clips_per_video=6)
-    write_features_manifest(tmp_path, {index: pq.read_table(io.stage_output(tmp_path, "features", index))
+    write_features_manifest(tmp_path, {index: pq.read_table(WorkDir(tmp_path).part("features", index))
                                        for index in (0, 1)})
 
     args = ["quantize", "--work-dir", str(tmp_path), "--executor", "ray", "--quiet"] + \
         [part for setting in settings for part in ("--set", setting)]
     assert cli.main(args) == 1
     err = capsys.readouterr().err
-    assert "1 shard(s) run, 0 already complete, 1 failed" in err
-    assert "shard 1 FAILED: ValueError: features part 1 has feature provenance another-model" in err
-    assert "(after 2 attempt(s))" in err and str(shard_log_path(tmp_path, "quantize", 1)) in err
-    log = shard_log_path(tmp_path, "quantize", 1).read_text()
+    assert "1 shard(s) run, 0 already current, 1 failed" in err
+    assert "quantize part 00001 FAILED: ValueError: features part 1 has feature provenance another-model" in err
+    assert "(after 2 attempt(s))" in err and str(WorkDir(tmp_path).shard_log("quantize", 1)) in err
+    log = WorkDir(tmp_path).shard_log("quantize", 1).read_text()
     assert log.count(": attempt on ") == 2 and log.count(": attempt failed") == 2   # retried once
-    assert runner.completion_record_ok(tmp_path, "quantize", 0)                    # kept
-    assert not runner.completion_record_ok(tmp_path, "quantize", 1)
-    assert "quantize part 1: ValueError: features part 1 has feature provenance" in status_text(tmp_path)
+    assert Lineage(tmp_path).current("quantize", 0)                    # kept
+    assert not Lineage(tmp_path).current("quantize", 1)
+    assert "quantize part 00001 failed: ValueError: features part 1 has feature provenance" \
+        in status_text(tmp_path)
 
     write_features_shard(tmp_path, 1, vectors[12:], provenance_hash=PROVENANCE_HASH, clips_per_video=6)
     assert cli.main(args) == 0
-    assert "1 shard(s) run, 1 already complete, 0 failed" in capsys.readouterr().err
+    assert "1 shard(s) run, 1 already current, 0 failed" in capsys.readouterr().err
     assert "failed shards" not in status_text(tmp_path)
 
 

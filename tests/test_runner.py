@@ -14,8 +14,10 @@ from media_factory import make_video
 from pipeline import io
 from pipeline.config import load_config
 from pipeline.executors import select_shards
+from pipeline.lineage import Lineage
 from pipeline.manifest import write_manifest
 from pipeline.runner import run_one_shard
+from pipeline.workdir import WorkDir
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -47,7 +49,7 @@ def test_rerun_skips_complete_shards_and_force_redoes_them(tmp_path, videos):
     assert again["skipped"]
     forced = run_one_shard(cfg, tmp_path, "decode", 0, force=True)
     assert not forced.get("skipped")
-    assert not list(tmp_path.rglob(".tmp-*"))   # no temporary file left behind
+    assert not list(tmp_path.rglob(".tmp_*"))   # no temporary file left behind
 
 
 def test_two_runs_with_one_config_are_byte_identical(tmp_path, videos):
@@ -70,27 +72,27 @@ def test_sigkill_mid_run_then_rerun_gives_the_uninterrupted_outputs(tmp_path, vi
     assert _cli("decode", "--work-dir", reference, "--workers", "1", "--quiet", *settings).wait() == 0
     process = _cli("decode", "--work-dir", killed, "--workers", "1", "--quiet", *settings)
     deadline = time.time() + 60
-    while time.time() < deadline and not list((killed / "decode" / "_done").glob("part-*.json")):
+    records = WorkDir(killed).records_folder("decode")
+    while time.time() < deadline and not list(records.glob("part-*.json")):
         time.sleep(0.02)
     os.kill(process.pid, signal.SIGKILL)
     process.wait()
-    done_before = len(list((killed / "decode" / "_done").glob("part-*.json")))
+    done_before = len(list(records.glob("part-*.json")))
     assert 1 <= done_before < 6, "the kill should land mid-run"
     # every file present is complete: readable Parquet, never a partial one under the final name
     for path in killed.rglob("*.parquet"):
         pq.read_metadata(path)
     assert _cli("decode", "--work-dir", killed, "--workers", "1", "--quiet", *settings).wait() == 0
-    for path in killed.rglob(".tmp-*"):
-        path.unlink()   # a killed writer's temporary file is ignored by readers and harmless
+    assert not list(killed.rglob(".tmp_*"))   # the rerun removed what the killed writer left
     assert _outputs(killed) == _outputs(reference)
 
 
 def test_a_killed_writers_leftovers_match_no_output_glob(tmp_path):
     """What SIGKILL leaves mid-write (a half Parquet file, a half record) is invisible to every reader."""
-    io.atomic_path(io.stage_output(tmp_path, "decode", 3)).write_bytes(b"PAR1 half a file")
-    io.atomic_path(io.completion_record(tmp_path, "decode", 3)).write_text('{"shard": ')
+    io.atomic_path(WorkDir(tmp_path).part("decode", 3)).write_bytes(b"PAR1 half a file")
+    io.atomic_path(WorkDir(tmp_path).record("decode", 3)).write_text('{"shard": ')
     assert not list(tmp_path.rglob("*.parquet")) and not list(tmp_path.rglob("*.json"))
-    assert io.completed_shards(tmp_path, "decode") == [] and io.completed_outputs(tmp_path, "decode") == []
+    assert Lineage(tmp_path).current_parts("decode") == []
 
 
 def test_slurm_array_environment_selects_this_tasks_shards(monkeypatch):
@@ -108,7 +110,7 @@ def test_outputs_record_config_schema_and_inputs(tmp_path, videos):
     cfg = load_config(None, ["shards.videos_per_shard=6"])
     write_manifest(cfg, videos, tmp_path)
     run_one_shard(cfg, tmp_path, "decode", 0)
-    metadata = io.read_metadata(tmp_path / "decode" / "part-00000.parquet")
+    metadata = io.read_metadata(WorkDir(tmp_path).part("decode", 0))
     assert metadata["schema"] == "decode:1" and metadata["stage"] == "decode"
     assert '"fps":20.0' in metadata["config"] and metadata["config_hash"] == cfg.section_hash("decode")
-    assert io.read_metadata(tmp_path / "decode" / "videos-part-00000.parquet")["schema"] == "decode.videos:1"
+    assert io.read_metadata(WorkDir(tmp_path).part("decode", 0, "videos"))["schema"] == "decode.videos:1"

@@ -13,6 +13,7 @@ from pipeline import cli, io
 from pipeline.config import load_config
 from pipeline.manifest import write_manifest
 from pipeline.slurm import sbatch_script
+from pipeline.workdir import WorkDir
 
 
 def _directives(script: str) -> list[str]:
@@ -36,7 +37,7 @@ def test_a_shard_stage_is_an_array_with_the_configs_resources(tmp_path):
                      "--time=01:30:00", "--partition=gpu", "--gres=gpu:2", "--requeue",
                      "--dependency=afterok:41:42_7", "--account=vb"):
         assert f"#SBATCH {expected}" in directives, expected
-    assert f"#SBATCH --output={tmp_path / 'work' / 'slurm' / 'logs'}/%x-%A_%a.out" in directives
+    assert f"#SBATCH --output={WorkDir(tmp_path / 'work').slurm_logs}/%x-%A_%a.out" in directives
     command = _command(script)
     assert command[1:4] == ["-m", "pipeline", "features"]
     assert command[command.index("--config") + 1] == str(config)          # the space survives quoting
@@ -58,7 +59,7 @@ def test_global_stages_are_one_job_and_train_resumes_on_requeue(tmp_path):
     kmeans = sbatch_script(cfg, "kmeans", work_dir=tmp_path, num_shards=8)
     assert not any(line.startswith("#SBATCH --array") for line in _directives(kmeans))
     assert not any("--gres" in line for line in _directives(kmeans))
-    assert "#SBATCH --output=" + str(tmp_path / "slurm" / "logs") + "/%x-%j.out" in _directives(kmeans)
+    assert "#SBATCH --output=" + str(WorkDir(tmp_path).slurm_logs) + "/%x-%j.out" in _directives(kmeans)
     train = _command(sbatch_script(cfg, "train", work_dir=tmp_path, num_shards=1))
     assert train[1:3] == ["-m", "torch.distributed.run"] and "--nproc-per-node" in train
     assert train[train.index("--nproc-per-node") + 1] == "4"
@@ -82,7 +83,7 @@ def test_each_array_task_runs_the_same_command_and_together_they_cover_every_sha
         env = dict(os.environ, SLURM_ARRAY_TASK_ID=str(task), SLURM_ARRAY_TASK_COUNT="2", SLURM_CPUS_PER_TASK="1")
         run = subprocess.run(["bash", str(script_path)], env=env, capture_output=True, text=True, timeout=120)
         assert run.returncode == 0, run.stderr
-        assert [s for s in range(4) if io.completion_record(work, "decode", s).exists()] == expected
+        assert [s for s in range(4) if WorkDir(work).record("decode", s).exists()] == expected
 
 
 @pytest.fixture
@@ -101,8 +102,8 @@ def test_submit_writes_the_script_calls_sbatch_and_prints_the_job_id(tmp_path, f
     work = tmp_path / "work"
     assert cli.main(["submit", "asr", "--work-dir", str(work), "--num-shards", "3", "--after", "77", "--quiet"]) == 0
     assert capsys.readouterr().out.strip() == "4242"     # only the id: `--after "$(...)"` chains stages
-    scripts = sorted((work / "slurm").glob("asr-*.sbatch"))
-    assert len(scripts) == 1 and (work / "slurm" / "logs").is_dir()
+    scripts = sorted(WorkDir(work).slurm_folder.glob("asr-*.sbatch"))
+    assert len(scripts) == 1 and WorkDir(work).slurm_logs.is_dir()
     assert "#SBATCH --dependency=afterok:77" in _directives(scripts[0].read_text())
     assert fake_sbatch.read_text().split() == ["--parsable", str(scripts[0])]
 

@@ -21,6 +21,7 @@ from pipeline.config import load_config
 from pipeline.executors import LocalExecutor
 from pipeline.manifest import write_manifest
 from pipeline.status import errors_text, status_text
+from pipeline.workdir import WorkDir
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -49,7 +50,7 @@ def decoded(tmp_path_factory):
     cfg = load_config(None, ["shards.videos_per_shard=2"])
     write_manifest(cfg, videos, work)
     LocalExecutor(cfg, workers=1).run_shards(work, "decode", [0, 1, 2], quiet=True)
-    io.completion_record(work, "decode", 2).unlink()
+    WorkDir(work).record("decode", 2).unlink()
     return work
 
 
@@ -59,7 +60,7 @@ def test_status_counts_shards_errors_by_type_and_shows_the_slowest_shards(decode
     assert lines[0] == f"run {decoded}: 5 videos in 3 manifest shard(s)"
     decode = next(line for line in lines if line.startswith("decode "))
     # shard 2 has no completion record: neither it nor its error table counts
-    assert "2/3  67%" in decode and decode.endswith("EmptyFile 1, VideoDecodeError 1")
+    assert "2/3  67%" in decode and decode.endswith("EmptyFile 1, VideoDecodeError 1; 1 missing")
     assert decode.split()[3:5] == ["4", "3"]      # videos; clips: 1.6 s gives one 1.5 s clip, 3.2 s two
     assert next(line for line in lines if line.startswith("features ")).split()[1:] == ["not", "started"]
     assert next(line for line in lines if line.startswith("kmeans ")).endswith("not run")
@@ -115,7 +116,7 @@ def test_sigkill_in_the_middle_of_a_stage_then_a_rerun_gives_the_uninterrupted_o
     assert _cli("manifest", "--work-dir", killed, "--input", speech_videos, *settings).wait() == 0
 
     process = _cli(stage, "--work-dir", killed, "--workers", "1", "--quiet", *settings)
-    done = killed / stage / "_done"
+    done = WorkDir(killed).records_folder(stage)
     deadline = time.time() + 120
     while time.time() < deadline and not list(done.glob("part-*.json")):   # not a record being written
         time.sleep(0.02)
@@ -127,9 +128,8 @@ def test_sigkill_in_the_middle_of_a_stage_then_a_rerun_gives_the_uninterrupted_o
         pq.read_metadata(path)    # whatever is there under a final name is complete
     rerun = _cli(stage, "--work-dir", killed, "--workers", "1", "--quiet", *settings)
     assert rerun.wait() == 0, rerun.stderr.read()
-    assert "1 shard(s) run, 1 already complete" in rerun.stderr.read()
-    for path in killed.rglob(".tmp-*"):
-        path.unlink()   # the killed writer's temporary file: never read, harmless
+    assert "1 shard(s) run, 1 already current" in rerun.stderr.read()
+    assert not list(killed.rglob(".tmp_*"))   # the rerun removed what the killed writer left
     assert _outputs(killed) == _outputs(reference)
 
 
@@ -148,7 +148,7 @@ def test_two_workers_racing_on_one_shard_leave_one_complete_correct_file(tmp_pat
               for _ in range(2)]
     assert [racer.wait() for racer in racers] == [0, 0]
     assert _outputs(raced) == _outputs(reference)
-    assert not list(raced.rglob(".tmp-*"))
+    assert not list(raced.rglob(".tmp_*"))
     for shard_index in (0, 1):
-        record = json.loads(io.completion_record(raced, "decode", shard_index).read_text())
+        record = json.loads(WorkDir(raced).record("decode", shard_index).read_text())
         assert record["shard"] == shard_index and record["videos"] == 2

@@ -19,6 +19,7 @@ from transformers import BertConfig, BertForPreTraining, BertModel
 
 import schemas.codebook as codebook_format
 from pipeline.config import load_config
+from pipeline.workdir import WorkDir
 from schemas.tokenizer import load_tokenizer
 from videobert import evaluate
 from videobert.data import VocabLayout
@@ -157,7 +158,7 @@ def test_input_embeddings_stay_frozen(tmp_path, tokenizer):
     cfg = config(tmp_path, "train.lr=0.01")
     train(cfg, tmp_path, quiet=True)
     trained, info = VideoBert.load(latest_checkpoint(tmp_path))
-    codebook = codebook_format.load(codebook_format.codebook_dir(tmp_path))
+    codebook = codebook_format.load(WorkDir(tmp_path).codebook)
     initial, _ = build_model(cfg.train.init_checkpoint, trained.layout, codebook.centroids[-1], codebook.counts[-1],
                              max_len=cfg.train.max_len, seed=cfg.train.seed)
     # all rows, text and visual, are bit for bit the initial ones ...

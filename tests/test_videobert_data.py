@@ -12,7 +12,10 @@ import torch
 
 import schemas
 from pipeline import io
+from pipeline.lineage import Lineage
+from pipeline.workdir import WorkDir
 from videobert import data
+from work_factory import write_manifest_rows, write_part
 from videobert.data import (ALIGNED, IGNORE, NOT_ALIGNED, TEXT, TEXT_VIDEO, VIDEO, DataParams, Plan, Segment,
                             ShardDataset, VocabLayout)
 
@@ -44,11 +47,12 @@ def write_shards(work_dir: Path, shards: int = 4, videos_per_shard: int = 2, seg
                              "visual_ids": [WORDS_PER_VIDEO * video + (segment + i) % WORDS_PER_VIDEO
                                             for i in range(4)],
                              "language": "en"})
-        path = io.stage_output(work_dir, "align", shard)
-        io.write_parquet(path, schemas.conform(pa.Table.from_pylist(rows), schemas.ALIGN), {"stage": "align"})
-        if done:
-            io.atomic_write_json(io.completion_record(work_dir, "align", shard), {"rows": len(rows)})
-        paths.append(path)
+        write_part(work_dir, "align", shard, pa.Table.from_pylist(rows), schemas.ALIGN,
+                   record={"rows": len(rows)} if done else None)
+        paths.append(WorkDir(work_dir).part("align", shard))
+    write_manifest_rows(work_dir, [{"video_id": f"v{video:02d}", "uri": f"/v{video:02d}.mp4", "bytes": 1,
+                                    "transcript_uri": None, "shard": video // videos_per_shard}
+                                   for video in range(shards * videos_per_shard)])
     return paths
 
 
@@ -58,15 +62,13 @@ def video_of_visual(visual_ids) -> set[int]:
 
 def test_only_complete_non_empty_shards_are_read(tmp_path):
     paths = write_shards(tmp_path, shards=3)
-    write_shards(tmp_path / "other", shards=1, done=False)
-    (tmp_path / "align" / "_done" / "part-00001.json").unlink()         # shard 1 is incomplete
-    empty = io.stage_output(tmp_path, "align", 7)
+    WorkDir(tmp_path).record("align", 1).unlink()         # shard 1 is incomplete
+    assert [path for _, path in Lineage(tmp_path).current_parts("align")] == [paths[0], paths[2]]
+    empty = tmp_path / "empty.parquet"
     io.write_parquet(empty, schemas.empty(schemas.ALIGN), {"stage": "align"})
-    io.atomic_write_json(io.completion_record(tmp_path, "align", 7), {"rows": 0})
-    assert data.complete_shards(tmp_path) == [paths[0], paths[2], empty]
-    assert data.training_shards(tmp_path) == [paths[0], paths[2]]
-    with pytest.raises(FileNotFoundError, match="run the align stage first"):
-        data.complete_shards(tmp_path / "other")
+    assert data.training_shards([paths[0], empty, paths[2]]) == [paths[0], paths[2]]
+    with pytest.raises(ValueError, match="hold no segments"):
+        data.training_shards([empty])
 
 
 def test_streams_split_shards_without_duplicates():
@@ -248,4 +250,4 @@ def test_ids_outside_the_vocabulary_name_the_video(tmp_path):
     write_shards(tmp_path, shards=1)
     small = VocabLayout(text_vocab_size=2000, num_visual=6, cls_id=101, sep_id=102, mask_id=103, pad_id=0)
     with pytest.raises(ValueError, match=r"video 'v01' has visual id \d+ outside \[0, 6\)"):
-        list(data.read_segments(data.complete_shards(tmp_path)[0], small))
+        list(data.read_segments(WorkDir(tmp_path).part("align", 0), small))

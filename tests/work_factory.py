@@ -8,19 +8,24 @@ from pathlib import Path
 import pyarrow as pa
 
 import schemas
-from pipeline import io
+from pipeline import io, lineage
+from pipeline.manifest import write_manifest_table
+from pipeline.workdir import WorkDir
+
+MADE_BY = "tests.work_factory"
 
 
 def write_part(work_dir: Path, stage: str, shard: int, table: pa.Table, schema: schemas.Schema, *,
                table_name: str = "", record: dict | None = None, **metadata) -> None:
-    """`table` as the shard's output of `stage`; with `record`, also its completion record (the shard's stats)."""
-    io.write_parquet(io.stage_output(work_dir, stage, shard, table_name), schemas.conform(table, schema),
+    """`table` as the shard's output of `stage`; with `record`, also its completion record (the shard's
+    stats; a hand-made part names no inputs, its record vouches for its bytes)."""
+    io.write_parquet(WorkDir(work_dir).part(stage, shard, table_name), schemas.conform(table, schema),
                      {"stage": stage, "schema": schema.tag, **metadata})
     if record is not None:
-        io.atomic_write_json(io.completion_record(work_dir, stage, shard), record)
+        lineage.record_external(work_dir, stage, shard, MADE_BY, record)
 
 
 def write_manifest_rows(work_dir: Path, rows: list[dict]) -> None:
-    """A manifest of these rows (video_id, uri, bytes, transcript_uri, shard)."""
-    io.write_parquet(Path(work_dir) / "manifest" / "manifest.parquet",
-                     pa.Table.from_pylist(rows, schema=schemas.MANIFEST.arrow), {"schema": schemas.MANIFEST.tag})
+    """A manifest of these rows (video_id, uri, bytes, transcript_uri, shard) with its record."""
+    write_manifest_table(work_dir, pa.Table.from_pylist(rows, schema=schemas.MANIFEST.arrow),
+                         lineage.external_lineage(MADE_BY), {"schema": schemas.MANIFEST.tag})

@@ -36,7 +36,6 @@ import pyarrow.parquet as pq
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
-from pipeline import io
 
 REGIMES = ("text", "video", "text_video")
 TEXT, VIDEO, TEXT_VIDEO = range(3)
@@ -107,21 +106,12 @@ class DataParams:
 
 # ---------------------------------------------------------------- reading shards
 
-def complete_shards(work_dir: Path) -> list[Path]:
-    """The align shards with a completion record, in name order."""
-    align_dir = Path(work_dir) / "align"
-    shards = [path for _, path in io.completed_outputs(work_dir, "align")]
-    if not shards:
-        raise FileNotFoundError(f"no complete align shards in {align_dir}: run the align stage first")
-    return shards
-
-
-def training_shards(work_dir: Path) -> list[Path]:
-    """Complete shards holding at least one segment (an empty one would starve a stream)."""
-    shards = [path for path in complete_shards(work_dir) if pq.ParquetFile(path).metadata.num_rows > 0]
-    if not shards:
-        raise ValueError(f"the align shards in {Path(work_dir) / 'align'} hold no segments")
-    return shards
+def training_shards(shards: list[Path]) -> list[Path]:
+    """The shards holding at least one segment (an empty one would starve a stream)."""
+    kept = [path for path in shards if pq.ParquetFile(path).metadata.num_rows > 0]
+    if not kept:
+        raise ValueError(f"the align shards ({len(shards)}) hold no segments")
+    return kept
 
 
 class Segment:

@@ -24,9 +24,11 @@ import torch
 
 from pipeline import io
 from pipeline.config import Config
+from pipeline.lineage import Lineage
+from pipeline.workdir import WorkDir
 from pipeline.progress import Progress
 from schemas.tokenizer import encode, load_tokenizer
-from videobert.data import VocabLayout, assemble, complete_shards, pad_examples, read_segments
+from videobert.data import VocabLayout, assemble, pad_examples, read_segments
 from videobert.model import VideoBert
 from videobert.train import autocast, checkpoints_dir, latest_checkpoint, resolve_device
 
@@ -70,9 +72,23 @@ class _Evaluator:
                                            predict_mask.to(self.device) if predict is not None else None)
         return hidden.float(), None if logits is None else logits.float(), attention.to(self.device)
 
-    def segments(self, work_dir: Path):
-        """(segment, extra columns) of every complete align shard, in order."""
-        for path in complete_shards(work_dir):
+    def shards(self, work_dir) -> list[Path]:
+        """The current align shards, refused when they were tokenised with another codebook than the
+        model's visual words (the model would read every token as another word)."""
+        work = WorkDir(work_dir)
+        shards = [path for _, path in Lineage(work).current_parts("align")]
+        if not shards:
+            raise FileNotFoundError(f"no current align shards in {work.data_folder('align')}: run the align stage")
+        for path in shards:
+            made_with = io.read_metadata(path).get("codebook_sha256")
+            if made_with != self.info.get("codebook_sha256"):
+                raise ValueError(f"{path} was made from codebook {str(made_with)[:12]}, but {self.path} was "
+                                 f"trained with {str(self.info.get('codebook_sha256'))[:12]}")
+        return shards
+
+    def segments(self, work_dir):
+        """(segment, extra columns) of every current align shard, in order."""
+        for path in self.shards(work_dir):
             yield from read_segments(path, self.layout, _EXTRA_COLUMNS)
 
     def provenance(self) -> dict[str, str]:
@@ -197,7 +213,7 @@ def zero_shot(cfg: Config, work_dir: Path, checkpoint: str | Path | None = None,
                                 "verb": truth[0], "noun": truth[1]})
             progress.update(len(batch))
 
-    out_dir = work_dir / "eval"
+    out_dir = WorkDir(work_dir).eval_folder
     predictions_path = out_dir / "zero_shot_predictions.parquet"
     schema = pa.schema([("video_id", pa.string()), ("segment_index", pa.int32()), ("verb_top5", pa.list_(pa.string())),
                         ("noun_top5", pa.list_(pa.string())), ("verb", pa.string()), ("noun", pa.string())])
@@ -280,7 +296,7 @@ def extract_features(cfg: Config, work_dir: Path, checkpoint: str | Path | None 
                                 "feature": pa.FixedSizeListArray.from_arrays(pa.array(features.reshape(-1)), width)})
                 progress.update(len(batch))
 
-    final = work_dir / "eval" / "features.parquet"
+    final = WorkDir(work_dir).eval_folder / "features.parquet"
     io.write_parquet_stream(final, schema, dict(ev.provenance(), template=cfg.eval.features_template,
                                                 feature="mean(video token states) ++ mean(masked text states)"),
                             tables())
@@ -325,7 +341,7 @@ def predict_video(cfg: Config, work_dir: Path, sentences: list[str], checkpoint:
                     for row, sentence in enumerate(batch)]
     schema = pa.schema([("sentence", pa.string()), ("visual_ids", pa.list_(pa.int32())),
                         ("probs", pa.list_(pa.float32()))])
-    final = work_dir / "eval" / "predict_video.parquet"
+    final = WorkDir(work_dir).eval_folder / "predict_video.parquet"
     io.write_parquet(final, pa.Table.from_pylist(records, schema=schema),
                      dict(ev.provenance(), method="iterative fill, most confident visual slot first"))
     return final

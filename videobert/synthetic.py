@@ -2,8 +2,9 @@
 benchmark: each verb and each noun owns a visual word, and a segment's visual tokens are mostly the words
 of its sentence's verb and noun. A model that learns from video beats the text-only prior.
 
-Written exactly as the pipeline writes them: `DIR/align/part-NNNNN.parquet` (schemas.ALIGN) with
-completion records, `DIR/kmeans/` (schemas.codebook); plus `DIR/synthetic/` with verbs.txt, nouns.txt
+Written as the pipeline writes them: `DIR/align/part-NNNNN.parquet` (schemas.ALIGN), `DIR/kmeans/`
+(schemas.codebook) and a manifest of the synthetic videos, with completion records that say they were made
+here (no upstream stages, so no lineage beyond their own bytes); plus `DIR/synthetic/` with verbs.txt, nouns.txt
 and labels.csv (video_id, segment_index, verb, noun) for `eval zero-shot`."""
 
 from __future__ import annotations
@@ -16,13 +17,16 @@ import pyarrow as pa
 
 import schemas
 import schemas.codebook as codebook_format
-from pipeline import io
+from pipeline import io, lineage
+from pipeline.manifest import write_manifest_table
+from pipeline.workdir import WorkDir
 from schemas.tokenizer import encode
 
 VERBS = ("cut", "mix", "pour", "fry")
 NOUNS = ("onion", "egg", "rice", "sauce")
 SENTENCE = "now let me show you how to {verb} the {noun}"
 DEPTH, K = 2, 5              # 25 leaves: 4 verb words, 4 noun words, the 17 left over are empty
+MADE_BY = "videobert.synthetic"
 
 
 def write_synthetic(work_dir: Path, tokenizer, *, videos: int = 24, segments_per_video: int = 6,
@@ -39,8 +43,12 @@ def write_synthetic(work_dir: Path, tokenizer, *, videos: int = 24, segments_per
     centroids = [rng.standard_normal((K ** level, schemas.FEATURE_DIM)).astype(np.float32)
                  for level in range(1, DEPTH + 1)]
     level_counts = [counts.reshape(K, K).sum(axis=1), counts]
-    codebook_format.save(codebook_format.Codebook(DEPTH, K, centroids, level_counts, {"synthetic": True}),
-                         codebook_format.codebook_dir(work_dir))
+    work = WorkDir(work_dir)
+    _, codebook_sha = codebook_format.save(codebook_format.Codebook(DEPTH, K, centroids, level_counts,
+                                                                    {"synthetic": True}), work.kmeans_folder)
+    lineage.write_record(work, "kmeans", None, lineage.external_lineage(MADE_BY),
+                         {**lineage.output_entry(work, work.codebook),
+                          **lineage.output_entry(work, work.codebook_sidecar)}, {"sha256": codebook_sha})
 
     rows, labels = [], []
     for video in range(videos):
@@ -65,15 +73,22 @@ def write_synthetic(work_dir: Path, tokenizer, *, videos: int = 24, segments_per
                            "verb": VERBS[verb], "noun": NOUNS[noun]})
 
     shards = 0
+    manifest_rows = []
     for shard_index, first in enumerate(range(0, videos * segments_per_video, videos_per_shard * segments_per_video)):
         part = rows[first:first + videos_per_shard * segments_per_video]
         table = schemas.conform(pa.Table.from_pylist(part), schemas.ALIGN)
-        io.write_parquet(io.stage_output(work_dir, "align", shard_index), table,
-                         {"stage": "align", "schema": schemas.ALIGN.tag, "synthetic": "true"})
-        io.atomic_write_json(io.completion_record(work_dir, "align", shard_index), {"rows": len(part)})
+        io.write_parquet(work.part("align", shard_index), table,
+                         {"stage": "align", "schema": schemas.ALIGN.tag, "synthetic": "true",
+                          "codebook_sha256": codebook_sha})
+        lineage.record_external(work, "align", shard_index, MADE_BY, {"rows": len(part)})
+        manifest_rows += [{"video_id": video_id, "uri": f"synthetic://{video_id}", "bytes": None,
+                           "transcript_uri": None, "shard": shard_index}
+                          for video_id in sorted({row["video_id"] for row in part})]
         shards += 1
+    write_manifest_table(work, pa.Table.from_pylist(manifest_rows, schema=schemas.MANIFEST.arrow),
+                         lineage.external_lineage(MADE_BY), {"stage": "manifest", "schema": schemas.MANIFEST.tag})
 
-    folder = work_dir / "synthetic"
+    folder = work.root / "synthetic"
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "verbs.txt").write_text("\n".join(VERBS) + "\n")
     (folder / "nouns.txt").write_text("\n".join(NOUNS) + "\n")

@@ -34,11 +34,13 @@ from torch.utils.data import DataLoader
 import schemas.codebook as codebook_format
 from pipeline import io
 from pipeline.config import Config
+from pipeline.lineage import InputNotReady, Lineage, explain
 from pipeline.progress import Progress
-from schemas.tokenizer import load_tokenizer
+from pipeline.workdir import WorkDir
+from schemas.tokenizer import load_tokenizer, vocabulary_sha256
 from videobert.data import (IGNORE, REGIMES, DataParams, ShardDataset, VocabLayout, replacement_text_ids,
                             streams_per_rank, training_shards)
-from videobert.model import VideoBert, build_model, count_parameters
+from videobert.model import INFO_NAME, VideoBert, build_model, count_parameters
 
 TRAINER_STATE_NAME = "trainer.pt"
 METRIC_ROWS = REGIMES + ("alignment",)
@@ -177,11 +179,11 @@ class Window:
 
 # ---------------------------------------------------------------- checkpoints
 
-def checkpoints_dir(work_dir: Path) -> Path:
-    return Path(work_dir) / "train" / "checkpoints"
+def checkpoints_dir(work_dir) -> Path:
+    return WorkDir(work_dir).checkpoints
 
 
-def latest_checkpoint(work_dir: Path) -> Path | None:
+def latest_checkpoint(work_dir) -> Path | None:
     """The newest complete checkpoint folder (temporary ones start with '.')."""
     folder = checkpoints_dir(work_dir)
     found = sorted(folder.glob("step-*")) if folder.exists() else []
@@ -199,14 +201,14 @@ def _set_rng_state(state: dict, device: torch.device) -> None:
         torch.cuda.set_rng_state(state["cuda"], device)
 
 
-def _save_checkpoint(work_dir: Path, step: int, model: VideoBert, info: dict, trainer_state: dict,
+def _save_checkpoint(work: WorkDir, step: int, model: VideoBert, info: dict, trainer_state: dict,
                      runtime: Runtime, keep: int) -> Path:
     rng_states = [None] * runtime.world_size
     if runtime.distributed:
         dist.all_gather_object(rng_states, _rng_state(runtime.device))
     else:
         rng_states = [_rng_state(runtime.device)]
-    root = checkpoints_dir(work_dir)
+    root = work.checkpoints
     final = root / f"step-{step:08d}"
     if runtime.main and not final.exists():
         tmp = io.atomic_path(final)
@@ -256,32 +258,80 @@ def _format_record(record: dict, max_steps: int) -> str:
     return " | ".join(parts)
 
 
-def train(cfg: Config, work_dir: Path, *, resume: bool = False, quiet: bool = False) -> dict:
+def identities(cfg: Config, videos: list[dict]) -> dict[str, str]:
+    """What shapes a training run besides the train config and its inputs: the WordPiece vocabulary."""
+    return {"tokenizer": vocabulary_sha256(load_tokenizer(cfg.align.tokenizer))}
+
+
+def train(cfg: Config, work_dir, *, resume: bool = False, restart: bool = False, quiet: bool = False) -> dict:
     """Pre-train VideoBERT on DIR/align shards with the DIR/kmeans codebook; returns the final stats."""
     runtime, started_group = _start_runtime(cfg.train.device, cfg.train.num_threads)
     try:
-        return _train(cfg, Path(work_dir), runtime, resume, quiet)
+        return _train(cfg, WorkDir(work_dir), runtime, resume, restart, quiet)
     finally:
         if started_group:
             dist.destroy_process_group()
 
 
-def _train(cfg: Config, work_dir: Path, runtime: Runtime, resume: bool, quiet: bool) -> dict:
+def training_inputs(cfg: Config, work: WorkDir) -> tuple[dict, codebook_format.Codebook, list[Path]]:
+    """(the run's lineage, the codebook, the align shards with segments). Every align shard must be
+    current and made from this very codebook: visual rows initialised from one tree and tokens of
+    another would train on noise."""
+    checker = Lineage(work, cfg)
+    codebook_state = checker.state("kmeans", verify=True)
+    if not codebook_state.current:
+        raise InputNotReady(f"train needs a current codebook; it is {codebook_state.status}"
+                            f"{f' ({codebook_state.reason})' if codebook_state.reason else ''}: run the kmeans stage")
+    lineage = checker.expected("train")          # every align shard current, or InputNotReady
+    codebook = codebook_format.load(work.codebook)
+    shards = [work.part("align", shard) for shard in checker.manifest_shards()]
+    for path in shards:
+        made_with = io.read_metadata(path).get("codebook_sha256")
+        if made_with != codebook.info.get("sha256"):
+            raise InputNotReady(f"{path} was made from codebook {str(made_with)[:12]}, but {work.codebook} is "
+                                f"{str(codebook.info.get('sha256'))[:12]}: run quantize and align again")
+    return lineage, codebook, training_shards(shards)
+
+
+def _checkpoint_matches(latest: Path, info: dict, lineage: dict) -> None:
+    """A checkpoint is continued only on the inputs and config it was trained with."""
+    if info.get("lineage") != lineage:
+        raise ValueError(f"{latest} was trained on other inputs or settings ({explain(info.get('lineage'), lineage)}): "
+                         f"`train --restart` moves the old run aside and trains anew")
+
+
+def _move_aside(work: WorkDir) -> Path:
+    destination = work.state / "replaced" / f"train-{time.strftime('%Y%m%d-%H%M%S')}"
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(work.train_folder, destination)
+    return destination
+
+
+def _train(cfg: Config, work: WorkDir, runtime: Runtime, resume: bool, restart: bool, quiet: bool) -> dict:
     t = cfg.train
-    latest = latest_checkpoint(work_dir)
+    lineage, codebook, shards = training_inputs(cfg, work)
+    if restart and runtime.main and work.train_folder.exists():
+        moved = _move_aside(work)
+        if not quiet:
+            print(f"[train] the previous run was moved to {moved}", file=sys.stderr)
+    if runtime.distributed:
+        dist.barrier()
+    if runtime.main:
+        io.remove_stale_temporaries(work.checkpoints)   # a killed save's half-written folder
+    latest = latest_checkpoint(work)
     if latest is not None and not resume:
-        raise FileExistsError(f"{checkpoints_dir(work_dir)} already holds {latest.name}: pass --resume to "
-                              f"continue that run, or remove the folder to start over")
+        raise FileExistsError(f"{checkpoints_dir(work)} already holds {latest.name}: pass --resume to "
+                              f"continue that run, or --restart to move it aside and train anew")
     state = torch.load(latest / TRAINER_STATE_NAME, map_location="cpu", weights_only=True) if latest else None
+    if latest is not None:
+        _checkpoint_matches(latest, json.loads((latest / INFO_NAME).read_text()), lineage)
     start_step = state["step"] if state else 0
     if start_step >= t.max_steps:
         return {"step": start_step, "max_steps": t.max_steps, "finished": True, "steps_this_run": 0,
                 "checkpoint": str(latest)}
     micro_batch = _micro_batch_size(t.batch_size, t.grad_accum, runtime.world_size)
     tokenizer = load_tokenizer(cfg.align.tokenizer)
-    codebook = codebook_format.load(codebook_format.codebook_dir(work_dir))
     layout = VocabLayout.from_tokenizer(tokenizer, codebook.num_leaves)
-    shards = training_shards(work_dir)
     streams = streams_per_rank(len(shards), runtime.world_size, t.num_workers)
     data_shape = {"world_size": runtime.world_size, "streams_per_rank": streams, "micro_batch": micro_batch}
 
@@ -296,16 +346,11 @@ def _train(cfg: Config, work_dir: Path, runtime: Runtime, resume: bool, quiet: b
             raise ValueError(f"cannot resume {latest} exactly: (saved, now) differ for {changed}; resume with "
                              f"the same ranks, train.num_workers and train.batch_size")
         notes = [f"resumed from {latest}"]
-        shard_names = [path.name for path in shards]
-        if info.get("shards") != shard_names:
-            notes.append("the complete align shards differ from the checkpoint's: training goes on with the "
-                         "new set, so the data order is not that of an uninterrupted run")
-            info["shards"] = shard_names
     else:
         model, notes = build_model(t.init_checkpoint, layout, codebook.centroids[-1], codebook.counts[-1],
                                    max_len=t.max_len, seed=t.seed)
         info = {"init_checkpoint": t.init_checkpoint, "tokenizer": cfg.align.tokenizer,
-                "codebook_sha256": codebook.info.get("sha256"), "init_notes": notes,
+                "codebook_sha256": codebook.info.get("sha256"), "init_notes": notes, "lineage": lineage,
                 "config": json.loads(cfg.section_json("train", "align")),
                 "config_hash": cfg.section_hash("train", "align"), "shards": [path.name for path in shards]}
     if t.freeze_input_embeddings:
@@ -333,7 +378,7 @@ def _train(cfg: Config, work_dir: Path, runtime: Runtime, resume: bool, quiet: b
     else:
         torch.manual_seed(t.seed + runtime.rank)     # dropout differs between ranks
 
-    log_path = work_dir / "train" / "log.jsonl"
+    log_path = work.train_log
     log_path.parent.mkdir(parents=True, exist_ok=True)
     total_params, trainable_params = count_parameters(model)
     header = {"event": "resume" if state is not None else "start", "step": start_step, "time": time.time(),
@@ -392,7 +437,7 @@ def _train(cfg: Config, work_dir: Path, runtime: Runtime, resume: bool, quiet: b
                     trainer_state = {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
                                      "window": window.state(), "micro_batches": step * t.grad_accum,
                                      "data_shape": data_shape}
-                    checkpoint = _save_checkpoint(work_dir, step, model, info, trainer_state, runtime,
+                    checkpoint = _save_checkpoint(work, step, model, info, trainer_state, runtime,
                                                   t.keep_checkpoints)
     finally:
         if runtime.main:
