@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+import stat
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Iterator
@@ -35,6 +36,14 @@ class NoVideoStream(VideoDecodeError):
 
 class VideoTooLarge(VideoDecodeError):
     pass
+
+
+class InputError(VideoDecodeError):
+    """The input cannot be read at all, whichever of its streams is wanted (asr reports these too)."""
+
+
+class NotARegularFile(InputError):
+    """A local input that is a FIFO, a device, a socket or a folder: refused without being opened."""
 
 
 class StreamTruncated(Exception):
@@ -90,6 +99,36 @@ def open_target(uri: str) -> str:
     return unquote(urlparse(uri).path) if uri.startswith("file://") else uri
 
 
+_NOT_REGULAR = ((stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISCHR, "a character device"),
+                (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder"))
+
+
+def refuse_non_regular_file(uri: str, target: str) -> None:
+    """Raise NotARegularFile when a local input is not a regular file, from its stat alone: opening a FIFO
+    for reading blocks until some writer comes (forever, in a pipeline), a device like /dev/zero never ends,
+    and none of them is a video. A path that cannot be stat'ed is left to the opener, whose error names why;
+    network URLs are left to FFmpeg's protocols and the time limits."""
+    if "://" in target:
+        return
+    try:
+        mode = os.stat(target).st_mode
+    except OSError:
+        return
+    if stat.S_ISREG(mode):
+        return
+    kind = next((name for test, name in _NOT_REGULAR if test(mode)), "not a regular file")
+    raise NotARegularFile(f"{uri} is {kind}, not a regular file: not opened")
+
+
+def open_input(uri: str) -> av.container.InputContainer:
+    """A manifest URI opened for reading: the one way decode, features and asr open their inputs.
+    Raises NotARegularFile before opening anything that is not a regular file; FFmpeg's own errors
+    (OSError, ValueError, av.error.FFmpegError) are the caller's to report."""
+    target = open_target(uri)
+    refuse_non_regular_file(uri, target)
+    return av.open(target, metadata_errors="ignore")
+
+
 class ClipReader:
     """Iterate a video's clips: `for clip in ClipReader(uri, cfg).clips(): ...`.
 
@@ -103,7 +142,7 @@ class ClipReader:
         if "://" not in target and os.path.isfile(target) and os.path.getsize(target) == 0:
             raise EmptyFile(f"{uri} is an empty file")
         try:
-            self.container = av.open(target, metadata_errors="ignore")
+            self.container = open_input(uri)
         except (av.error.FFmpegError, OSError, ValueError) as error:
             raise VideoDecodeError(f"cannot open {uri}: {error}") from error
         if not self.container.streams.video:

@@ -37,7 +37,7 @@ import pyarrow as pa
 import schemas
 from pipeline import io
 from pipeline.config import AsrConfig, resolve_model_spec
-from pipeline.media import is_truncated, open_target
+from pipeline.media import InputError, is_truncated, open_input, open_target
 from pipeline.runner import ShardContext, ShardResult, error_row
 from stages import transcripts
 from stages.transcripts import Word
@@ -80,9 +80,10 @@ def decode_audio(uri: str) -> Audio | None:
     Streams packet by packet through FFmpeg's resampler (which also downmixes any layout, 5.1 included),
     so memory holds only the 64 KB per second of output, never the source's decoded channels. Other
     streams' packets are read (the file is read whole anyway) but not decoded: where every stream ends
-    tells a cut-off file, which FFmpeg reads to its end without an error, from one whose audio is short."""
+    tells a cut-off file, which FFmpeg reads to its end without an error, from one whose audio is short.
+    Opened by media.open_input, as the decode stage opens it: a FIFO or a device is refused unopened."""
     try:
-        container = av.open(open_target(uri), metadata_errors="ignore")
+        container = open_input(uri)
     except (av.error.FFmpegError, OSError, ValueError) as error:
         raise AudioDecodeError(f"cannot open {uri}: {error}") from error
     with container:
@@ -547,7 +548,7 @@ def run_shard(ctx: ShardContext) -> ShardResult:
                     row = import_video(video, cfg)
                 else:
                     row = recognise_video(video, cfg, backend, ctx.cfg.seed)
-            except (AudioDecodeError, transcripts.TranscriptError, OSError, ValueError) as error:
+            except (AudioDecodeError, InputError, transcripts.TranscriptError, OSError, ValueError) as error:
                 errors.append(error_row(video["video_id"], error))
                 progress.update(1, errors=1)
                 continue
