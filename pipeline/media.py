@@ -46,6 +46,14 @@ class NotARegularFile(InputError):
     """A local input that is a FIFO, a device, a socket or a folder: refused without being opened."""
 
 
+class InputTimeout(InputError):
+    """Opening the input, or reading its next packet, took longer than decode.io_timeout_s."""
+
+
+def input_timeout(uri: str, timeout_s: float, when: str) -> InputTimeout:
+    return InputTimeout(f"{uri}: no data for {timeout_s:g} s {when} (decode.io_timeout_s)")
+
+
 class StreamTruncated(Exception):
     """The stream decoded cleanly but ends well before the duration its header states: a cut-off file."""
 
@@ -120,13 +128,22 @@ def refuse_non_regular_file(uri: str, target: str) -> None:
     raise NotARegularFile(f"{uri} is {kind}, not a regular file: not opened")
 
 
-def open_input(uri: str) -> av.container.InputContainer:
+def open_input(uri: str, timeout_s: float) -> av.container.InputContainer:
     """A manifest URI opened for reading: the one way decode, features and asr open their inputs.
     Raises NotARegularFile before opening anything that is not a regular file; FFmpeg's own errors
-    (OSError, ValueError, av.error.FFmpegError) are the caller's to report."""
+    (OSError, ValueError, av.error.FFmpegError) are the caller's to report.
+
+    `timeout_s` limits, separately, opening the input, probing its streams and every later read of one
+    packet: FFmpeg's interrupt callback ends a wait that lasts longer with av.error.ExitError, which
+    readers turn into InputTimeout (`input_timeout`). It reaches what FFmpeg waits on itself (network
+    protocols, which poll); a read() stuck inside the kernel (a hard-mounted share that went away) it
+    cannot interrupt."""
     target = open_target(uri)
     refuse_non_regular_file(uri, target)
-    return av.open(target, metadata_errors="ignore")
+    try:
+        return av.open(target, metadata_errors="ignore", timeout=timeout_s)
+    except av.error.ExitError as error:
+        raise input_timeout(uri, timeout_s, "while opening it") from error
 
 
 class ClipReader:
@@ -142,7 +159,7 @@ class ClipReader:
         if "://" not in target and os.path.isfile(target) and os.path.getsize(target) == 0:
             raise EmptyFile(f"{uri} is an empty file")
         try:
-            self.container = open_input(uri)
+            self.container = open_input(uri, cfg.io_timeout_s)
         except (av.error.FFmpegError, OSError, ValueError) as error:
             raise VideoDecodeError(f"cannot open {uri}: {error}") from error
         if not self.container.streams.video:
@@ -257,6 +274,9 @@ class ClipReader:
                     pending, pending_slot = frame, slot
         except VideoTooLarge:
             raise
+        except av.error.ExitError:
+            self.error = input_timeout(self.uri, self.cfg.io_timeout_s,
+                                       f"after {self.n_frames / self.cfg.fps:.2f} s of video")
         except (av.error.FFmpegError, ValueError, OSError) as error:
             self.error = error
         if pending is not None:
@@ -280,6 +300,8 @@ class ClipReader:
         """(message, error type) for a stream that ended early: the clips before it are kept."""
         if isinstance(self.error, StreamTruncated):
             return str(self.error), "TruncatedStream"
+        if isinstance(self.error, VideoDecodeError):   # one of ours: its message already says what happened
+            return str(self.error), type(self.error).__name__
         return (f"decoding stopped after {self.n_frames} frames ({self.n_frames / self.cfg.fps:.2f} s): "
                 f"{self.error}", "DecodeStoppedMidStream")
 
