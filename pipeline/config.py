@@ -69,6 +69,10 @@ class DecodeConfig:
     # features and asr's audio): a longer one makes the video an InputTimeout error row. Long enough for a
     # slow network share or HTTP server to answer; short enough that a dead one costs a minute, not a shard
     io_timeout_s: float = 60.0
+    # timestamps that jump forward by more than this between two frames are a broken clock, not a picture
+    # held on screen: the video stops there (partial). Slideshows and screen recordings hold a frame for
+    # seconds, up to a minute; broken clocks jump by hours. Each second of gap would be 20 copies of a frame
+    max_gap_s: float = 60.0
 
 
 @dataclass
@@ -233,6 +237,7 @@ def _check(cfg: Config) -> None:
         raise ConfigError(f"config error: decode.thumbnail_quality must be in 1..100 (got {d.thumbnail_quality})")
     _positive(d.max_pixels, "decode.max_pixels")
     _positive(d.io_timeout_s, "decode.io_timeout_s")
+    _positive(d.max_gap_s, "decode.max_gap_s")
     _positive(cfg.shards.videos_per_shard, "shards.videos_per_shard")
     _one_of(cfg.executor.kind, ("local", "ray", "slurm"), "executor.kind")
     _check_executor(cfg.executor)

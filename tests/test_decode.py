@@ -6,7 +6,7 @@ from urllib.parse import quote
 import numpy as np
 import pytest
 
-from media_factory import make_audio_only, make_video
+from media_factory import concatenate, make_audio_only, make_video, set_matroska_duration
 from pipeline.config import load_config
 from pipeline.media import ClipReader
 from stages.decode import decode_video
@@ -80,6 +80,75 @@ def test_frames_follow_timestamps_for_variable_frame_rate(tmp_path):
     # output frame i is the source frame on screen at i/20: the latest one with time <= i/20
     expected = [max(j for j, t in enumerate(times) if t <= i / 20 + 1e-9) for i in range(len(frames))]
     assert [source_index(f) for f in frames] == expected
+
+
+def _decoded(path, cfg=CFG):
+    """(clips with their frames, the reader) for a video."""
+    with ClipReader(str(path), cfg.decode) as reader:
+        return list(reader.clips()), reader
+
+
+def test_timestamp_reset_stops_the_video_and_keeps_the_clips_before(tmp_path):
+    # two MPEG-TS files joined byte-wise: the second part's clock starts again at 0
+    first = make_video(tmp_path / "first.ts", duration_s=3.0, container_format="mpegts", frame_fn=index_pattern)
+    second = make_video(tmp_path / "second.ts", duration_s=2.0, container_format="mpegts")
+    joined = concatenate([first, second], tmp_path / "joined.ts")
+    clips, video, errors = decode_video(_row(joined), CFG)
+    assert video["status"] == "partial" and len(clips) == 2
+    assert [(e["error_type"], e["message"]) for e in errors] == [(
+        "TimestampDiscontinuity", f"{joined}: timestamps jump back from 2.960 s to 0.000 s at source frame 75; "
+                                  f"the clips before it are kept")]
+    # the clips are the first part's, exactly
+    kept, reader = _decoded(joined)
+    alone, _ = _decoded(first)
+    assert [(c.start_s, c.end_s, c.frames.tobytes()) for c in kept] == \
+        [(c.start_s, c.end_s, c.frames.tobytes()) for c in alone]
+    assert reader.stop_reason()[1] == "TimestampDiscontinuity"
+
+
+def test_timestamps_a_little_back_are_jitter_not_a_reset(tmp_path):
+    # the second part starts 20 ms before the first one's last frame: that frame is dropped, nothing stops
+    first = make_video(tmp_path / "first.ts", duration_s=3.0, container_format="mpegts")
+    second = make_video(tmp_path / "second.ts", duration_s=2.0, start_s=2.94, container_format="mpegts")
+    clips, video, errors = decode_video(_row(concatenate([first, second], tmp_path / "joined.ts")), CFG)
+    assert (video["status"], errors) == ("ok", [])
+    assert len(clips) == expected_clip_count(4.94, CFG.decode) == 3
+
+
+def test_an_hour_long_timestamp_gap_stops_the_video_instead_of_repeating_a_frame(tmp_path):
+    # 2 s of frames, then one an hour later: a 2 KB file that used to give 2,400 clips of one frame. Its
+    # header agrees with the gap (3600 s), so the gap rule, not the declared duration, stops it
+    path = make_video(tmp_path / "gap.mp4", frame_times=[i * 0.04 for i in range(50)] + [3600.0])
+    clips, video, errors = decode_video(_row(path), CFG)
+    assert video["duration_s"] > 3600
+    assert (video["status"], len(clips), video["n_frames"]) == ("partial", 1, 40)
+    assert [(e["error_type"], e["message"]) for e in errors] == [(
+        "TimestampDiscontinuity", f"{path}: timestamps jump forward from 1.960 s to 3600.000 s at source frame "
+                                  f"50, a gap over decode.max_gap_s=60 s; the clips before it are kept")]
+    # a longer limit takes the gap as a picture held on screen
+    clips, video, errors = decode_video(_row(path), load_config(None, ["decode.max_gap_s=4000"]))
+    assert (video["status"], len(clips), errors) == ("ok", expected_clip_count(3600.04, CFG.decode), [])
+
+
+def test_slideshow_holding_pictures_under_a_minute_is_kept_whole(tmp_path):
+    times = [0.0, 20.0, 40.0, 59.0, 59.04]
+    path = make_video(tmp_path / "slides.mp4", frame_times=times, frame_fn=index_pattern)
+    clips, video, errors = decode_video(_row(path), CFG)
+    assert (video["status"], errors) == ("ok", [])
+    assert len(clips) == expected_clip_count(59.08, CFG.decode) == 39
+    with ClipReader(str(path), CFG.decode) as reader:
+        shown = [source_index(frame) for frame in reader.frames()]
+    assert shown == [max(j for j, t in enumerate(times) if t <= i / 20 + 1e-9) for i in range(len(shown))]
+
+
+def test_frames_past_the_declared_duration_stop_the_video(tmp_path):
+    # 6 s of frames in a Matroska file whose header says 2 s: frames up to 2 s + 1 s of tolerance are kept
+    path = set_matroska_duration(make_video(tmp_path / "v.mkv", duration_s=6.0, container_format="matroska"), 2.0)
+    clips, video, errors = decode_video(_row(path), CFG)
+    assert (video["status"], len(clips), video["n_frames"]) == ("partial", 2, 60)
+    assert [(e["error_type"], e["message"]) for e in errors] == [(
+        "FramesPastDuration", f"{path}: source frame 76 at 3.040 s lies past the 2.000 s the header declares; "
+                              f"the clips before it are kept")]
 
 
 def test_non_zero_start_time(tmp_path):
