@@ -170,7 +170,8 @@ class ClipReader:
 
     After iteration: `n_frames` frames were produced at the target rate, `error` holds the exception
     that ended a stream that failed mid-way (the clips before it were still yielded), `rotation` the
-    clockwise degrees applied to make the picture upright."""
+    clockwise degrees applied to make the picture upright, `picture_sizes` the (width, height) of each
+    run of frames of one size that went through the filter graph (one, unless the size changes)."""
 
     def __init__(self, uri: str, cfg: DecodeConfig):
         self.uri, self.cfg = uri, cfg
@@ -216,6 +217,9 @@ class ClipReader:
         self.error: Exception | None = None
         self.rotation = 0
         self.first_frame_s: float | None = None
+        self.picture_sizes: list[tuple[int, int]] = []
+        self._graph: av.filter.Graph | None = None
+        self._graph_input: tuple[int, int, str] | None = None
 
     def close(self) -> None:
         self.container.close()
@@ -260,7 +264,18 @@ class ClipReader:
         graph.configure()
         return graph
 
-    def _convert(self, graph: av.filter.Graph, frame: av.VideoFrame) -> np.ndarray:
+    def _graph_for(self, frame: av.VideoFrame) -> av.filter.Graph:
+        """The filter graph for this frame's size and pixel format. A graph is configured for one input
+        size: where a stream changes size mid-way (new sequence headers), frames of the new size get a
+        new graph, since a transpose or crop configured for the old size would cut them wrong."""
+        key = (frame.width, frame.height, frame.format.name)
+        if key != self._graph_input:
+            self._graph, self._graph_input = self._build_graph(frame), key
+            self.picture_sizes.append((frame.width, frame.height))
+        return self._graph
+
+    def _convert(self, frame: av.VideoFrame) -> np.ndarray:
+        graph = self._graph_for(frame)
         graph.push(frame)
         return graph.pull().to_ndarray()   # owns its frame's buffer: consumers copy what they keep
 
@@ -275,23 +290,21 @@ class ClipReader:
         A broken clock stops the stream (`error`, the frames before it kept): timestamps that jump back
         (`BACKWARD_JITTER_S`) or forward by more than decode.max_gap_s, or run past the declared duration.
         The stream is stopped rather than renumbered on a clock of our own because clip times share the
-        container's clock with asr's word times: renumbered clips would sit beside speech from elsewhere."""
-        graph = None
+        container's clock with asr's word times: renumbered clips would sit beside speech from elsewhere.
+        So does a frame over decode.max_pixels, before it reaches the filter graph; a first frame over it
+        refuses the whole video (VideoTooLarge is raised)."""
         time_base = self.stream.time_base
         slots_per_tick = time_base * Fraction(self.cfg.fps).limit_denominator(1001)   # pts -> output slots
         pending, pending_slot, first_pts, step = None, 0, None, None
         try:
             for index, frame in enumerate(self._timed_frames()):
-                if graph is None:
-                    if frame.width * frame.height > self.cfg.max_pixels:
-                        raise VideoTooLarge(f"{self.uri}: frame {frame.width}x{frame.height} exceeds "
-                                            f"decode.max_pixels={self.cfg.max_pixels}")
-                    graph = self._build_graph(frame)
+                if first_pts is None:
                     first_pts = frame.pts
                     self.first_frame_s = self._time_s(frame)
-                broken = self._broken_clock(frame, index, pending)
-                if broken is not None:
-                    self.error = broken
+                stop = self._oversized(frame, index, first=pending is None) or \
+                    self._broken_clock(frame, index, pending)
+                if stop is not None:
+                    self.error = stop
                     break
                 # first output slot at or after this frame's time
                 slot = math.ceil((frame.pts - first_pts) * slots_per_tick)
@@ -301,7 +314,7 @@ class ClipReader:
                     continue
                 if pending is not None:
                     step = frame.pts - pending.pts
-                    yield from self._emit(graph, pending, slot - pending_slot)
+                    yield from self._emit(pending, slot - pending_slot)
                 pending, pending_slot = frame, slot
         except VideoTooLarge:
             raise
@@ -313,7 +326,7 @@ class ClipReader:
         if pending is not None:
             end_slot = self._last_frame_end_slot(pending, first_pts, step, slots_per_tick)
             try:
-                yield from self._emit(graph, pending, end_slot - pending_slot)
+                yield from self._emit(pending, end_slot - pending_slot)
             except (av.error.FFmpegError, ValueError) as error:
                 self.error = self.error or error
         duration = self._video_duration_s
@@ -329,6 +342,17 @@ class ClipReader:
             for frame in packet.decode():
                 if frame.pts is not None:
                     yield frame
+
+    def _oversized(self, frame: av.VideoFrame, index: int, first: bool) -> VideoTooLarge | None:
+        """Why the stream must stop before a frame over decode.max_pixels (checked for every frame: the size
+        may grow mid-stream); raised for the first frame, which refuses the video whole."""
+        if frame.width * frame.height <= self.cfg.max_pixels:
+            return None
+        if first:
+            raise VideoTooLarge(f"{self.uri}: frame {frame.width}x{frame.height} exceeds "
+                                f"decode.max_pixels={self.cfg.max_pixels}")
+        return VideoTooLarge(f"{self.uri}: source frame {index} is {frame.width}x{frame.height}, over "
+                             f"decode.max_pixels={self.cfg.max_pixels}; the clips before it are kept")
 
     def _time_s(self, frame: av.VideoFrame) -> float:
         return float(frame.pts * self.stream.time_base) - self.info.start_s
@@ -379,10 +403,10 @@ class ClipReader:
         return (f"decoding stopped after {self.n_frames} frames ({self.n_frames / self.cfg.fps:.2f} s): "
                 f"{self.error}", "DecodeStoppedMidStream")
 
-    def _emit(self, graph: av.filter.Graph, frame: av.VideoFrame, count: int) -> Iterator[np.ndarray]:
+    def _emit(self, frame: av.VideoFrame, count: int) -> Iterator[np.ndarray]:
         if count <= 0:
             return
-        image = self._convert(graph, frame)
+        image = self._convert(frame)
         for _ in range(count):
             self.n_frames += 1
             yield image

@@ -103,3 +103,18 @@ def set_matroska_duration(path: Path, duration_s: float) -> Path:
     data[position + 3:position + 11] = struct.pack(">d", duration_s * 1000)
     Path(path).write_bytes(bytes(data))
     return path
+
+
+def remux(source: Path, path: Path, rotation: int | None = None) -> Path:
+    """The video stream of `source` copied, packet for packet, into the container `path` names, with a
+    display-matrix `rotation` (counter-clockwise degrees) if given."""
+    with av.open(str(source)) as reader, av.open(str(path), "w") as writer:
+        video = reader.streams.video[0]
+        stream = writer.add_stream_from_template(video)
+        if rotation:
+            stream.set_display_rotation(rotation)
+        for packet in reader.demux(video):
+            if packet.dts is not None:   # the demuxer's flush packets carry no data
+                packet.stream = stream
+                writer.mux(packet)
+    return Path(path)

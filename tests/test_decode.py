@@ -6,7 +6,7 @@ from urllib.parse import quote
 import numpy as np
 import pytest
 
-from media_factory import concatenate, make_audio_only, make_video, set_matroska_duration
+from media_factory import concatenate, make_audio_only, make_video, remux, set_matroska_duration
 from pipeline.config import load_config
 from pipeline.media import ClipReader
 from stages.decode import decode_video
@@ -195,6 +195,44 @@ def test_full_range_source_is_not_washed_out(tmp_path):
     # a washed-out (limited-range) reading would give about 16 and 235
     assert frame[:, :80].mean() < 6
     assert frame[:, -80:].mean() > 249
+
+
+def _size_change(folder, second_size, rotation=None, second_s=3.0):
+    """3 s of 64x48 pictures, then `second_s` of `second_size` ones (one H.264 stream, new sequence headers
+    where the second part begins) from 3.0 s on; with a display rotation when given."""
+    first = make_video(folder / "first.ts", duration_s=3.0, container_format="mpegts", frame_fn=quadrant_pattern)
+    second = make_video(folder / "second.ts", duration_s=second_s, start_s=3.0, width=second_size[0],
+                        height=second_size[1], container_format="mpegts", frame_fn=quadrant_pattern)
+    joined = concatenate([first, second], folder / "joined.ts")
+    if rotation is None:
+        return joined, second
+    return remux(joined, folder / "joined.mp4", rotation), remux(second, folder / "second.mp4", rotation)
+
+
+@pytest.mark.parametrize("rotation", [None, 90])
+def test_picture_size_change_mid_stream_is_scaled_and_cropped_like_the_size_alone(tmp_path, rotation):
+    joined, second = _size_change(tmp_path, (320, 240), rotation)
+    with ClipReader(str(joined), CFG.decode) as reader:
+        clips = list(reader.clips())
+    assert (reader.error, reader.picture_sizes) == (None, [(64, 48), (320, 240)])
+    alone, _ = _decoded(second)
+    assert len(clips) == 4 and len(alone) == 2
+    for mixed, single in zip(clips[2:], alone):
+        assert np.abs(mixed.frames.astype(int) - single.frames).mean() < 1
+
+
+def test_every_frame_over_max_pixels_stops_the_video_before_the_filter_graph(tmp_path):
+    # the first 3 s are 64x48, then one 6000x6000 frame (36 Mpixel, over the default 8192x4320)
+    joined, _ = _size_change(tmp_path, (6000, 6000), second_s=0.04)
+    with ClipReader(str(joined), CFG.decode) as reader:
+        assert reader.info.width * reader.info.height == 64 * 48   # the header shows the first part
+        clips = list(reader.clips(with_frames=False))
+    assert reader.picture_sizes == [(64, 48)]   # the big picture never reached the filter graph
+    clip_rows, video, errors = decode_video(_row(joined), CFG)
+    assert (video["status"], len(clips), len(clip_rows)) == ("partial", 2, 2)
+    assert [(e["error_type"], e["message"]) for e in errors] == [(
+        "VideoTooLarge", f"{joined}: source frame 75 is 6000x6000, over decode.max_pixels={CFG.decode.max_pixels}; "
+                         f"the clips before it are kept")]
 
 
 def test_real_full_range_video_keeps_black(realdata):
