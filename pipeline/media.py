@@ -291,8 +291,8 @@ class ClipReader:
         (`BACKWARD_JITTER_S`) or forward by more than decode.max_gap_s, or run past the declared duration.
         The stream is stopped rather than renumbered on a clock of our own because clip times share the
         container's clock with asr's word times: renumbered clips would sit beside speech from elsewhere.
-        So does a frame over decode.max_pixels, before it reaches the filter graph; a first frame over it
-        refuses the whole video (VideoTooLarge is raised)."""
+        A frame over decode.max_pixels stops it too, before the frame reaches the filter graph; a first
+        frame over it refuses the whole video (VideoTooLarge is raised)."""
         time_base = self.stream.time_base
         slots_per_tick = time_base * Fraction(self.cfg.fps).limit_denominator(1001)   # pts -> output slots
         pending, pending_slot, first_pts, step = None, 0, None, None
