@@ -66,6 +66,14 @@ class DecodeConfig:
     thumbnail_quality: int = 80
     max_pixels: int = 8192 * 4320       # larger frames are refused (memory stays bounded per clip)
     decode_threads: int = 0             # FFmpeg frame threads per video; 0 = FFmpeg's choice
+    # the longest wait, in seconds, to open an input, probe its streams or read its next packet (decode,
+    # features and asr's audio): a longer one makes the video an InputTimeout error row. Long enough for a
+    # slow network share or HTTP server to answer; short enough that a dead one costs a minute, not a shard
+    io_timeout_s: float = 60.0
+    # timestamps that jump forward by more than this between two frames are a broken clock, not a picture
+    # held on screen: the video stops there (partial). Slideshows and screen recordings hold a frame for
+    # seconds, up to a minute; broken clocks jump by hours. Each second of gap would be 20 copies of a frame
+    max_gap_s: float = 60.0
 
 
 @dataclass
@@ -231,6 +239,8 @@ def _check(cfg: Config) -> None:
     if not 1 <= d.thumbnail_quality <= 100:
         raise ConfigError(f"config error: decode.thumbnail_quality must be in 1..100 (got {d.thumbnail_quality})")
     _positive(d.max_pixels, "decode.max_pixels")
+    _positive(d.io_timeout_s, "decode.io_timeout_s")
+    _positive(d.max_gap_s, "decode.max_gap_s")
     _positive(cfg.shards.videos_per_shard, "shards.videos_per_shard")
     _one_of(cfg.executor.kind, ("local", "ray", "slurm"), "executor.kind")
     _check_executor(cfg.executor)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+import stat
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Iterator
@@ -22,7 +23,8 @@ from pipeline.config import DecodeConfig
 
 
 class VideoDecodeError(Exception):
-    """The video cannot be decoded at all (no such file, not a video, no video stream, too large)."""
+    """The video cannot be decoded at all (no such file, not a video, no video stream, too large), or, as
+    a ClipReader's `error` after some clips, not beyond some point."""
 
 
 class EmptyFile(VideoDecodeError):
@@ -37,18 +39,52 @@ class VideoTooLarge(VideoDecodeError):
     pass
 
 
+class InputError(VideoDecodeError):
+    """The input cannot be read at all, whichever of its streams is wanted (asr reports these too)."""
+
+
+class NotARegularFile(InputError):
+    """A local input that is a FIFO, a device, a socket or a folder: refused without being opened."""
+
+
+class InputTimeout(InputError):
+    """Opening the input, or reading its next packet, took longer than decode.io_timeout_s."""
+
+
+def input_timeout(uri: str, timeout_s: float, when: str) -> InputTimeout:
+    return InputTimeout(f"{uri}: no data for {timeout_s:g} s {when} (decode.io_timeout_s)")
+
+
 class StreamTruncated(Exception):
     """The stream decoded cleanly but ends well before the duration its header states: a cut-off file."""
 
 
-# a video that decodes this much shorter than its header says was cut off (streams end a little early)
-TRUNCATION_TOLERANCE_S = 1.0
-TRUNCATION_TOLERANCE_SHARE = 0.05
+class TimestampDiscontinuity(VideoDecodeError):
+    """The stream's timestamps jump back, or forward over more than decode.max_gap_s: decoding stops there."""
+
+
+class FramesPastDuration(TimestampDiscontinuity):
+    """Frames whose timestamps lie past the duration the header declares: decoding stops at the first."""
+
+
+# a stream's data may end, or run on, this much off the duration its header declares (streams end a little
+# early, and a last frame's duration is not always counted); further off, the header and the data disagree
+DURATION_TOLERANCE_S = 1.0
+DURATION_TOLERANCE_SHARE = 0.05
+
+# a frame further than this behind the latest one is a reset of the clock (two files joined byte-wise, an
+# encoder restart); a frame less far behind is jitter (rounding, a muxer's reordering glitch), dropped as it
+# always was: a frame with an earlier time than the one on screen is never shown
+BACKWARD_JITTER_S = 0.5
+
+
+def duration_tolerance(declared_s: float) -> float:
+    return max(DURATION_TOLERANCE_S, DURATION_TOLERANCE_SHARE * declared_s)
 
 
 def is_truncated(data_end_s: float, declared_s: float) -> bool:
     """A stream whose data ends this far before the duration its header declares is a cut-off file."""
-    return declared_s - data_end_s > max(TRUNCATION_TOLERANCE_S, TRUNCATION_TOLERANCE_SHARE * declared_s)
+    return declared_s - data_end_s > duration_tolerance(declared_s)
 
 
 @dataclass
@@ -90,12 +126,52 @@ def open_target(uri: str) -> str:
     return unquote(urlparse(uri).path) if uri.startswith("file://") else uri
 
 
+_NOT_REGULAR = ((stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISCHR, "a character device"),
+                (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder"))
+
+
+def refuse_non_regular_file(uri: str, target: str) -> None:
+    """Raise NotARegularFile when a local input is not a regular file, from its stat alone: opening a FIFO
+    for reading blocks until some writer comes (forever, in a pipeline), a device like /dev/zero never ends,
+    and none of them is a video. A path that cannot be stat'ed is left to the opener, whose error names why;
+    network URLs are left to FFmpeg's protocols and the time limits."""
+    if "://" in target:
+        return
+    try:
+        mode = os.stat(target).st_mode
+    except OSError:
+        return
+    if stat.S_ISREG(mode):
+        return
+    kind = next((name for test, name in _NOT_REGULAR if test(mode)), "not a regular file")
+    raise NotARegularFile(f"{uri} is {kind}, not a regular file: not opened")
+
+
+def open_input(uri: str, timeout_s: float) -> av.container.InputContainer:
+    """A manifest URI opened for reading: the one way decode, features and asr open their inputs.
+    Raises NotARegularFile before opening anything that is not a regular file; FFmpeg's own errors
+    (OSError, ValueError, av.error.FFmpegError) are the caller's to report.
+
+    `timeout_s` limits, separately, opening the input, probing its streams and every later read of one
+    packet: FFmpeg's interrupt callback ends a wait that lasts longer with av.error.ExitError, which
+    readers turn into InputTimeout (`input_timeout`). It reaches what FFmpeg waits on itself (network
+    protocols, which poll); a read() stuck inside the kernel (a hard-mounted share that went away) it
+    cannot interrupt."""
+    target = open_target(uri)
+    refuse_non_regular_file(uri, target)
+    try:
+        return av.open(target, metadata_errors="ignore", timeout=timeout_s)
+    except av.error.ExitError as error:
+        raise input_timeout(uri, timeout_s, "while opening it") from error
+
+
 class ClipReader:
     """Iterate a video's clips: `for clip in ClipReader(uri, cfg).clips(): ...`.
 
     After iteration: `n_frames` frames were produced at the target rate, `error` holds the exception
     that ended a stream that failed mid-way (the clips before it were still yielded), `rotation` the
-    clockwise degrees applied to make the picture upright."""
+    clockwise degrees applied to make the picture upright, `picture_sizes` the (width, height) of each
+    run of frames of one size that went through the filter graph (one, unless the size changes)."""
 
     def __init__(self, uri: str, cfg: DecodeConfig):
         self.uri, self.cfg = uri, cfg
@@ -103,7 +179,7 @@ class ClipReader:
         if "://" not in target and os.path.isfile(target) and os.path.getsize(target) == 0:
             raise EmptyFile(f"{uri} is an empty file")
         try:
-            self.container = av.open(target, metadata_errors="ignore")
+            self.container = open_input(uri, cfg.io_timeout_s)
         except (av.error.FFmpegError, OSError, ValueError) as error:
             raise VideoDecodeError(f"cannot open {uri}: {error}") from error
         if not self.container.streams.video:
@@ -126,6 +202,11 @@ class ClipReader:
         # streams (audio may run on after the picture), so it only counts for a video-only file
         self._video_duration_s = (float(self.stream.duration * self.stream.time_base) + self._stream_start_s()
                                   if self.stream.duration else duration if len(self.container.streams) == 1 else None)
+        # where the header says the video ends, on the container clock: no frame shows after that (plus
+        # duration_tolerance), so a stream's clips are bounded by its declared length
+        self._declared_end_s = duration if self.container.duration else self._video_duration_s
+        self._frames_end_s = (self._declared_end_s + duration_tolerance(self._declared_end_s)
+                              if self._declared_end_s else None)
         rate = self.stream.average_rate or self.stream.guessed_rate
         self.info = VideoInfo(
             duration_s=duration, source_fps=float(rate) if rate else None,
@@ -136,6 +217,9 @@ class ClipReader:
         self.error: Exception | None = None
         self.rotation = 0
         self.first_frame_s: float | None = None
+        self.picture_sizes: list[tuple[int, int]] = []
+        self._graph: av.filter.Graph | None = None
+        self._graph_input: tuple[int, int, str] | None = None
 
     def close(self) -> None:
         self.container.close()
@@ -180,7 +264,18 @@ class ClipReader:
         graph.configure()
         return graph
 
-    def _convert(self, graph: av.filter.Graph, frame: av.VideoFrame) -> np.ndarray:
+    def _graph_for(self, frame: av.VideoFrame) -> av.filter.Graph:
+        """The filter graph for this frame's size and pixel format. A graph is configured for one input
+        size: where a stream changes size mid-way (new sequence headers), frames of the new size get a
+        new graph, since a transpose or crop configured for the old size would cut them wrong."""
+        key = (frame.width, frame.height, frame.format.name)
+        if key != self._graph_input:
+            self._graph, self._graph_input = self._build_graph(frame), key
+            self.picture_sizes.append((frame.width, frame.height))
+        return self._graph
+
+    def _convert(self, frame: av.VideoFrame) -> np.ndarray:
+        graph = self._graph_for(frame)
         graph.push(frame)
         return graph.pull().to_ndarray()   # owns its frame's buffer: consumers copy what they keep
 
@@ -190,44 +285,48 @@ class ClipReader:
         Resampling is by timestamp: output frame n is the source frame on screen at first_pts + n/fps
         (the latest one with pts <= that time), so variable frame rates and late starts come out right.
         Each source frame is converted once, and only if some output slot shows it: a 60 fps source
-        costs a third of the scaling that FFmpeg's fps filter ahead of scale would spend."""
-        graph = None
+        costs a third of the scaling that FFmpeg's fps filter ahead of scale would spend.
+
+        A broken clock stops the stream (`error`, the frames before it kept): timestamps that jump back
+        (`BACKWARD_JITTER_S`) or forward by more than decode.max_gap_s, or run past the declared duration.
+        The stream is stopped rather than renumbered on a clock of our own because clip times share the
+        container's clock with asr's word times: renumbered clips would sit beside speech from elsewhere.
+        A frame over decode.max_pixels stops it too, before the frame reaches the filter graph; a first
+        frame over it refuses the whole video (VideoTooLarge is raised)."""
         time_base = self.stream.time_base
         slots_per_tick = time_base * Fraction(self.cfg.fps).limit_denominator(1001)   # pts -> output slots
-        pending, pending_slot, first_pts = None, 0, None
+        pending, pending_slot, first_pts, step = None, 0, None, None
         try:
-            for packet in self.container.demux(self.stream):
-                for frame in packet.decode():
-                    if frame.pts is None:
-                        continue
-                    if graph is None:
-                        if frame.width * frame.height > self.cfg.max_pixels:
-                            raise VideoTooLarge(f"{self.uri}: frame {frame.width}x{frame.height} exceeds "
-                                                f"decode.max_pixels={self.cfg.max_pixels}")
-                        graph = self._build_graph(frame)
-                        first_pts = frame.pts
-                        self.first_frame_s = float(frame.pts * time_base) - self.info.start_s
-                    # first output slot at or after this frame's time
-                    slot = math.ceil((frame.pts - first_pts) * slots_per_tick)
-                    if pending is not None and slot <= pending_slot:
-                        if frame.pts > pending.pts:
-                            pending = frame   # a later frame takes over the same slot
-                        continue
-                    if pending is not None:
-                        yield from self._emit(graph, pending, slot - pending_slot)
-                    pending, pending_slot = frame, slot
+            for index, frame in enumerate(self._timed_frames()):
+                if first_pts is None:
+                    first_pts = frame.pts
+                    self.first_frame_s = self._time_s(frame)
+                stop = self._oversized(frame, index, first=pending is None) or \
+                    self._broken_clock(frame, index, pending)
+                if stop is not None:
+                    self.error = stop
+                    break
+                # first output slot at or after this frame's time
+                slot = math.ceil((frame.pts - first_pts) * slots_per_tick)
+                if pending is not None and slot <= pending_slot:
+                    if frame.pts > pending.pts:
+                        pending = frame   # a later frame takes over the same slot
+                    continue
+                if pending is not None:
+                    step = frame.pts - pending.pts
+                    yield from self._emit(pending, slot - pending_slot)
+                pending, pending_slot = frame, slot
         except VideoTooLarge:
             raise
+        except av.error.ExitError:
+            self.error = input_timeout(self.uri, self.cfg.io_timeout_s,
+                                       f"after {self.n_frames / self.cfg.fps:.2f} s of video")
         except (av.error.FFmpegError, ValueError, OSError) as error:
             self.error = error
         if pending is not None:
-            # the last frame stays on screen for its duration
-            duration = (pending.duration if pending.duration else
-                        (1 / Fraction(self.info.source_fps).limit_denominator(1001) / time_base
-                         if self.info.source_fps else 0))
-            end_slot = math.ceil((pending.pts - first_pts + duration) * slots_per_tick)
+            end_slot = self._last_frame_end_slot(pending, first_pts, step, slots_per_tick)
             try:
-                yield from self._emit(graph, pending, end_slot - pending_slot)
+                yield from self._emit(pending, end_slot - pending_slot)
             except (av.error.FFmpegError, ValueError) as error:
                 self.error = self.error or error
         duration = self._video_duration_s
@@ -237,17 +336,77 @@ class ClipReader:
                 self.error = StreamTruncated(f"the stream ends at {ends_s:.2f} s of the {duration:.2f} s its "
                                              f"header states: the file is truncated")
 
+    def _timed_frames(self) -> Iterator[av.VideoFrame]:
+        """The stream's decoded frames that carry a timestamp, in presentation order."""
+        for packet in self.container.demux(self.stream):
+            for frame in packet.decode():
+                if frame.pts is not None:
+                    yield frame
+
+    def _oversized(self, frame: av.VideoFrame, index: int, first: bool) -> VideoTooLarge | None:
+        """Why the stream must stop before a frame over decode.max_pixels (checked for every frame: the size
+        may grow mid-stream); raised for the first frame, which refuses the video whole."""
+        if frame.width * frame.height <= self.cfg.max_pixels:
+            return None
+        if first:
+            raise VideoTooLarge(f"{self.uri}: frame {frame.width}x{frame.height} exceeds "
+                                f"decode.max_pixels={self.cfg.max_pixels}")
+        return VideoTooLarge(f"{self.uri}: source frame {index} is {frame.width}x{frame.height}, over "
+                             f"decode.max_pixels={self.cfg.max_pixels}; the clips before it are kept")
+
+    def _time_s(self, frame: av.VideoFrame) -> float:
+        return float(frame.pts * self.stream.time_base) - self.info.start_s
+
+    def _broken_clock(self, frame: av.VideoFrame, index: int,
+                      previous: av.VideoFrame | None) -> TimestampDiscontinuity | None:
+        """Why the stream must stop before `frame` (the index-th with a timestamp), if its time breaks the
+        clock: behind the latest frame (`previous`) beyond jitter, a gap after it over decode.max_gap_s
+        (slideshows hold a picture for seconds, a broken clock jumps by hours), or past the declared end."""
+        now_s = self._time_s(frame)
+        kept = "the clips before it are kept"
+        if previous is not None:
+            before_s = self._time_s(previous)
+            if now_s < before_s - BACKWARD_JITTER_S:
+                return TimestampDiscontinuity(f"{self.uri}: timestamps jump back from {before_s:.3f} s to "
+                                              f"{now_s:.3f} s at source frame {index}; {kept}")
+            if now_s - before_s > self.cfg.max_gap_s:
+                return TimestampDiscontinuity(f"{self.uri}: timestamps jump forward from {before_s:.3f} s to "
+                                              f"{now_s:.3f} s at source frame {index}, a gap over "
+                                              f"decode.max_gap_s={self.cfg.max_gap_s:g} s; {kept}")
+        if self._frames_end_s is not None and now_s > self._frames_end_s:
+            return FramesPastDuration(f"{self.uri}: source frame {index} at {now_s:.3f} s lies past the "
+                                      f"{self._declared_end_s:.3f} s the header declares; {kept}")
+        return None
+
+    def _last_frame_end_slot(self, frame: av.VideoFrame, first_pts: int, step: int | None,
+                             slots_per_tick: Fraction) -> int:
+        """The output slot where the last frame leaves the screen: after its own duration (else one
+        nominal frame interval), and never past the declared end. At a broken clock its duration
+        reached to the frame past the break, so it lasts no longer than the step between the frames
+        before it."""
+        nominal = (1 / Fraction(self.info.source_fps).limit_denominator(1001) / self.stream.time_base
+                   if self.info.source_fps else 0)
+        duration = frame.duration or nominal
+        if isinstance(self.error, TimestampDiscontinuity):
+            duration = min(duration, step if step is not None else nominal)
+        end_slot = math.ceil((frame.pts - first_pts + duration) * slots_per_tick)
+        if self._frames_end_s is not None:
+            end_slot = min(end_slot, math.ceil((self._frames_end_s - self.first_frame_s) * self.cfg.fps))
+        return end_slot
+
     def stop_reason(self) -> tuple[str, str]:
         """(message, error type) for a stream that ended early: the clips before it are kept."""
         if isinstance(self.error, StreamTruncated):
             return str(self.error), "TruncatedStream"
+        if isinstance(self.error, VideoDecodeError):   # one of ours: its message already says what happened
+            return str(self.error), type(self.error).__name__
         return (f"decoding stopped after {self.n_frames} frames ({self.n_frames / self.cfg.fps:.2f} s): "
                 f"{self.error}", "DecodeStoppedMidStream")
 
-    def _emit(self, graph: av.filter.Graph, frame: av.VideoFrame, count: int) -> Iterator[np.ndarray]:
+    def _emit(self, frame: av.VideoFrame, count: int) -> Iterator[np.ndarray]:
         if count <= 0:
             return
-        image = self._convert(graph, frame)
+        image = self._convert(frame)
         for _ in range(count):
             self.n_frames += 1
             yield image

@@ -40,8 +40,8 @@ import pyarrow as pa
 
 import schemas
 from pipeline import io
-from pipeline.config import AsrConfig, resolve_model_spec
-from pipeline.media import is_truncated, open_target
+from pipeline.config import AsrConfig, DecodeConfig, resolve_model_spec
+from pipeline.media import InputError, input_timeout, is_truncated, open_input, open_target
 from pipeline.runner import ShardContext, ShardResult, error_row
 from stages import transcripts
 from stages.transcripts import Word
@@ -74,15 +74,17 @@ def local_path(uri: str) -> str:
     return path
 
 
-def decode_audio(uri: str) -> Audio | None:
+def decode_audio(uri: str, io_timeout_s: float = DecodeConfig.io_timeout_s) -> Audio | None:
     """The first audio stream as 16 kHz mono float32; None when the file has no audio stream.
 
     Streams packet by packet through FFmpeg's resampler (which also downmixes any layout, 5.1 included),
     so memory holds only the 64 KB per second of output, never the source's decoded channels. Other
     streams' packets are read (the file is read whole anyway) but not decoded: where every stream ends
-    tells a cut-off file, which FFmpeg reads to its end without an error, from one whose audio is short."""
+    tells a cut-off file, which FFmpeg reads to its end without an error, from one whose audio is short.
+    Opened by media.open_input, as the decode stage opens it: a FIFO or a device is refused unopened, and
+    waiting longer than io_timeout_s (decode.io_timeout_s) to open it or for its next packet is InputTimeout."""
     try:
-        container = av.open(open_target(uri), metadata_errors="ignore")
+        container = open_input(uri, io_timeout_s)
     except (av.error.FFmpegError, OSError, ValueError) as error:
         raise AudioDecodeError(f"cannot open {uri}: {error}") from error
     with container:
@@ -105,6 +107,9 @@ def decode_audio(uri: str) -> Audio | None:
                         first_time = float(frame.time)
                     chunks += [out.to_ndarray()[0] for out in resampler.resample(frame)]
             chunks += [out.to_ndarray()[0] for out in resampler.resample(None)]
+        except av.error.ExitError as error:
+            decoded_s = sum(len(chunk) for chunk in chunks) / SAMPLE_RATE
+            raise input_timeout(uri, io_timeout_s, f"after {decoded_s:.2f} s of audio") from error
         except (av.error.FFmpegError, ValueError) as error:
             decoded_s = sum(len(chunk) for chunk in chunks) / SAMPLE_RATE
             raise AudioDecodeError(f"{uri}: audio decoding failed after {decoded_s:.2f} s: {error}") from error
@@ -540,9 +545,11 @@ def _row(video_id: str, status: str, source: str, language, language_prob, audio
     }
 
 
-def recognise_video(video: dict, cfg: AsrConfig, backend: Backend, seed: int) -> dict:
-    """The output row of a video without a transcript; raises on broken audio."""
-    audio = decode_audio(video["uri"])
+def recognise_video(video: dict, cfg: AsrConfig, backend: Backend, seed: int,
+                    io_timeout_s: float = DecodeConfig.io_timeout_s) -> dict:
+    """The output row of a video without a transcript; raises on broken audio. The audio is read under the
+    decode stage's time limit (decode.io_timeout_s): one limit for every reader of an input."""
+    audio = decode_audio(video["uri"], io_timeout_s)
     if audio is None:
         return _row(video["video_id"], "no_audio", backend.source, None, None, None, [], [])
     recognition = backend.recognise(audio.samples, seed) if len(audio.samples) else Recognition([], None, None)
@@ -583,8 +590,8 @@ def run_shard(ctx: ShardContext) -> ShardResult:
                 if video.get("transcript_uri"):
                     row = import_video(video, cfg)
                 else:
-                    row = recognise_video(video, cfg, backend, ctx.cfg.seed)
-            except (AudioDecodeError, transcripts.TranscriptError, OSError, ValueError) as error:
+                    row = recognise_video(video, cfg, backend, ctx.cfg.seed, ctx.cfg.decode.io_timeout_s)
+            except (AudioDecodeError, InputError, transcripts.TranscriptError, OSError, ValueError) as error:
                 errors.append(error_row(video["video_id"], error))
                 progress.update(1, errors=1)
                 continue

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import struct
 from fractions import Fraction
 from pathlib import Path
 
@@ -82,3 +83,38 @@ def make_audio_only(path: Path, duration_s: float = 2.0) -> Path:
         for packet in stream.encode():
             container.mux(packet)
     return path
+
+
+def concatenate(parts: list[Path], path: Path) -> Path:
+    """Files joined byte-wise, as `cat` joins them: MPEG-TS parts read as one stream whose timestamps, picture
+    size or codec settings may change where a part begins."""
+    path = Path(path)
+    path.write_bytes(b"".join(Path(part).read_bytes() for part in parts))
+    return path
+
+
+def set_matroska_duration(path: Path, duration_s: float) -> Path:
+    """Rewrite the Segment Duration a Matroska file's header declares (an 8-byte float in milliseconds, as
+    FFmpeg writes it): the frames keep their timestamps."""
+    data = bytearray(Path(path).read_bytes())
+    position = data.find(b"\x44\x89\x88")   # element id 0x4489, size 8
+    if position < 0:
+        raise ValueError(f"{path} declares no 8-byte Segment Duration")
+    data[position + 3:position + 11] = struct.pack(">d", duration_s * 1000)
+    Path(path).write_bytes(bytes(data))
+    return path
+
+
+def remux(source: Path, path: Path, rotation: int | None = None) -> Path:
+    """The video stream of `source` copied, packet for packet, into the container `path` names, with a
+    display-matrix `rotation` (counter-clockwise degrees) if given."""
+    with av.open(str(source)) as reader, av.open(str(path), "w") as writer:
+        video = reader.streams.video[0]
+        stream = writer.add_stream_from_template(video)
+        if rotation:
+            stream.set_display_rotation(rotation)
+        for packet in reader.demux(video):
+            if packet.dts is not None:   # the demuxer's flush packets carry no data
+                packet.stream = stream
+                writer.mux(packet)
+    return Path(path)

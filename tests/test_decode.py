@@ -6,7 +6,7 @@ from urllib.parse import quote
 import numpy as np
 import pytest
 
-from media_factory import make_audio_only, make_video
+from media_factory import concatenate, make_audio_only, make_video, remux, set_matroska_duration
 from pipeline.config import load_config
 from pipeline.media import ClipReader
 from stages.decode import decode_video
@@ -82,6 +82,75 @@ def test_frames_follow_timestamps_for_variable_frame_rate(tmp_path):
     assert [source_index(f) for f in frames] == expected
 
 
+def _decoded(path, cfg=CFG):
+    """(clips with their frames, the reader) for a video."""
+    with ClipReader(str(path), cfg.decode) as reader:
+        return list(reader.clips()), reader
+
+
+def test_timestamp_reset_stops_the_video_and_keeps_the_clips_before(tmp_path):
+    # two MPEG-TS files joined byte-wise: the second part's clock starts again at 0
+    first = make_video(tmp_path / "first.ts", duration_s=3.0, container_format="mpegts", frame_fn=index_pattern)
+    second = make_video(tmp_path / "second.ts", duration_s=2.0, container_format="mpegts")
+    joined = concatenate([first, second], tmp_path / "joined.ts")
+    clips, video, errors = decode_video(_row(joined), CFG)
+    assert video["status"] == "partial" and len(clips) == 2
+    assert [(e["error_type"], e["message"]) for e in errors] == [(
+        "TimestampDiscontinuity", f"{joined}: timestamps jump back from 2.960 s to 0.000 s at source frame 75; "
+                                  f"the clips before it are kept")]
+    # the clips are the first part's, exactly
+    kept, reader = _decoded(joined)
+    alone, _ = _decoded(first)
+    assert [(c.start_s, c.end_s, c.frames.tobytes()) for c in kept] == \
+        [(c.start_s, c.end_s, c.frames.tobytes()) for c in alone]
+    assert reader.stop_reason()[1] == "TimestampDiscontinuity"
+
+
+def test_timestamps_a_little_back_are_jitter_not_a_reset(tmp_path):
+    # the second part starts 20 ms before the first one's last frame: that frame is dropped, nothing stops
+    first = make_video(tmp_path / "first.ts", duration_s=3.0, container_format="mpegts")
+    second = make_video(tmp_path / "second.ts", duration_s=2.0, start_s=2.94, container_format="mpegts")
+    clips, video, errors = decode_video(_row(concatenate([first, second], tmp_path / "joined.ts")), CFG)
+    assert (video["status"], errors) == ("ok", [])
+    assert len(clips) == expected_clip_count(4.94, CFG.decode) == 3
+
+
+def test_an_hour_long_timestamp_gap_stops_the_video_instead_of_repeating_a_frame(tmp_path):
+    # 2 s of frames, then one an hour later: a 2 KB file that used to give 2,400 clips of one frame. Its
+    # header agrees with the gap (3600 s), so the gap rule, not the declared duration, stops it
+    path = make_video(tmp_path / "gap.mp4", frame_times=[i * 0.04 for i in range(50)] + [3600.0])
+    clips, video, errors = decode_video(_row(path), CFG)
+    assert video["duration_s"] > 3600
+    assert (video["status"], len(clips), video["n_frames"]) == ("partial", 1, 40)
+    assert [(e["error_type"], e["message"]) for e in errors] == [(
+        "TimestampDiscontinuity", f"{path}: timestamps jump forward from 1.960 s to 3600.000 s at source frame "
+                                  f"50, a gap over decode.max_gap_s=60 s; the clips before it are kept")]
+    # a longer limit takes the gap as a picture held on screen
+    clips, video, errors = decode_video(_row(path), load_config(None, ["decode.max_gap_s=4000"]))
+    assert (video["status"], len(clips), errors) == ("ok", expected_clip_count(3600.04, CFG.decode), [])
+
+
+def test_slideshow_holding_pictures_under_a_minute_is_kept_whole(tmp_path):
+    times = [0.0, 20.0, 40.0, 59.0, 59.04]
+    path = make_video(tmp_path / "slides.mp4", frame_times=times, frame_fn=index_pattern)
+    clips, video, errors = decode_video(_row(path), CFG)
+    assert (video["status"], errors) == ("ok", [])
+    assert len(clips) == expected_clip_count(59.08, CFG.decode) == 39
+    with ClipReader(str(path), CFG.decode) as reader:
+        shown = [source_index(frame) for frame in reader.frames()]
+    assert shown == [max(j for j, t in enumerate(times) if t <= i / 20 + 1e-9) for i in range(len(shown))]
+
+
+def test_frames_past_the_declared_duration_stop_the_video(tmp_path):
+    # 6 s of frames in a Matroska file whose header says 2 s: frames up to 2 s + 1 s of tolerance are kept
+    path = set_matroska_duration(make_video(tmp_path / "v.mkv", duration_s=6.0, container_format="matroska"), 2.0)
+    clips, video, errors = decode_video(_row(path), CFG)
+    assert (video["status"], len(clips), video["n_frames"]) == ("partial", 2, 60)
+    assert [(e["error_type"], e["message"]) for e in errors] == [(
+        "FramesPastDuration", f"{path}: source frame 76 at 3.040 s lies past the 2.000 s the header declares; "
+                              f"the clips before it are kept")]
+
+
 def test_non_zero_start_time(tmp_path):
     # video starts 2 s after the container's zero (the audio starts at 0)
     path = make_video(tmp_path / "late.mp4", duration_s=3.0, fps=25, start_s=2.0, audio=True)
@@ -126,6 +195,44 @@ def test_full_range_source_is_not_washed_out(tmp_path):
     # a washed-out (limited-range) reading would give about 16 and 235
     assert frame[:, :80].mean() < 6
     assert frame[:, -80:].mean() > 249
+
+
+def _size_change(folder, second_size, rotation=None, second_s=3.0):
+    """3 s of 64x48 pictures, then `second_s` of `second_size` ones (one H.264 stream, new sequence headers
+    where the second part begins) from 3.0 s on; with a display rotation when given."""
+    first = make_video(folder / "first.ts", duration_s=3.0, container_format="mpegts", frame_fn=quadrant_pattern)
+    second = make_video(folder / "second.ts", duration_s=second_s, start_s=3.0, width=second_size[0],
+                        height=second_size[1], container_format="mpegts", frame_fn=quadrant_pattern)
+    joined = concatenate([first, second], folder / "joined.ts")
+    if rotation is None:
+        return joined, second
+    return remux(joined, folder / "joined.mp4", rotation), remux(second, folder / "second.mp4", rotation)
+
+
+@pytest.mark.parametrize("rotation", [None, 90])
+def test_picture_size_change_mid_stream_is_scaled_and_cropped_like_the_size_alone(tmp_path, rotation):
+    joined, second = _size_change(tmp_path, (320, 240), rotation)
+    with ClipReader(str(joined), CFG.decode) as reader:
+        clips = list(reader.clips())
+    assert (reader.error, reader.picture_sizes) == (None, [(64, 48), (320, 240)])
+    alone, _ = _decoded(second)
+    assert len(clips) == 4 and len(alone) == 2
+    for mixed, single in zip(clips[2:], alone):
+        assert np.abs(mixed.frames.astype(int) - single.frames).mean() < 1
+
+
+def test_every_frame_over_max_pixels_stops_the_video_before_the_filter_graph(tmp_path):
+    # the first 3 s are 64x48, then one 6000x6000 frame (36 Mpixel, over the default 8192x4320)
+    joined, _ = _size_change(tmp_path, (6000, 6000), second_s=0.04)
+    with ClipReader(str(joined), CFG.decode) as reader:
+        assert reader.info.width * reader.info.height == 64 * 48   # the header shows the first part
+        clips = list(reader.clips(with_frames=False))
+    assert reader.picture_sizes == [(64, 48)]   # the big picture never reached the filter graph
+    clip_rows, video, errors = decode_video(_row(joined), CFG)
+    assert (video["status"], len(clips), len(clip_rows)) == ("partial", 2, 2)
+    assert [(e["error_type"], e["message"]) for e in errors] == [(
+        "VideoTooLarge", f"{joined}: source frame 75 is 6000x6000, over decode.max_pixels={CFG.decode.max_pixels}; "
+                         f"the clips before it are kept")]
 
 
 def test_real_full_range_video_keeps_black(realdata):

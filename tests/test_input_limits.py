@@ -1,0 +1,194 @@
+"""Inputs that would make a stage wait forever: a FIFO, a device or a socket listed as a video is refused
+without being opened, and a server that stops answering costs decode.io_timeout_s, in every stage that
+reads videos (decode, features and asr)."""
+
+import os
+import re
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from bad_input_corpus import make_speech_video
+from media_factory import make_video
+from pipeline import io, media, runner
+from pipeline.config import load_config
+from pipeline.manifest import write_manifest
+from pipeline.media import ClipReader, InputTimeout, NotARegularFile
+from stages import asr
+
+REPO = Path(__file__).resolve().parent.parent
+# the smallest clips S3D takes, random weights, decoding in the stage's own process
+SETTINGS = ["features.weights=random", "decode.clip_frames=14", "decode.min_clip_frames=7",
+            "features.batch_size=1", "features.decode_workers=0"]
+
+# manifest, then decode, features and asr on shard 0, in a child process: a stage that opened a FIFO would
+# block forever, and the test's time limit turns that into a failure instead of a hung test run
+STAGES_IN_A_CHILD = """
+import sys
+from pathlib import Path
+from pipeline import runner
+from pipeline.config import load_config
+from pipeline.manifest import write_manifest
+work, listing, *overrides = sys.argv[1:]
+cfg = load_config(None, overrides)
+write_manifest(cfg, listing, Path(work))
+for stage in ("decode", "features", "asr"):
+    runner.run_one_shard(cfg, Path(work), stage, 0, quiet=True)
+"""
+
+
+def _run_stages_in_a_child(work: Path, listing: Path, settings: list[str], limit_s: float) -> None:
+    subprocess.run([sys.executable, "-c", STAGES_IN_A_CHILD, str(work), str(listing), *settings], cwd=REPO,
+                   check=True, timeout=limit_s)
+
+
+def _errors(work: Path, stage: str) -> dict[str, dict]:
+    return {row["video_id"]: row for row in pq.read_table(io.error_output(work, stage, 0)).to_pylist()}
+
+
+def test_fifo_and_devices_in_a_shard_become_error_rows_in_every_stage(tmp_path):
+    good = make_speech_video(tmp_path / "good.mp4")
+    fifo = tmp_path / "pipe.mp4"
+    os.mkfifo(fifo)
+    listing = tmp_path / "videos.txt"
+    listing.write_text(f"{good}\n{fifo}\n/dev/zero\n/dev/urandom\n")
+    work = tmp_path / "work"
+    _run_stages_in_a_child(work, listing, SETTINGS, limit_s=600)
+    ids = {row["uri"]: row["video_id"] for row in runner.read_manifest(work).to_pylist()}
+    kinds = {str(fifo): "is a named pipe (FIFO)", "/dev/zero": "is a character device",
+             "/dev/urandom": "is a character device"}
+    for stage in ("decode", "features", "asr"):
+        assert runner.completion_record_ok(work, stage, 0), stage
+        errors = _errors(work, stage)
+        assert set(errors) == {ids[uri] for uri in kinds}, stage
+        for uri, kind in kinds.items():
+            assert errors[ids[uri]]["error_type"] == "NotARegularFile", (stage, uri)
+            assert errors[ids[uri]]["message"] == f"{uri} {kind}, not a regular file: not opened", (stage, uri)
+    videos = {row["video_id"]: row for row in pq.read_table(io.stage_output(work, "decode", 0, "videos")).to_pylist()}
+    assert videos[ids[str(good)]]["status"] == "ok" and videos[ids[str(good)]]["n_clips"] == 1
+    assert {videos[ids[uri]]["status"] for uri in kinds} == {"error"}
+    features = pq.read_table(io.stage_output(work, "features", 0)).to_pylist()
+    assert [row["video_id"] for row in features] == [ids[str(good)]]
+    transcribed = pq.read_table(io.stage_output(work, "asr", 0)).to_pylist()
+    assert [row["video_id"] for row in transcribed] == [ids[str(good)]] and transcribed[0]["sentences"]
+
+
+@pytest.fixture
+def unix_socket(tmp_path):
+    path = tmp_path / "listening.mp4"
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(path))
+    server.listen(1)
+    yield path
+    server.close()
+
+
+@pytest.mark.parametrize("kind", ["a socket", "a folder", "a character device"])
+def test_non_regular_inputs_are_refused_by_the_one_opener(tmp_path, unix_socket, kind):
+    path = {"a socket": unix_socket, "a folder": tmp_path, "a character device": Path("/dev/null")}[kind]
+    for uri in (str(path), "file://" + str(path)):
+        for open_it in (lambda uri: media.open_input(uri, 60.0), lambda uri: ClipReader(uri, load_config(None).decode),
+                        asr.decode_audio):
+            with pytest.raises(NotARegularFile, match=re.escape(f"{uri} is {kind}, not a regular file")):
+                open_it(uri)
+
+
+class StallingServer:
+    """An HTTP server on 127.0.0.1 (an ephemeral port) that reads each request and then sends nothing at all
+    (`body` None), or a 200 response announcing all of `body` but sending only its first `sent` bytes, and
+    goes silent. It closes each connection after `hold_s`: a reader without a time limit then fails on
+    its own, slowly, instead of hanging the test run."""
+
+    def __init__(self, body: bytes | None = None, sent: int = 0, hold_s: float = 60.0):
+        self.body, self.sent, self.hold_s = body, sent, hold_s
+        self.closing = threading.Event()
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}/x"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while not self.closing.is_set():
+            try:
+                connection, _ = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._answer, args=(connection,), daemon=True).start()
+
+    def _answer(self, connection):
+        with connection:
+            request = b""
+            while b"\r\n\r\n" not in request:
+                chunk = connection.recv(4096)
+                if not chunk:
+                    return
+                request += chunk
+            if self.body is not None:
+                # no Accept-Ranges: FFmpeg reads it as a stream, front to back, without seeking
+                connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\n"
+                                   b"Content-Length: %d\r\nConnection: close\r\n\r\n" % len(self.body))
+                connection.sendall(self.body[:self.sent])
+            self.closing.wait(self.hold_s)
+
+    def close(self):
+        self.closing.set()
+        self.listener.close()
+
+
+@pytest.fixture
+def silent_server():
+    server = StallingServer()
+    yield server
+    server.close()
+
+
+def test_a_server_that_never_answers_is_an_error_row_after_the_time_limit(tmp_path, silent_server):
+    good = make_speech_video(tmp_path / "good.mp4")
+    listing = tmp_path / "videos.txt"
+    listing.write_text(f"{good}\n{silent_server.url}.mp4\n")
+    work = tmp_path / "work"
+    cfg = load_config(None, SETTINGS + ["decode.io_timeout_s=2"])
+    write_manifest(cfg, listing, work)
+    ids = {row["uri"]: row["video_id"] for row in runner.read_manifest(work).to_pylist()}
+    remote, local = ids[f"{silent_server.url}.mp4"], ids[str(good)]
+    for stage in ("decode", "features", "asr"):
+        started = time.monotonic()
+        runner.run_one_shard(cfg, work, stage, 0, quiet=True)
+        # the server holds the connection for 60 s: only the 2 s limit ends it sooner
+        assert time.monotonic() - started < 30, stage
+        errors = _errors(work, stage)
+        assert list(errors) == [remote], stage
+        assert errors[remote]["error_type"] == "InputTimeout", stage
+        assert errors[remote]["message"] == (f"{silent_server.url}.mp4: no data for 2 s while opening it "
+                                             f"(decode.io_timeout_s)"), stage
+    videos = {row["video_id"]: row for row in pq.read_table(io.stage_output(work, "decode", 0, "videos")).to_pylist()}
+    assert (videos[remote]["status"], videos[local]["status"], videos[local]["n_clips"]) == ("error", "ok", 1)
+    assert [row["video_id"] for row in pq.read_table(io.stage_output(work, "features", 0)).to_pylist()] == [local]
+    transcribed = pq.read_table(io.stage_output(work, "asr", 0)).to_pylist()
+    assert [row["video_id"] for row in transcribed] == [local] and transcribed[0]["sentences"]
+
+
+def test_a_server_that_stops_mid_stream_keeps_the_clips_before(tmp_path):
+    # an MPEG-TS stream reads front to back; the server sends 60% of it, then nothing
+    body = make_video(tmp_path / "v.ts", duration_s=5.0, audio=True, container_format="mpegts").read_bytes()
+    server = StallingServer(body, sent=len(body) * 6 // 10)
+    try:
+        cfg = load_config(None, ["decode.io_timeout_s=2"])
+        started = time.monotonic()
+        with ClipReader(server.url + ".ts", cfg.decode) as reader:
+            clips = list(reader.clips(with_frames=False))
+        assert time.monotonic() - started < 30
+        message, error_type = reader.stop_reason()
+        assert error_type == "InputTimeout" and message.startswith(f"{server.url}.ts: no data for 2 s after ")
+        assert 1 <= len(clips) < 3   # 5 s would give 3 clips
+        started = time.monotonic()
+        with pytest.raises(InputTimeout, match="s of audio \\(decode.io_timeout_s\\)"):
+            asr.decode_audio(server.url + ".ts", io_timeout_s=2)
+        assert time.monotonic() - started < 30
+    finally:
+        server.close()
