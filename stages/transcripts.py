@@ -3,7 +3,9 @@
 Word times come from the caption's inline timestamps where it has them (YouTube auto-captions:
 `word<00:00:01.230><c> next</c>`), otherwise a cue's words share its span in proportion to their length.
 Imported words carry no probability (prob is null). A malformed file raises TranscriptError naming the
-file and line."""
+file, the line and what was expected there, never the line's text: a transcript path can point at any file
+(a misconfigured list, a symlink), and error messages travel into error tables, `pipeline errors` and the
+HTML report."""
 
 from __future__ import annotations
 
@@ -36,6 +38,8 @@ class Transcript:
 _VTT_TIME = re.compile(r"^(?:(\d+):)?([0-5]\d):([0-5]\d)\.(\d{3})$")
 _SRT_TIME = re.compile(r"^(\d+):([0-5]\d):([0-5]\d)[,.](\d{1,3})$")
 _TIMING = re.compile(r"^\s*(\S+)\s+-->\s+(\S+)(?:\s.*)?$")
+_VTT_EXAMPLE = "00:00:01.000 --> 00:00:02.500"
+_SRT_EXAMPLE = "00:00:01,000 --> 00:00:02,500"
 _INLINE_TIME = re.compile(r"<((?:\d+:)?[0-5]\d:[0-5]\d\.\d{3})>")
 _TAG = re.compile(r"<[^>]*>|\{\\[^}]*\}")          # <i>, <c.colour>, <v Name>, SSA {\an8}
 _ANNOTATION = re.compile(r"\[[^\]]*\]|♪")          # [Music], [Applause]: sounds, not speech
@@ -47,17 +51,18 @@ def _seconds(match: re.Match) -> float:
 
 
 def _parse_timing(line: str, time_pattern: re.Pattern, name: str, line_no: int, example: str) -> tuple[float, float]:
+    """A cue timing line's (start, end) seconds; `example` is what the format's timing line looks like."""
     timing = _TIMING.match(line)
     if not timing:
-        raise TranscriptError(f"{name}:{line_no}: expected a cue timing line like '{example}', got {line.strip()!r}")
+        raise TranscriptError(f"{name}:{line_no}: expected a cue timing line like '{example}'")
     times = []
-    for stamp in timing.groups()[:2]:
+    for which, stamp, example_stamp in zip(("start", "end"), timing.groups()[:2], example.split(" --> ")):
         match = time_pattern.match(stamp)
         if not match:
-            raise TranscriptError(f"{name}:{line_no}: bad timestamp {stamp!r} in {line.strip()!r}")
+            raise TranscriptError(f"{name}:{line_no}: bad {which} timestamp, expected one like '{example_stamp}'")
         times.append(_seconds(match))
     if times[1] < times[0]:
-        raise TranscriptError(f"{name}:{line_no}: cue ends before it starts in {line.strip()!r}")
+        raise TranscriptError(f"{name}:{line_no}: cue ends before it starts")
     return times[0], times[1]
 
 
@@ -128,10 +133,9 @@ def parse_vtt(text: str, name: str) -> Transcript:
             continue
         timing_index = 0 if "-->" in lines[0] else 1   # an optional cue identifier comes first
         if timing_index >= len(lines):
-            raise TranscriptError(f"{name}:{first_line_no}: expected a cue timing line like "
-                                  f"'00:00:01.000 --> 00:00:02.500', got {lines[0].strip()!r}")
+            raise TranscriptError(f"{name}:{first_line_no}: expected a cue timing line like '{_VTT_EXAMPLE}'")
         start_s, end_s = _parse_timing(lines[timing_index], _VTT_TIME, name, first_line_no + timing_index,
-                                       "00:00:01.000 --> 00:00:02.500")
+                                       _VTT_EXAMPLE)
         payload = lines[timing_index + 1:]
         if rolling:
             fresh = []
@@ -150,11 +154,33 @@ def parse_srt(text: str, name: str) -> Transcript:
     for first_line_no, lines in _blocks(text.lstrip("\ufeff"), whitespace_is_blank=True):
         timing_index = 1 if lines[0].strip().isdigit() else 0   # the cue number is optional in practice
         if timing_index >= len(lines):
-            raise TranscriptError(f"{name}:{first_line_no}: cue {lines[0].strip()} has no timing line")
+            raise TranscriptError(f"{name}:{first_line_no}: a cue number without a timing line like '{_SRT_EXAMPLE}' "
+                                  f"after it")
         start_s, end_s = _parse_timing(lines[timing_index], _SRT_TIME, name, first_line_no + timing_index,
-                                       "00:00:01,000 --> 00:00:02,500")
+                                       _SRT_EXAMPLE)
         words += _cue_words(lines[timing_index + 1:], start_s, end_s)
     return Transcript(words=words, format="srt", language=None)
+
+
+def _json_type(value) -> str:
+    """A JSON value's kind, for messages that must not quote the value itself."""
+    if value is None:
+        return "null"
+    return {bool: "a boolean", int: "a number", float: "a number", str: "a string", list: "a list",
+            dict: "an object"}.get(type(value), "a value")
+
+
+def _segment_problem(item) -> str | None:
+    """What is wrong with one JSON segment, naming keys and kinds but no values; None when it is fine."""
+    if not isinstance(item, dict):
+        return f"got {_json_type(item)}"
+    if not isinstance(item.get("text"), str):
+        return f"'text' is {_json_type(item.get('text')) if 'text' in item else 'missing'}"
+    for key in ("start", "end"):
+        value = item.get(key)
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            return f"'{key}' is {_json_type(value) if key in item else 'missing'}"
+    return None
 
 
 def parse_json(text: str, name: str) -> Transcript:
@@ -167,19 +193,18 @@ def parse_json(text: str, name: str) -> Transcript:
     if isinstance(data, dict):
         language = data.get("language")
         if language is not None and not isinstance(language, str):
-            raise TranscriptError(f"{name}: 'language' must be a language code string, got {json.dumps(language)[:40]}")
+            raise TranscriptError(f"{name}: 'language' must be a language code string, got {_json_type(language)}")
         data = data.get("segments")
     if not isinstance(data, list):
         raise TranscriptError(f"{name}: expected a list of {{text, start, end}} or an object with 'segments'")
     words: list[Word] = []
     for index, item in enumerate(data):
-        if not (isinstance(item, dict) and isinstance(item.get("text"), str)
-                and all(isinstance(item.get(key), (int, float)) and not isinstance(item.get(key), bool)
-                        for key in ("start", "end"))):
-            raise TranscriptError(f"{name}: segment {index}: expected {{text: string, start: seconds, end: seconds}}, "
-                                  f"got {json.dumps(item)[:80]}")
+        problem = _segment_problem(item)
+        if problem:
+            raise TranscriptError(f"{name}: segment {index}: expected {{text: string, start: seconds, end: seconds}}; "
+                                  f"{problem}")
         if item["end"] < item["start"] or item["start"] < 0:
-            raise TranscriptError(f"{name}: segment {index}: bad times start={item['start']} end={item['end']}")
+            raise TranscriptError(f"{name}: segment {index}: start must be >= 0 and end >= start")
         words += _spread(item["text"], float(item["start"]), float(item["end"]))
     return Transcript(words=words, format="json", language=language)
 

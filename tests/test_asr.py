@@ -251,7 +251,7 @@ def test_vtt_cue_identifiers_notes_and_tags():
 
 
 @pytest.mark.parametrize("name, line, what", [("malformed.srt", 6, "expected a cue timing line"),
-                                              ("malformed.vtt", 6, "bad timestamp '00:xx:10.000'")])
+                                              ("malformed.vtt", 6, "bad end timestamp, expected one like '00:00:02.500'")])
 def test_malformed_captions_name_file_and_line(name, line, what):
     with pytest.raises(TranscriptError) as error:
         transcripts.read_transcript(SPEECH / name)
@@ -265,6 +265,32 @@ def test_malformed_captions_name_file_and_line(name, line, what):
 def test_bad_vtt(text, message):
     with pytest.raises(TranscriptError, match=re.escape(message)):
         transcripts.parse_vtt(text, "x.vtt")
+
+
+SECRET = "hunter2-do-not-print"
+
+
+@pytest.mark.parametrize("parse, text", [
+    (transcripts.parse_vtt, f"WEBVTT\n\n{SECRET}\n"),                                  # no timing line
+    (transcripts.parse_vtt, f"WEBVTT\n\nid\n{SECRET} --> 00:00:01.000\n"),             # bad timestamp
+    (transcripts.parse_vtt, f"WEBVTT\n\n00:00:02.000 --> 00:00:01.000 {SECRET}\n"),     # backwards
+    (transcripts.parse_vtt, f"{SECRET}\n"),                                              # no header
+    (transcripts.parse_srt, f"{SECRET}\n"),                                              # /etc/passwd's shape
+    (transcripts.parse_srt, f"1\n{SECRET} --> 00:00:01,000\n"),
+    (transcripts.parse_srt, "982451653\n"),                                              # a number, no timing
+    (transcripts.parse_json, f'{{"language": ["{SECRET}"]}}'),
+    (transcripts.parse_json, f'[{{"text": "{SECRET}"}}]'),
+    (transcripts.parse_json, f'[{{"text": "x", "start": "{SECRET}", "end": 1}}]'),
+    (transcripts.parse_json, f'["{SECRET}"]'),
+    (transcripts.parse_json, f'["{SECRET}'),
+])
+def test_parser_errors_never_quote_the_file(parse, text):
+    """A transcript path may name any file: messages say where and what was expected, not what is there."""
+    with pytest.raises(TranscriptError) as error:
+        parse(text, "x.txt")
+    message = str(error.value)
+    assert message.startswith("x.txt")
+    assert SECRET not in message and "hunter2" not in message and "982451653" not in message
 
 
 def test_json_transcripts(tmp_path):
