@@ -527,7 +527,7 @@ def import_video(video: dict, cfg: AsrConfig) -> dict:
 
     Language: the transcript's own (VTT `Language:` header, JSON `language`), else `asr.language` when
     set, else null; language_prob is null (nothing was measured)."""
-    transcript = transcripts.read_transcript(local_path(video["transcript_uri"]))
+    transcript = transcripts.read_transcript(local_path(video["transcript_uri"]), cfg.max_transcript_bytes)
     words, sentences = sentences_from_words(transcript.words, cfg)
     return _row(video["video_id"], "ok", f"import:{transcript.format}", transcript.language or cfg.language,
                 None, None, sentences, words)

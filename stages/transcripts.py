@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import html
 import json
+import os
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -212,11 +214,52 @@ def parse_json(text: str, name: str) -> Transcript:
 PARSERS = {"vtt": parse_vtt, "srt": parse_srt, "json": parse_json}
 
 
-def read_transcript(path: str | Path) -> Transcript:
-    """Parse a .vtt, .srt or .json transcript (other names: the format is sniffed from the content)."""
+# a 15-minute video's captions are tens of KB; far larger is not a transcript (or not a file at all)
+DEFAULT_MAX_BYTES = 16 * 1024 * 1024
+
+_FILE_KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a named pipe"), (stat.S_ISCHR, "a character device"),
+               (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def _require_regular(path: Path, mode: int) -> None:
+    """Pipes and devices are refused before they are read: one can block forever (a FIFO nobody writes)
+    or never end (/dev/zero)."""
+    if not stat.S_ISREG(mode):
+        kind = next((name for test, name in _FILE_KINDS if test(mode)), "not a regular file")
+        raise TranscriptError(f"{path}: is {kind}; a transcript must be a regular file")
+
+
+def _too_large(path: Path, max_bytes: int) -> TranscriptError:
+    return TranscriptError(f"{path}: larger than the {max_bytes:,}-byte limit for a transcript "
+                           f"(asr.max_transcript_bytes)")
+
+
+def read_capped(path: str | Path, max_bytes: int = DEFAULT_MAX_BYTES) -> bytes:
+    """A regular file's bytes, at most max_bytes of them, else TranscriptError.
+
+    The size is checked with stat before anything is opened, and the read stops at max_bytes + 1 anyway:
+    a file can grow after the stat, and some report no size at all (/proc). The file is opened
+    non-blocking and checked again, in case it was swapped for a pipe between the stat and the open."""
+    path = Path(path)
+    info = os.stat(path)
+    _require_regular(path, info.st_mode)
+    if info.st_size > max_bytes:
+        raise _too_large(path, max_bytes)
+    descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    with os.fdopen(descriptor, "rb") as handle:
+        _require_regular(path, os.fstat(handle.fileno()).st_mode)
+        data = handle.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise _too_large(path, max_bytes)
+    return data
+
+
+def read_transcript(path: str | Path, max_bytes: int = DEFAULT_MAX_BYTES) -> Transcript:
+    """Parse a .vtt, .srt or .json transcript (other names: the format is sniffed from the content) of at
+    most max_bytes."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8-sig")
+        text = read_capped(path, max_bytes).decode("utf-8-sig")
     except UnicodeDecodeError as error:
         raise TranscriptError(f"{path}: not UTF-8 text ({error.reason} at byte {error.start})") from None
     fmt = path.suffix.lower().lstrip(".")

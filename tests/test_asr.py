@@ -10,6 +10,7 @@ import fractions
 import json
 import os
 import re
+import threading
 from dataclasses import replace
 from pathlib import Path
 
@@ -21,6 +22,7 @@ import pytest
 import schemas
 from pipeline import io, runner
 from pipeline.config import AsrConfig, ConfigError, load_config
+from pipeline.manifest import write_manifest
 from stages import asr, transcripts
 from stages.transcripts import TranscriptError, Word
 from work_factory import write_manifest_rows
@@ -457,10 +459,83 @@ def test_stage_output_is_deterministic(tmp_path, backend):
     assert first == second
 
 
+def run_asr_on_list(folder: Path, transcripts_by_video: dict[str, str], work: Path,
+                    overrides: list[str] = ()) -> tuple[dict, dict]:
+    """The asr stage on a CSV video list in `folder` (video name -> transcript as the list states it),
+    through the manifest stage: (asr rows, error rows), each by video file name."""
+    folder.mkdir(parents=True, exist_ok=True)
+    lines = ["path,transcript"]
+    for video, transcript in transcripts_by_video.items():
+        (folder / video).write_bytes(b"not decoded: the transcript is imported")
+        lines.append(f"{video},{transcript}")
+    (folder / "videos.csv").write_text("\n".join(lines) + "\n")
+    cfg = load_config(None, list(overrides))
+    _, manifest = write_manifest(cfg, folder / "videos.csv", work)
+    names = {row["video_id"]: Path(row["uri"]).name for row in manifest.to_pylist()}
+    runner.run_one_shard(cfg, work, "asr", 0, quiet=True, force=True)
+    rows = pq.read_table(io.stage_output(work, "asr", 0)).to_pylist()
+    errors = pq.read_table(io.error_output(work, "asr", 0)).to_pylist()
+    return ({names[row["video_id"]]: row for row in rows}, {names[row["video_id"]]: row for row in errors})
+
+
+def test_transcript_over_the_size_cap_is_an_error_row(tmp_path):
+    folder = tmp_path / "videos"
+    folder.mkdir()
+    cue = "00:00:01.000 --> 00:00:02.000\nSalt the water.\n\n"
+    (folder / "big.vtt").write_text("WEBVTT\n\n" + cue * 100)        # about 4.5 KB
+    (folder / "small.vtt").write_text("WEBVTT\n\n" + cue)
+    rows, errors = run_asr_on_list(folder, {"big.mp4": "big.vtt", "small.mp4": "small.vtt"}, tmp_path / "work",
+                                   ["asr.max_transcript_bytes=1000"])
+    assert set(rows) == {"small.mp4"} and rows["small.mp4"]["sentences"][0]["text"] == "Salt the water."
+    assert errors["big.mp4"]["error_type"] == "TranscriptError"
+    assert "1,000-byte limit" in errors["big.mp4"]["message"] and "Salt" not in errors["big.mp4"]["message"]
+
+
+def test_transcript_read_stops_at_the_cap_whatever_the_file_says_its_size_is():
+    """/proc files are regular files that report size 0: the read itself must stop at the cap."""
+    if not Path("/proc/self/status").exists():
+        pytest.skip("no /proc")
+    assert os.stat("/proc/self/status").st_size == 0
+    with pytest.raises(TranscriptError, match="64-byte limit"):
+        transcripts.read_transcript("/proc/self/status", max_bytes=64)
+
+
+def test_device_transcript_is_refused_without_reading():
+    with pytest.raises(TranscriptError, match="/dev/zero: is a character device"):
+        transcripts.read_transcript("/dev/zero")
+
+
+def test_fifo_transcript_is_an_error_row_not_a_hang(tmp_path):
+    folder = tmp_path / "videos"
+    folder.mkdir()
+    fifo = folder / "live.vtt"
+    os.mkfifo(fifo)
+    outcome: dict = {}
+
+    def run():
+        try:
+            outcome["result"] = run_asr_on_list(folder, {"live.mp4": "live.vtt"}, tmp_path / "work")
+        except BaseException as error:  # noqa: BLE001 - reported by the test below
+            outcome["error"] = error
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    worker.join(timeout=60)
+    if worker.is_alive():
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))   # let the blocked reader go before failing
+        pytest.fail("the asr stage blocked opening a FIFO transcript")
+    assert "error" not in outcome, outcome.get("error")
+    rows, errors = outcome["result"]
+    assert rows == {}
+    assert errors["live.mp4"]["error_type"] == "TranscriptError"
+    assert "is a named pipe" in errors["live.mp4"]["message"]
+
+
 @pytest.mark.parametrize("override, key", [("asr.backend=whispr", "asr.backend"),
                                            ("asr.compute_type=int8", "asr.compute_type"),
                                            ("asr.max_sentence_s=0", "asr.max_sentence_s"),
-                                           ("asr.num_threads=-1", "asr.num_threads")])
+                                           ("asr.num_threads=-1", "asr.num_threads"),
+                                           ("asr.max_transcript_bytes=0", "asr.max_transcript_bytes")])
 def test_config_mistakes_stop_at_load(override, key):
     overrides = [override] + (["asr.backend=whisper"] if "compute_type" in override else [])
     with pytest.raises(ConfigError, match=re.escape(key)):
