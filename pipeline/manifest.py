@@ -4,6 +4,11 @@ Input: a folder (searched recursively for video files; a `name.vtt`/`name.srt` b
 its transcript) or a list file: .txt (one path per line), .csv or .parquet (a `path`/`uri` column and an
 optional `transcript`/`transcript_uri` column). Relative paths in a list are relative to the list file.
 
+Transcripts are imported only from inside the input's folder (the folder given, or the folder holding the
+list file) or a folder named in `asr.transcript_roots`: a list is data, and a transcript column saying
+`../../etc/passwd` must not make the asr stage read that file. The manifest refuses nothing; it records
+that folder (symlinks resolved) in its metadata as `transcript_root`, and the asr stage checks each path.
+
 `video_id` is derived from the path relative to the input plus a short hash of it: stable across runs,
 unique, and safe as a file name on every OS (ASCII letters, digits, `_`, `-`, `.`; no `/` or `..`)."""
 
@@ -87,6 +92,20 @@ def _read_list(list_file: Path) -> list[tuple[str, str | None]]:
     return [(absolute(path), absolute(transcript)) for path, transcript in rows]
 
 
+TRANSCRIPT_ROOT_KEY = "transcript_root"   # manifest metadata: the folder transcripts may be read from
+
+
+def input_folder(input_path: str | Path) -> str:
+    """The folder an input's transcripts are confined to: a folder input itself, else the list's folder."""
+    input_path = Path(input_path)
+    return os.path.realpath(input_path if input_path.is_dir() else input_path.parent)
+
+
+def recorded_transcript_root(work_dir: Path) -> str | None:
+    """The transcript folder the manifest stage recorded; None for a manifest made without one."""
+    return io.read_metadata(Path(work_dir) / "manifest" / "manifest.parquet").get(TRANSCRIPT_ROOT_KEY)
+
+
 def build_manifest(cfg: Config, input_path: str | Path) -> pa.Table:
     input_path = Path(input_path)
     if input_path.is_dir():
@@ -129,7 +148,8 @@ def write_manifest(cfg: Config, input_path: str | Path, work_dir: Path) -> tuple
     table = build_manifest(cfg, input_path)
     path = Path(work_dir) / "manifest" / "manifest.parquet"
     metadata = {"stage": "manifest", "schema": schemas.MANIFEST.tag, "config": cfg.section_json("shards"),
-                "config_hash": cfg.section_hash("shards"), "input": str(Path(input_path).resolve())}
+                "config_hash": cfg.section_hash("shards"), "input": str(Path(input_path).resolve()),
+                TRANSCRIPT_ROOT_KEY: input_folder(input_path)}
     # rows are in shard order: row groups of a few shards let a shard task read just its own
     io.write_parquet(path, table, metadata, row_group_size=cfg.shards.videos_per_shard * 16)
     return path, table

@@ -221,49 +221,51 @@ _FILE_KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a named pipe"), (sta
                (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
 
 
-def _require_regular(path: Path, mode: int) -> None:
+def _require_regular(name: str, mode: int) -> None:
     """Pipes and devices are refused before they are read: one can block forever (a FIFO nobody writes)
     or never end (/dev/zero)."""
     if not stat.S_ISREG(mode):
-        kind = next((name for test, name in _FILE_KINDS if test(mode)), "not a regular file")
-        raise TranscriptError(f"{path}: is {kind}; a transcript must be a regular file")
+        kind = next((kind for test, kind in _FILE_KINDS if test(mode)), "not a regular file")
+        raise TranscriptError(f"{name}: is {kind}; a transcript must be a regular file")
 
 
-def _too_large(path: Path, max_bytes: int) -> TranscriptError:
-    return TranscriptError(f"{path}: larger than the {max_bytes:,}-byte limit for a transcript "
+def _too_large(name: str, max_bytes: int) -> TranscriptError:
+    return TranscriptError(f"{name}: larger than the {max_bytes:,}-byte limit for a transcript "
                            f"(asr.max_transcript_bytes)")
 
 
-def read_capped(path: str | Path, max_bytes: int = DEFAULT_MAX_BYTES) -> bytes:
-    """A regular file's bytes, at most max_bytes of them, else TranscriptError.
+def read_capped(path: str | Path, max_bytes: int = DEFAULT_MAX_BYTES, name: str | None = None) -> bytes:
+    """A regular file's bytes, at most max_bytes of them, else TranscriptError naming `name` (default: the path).
 
     The size is checked with stat before anything is opened, and the read stops at max_bytes + 1 anyway:
     a file can grow after the stat, and some report no size at all (/proc). The file is opened
     non-blocking and checked again, in case it was swapped for a pipe between the stat and the open."""
-    path = Path(path)
+    name = name or str(path)
     info = os.stat(path)
-    _require_regular(path, info.st_mode)
+    _require_regular(name, info.st_mode)
     if info.st_size > max_bytes:
-        raise _too_large(path, max_bytes)
+        raise _too_large(name, max_bytes)
     descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
     with os.fdopen(descriptor, "rb") as handle:
-        _require_regular(path, os.fstat(handle.fileno()).st_mode)
+        _require_regular(name, os.fstat(handle.fileno()).st_mode)
         data = handle.read(max_bytes + 1)
     if len(data) > max_bytes:
-        raise _too_large(path, max_bytes)
+        raise _too_large(name, max_bytes)
     return data
 
 
-def read_transcript(path: str | Path, max_bytes: int = DEFAULT_MAX_BYTES) -> Transcript:
+def read_transcript(path: str | Path, max_bytes: int = DEFAULT_MAX_BYTES, name: str | None = None) -> Transcript:
     """Parse a .vtt, .srt or .json transcript (other names: the format is sniffed from the content) of at
-    most max_bytes."""
+    most max_bytes. `name` (default: the path) is the file as the user named it, e.g. a symlink whose
+    target `path` is: messages and the format go by it."""
     path = Path(path)
+    name = name or str(path)
     try:
-        text = read_capped(path, max_bytes).decode("utf-8-sig")
+        text = read_capped(path, max_bytes, name).decode("utf-8-sig")
     except UnicodeDecodeError as error:
-        raise TranscriptError(f"{path}: not UTF-8 text ({error.reason} at byte {error.start})") from None
-    fmt = path.suffix.lower().lstrip(".")
+        raise TranscriptError(f"{name}: not UTF-8 text ({error.reason} at byte {error.start})") from None
+    fmt = Path(name).suffix.lower().lstrip(".")
     if fmt not in PARSERS:
         stripped = text.lstrip()
         fmt = "vtt" if stripped.startswith("WEBVTT") else "json" if stripped[:1] in "[{" else "srt"
-    return PARSERS[fmt](text, str(path))
+    return PARSERS[fmt](text, name)

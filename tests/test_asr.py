@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import schemas
-from pipeline import io, runner
+from pipeline import io, runner, status
 from pipeline.config import AsrConfig, ConfigError, load_config
 from pipeline.manifest import write_manifest
 from stages import asr, transcripts
@@ -206,10 +206,15 @@ def test_punctuation_model_hook_runs_on_unpunctuated_text():
 SCRIPT_SENTENCES = [(s["text"], s["start_s"], s["end_s"]) for s in SCRIPT["sentences"]]
 
 
+def import_speech(name: str, cfg: AsrConfig) -> dict:
+    """The asr row of a fixture transcript, imported with the fixtures' folder allowed."""
+    return asr.import_video({"video_id": "v", "transcript_uri": str(SPEECH / name)}, cfg, [str(SPEECH)])
+
+
 @pytest.mark.parametrize("name, fmt", [("narration_en.vtt", "vtt"), ("narration_en.srt", "srt"),
                                        ("narration_en_transcript.json", "json")])
 def test_import_punctuated_transcripts(name, fmt):
-    row = asr.import_video({"video_id": "v", "transcript_uri": str(SPEECH / name)}, AsrConfig())
+    row = import_speech(name, AsrConfig())
     assert row["source"] == f"import:{fmt}" and row["status"] == "ok"
     assert [(s["text"], s["start_s"], s["end_s"]) for s in row["sentences"]] == SCRIPT_SENTENCES
     assert [w["word"] for w in row["words"]] == " ".join(s[0] for s in SCRIPT_SENTENCES).split()
@@ -218,7 +223,7 @@ def test_import_punctuated_transcripts(name, fmt):
 
 
 def test_import_auto_captions_split_at_pauses():
-    row = asr.import_video({"video_id": "v", "transcript_uri": str(SPEECH / "narration_en_auto.vtt")}, AsrConfig())
+    row = import_speech("narration_en_auto.vtt", AsrConfig())
     expected = [(" ".join(normalise(text)), start, end) for text, start, end in SCRIPT_SENTENCES]
     assert [(s["text"], s["start_s"], s["end_s"]) for s in row["sentences"]] == expected
     assert row["language"] == "en"     # from the file's `Language:` header
@@ -227,8 +232,7 @@ def test_import_auto_captions_split_at_pauses():
 
 
 def test_import_language_falls_back_to_the_config_hint():
-    row = asr.import_video({"video_id": "v", "transcript_uri": str(SPEECH / "narration_en.srt")},
-                           AsrConfig(language="en"))
+    row = import_speech("narration_en.srt", AsrConfig(language="en"))
     assert row["language"] == "en"
 
 
@@ -427,7 +431,7 @@ def test_stage_shard_rows_errors_and_metadata(tmp_path):
     write_manifest_rows(tmp_path / "work", [
         {"video_id": vid, "uri": str(uri), "bytes": uri.stat().st_size,
          "transcript_uri": str(transcript) if transcript else None, "shard": 0} for vid, uri, transcript in videos])
-    cfg = load_config(None)
+    cfg = load_config(None, [f"asr.transcript_roots={json.dumps([str(SPEECH)])}"])   # a hand-made manifest records none
     stats = runner.run_one_shard(cfg, tmp_path / "work", "asr", 0, quiet=True)
 
     out = io.stage_output(tmp_path / "work", "asr", 0)
@@ -476,6 +480,57 @@ def run_asr_on_list(folder: Path, transcripts_by_video: dict[str, str], work: Pa
     rows = pq.read_table(io.stage_output(work, "asr", 0)).to_pylist()
     errors = pq.read_table(io.error_output(work, "asr", 0)).to_pylist()
     return ({names[row["video_id"]]: row for row in rows}, {names[row["video_id"]]: row for row in errors})
+
+
+def test_transcripts_outside_the_input_folder_are_not_read(tmp_path):
+    """A list whose transcript column leads out of its folder ('..', a symlink, /etc/passwd): each video is
+    an error row TranscriptNotAllowed, and nothing of those files reaches the errors."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    secret_line = f"root:{SECRET}:0:0:root:/root:/bin/bash"
+    (outside / "passwd").write_text(secret_line + "\ndaemon:x:1:1::/:/usr/sbin/nologin\n")
+    folder = tmp_path / "videos"
+    folder.mkdir()
+    (folder / "linked.vtt").symlink_to(outside / "passwd")
+    up_to_root = "../" * (len(folder.resolve().parts) + 2)                 # more '..' than folders: ends at /
+    listed = {"dotdot.mp4": "../outside/passwd", "symlink.mp4": "linked.vtt",
+              "etc.mp4": up_to_root + "etc/passwd"}
+    work = tmp_path / "work"
+    rows, errors = run_asr_on_list(folder, listed, work)
+
+    assert rows == {}
+    assert {video: row["error_type"] for video, row in errors.items()} == dict.fromkeys(listed, "TranscriptNotAllowed")
+    assert "outside/passwd is outside the folders transcripts are read from" in errors["dotdot.mp4"]["message"]
+    assert "linked.vtt (resolves to " in errors["symlink.mp4"]["message"]
+    assert "transcript /etc/passwd is outside" in errors["etc.mp4"]["message"]
+    report = status.errors_text(work)
+    assert report.count("TranscriptNotAllowed") == 3
+    unseen = [SECRET] + (Path("/etc/passwd").read_text().splitlines()[:1] if Path("/etc/passwd").exists() else [])
+    error_table = str(pq.read_table(io.error_output(work, "asr", 0)).to_pylist())
+    for text in unseen:
+        assert text not in error_table and text not in report
+
+    # allowed through asr.transcript_roots, the file is read: it is no caption file, and the parse error
+    # names the file and line, not the line's text
+    rows, errors = run_asr_on_list(folder, listed, work, [f"asr.transcript_roots={json.dumps([str(outside)])}"])
+    assert rows == {}
+    assert {video: row["error_type"] for video, row in errors.items()} == {
+        "dotdot.mp4": "TranscriptError", "symlink.mp4": "TranscriptError", "etc.mp4": "TranscriptNotAllowed"}
+    assert "passwd:1: expected a cue timing line" in errors["dotdot.mp4"]["message"]
+    assert "linked.vtt:1: a WebVTT file starts with 'WEBVTT'" in errors["symlink.mp4"]["message"]
+    report = status.errors_text(work)
+    error_table = str(pq.read_table(io.error_output(work, "asr", 0)).to_pylist())
+    for text in unseen:
+        assert text not in error_table and text not in report
+
+
+def test_transcripts_of_a_list_reached_through_a_symlinked_folder_are_read(tmp_path):
+    folder = tmp_path / "real"
+    folder.mkdir()
+    (folder / "a.vtt").write_text("WEBVTT\n\n00:00:01.000 --> 00:00:02.000\nSalt the water.\n")
+    (tmp_path / "via").symlink_to(folder, target_is_directory=True)
+    rows, errors = run_asr_on_list(tmp_path / "via", {"a.mp4": "a.vtt"}, tmp_path / "work")
+    assert errors == {} and rows["a.mp4"]["sentences"][0]["text"] == "Salt the water."
 
 
 def test_transcript_over_the_size_cap_is_an_error_row(tmp_path):
@@ -535,7 +590,8 @@ def test_fifo_transcript_is_an_error_row_not_a_hang(tmp_path):
                                            ("asr.compute_type=int8", "asr.compute_type"),
                                            ("asr.max_sentence_s=0", "asr.max_sentence_s"),
                                            ("asr.num_threads=-1", "asr.num_threads"),
-                                           ("asr.max_transcript_bytes=0", "asr.max_transcript_bytes")])
+                                           ("asr.max_transcript_bytes=0", "asr.max_transcript_bytes"),
+                                           ("asr.transcript_roots=[captions]", "asr.transcript_roots[0]")])
 def test_config_mistakes_stop_at_load(override, key):
     overrides = [override] + (["asr.backend=whisper"] if "compute_type" in override else [])
     with pytest.raises(ConfigError, match=re.escape(key)):
