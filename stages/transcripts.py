@@ -2,6 +2,7 @@
 
 Word times come from the caption's inline timestamps where it has them (YouTube auto-captions:
 `word<00:00:01.230><c> next</c>`), otherwise a cue's words share its span in proportion to their length.
+Cues are taken in time order, whatever their order in the file.
 Imported words carry no probability (prob is null). A malformed file raises TranscriptError naming the
 file, the line and what was expected there, never the line's text: a transcript path can point at any file
 (a misconfigured list, a symlink), and error messages travel into error tables, `pipeline errors` and the
@@ -99,6 +100,35 @@ def _cue_words(lines: list[str], start_s: float, end_s: float) -> list[Word]:
     return words
 
 
+Cue = tuple[float, float, list[str]]   # start_s, end_s, its text lines
+
+
+def _in_time_order(cues: list[tuple]) -> list[tuple]:
+    """Cues (start_s, end_s, text) sorted by (start, end). Files are not always in time order (edited or merged captions), and
+    sentence splitting, align and `pipeline validate` take times that never go backwards. The sort is
+    stable: cues with equal times keep the file's order."""
+    return sorted(cues, key=lambda cue: (cue[0], cue[1]))
+
+
+def _drop_rolling_repeats(cues: list[Cue]) -> list[Cue]:
+    """Rolling auto-captions repeat the line shown before at the top of each cue: keep each line once.
+    "Before" is in time, so this runs on cues already in time order (for a file in order, the same)."""
+    kept, last_line = [], None
+    for start_s, end_s, lines in cues:
+        fresh = []
+        for line in lines:
+            plain = _clean(_INLINE_TIME.sub("", line))
+            if plain and plain != last_line:
+                fresh.append(line)
+                last_line = plain
+        kept.append((start_s, end_s, fresh))
+    return kept
+
+
+def _words(cues: list[Cue]) -> list[Word]:
+    return [word for start_s, end_s, lines in cues for word in _cue_words(lines, start_s, end_s)]
+
+
 def _blocks(text: str, whitespace_is_blank: bool) -> list[tuple[int, list[str]]]:
     """Blank-line separated blocks as (first line number, lines). WebVTT separates cues by empty lines
     only: auto-captions put lines of one space inside a cue."""
@@ -126,10 +156,7 @@ def parse_vtt(text: str, name: str) -> Transcript:
         key, _, value = line.partition(":")
         if key.strip().lower() == "language" and value.strip():
             language = value.strip()
-    # rolling auto-captions repeat the previous line at the top of each cue: keep each line once
-    rolling = bool(_INLINE_TIME.search(text))
-    words: list[Word] = []
-    last_line = None
+    cues: list[Cue] = []
     for first_line_no, lines in blocks[1:]:
         if lines[0].startswith(("NOTE", "STYLE", "REGION")):
             continue
@@ -138,21 +165,15 @@ def parse_vtt(text: str, name: str) -> Transcript:
             raise TranscriptError(f"{name}:{first_line_no}: expected a cue timing line like '{_VTT_EXAMPLE}'")
         start_s, end_s = _parse_timing(lines[timing_index], _VTT_TIME, name, first_line_no + timing_index,
                                        _VTT_EXAMPLE)
-        payload = lines[timing_index + 1:]
-        if rolling:
-            fresh = []
-            for line in payload:
-                plain = _clean(_INLINE_TIME.sub("", line))
-                if plain and plain != last_line:
-                    fresh.append(line)
-                    last_line = plain
-            payload = fresh
-        words += _cue_words(payload, start_s, end_s)
-    return Transcript(words=words, format="vtt", language=language)
+        cues.append((start_s, end_s, lines[timing_index + 1:]))
+    cues = _in_time_order(cues)
+    if _INLINE_TIME.search(text):   # inline word times: YouTube's rolling auto-captions
+        cues = _drop_rolling_repeats(cues)
+    return Transcript(words=_words(cues), format="vtt", language=language)
 
 
 def parse_srt(text: str, name: str) -> Transcript:
-    words: list[Word] = []
+    cues: list[Cue] = []
     for first_line_no, lines in _blocks(text.lstrip("\ufeff"), whitespace_is_blank=True):
         timing_index = 1 if lines[0].strip().isdigit() else 0   # the cue number is optional in practice
         if timing_index >= len(lines):
@@ -160,8 +181,8 @@ def parse_srt(text: str, name: str) -> Transcript:
                                   f"after it")
         start_s, end_s = _parse_timing(lines[timing_index], _SRT_TIME, name, first_line_no + timing_index,
                                        _SRT_EXAMPLE)
-        words += _cue_words(lines[timing_index + 1:], start_s, end_s)
-    return Transcript(words=words, format="srt", language=None)
+        cues.append((start_s, end_s, lines[timing_index + 1:]))
+    return Transcript(words=_words(_in_time_order(cues)), format="srt", language=None)
 
 
 def _json_type(value) -> str:
@@ -199,7 +220,7 @@ def parse_json(text: str, name: str) -> Transcript:
         data = data.get("segments")
     if not isinstance(data, list):
         raise TranscriptError(f"{name}: expected a list of {{text, start, end}} or an object with 'segments'")
-    words: list[Word] = []
+    segments: list[tuple[float, float, str]] = []
     for index, item in enumerate(data):
         problem = _segment_problem(item)
         if problem:
@@ -207,7 +228,8 @@ def parse_json(text: str, name: str) -> Transcript:
                                   f"{problem}")
         if item["end"] < item["start"] or item["start"] < 0:
             raise TranscriptError(f"{name}: segment {index}: start must be >= 0 and end >= start")
-        words += _spread(item["text"], float(item["start"]), float(item["end"]))
+        segments.append((float(item["start"]), float(item["end"]), item["text"]))
+    words = [word for start_s, end_s, text in _in_time_order(segments) for word in _spread(text, start_s, end_s)]
     return Transcript(words=words, format="json", language=language)
 
 

@@ -23,6 +23,7 @@ import schemas
 from pipeline import io, runner, status
 from pipeline.config import AsrConfig, ConfigError, load_config
 from pipeline.manifest import write_manifest
+from schemas.validate import validate_work_dir
 from stages import asr, transcripts
 from stages.transcripts import TranscriptError, Word
 from work_factory import write_manifest_rows
@@ -248,6 +249,62 @@ def test_import_rolling_auto_captions_with_inline_word_times():
         ("hello", 0.0), ("everyone", 0.48), ("welcome", 0.96), ("to", 2.36), ("my", 2.8), ("kitchen", 3.1),
         ("&", 4.05), ("garden", 4.287)]
     assert parsed.words[-1].end_s == 5.0 and parsed.language == "en"
+
+
+SHUFFLED_VTT = ("WEBVTT\n\n"
+                "00:00:05.000 --> 00:00:07.000\nThen drain the pasta.\n\n"
+                "00:00:01.000 --> 00:00:02.500\nBoil the water.\n\n"
+                "00:00:03.000 --> 00:00:04.000\nAdd salt.\n")
+IN_TIME_ORDER = ["Boil the water.", "Add salt.", "Then drain the pasta."]
+
+
+def test_cues_out_of_time_order_give_an_asr_part_that_validates(tmp_path):
+    folder = tmp_path / "videos"
+    folder.mkdir()
+    (folder / "shuffled.vtt").write_text(SHUFFLED_VTT)
+    rows, errors = run_asr_on_list(folder, {"shuffled.mp4": "shuffled.vtt"}, tmp_path / "work")
+    assert errors == {}
+    row = rows["shuffled.mp4"]
+    assert [s["text"] for s in row["sentences"]] == IN_TIME_ORDER
+    assert [s["start_s"] for s in row["sentences"]] == [1.0, 3.0, 5.0]
+    starts = [w["start_s"] for w in row["words"]]
+    assert starts == sorted(starts)
+    assert validate_work_dir(tmp_path / "work") == []
+
+
+@pytest.mark.parametrize("parse, text", [
+    (transcripts.parse_srt, "1\n00:00:05,000 --> 00:00:07,000\nThen drain the pasta.\n\n"
+                            "2\n00:00:01,000 --> 00:00:02,500\nBoil the water.\n\n"
+                            "3\n00:00:03,000 --> 00:00:04,000\nAdd salt.\n"),
+    (transcripts.parse_json, json.dumps([{"text": "Then drain the pasta.", "start": 5, "end": 7},
+                                         {"text": "Boil the water.", "start": 1, "end": 2.5},
+                                         {"text": "Add salt.", "start": 3, "end": 4}])),
+])
+def test_srt_and_json_cues_are_sorted_by_time(parse, text):
+    parsed = parse(text, "x")
+    assert [w.start_s for w in parsed.words] == sorted(w.start_s for w in parsed.words)
+    _, sentences = asr.sentences_from_words(parsed.words, AsrConfig())
+    assert [s.text for s in sentences] == IN_TIME_ORDER
+
+
+def test_cue_sort_is_stable():
+    parsed = transcripts.parse_vtt("WEBVTT\n\n00:00:01.000 --> 00:00:02.000\nfirst\n\n"
+                                   "00:00:00.000 --> 00:00:01.000\nzero\n\n"
+                                   "00:00:01.000 --> 00:00:02.000\nsecond\n", "x.vtt")
+    assert [w.text.strip() for w in parsed.words] == ["zero", "first", "second"]
+
+
+def test_shuffled_rolling_auto_captions_read_as_in_order_ones():
+    """A rolling cue repeats the line shown before it in time: de-duplication runs on the sorted cues."""
+    header = "WEBVTT\nKind: captions\nLanguage: en\n\n"
+    cues = ["00:00:00.000 --> 00:00:02.000\nboil<00:00:01.000><c> water</c>\n",
+            "00:00:02.000 --> 00:00:04.000\nboil water\nsalt<00:00:02.500><c> it</c>\n",
+            "00:00:04.000 --> 00:00:06.000\nsalt it\nthen<00:00:05.000><c> stir</c>\n"]
+    in_order = transcripts.parse_vtt(header + "\n".join(cues), "x.vtt")
+    assert [(w.text.strip(), w.start_s) for w in in_order.words] == [
+        ("boil", 0.0), ("water", 1.0), ("salt", 2.0), ("it", 2.5), ("then", 4.0), ("stir", 5.0)]
+    shuffled = transcripts.parse_vtt(header + "\n".join([cues[2], cues[0], cues[1]]), "x.vtt")
+    assert shuffled.words == in_order.words
 
 
 def test_vtt_cue_identifiers_notes_and_tags():
