@@ -110,6 +110,12 @@ class AsrConfig:
     max_sentence_s: float = 20.0        # longer sentences are split at their longest pause
     pause_split_s: float = 1.0          # unpunctuated transcripts: a pause this long ends a sentence
     num_threads: int = 0                # CPU threads for the backend; 0 = its default
+    # an imported transcript larger than this (16 MiB; captions of 15 minutes are tens of KB) is an error
+    # row, and no read goes past it: a runaway file cannot exhaust memory
+    max_transcript_bytes: int = 16 * 1024 * 1024
+    # absolute folders imported transcripts may be read from besides the manifest's input folder (where a
+    # list's transcripts live elsewhere); a transcript outside all of them, symlinks resolved, is an error row
+    transcript_roots: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -276,6 +282,11 @@ def _check(cfg: Config) -> None:
     _positive(a.pause_split_s, "asr.pause_split_s")
     _positive(a.beam_size, "asr.beam_size")
     _non_negative(a.num_threads, "asr.num_threads")
+    _positive(a.max_transcript_bytes, "asr.max_transcript_bytes")
+    for index, root in enumerate(a.transcript_roots):
+        if not Path(root).is_absolute():
+            # a relative root would depend on the directory each worker happens to start in
+            raise ConfigError(f"config error: asr.transcript_roots[{index}] must be an absolute path (got {root!r})")
     _positive(cfg.align.tokens_per_segment_without_text, "align.tokens_per_segment_without_text")
     if not 0 < cfg.align.min_sentence_overlap <= 1:
         raise ConfigError(f"config error: align.min_sentence_overlap must be in (0, 1] (got {cfg.align.min_sentence_overlap})")

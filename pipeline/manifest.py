@@ -4,6 +4,11 @@ Input: a folder (searched recursively for video files; a `name.vtt`/`name.srt` b
 its transcript) or a list file: .txt (one path per line), .csv or .parquet (a `path`/`uri` column and an
 optional `transcript`/`transcript_uri` column). Relative paths in a list are relative to the list file.
 
+Transcripts are imported only from inside the input's folder (the folder given, or the folder holding the
+list file) or a folder named in `asr.transcript_roots`: a list is data, and a transcript column saying
+`../../etc/passwd` must not make the asr stage read that file. The manifest refuses nothing; it records
+that folder (symlinks resolved) in its metadata as `transcript_root`, and the asr stage checks each path.
+
 `video_id` is derived from the path relative to the input plus a short hash of it: stable across runs,
 unique, and safe as a file name on every OS (ASCII letters, digits, `_`, `-`, `.`; no `/` or `..`)."""
 
@@ -91,6 +96,20 @@ def _read_list(list_file: Path) -> list[tuple[str, str | None]]:
             return path
         return str((base / path) if not Path(path).is_absolute() else Path(path))
     return [(absolute(path), absolute(transcript)) for path, transcript in rows]
+
+
+TRANSCRIPT_ROOT_KEY = "transcript_root"   # manifest metadata: the folder transcripts may be read from
+
+
+def input_folder(input_path: str | Path) -> str:
+    """The folder an input's transcripts are confined to: a folder input itself, else the list's folder."""
+    input_path = Path(input_path)
+    return os.path.realpath(input_path if input_path.is_dir() else input_path.parent)
+
+
+def recorded_transcript_root(work_dir) -> str | None:
+    """The transcript folder the manifest stage recorded; None for a manifest made without one."""
+    return io.read_metadata(WorkDir(work_dir).manifest).get(TRANSCRIPT_ROOT_KEY)
 
 
 def list_videos(input_path: str | Path) -> list[dict]:
@@ -186,7 +205,8 @@ def write_manifest(cfg: Config, input_path: str | Path, work_dir, *, incremental
         changes["unchanged"] = True
         return work.manifest, table, changes
     metadata = {"stage": "manifest", "schema": schemas.MANIFEST.tag, "config": cfg.section_json("shards"),
-                "config_hash": cfg.section_hash("shards"), "input": str(Path(input_path).resolve())}
+                "config_hash": cfg.section_hash("shards"), "input": str(Path(input_path).resolve()),
+                TRANSCRIPT_ROOT_KEY: input_folder(input_path)}
     write_manifest_table(work, table, {"version": lineage.VERSION, "config": config,
                                        "input": str(Path(input_path).resolve())},
                          metadata, row_group_size=cfg.shards.videos_per_shard * 16)

@@ -7,7 +7,8 @@ faster-whisper) drops silence and music first, so they do not turn into invented
 punctuation splits the word stream into sentences; over-long ones are split at their longest pause.
 
 A manifest row with a transcript (WebVTT, SRT, or JSON) is imported instead of recognised: the parsers
-live in stages/transcripts.py and give the same words, which are split into sentences the same way.
+live in stages/transcripts.py and give the same words, which are split into sentences the same way. Only
+transcripts inside the manifest's input folder or `asr.transcript_roots` are read (TranscriptNotAllowed).
 
 Times are seconds from the container's start time, the clock of the decode stage's clip times.
 
@@ -39,7 +40,7 @@ import numpy as np
 import pyarrow as pa
 
 import schemas
-from pipeline import io
+from pipeline import io, manifest
 from pipeline.config import AsrConfig, DecodeConfig, resolve_model_spec
 from pipeline.media import InputError, input_timeout, is_truncated, open_input, open_target
 from pipeline.runner import ShardContext, ShardResult, error_row
@@ -500,12 +501,9 @@ def load_backend(cfg: AsrConfig) -> Backend:
 
 # ------------------------------------------------------------------------------------------ lineage
 
-TRANSCRIPT_IDENTITY_MAX_BYTES = 16 << 20   # larger transcripts are refused when read; named by size here
-
-
-def transcript_identity(uri: str) -> str:
+def transcript_identity(uri: str, max_bytes: int) -> str:
     """A transcript by content (a caption file fixed in place must redo its video's sentences), read only
-    when it is a regular local file of a sane size: a FIFO or a device is never opened here."""
+    when it is a regular local file within asr.max_transcript_bytes: a FIFO or a device is never opened."""
     try:
         path = local_path(uri)
         info = os.stat(path)
@@ -513,10 +511,10 @@ def transcript_identity(uri: str) -> str:
         return f"unreadable: {type(error).__name__}"
     if not stat.S_ISREG(info.st_mode):
         return "not a regular file"
-    if info.st_size > TRANSCRIPT_IDENTITY_MAX_BYTES:
+    if info.st_size > max_bytes:
         return f"size:{info.st_size}"
     with open(path, "rb") as handle:
-        return hashlib.sha256(handle.read(TRANSCRIPT_IDENTITY_MAX_BYTES)).hexdigest()
+        return hashlib.sha256(handle.read(max_bytes + 1)).hexdigest()
 
 
 def identities(cfg, videos: list[dict]) -> dict[str, str]:
@@ -526,7 +524,7 @@ def identities(cfg, videos: list[dict]) -> dict[str, str]:
     if any(not video.get("transcript_uri") for video in videos):
         model = resolve_model(cfg.asr.model)
         result["speech model"] = f"{cfg.asr.backend}:{model.label}:{model.sha256 or model.location}"
-    transcripts = {video["video_id"]: transcript_identity(video["transcript_uri"])
+    transcripts = {video["video_id"]: transcript_identity(video["transcript_uri"], cfg.asr.max_transcript_bytes)
                    for video in videos if video.get("transcript_uri")}
     if transcripts:
         result["transcripts"] = hashlib.sha256(json.dumps(transcripts, sort_keys=True).encode()).hexdigest()
@@ -566,12 +564,36 @@ def recognise_video(video: dict, cfg: AsrConfig, backend: Backend, seed: int,
                 sentences, words)
 
 
-def import_video(video: dict, cfg: AsrConfig) -> dict:
-    """The output row of a video whose manifest row names a transcript.
+class TranscriptNotAllowed(transcripts.TranscriptError):
+    """A transcript outside every folder transcripts may be read from; it is not opened."""
+
+
+def transcript_roots(work_dir, cfg: AsrConfig) -> list[str]:
+    """The folders transcripts may be read from: the manifest's input folder and asr.transcript_roots,
+    symlinks resolved."""
+    recorded = manifest.recorded_transcript_root(work_dir)
+    return [os.path.realpath(root) for root in ([recorded] if recorded else []) + list(cfg.transcript_roots)]
+
+
+def confined_transcript_path(uri: str, roots: list[str]) -> str:
+    """The transcript's real path when it lies inside one of `roots`, else TranscriptNotAllowed. The real
+    path (symlinks and `..` resolved) is what is checked and what is then read, so neither can lead out."""
+    path = os.path.realpath(local_path(uri))
+    if not any(os.path.commonpath([path, root]) == root for root in roots):
+        shown = uri if path == uri else f"{uri} (resolves to {path})"
+        raise TranscriptNotAllowed(f"transcript {shown} is outside the folders transcripts are read from "
+                                   f"({', '.join(roots) or 'none: the manifest records no input folder'}); not read. "
+                                   f"To allow it, add its folder to asr.transcript_roots")
+    return path
+
+
+def import_video(video: dict, cfg: AsrConfig, roots: list[str]) -> dict:
+    """The output row of a video whose manifest row names a transcript, read only from inside `roots`.
 
     Language: the transcript's own (VTT `Language:` header, JSON `language`), else `asr.language` when
     set, else null; language_prob is null (nothing was measured)."""
-    transcript = transcripts.read_transcript(local_path(video["transcript_uri"]))
+    path = confined_transcript_path(video["transcript_uri"], roots)
+    transcript = transcripts.read_transcript(path, cfg.max_transcript_bytes, name=local_path(video["transcript_uri"]))
     words, sentences = sentences_from_words(transcript.words, cfg)
     return _row(video["video_id"], "ok", f"import:{transcript.format}", transcript.language or cfg.language,
                 None, None, sentences, words)
@@ -584,11 +606,12 @@ def run_shard(ctx: ShardContext) -> ShardResult:
     needs_model = any(not video.get("transcript_uri") for video in ctx.videos)
     if needs_model:
         backend = load_backend(cfg)
+    roots = transcript_roots(ctx.work, cfg) if any(video.get("transcript_uri") for video in ctx.videos) else []
     with ctx.progress(total=len(ctx.videos)) as progress:
         for video in ctx.videos:
             try:
                 if video.get("transcript_uri"):
-                    row = import_video(video, cfg)
+                    row = import_video(video, cfg, roots)
                 else:
                     row = recognise_video(video, cfg, backend, ctx.cfg.seed, ctx.cfg.decode.io_timeout_s)
             except (AudioDecodeError, InputError, transcripts.TranscriptError, OSError, ValueError) as error:

@@ -2,14 +2,19 @@
 
 Word times come from the caption's inline timestamps where it has them (YouTube auto-captions:
 `word<00:00:01.230><c> next</c>`), otherwise a cue's words share its span in proportion to their length.
+Cues are taken in time order, whatever their order in the file.
 Imported words carry no probability (prob is null). A malformed file raises TranscriptError naming the
-file and line."""
+file, the line and what was expected there, never the line's text: a transcript path can point at any file
+(a misconfigured list, a symlink), and error messages travel into error tables, `pipeline errors` and the
+HTML report."""
 
 from __future__ import annotations
 
 import html
 import json
+import os
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,6 +41,8 @@ class Transcript:
 _VTT_TIME = re.compile(r"^(?:(\d+):)?([0-5]\d):([0-5]\d)\.(\d{3})$")
 _SRT_TIME = re.compile(r"^(\d+):([0-5]\d):([0-5]\d)[,.](\d{1,3})$")
 _TIMING = re.compile(r"^\s*(\S+)\s+-->\s+(\S+)(?:\s.*)?$")
+_VTT_EXAMPLE = "00:00:01.000 --> 00:00:02.500"
+_SRT_EXAMPLE = "00:00:01,000 --> 00:00:02,500"
 _INLINE_TIME = re.compile(r"<((?:\d+:)?[0-5]\d:[0-5]\d\.\d{3})>")
 _TAG = re.compile(r"<[^>]*>|\{\\[^}]*\}")          # <i>, <c.colour>, <v Name>, SSA {\an8}
 _ANNOTATION = re.compile(r"\[[^\]]*\]|♪")          # [Music], [Applause]: sounds, not speech
@@ -47,17 +54,18 @@ def _seconds(match: re.Match) -> float:
 
 
 def _parse_timing(line: str, time_pattern: re.Pattern, name: str, line_no: int, example: str) -> tuple[float, float]:
+    """A cue timing line's (start, end) seconds; `example` is what the format's timing line looks like."""
     timing = _TIMING.match(line)
     if not timing:
-        raise TranscriptError(f"{name}:{line_no}: expected a cue timing line like '{example}', got {line.strip()!r}")
+        raise TranscriptError(f"{name}:{line_no}: expected a cue timing line like '{example}'")
     times = []
-    for stamp in timing.groups()[:2]:
+    for which, stamp, example_stamp in zip(("start", "end"), timing.groups()[:2], example.split(" --> ")):
         match = time_pattern.match(stamp)
         if not match:
-            raise TranscriptError(f"{name}:{line_no}: bad timestamp {stamp!r} in {line.strip()!r}")
+            raise TranscriptError(f"{name}:{line_no}: bad {which} timestamp, expected one like '{example_stamp}'")
         times.append(_seconds(match))
     if times[1] < times[0]:
-        raise TranscriptError(f"{name}:{line_no}: cue ends before it starts in {line.strip()!r}")
+        raise TranscriptError(f"{name}:{line_no}: cue ends before it starts")
     return times[0], times[1]
 
 
@@ -92,6 +100,35 @@ def _cue_words(lines: list[str], start_s: float, end_s: float) -> list[Word]:
     return words
 
 
+Cue = tuple[float, float, list[str]]   # start_s, end_s, its text lines
+
+
+def _in_time_order(cues: list[tuple]) -> list[tuple]:
+    """Cues (start_s, end_s, text) sorted by (start, end). Files are not always in time order (edited or merged captions), and
+    sentence splitting, align and `pipeline validate` take times that never go backwards. The sort is
+    stable: cues with equal times keep the file's order."""
+    return sorted(cues, key=lambda cue: (cue[0], cue[1]))
+
+
+def _drop_rolling_repeats(cues: list[Cue]) -> list[Cue]:
+    """Rolling auto-captions repeat the line shown before at the top of each cue: keep each line once.
+    "Before" is in time, so this runs on cues already in time order (for a file in order, the same)."""
+    kept, last_line = [], None
+    for start_s, end_s, lines in cues:
+        fresh = []
+        for line in lines:
+            plain = _clean(_INLINE_TIME.sub("", line))
+            if plain and plain != last_line:
+                fresh.append(line)
+                last_line = plain
+        kept.append((start_s, end_s, fresh))
+    return kept
+
+
+def _words(cues: list[Cue]) -> list[Word]:
+    return [word for start_s, end_s, lines in cues for word in _cue_words(lines, start_s, end_s)]
+
+
 def _blocks(text: str, whitespace_is_blank: bool) -> list[tuple[int, list[str]]]:
     """Blank-line separated blocks as (first line number, lines). WebVTT separates cues by empty lines
     only: auto-captions put lines of one space inside a cue."""
@@ -119,42 +156,54 @@ def parse_vtt(text: str, name: str) -> Transcript:
         key, _, value = line.partition(":")
         if key.strip().lower() == "language" and value.strip():
             language = value.strip()
-    # rolling auto-captions repeat the previous line at the top of each cue: keep each line once
-    rolling = bool(_INLINE_TIME.search(text))
-    words: list[Word] = []
-    last_line = None
+    cues: list[Cue] = []
     for first_line_no, lines in blocks[1:]:
         if lines[0].startswith(("NOTE", "STYLE", "REGION")):
             continue
         timing_index = 0 if "-->" in lines[0] else 1   # an optional cue identifier comes first
         if timing_index >= len(lines):
-            raise TranscriptError(f"{name}:{first_line_no}: expected a cue timing line like "
-                                  f"'00:00:01.000 --> 00:00:02.500', got {lines[0].strip()!r}")
+            raise TranscriptError(f"{name}:{first_line_no}: expected a cue timing line like '{_VTT_EXAMPLE}'")
         start_s, end_s = _parse_timing(lines[timing_index], _VTT_TIME, name, first_line_no + timing_index,
-                                       "00:00:01.000 --> 00:00:02.500")
-        payload = lines[timing_index + 1:]
-        if rolling:
-            fresh = []
-            for line in payload:
-                plain = _clean(_INLINE_TIME.sub("", line))
-                if plain and plain != last_line:
-                    fresh.append(line)
-                    last_line = plain
-            payload = fresh
-        words += _cue_words(payload, start_s, end_s)
-    return Transcript(words=words, format="vtt", language=language)
+                                       _VTT_EXAMPLE)
+        cues.append((start_s, end_s, lines[timing_index + 1:]))
+    cues = _in_time_order(cues)
+    if _INLINE_TIME.search(text):   # inline word times: YouTube's rolling auto-captions
+        cues = _drop_rolling_repeats(cues)
+    return Transcript(words=_words(cues), format="vtt", language=language)
 
 
 def parse_srt(text: str, name: str) -> Transcript:
-    words: list[Word] = []
+    cues: list[Cue] = []
     for first_line_no, lines in _blocks(text.lstrip("\ufeff"), whitespace_is_blank=True):
         timing_index = 1 if lines[0].strip().isdigit() else 0   # the cue number is optional in practice
         if timing_index >= len(lines):
-            raise TranscriptError(f"{name}:{first_line_no}: cue {lines[0].strip()} has no timing line")
+            raise TranscriptError(f"{name}:{first_line_no}: a cue number without a timing line like '{_SRT_EXAMPLE}' "
+                                  f"after it")
         start_s, end_s = _parse_timing(lines[timing_index], _SRT_TIME, name, first_line_no + timing_index,
-                                       "00:00:01,000 --> 00:00:02,500")
-        words += _cue_words(lines[timing_index + 1:], start_s, end_s)
-    return Transcript(words=words, format="srt", language=None)
+                                       _SRT_EXAMPLE)
+        cues.append((start_s, end_s, lines[timing_index + 1:]))
+    return Transcript(words=_words(_in_time_order(cues)), format="srt", language=None)
+
+
+def _json_type(value) -> str:
+    """A JSON value's kind, for messages that must not quote the value itself."""
+    if value is None:
+        return "null"
+    return {bool: "a boolean", int: "a number", float: "a number", str: "a string", list: "a list",
+            dict: "an object"}.get(type(value), "a value")
+
+
+def _segment_problem(item) -> str | None:
+    """What is wrong with one JSON segment, naming keys and kinds but no values; None when it is fine."""
+    if not isinstance(item, dict):
+        return f"got {_json_type(item)}"
+    if not isinstance(item.get("text"), str):
+        return f"'text' is {_json_type(item.get('text')) if 'text' in item else 'missing'}"
+    for key in ("start", "end"):
+        value = item.get(key)
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            return f"'{key}' is {_json_type(value) if key in item else 'missing'}"
+    return None
 
 
 def parse_json(text: str, name: str) -> Transcript:
@@ -167,35 +216,78 @@ def parse_json(text: str, name: str) -> Transcript:
     if isinstance(data, dict):
         language = data.get("language")
         if language is not None and not isinstance(language, str):
-            raise TranscriptError(f"{name}: 'language' must be a language code string, got {json.dumps(language)[:40]}")
+            raise TranscriptError(f"{name}: 'language' must be a language code string, got {_json_type(language)}")
         data = data.get("segments")
     if not isinstance(data, list):
         raise TranscriptError(f"{name}: expected a list of {{text, start, end}} or an object with 'segments'")
-    words: list[Word] = []
+    segments: list[tuple[float, float, str]] = []
     for index, item in enumerate(data):
-        if not (isinstance(item, dict) and isinstance(item.get("text"), str)
-                and all(isinstance(item.get(key), (int, float)) and not isinstance(item.get(key), bool)
-                        for key in ("start", "end"))):
-            raise TranscriptError(f"{name}: segment {index}: expected {{text: string, start: seconds, end: seconds}}, "
-                                  f"got {json.dumps(item)[:80]}")
+        problem = _segment_problem(item)
+        if problem:
+            raise TranscriptError(f"{name}: segment {index}: expected {{text: string, start: seconds, end: seconds}}; "
+                                  f"{problem}")
         if item["end"] < item["start"] or item["start"] < 0:
-            raise TranscriptError(f"{name}: segment {index}: bad times start={item['start']} end={item['end']}")
-        words += _spread(item["text"], float(item["start"]), float(item["end"]))
+            raise TranscriptError(f"{name}: segment {index}: start must be >= 0 and end >= start")
+        segments.append((float(item["start"]), float(item["end"]), item["text"]))
+    words = [word for start_s, end_s, text in _in_time_order(segments) for word in _spread(text, start_s, end_s)]
     return Transcript(words=words, format="json", language=language)
 
 
 PARSERS = {"vtt": parse_vtt, "srt": parse_srt, "json": parse_json}
 
 
-def read_transcript(path: str | Path) -> Transcript:
-    """Parse a .vtt, .srt or .json transcript (other names: the format is sniffed from the content)."""
+# a 15-minute video's captions are tens of KB; far larger is not a transcript (or not a file at all)
+DEFAULT_MAX_BYTES = 16 * 1024 * 1024
+
+_FILE_KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a named pipe"), (stat.S_ISCHR, "a character device"),
+               (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def _require_regular(name: str, mode: int) -> None:
+    """Pipes and devices are refused before they are read: one can block forever (a FIFO nobody writes)
+    or never end (/dev/zero)."""
+    if not stat.S_ISREG(mode):
+        kind = next((kind for test, kind in _FILE_KINDS if test(mode)), "not a regular file")
+        raise TranscriptError(f"{name}: is {kind}; a transcript must be a regular file")
+
+
+def _too_large(name: str, max_bytes: int) -> TranscriptError:
+    return TranscriptError(f"{name}: larger than the {max_bytes:,}-byte limit for a transcript "
+                           f"(asr.max_transcript_bytes)")
+
+
+def read_capped(path: str | Path, max_bytes: int = DEFAULT_MAX_BYTES, name: str | None = None) -> bytes:
+    """A regular file's bytes, at most max_bytes of them, else TranscriptError naming `name` (default: the path).
+
+    The size is checked with stat before anything is opened, and the read stops at max_bytes + 1 anyway:
+    a file can grow after the stat, and some report no size at all (/proc). The file is opened
+    non-blocking and checked again, in case it was swapped for a pipe between the stat and the open."""
+    name = name or str(path)
+    info = os.stat(path)
+    _require_regular(name, info.st_mode)
+    if info.st_size > max_bytes:
+        raise _too_large(name, max_bytes)
+    descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    with os.fdopen(descriptor, "rb") as handle:
+        _require_regular(name, os.fstat(handle.fileno()).st_mode)
+        data = handle.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise _too_large(name, max_bytes)
+    return data
+
+
+def read_transcript(path: str | Path, max_bytes: int = DEFAULT_MAX_BYTES, name: str | None = None) -> Transcript:
+    """Parse a .vtt, .srt or .json transcript (other names: the format is sniffed from the content) of at
+    most max_bytes. `name` (default: the path) is the file as the user named it, e.g. a symlink whose
+    target `path` is: messages and the format go by it."""
     path = Path(path)
+    name = name or str(path)
     try:
-        text = path.read_text(encoding="utf-8-sig")
+        text = read_capped(path, max_bytes, name).decode("utf-8-sig")
     except UnicodeDecodeError as error:
-        raise TranscriptError(f"{path}: not UTF-8 text ({error.reason} at byte {error.start})") from None
-    fmt = path.suffix.lower().lstrip(".")
+        raise TranscriptError(f"{name}: not UTF-8 text ({error.reason} at byte {error.start})") from None
+    fmt = Path(name).suffix.lower().lstrip(".")
     if fmt not in PARSERS:
         stripped = text.lstrip()
         fmt = "vtt" if stripped.startswith("WEBVTT") else "json" if stripped[:1] in "[{" else "srt"
-    return PARSERS[fmt](text, str(path))
+    return PARSERS[fmt](text, name)

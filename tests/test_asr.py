@@ -10,6 +10,7 @@ import fractions
 import json
 import os
 import re
+import threading
 from dataclasses import replace
 from pathlib import Path
 
@@ -19,9 +20,11 @@ import pyarrow.parquet as pq
 import pytest
 
 import schemas
-from pipeline import io, runner
+from pipeline import io, runner, status
 from pipeline.config import AsrConfig, ConfigError, load_config
+from pipeline.manifest import write_manifest
 from pipeline.workdir import WorkDir
+from schemas.validate import validate_work_dir
 from stages import asr, transcripts
 from stages.transcripts import TranscriptError, Word
 from work_factory import write_manifest_rows
@@ -205,10 +208,15 @@ def test_punctuation_model_hook_runs_on_unpunctuated_text():
 SCRIPT_SENTENCES = [(s["text"], s["start_s"], s["end_s"]) for s in SCRIPT["sentences"]]
 
 
+def import_speech(name: str, cfg: AsrConfig) -> dict:
+    """The asr row of a fixture transcript, imported with the fixtures' folder allowed."""
+    return asr.import_video({"video_id": "v", "transcript_uri": str(SPEECH / name)}, cfg, [str(SPEECH)])
+
+
 @pytest.mark.parametrize("name, fmt", [("narration_en.vtt", "vtt"), ("narration_en.srt", "srt"),
                                        ("narration_en_transcript.json", "json")])
 def test_import_punctuated_transcripts(name, fmt):
-    row = asr.import_video({"video_id": "v", "transcript_uri": str(SPEECH / name)}, AsrConfig())
+    row = import_speech(name, AsrConfig())
     assert row["source"] == f"import:{fmt}" and row["status"] == "ok"
     assert [(s["text"], s["start_s"], s["end_s"]) for s in row["sentences"]] == SCRIPT_SENTENCES
     assert [w["word"] for w in row["words"]] == " ".join(s[0] for s in SCRIPT_SENTENCES).split()
@@ -217,7 +225,7 @@ def test_import_punctuated_transcripts(name, fmt):
 
 
 def test_import_auto_captions_split_at_pauses():
-    row = asr.import_video({"video_id": "v", "transcript_uri": str(SPEECH / "narration_en_auto.vtt")}, AsrConfig())
+    row = import_speech("narration_en_auto.vtt", AsrConfig())
     expected = [(" ".join(normalise(text)), start, end) for text, start, end in SCRIPT_SENTENCES]
     assert [(s["text"], s["start_s"], s["end_s"]) for s in row["sentences"]] == expected
     assert row["language"] == "en"     # from the file's `Language:` header
@@ -226,8 +234,7 @@ def test_import_auto_captions_split_at_pauses():
 
 
 def test_import_language_falls_back_to_the_config_hint():
-    row = asr.import_video({"video_id": "v", "transcript_uri": str(SPEECH / "narration_en.srt")},
-                           AsrConfig(language="en"))
+    row = import_speech("narration_en.srt", AsrConfig(language="en"))
     assert row["language"] == "en"
 
 
@@ -245,6 +252,62 @@ def test_import_rolling_auto_captions_with_inline_word_times():
     assert parsed.words[-1].end_s == 5.0 and parsed.language == "en"
 
 
+SHUFFLED_VTT = ("WEBVTT\n\n"
+                "00:00:05.000 --> 00:00:07.000\nThen drain the pasta.\n\n"
+                "00:00:01.000 --> 00:00:02.500\nBoil the water.\n\n"
+                "00:00:03.000 --> 00:00:04.000\nAdd salt.\n")
+IN_TIME_ORDER = ["Boil the water.", "Add salt.", "Then drain the pasta."]
+
+
+def test_cues_out_of_time_order_give_an_asr_part_that_validates(tmp_path):
+    folder = tmp_path / "videos"
+    folder.mkdir()
+    (folder / "shuffled.vtt").write_text(SHUFFLED_VTT)
+    rows, errors = run_asr_on_list(folder, {"shuffled.mp4": "shuffled.vtt"}, tmp_path / "work")
+    assert errors == {}
+    row = rows["shuffled.mp4"]
+    assert [s["text"] for s in row["sentences"]] == IN_TIME_ORDER
+    assert [s["start_s"] for s in row["sentences"]] == [1.0, 3.0, 5.0]
+    starts = [w["start_s"] for w in row["words"]]
+    assert starts == sorted(starts)
+    assert validate_work_dir(tmp_path / "work") == []
+
+
+@pytest.mark.parametrize("parse, text", [
+    (transcripts.parse_srt, "1\n00:00:05,000 --> 00:00:07,000\nThen drain the pasta.\n\n"
+                            "2\n00:00:01,000 --> 00:00:02,500\nBoil the water.\n\n"
+                            "3\n00:00:03,000 --> 00:00:04,000\nAdd salt.\n"),
+    (transcripts.parse_json, json.dumps([{"text": "Then drain the pasta.", "start": 5, "end": 7},
+                                         {"text": "Boil the water.", "start": 1, "end": 2.5},
+                                         {"text": "Add salt.", "start": 3, "end": 4}])),
+])
+def test_srt_and_json_cues_are_sorted_by_time(parse, text):
+    parsed = parse(text, "x")
+    assert [w.start_s for w in parsed.words] == sorted(w.start_s for w in parsed.words)
+    _, sentences = asr.sentences_from_words(parsed.words, AsrConfig())
+    assert [s.text for s in sentences] == IN_TIME_ORDER
+
+
+def test_cue_sort_is_stable():
+    parsed = transcripts.parse_vtt("WEBVTT\n\n00:00:01.000 --> 00:00:02.000\nfirst\n\n"
+                                   "00:00:00.000 --> 00:00:01.000\nzero\n\n"
+                                   "00:00:01.000 --> 00:00:02.000\nsecond\n", "x.vtt")
+    assert [w.text.strip() for w in parsed.words] == ["zero", "first", "second"]
+
+
+def test_shuffled_rolling_auto_captions_read_as_in_order_ones():
+    """A rolling cue repeats the line shown before it in time: de-duplication runs on the sorted cues."""
+    header = "WEBVTT\nKind: captions\nLanguage: en\n\n"
+    cues = ["00:00:00.000 --> 00:00:02.000\nboil<00:00:01.000><c> water</c>\n",
+            "00:00:02.000 --> 00:00:04.000\nboil water\nsalt<00:00:02.500><c> it</c>\n",
+            "00:00:04.000 --> 00:00:06.000\nsalt it\nthen<00:00:05.000><c> stir</c>\n"]
+    in_order = transcripts.parse_vtt(header + "\n".join(cues), "x.vtt")
+    assert [(w.text.strip(), w.start_s) for w in in_order.words] == [
+        ("boil", 0.0), ("water", 1.0), ("salt", 2.0), ("it", 2.5), ("then", 4.0), ("stir", 5.0)]
+    shuffled = transcripts.parse_vtt(header + "\n".join([cues[2], cues[0], cues[1]]), "x.vtt")
+    assert shuffled.words == in_order.words
+
+
 def test_vtt_cue_identifiers_notes_and_tags():
     text = ("WEBVTT - title\n\nNOTE a comment\n\nintro\n00:01.000 --> 00:02.000 line:0\n<v Chef><i>Salt</i> it.</v>\n")
     parsed = transcripts.parse_vtt(text, "x.vtt")
@@ -252,7 +315,7 @@ def test_vtt_cue_identifiers_notes_and_tags():
 
 
 @pytest.mark.parametrize("name, line, what", [("malformed.srt", 6, "expected a cue timing line"),
-                                              ("malformed.vtt", 6, "bad timestamp '00:xx:10.000'")])
+                                              ("malformed.vtt", 6, "bad end timestamp, expected one like '00:00:02.500'")])
 def test_malformed_captions_name_file_and_line(name, line, what):
     with pytest.raises(TranscriptError) as error:
         transcripts.read_transcript(SPEECH / name)
@@ -266,6 +329,32 @@ def test_malformed_captions_name_file_and_line(name, line, what):
 def test_bad_vtt(text, message):
     with pytest.raises(TranscriptError, match=re.escape(message)):
         transcripts.parse_vtt(text, "x.vtt")
+
+
+SECRET = "hunter2-do-not-print"
+
+
+@pytest.mark.parametrize("parse, text", [
+    (transcripts.parse_vtt, f"WEBVTT\n\n{SECRET}\n"),                                  # no timing line
+    (transcripts.parse_vtt, f"WEBVTT\n\nid\n{SECRET} --> 00:00:01.000\n"),             # bad timestamp
+    (transcripts.parse_vtt, f"WEBVTT\n\n00:00:02.000 --> 00:00:01.000 {SECRET}\n"),     # backwards
+    (transcripts.parse_vtt, f"{SECRET}\n"),                                              # no header
+    (transcripts.parse_srt, f"{SECRET}\n"),                                              # /etc/passwd's shape
+    (transcripts.parse_srt, f"1\n{SECRET} --> 00:00:01,000\n"),
+    (transcripts.parse_srt, "982451653\n"),                                              # a number, no timing
+    (transcripts.parse_json, f'{{"language": ["{SECRET}"]}}'),
+    (transcripts.parse_json, f'[{{"text": "{SECRET}"}}]'),
+    (transcripts.parse_json, f'[{{"text": "x", "start": "{SECRET}", "end": 1}}]'),
+    (transcripts.parse_json, f'["{SECRET}"]'),
+    (transcripts.parse_json, f'["{SECRET}'),
+])
+def test_parser_errors_never_quote_the_file(parse, text):
+    """A transcript path may name any file: messages say where and what was expected, not what is there."""
+    with pytest.raises(TranscriptError) as error:
+        parse(text, "x.txt")
+    message = str(error.value)
+    assert message.startswith("x.txt")
+    assert SECRET not in message and "hunter2" not in message and "982451653" not in message
 
 
 def test_json_transcripts(tmp_path):
@@ -400,7 +489,7 @@ def test_stage_shard_rows_errors_and_metadata(tmp_path):
     write_manifest_rows(tmp_path / "work", [
         {"video_id": vid, "uri": str(uri), "bytes": uri.stat().st_size,
          "transcript_uri": str(transcript) if transcript else None, "shard": 0} for vid, uri, transcript in videos])
-    cfg = load_config(None)
+    cfg = load_config(None, [f"asr.transcript_roots={json.dumps([str(SPEECH)])}"])   # a hand-made manifest records none
     stats = runner.run_one_shard(cfg, tmp_path / "work", "asr", 0, quiet=True)
 
     out = WorkDir(tmp_path / "work").part("asr", 0)
@@ -432,10 +521,135 @@ def test_stage_output_is_deterministic(tmp_path, backend):
     assert first == second
 
 
+def run_asr_on_list(folder: Path, transcripts_by_video: dict[str, str], work: Path,
+                    overrides: list[str] = ()) -> tuple[dict, dict]:
+    """The asr stage on a CSV video list in `folder` (video name -> transcript as the list states it),
+    through the manifest stage: (asr rows, error rows), each by video file name."""
+    folder.mkdir(parents=True, exist_ok=True)
+    lines = ["path,transcript"]
+    for video, transcript in transcripts_by_video.items():
+        (folder / video).write_bytes(b"not decoded: the transcript is imported")
+        lines.append(f"{video},{transcript}")
+    (folder / "videos.csv").write_text("\n".join(lines) + "\n")
+    cfg = load_config(None, list(overrides))
+    _, manifest, _ = write_manifest(cfg, folder / "videos.csv", work)
+    names = {row["video_id"]: Path(row["uri"]).name for row in manifest.to_pylist()}
+    runner.run_one_shard(cfg, work, "asr", 0, quiet=True, force=True)
+    rows = pq.read_table(WorkDir(work).part("asr", 0)).to_pylist()
+    errors = pq.read_table(WorkDir(work).errors("asr", 0)).to_pylist()
+    return ({names[row["video_id"]]: row for row in rows}, {names[row["video_id"]]: row for row in errors})
+
+
+def test_transcripts_outside_the_input_folder_are_not_read(tmp_path):
+    """A list whose transcript column leads out of its folder ('..', a symlink, /etc/passwd): each video is
+    an error row TranscriptNotAllowed, and nothing of those files reaches the errors."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    secret_line = f"root:{SECRET}:0:0:root:/root:/bin/bash"
+    (outside / "passwd").write_text(secret_line + "\ndaemon:x:1:1::/:/usr/sbin/nologin\n")
+    folder = tmp_path / "videos"
+    folder.mkdir()
+    (folder / "linked.vtt").symlink_to(outside / "passwd")
+    up_to_root = "../" * (len(folder.resolve().parts) + 2)                 # more '..' than folders: ends at /
+    listed = {"dotdot.mp4": "../outside/passwd", "symlink.mp4": "linked.vtt",
+              "etc.mp4": up_to_root + "etc/passwd"}
+    work = tmp_path / "work"
+    rows, errors = run_asr_on_list(folder, listed, work)
+
+    assert rows == {}
+    assert {video: row["error_type"] for video, row in errors.items()} == dict.fromkeys(listed, "TranscriptNotAllowed")
+    assert "outside/passwd is outside the folders transcripts are read from" in errors["dotdot.mp4"]["message"]
+    assert "linked.vtt (resolves to " in errors["symlink.mp4"]["message"]
+    assert "transcript /etc/passwd is outside" in errors["etc.mp4"]["message"]
+    report = status.errors_text(work)
+    assert report.count("TranscriptNotAllowed") == 3
+    unseen = [SECRET] + (Path("/etc/passwd").read_text().splitlines()[:1] if Path("/etc/passwd").exists() else [])
+    error_table = str(pq.read_table(WorkDir(work).errors("asr", 0)).to_pylist())
+    for text in unseen:
+        assert text not in error_table and text not in report
+
+    # allowed through asr.transcript_roots, the file is read: it is no caption file, and the parse error
+    # names the file and line, not the line's text
+    rows, errors = run_asr_on_list(folder, listed, work, [f"asr.transcript_roots={json.dumps([str(outside)])}"])
+    assert rows == {}
+    assert {video: row["error_type"] for video, row in errors.items()} == {
+        "dotdot.mp4": "TranscriptError", "symlink.mp4": "TranscriptError", "etc.mp4": "TranscriptNotAllowed"}
+    assert "passwd:1: expected a cue timing line" in errors["dotdot.mp4"]["message"]
+    assert "linked.vtt:1: a WebVTT file starts with 'WEBVTT'" in errors["symlink.mp4"]["message"]
+    report = status.errors_text(work)
+    error_table = str(pq.read_table(WorkDir(work).errors("asr", 0)).to_pylist())
+    for text in unseen:
+        assert text not in error_table and text not in report
+
+
+def test_transcripts_of_a_list_reached_through_a_symlinked_folder_are_read(tmp_path):
+    folder = tmp_path / "real"
+    folder.mkdir()
+    (folder / "a.vtt").write_text("WEBVTT\n\n00:00:01.000 --> 00:00:02.000\nSalt the water.\n")
+    (tmp_path / "via").symlink_to(folder, target_is_directory=True)
+    rows, errors = run_asr_on_list(tmp_path / "via", {"a.mp4": "a.vtt"}, tmp_path / "work")
+    assert errors == {} and rows["a.mp4"]["sentences"][0]["text"] == "Salt the water."
+
+
+def test_transcript_over_the_size_cap_is_an_error_row(tmp_path):
+    folder = tmp_path / "videos"
+    folder.mkdir()
+    cue = "00:00:01.000 --> 00:00:02.000\nSalt the water.\n\n"
+    (folder / "big.vtt").write_text("WEBVTT\n\n" + cue * 100)        # about 4.5 KB
+    (folder / "small.vtt").write_text("WEBVTT\n\n" + cue)
+    rows, errors = run_asr_on_list(folder, {"big.mp4": "big.vtt", "small.mp4": "small.vtt"}, tmp_path / "work",
+                                   ["asr.max_transcript_bytes=1000"])
+    assert set(rows) == {"small.mp4"} and rows["small.mp4"]["sentences"][0]["text"] == "Salt the water."
+    assert errors["big.mp4"]["error_type"] == "TranscriptError"
+    assert "1,000-byte limit" in errors["big.mp4"]["message"] and "Salt" not in errors["big.mp4"]["message"]
+
+
+def test_transcript_read_stops_at_the_cap_whatever_the_file_says_its_size_is():
+    """/proc files are regular files that report size 0: the read itself must stop at the cap."""
+    if not Path("/proc/self/status").exists():
+        pytest.skip("no /proc")
+    assert os.stat("/proc/self/status").st_size == 0
+    with pytest.raises(TranscriptError, match="64-byte limit"):
+        transcripts.read_transcript("/proc/self/status", max_bytes=64)
+
+
+def test_device_transcript_is_refused_without_reading():
+    with pytest.raises(TranscriptError, match="/dev/zero: is a character device"):
+        transcripts.read_transcript("/dev/zero")
+
+
+def test_fifo_transcript_is_an_error_row_not_a_hang(tmp_path):
+    folder = tmp_path / "videos"
+    folder.mkdir()
+    fifo = folder / "live.vtt"
+    os.mkfifo(fifo)
+    outcome: dict = {}
+
+    def run():
+        try:
+            outcome["result"] = run_asr_on_list(folder, {"live.mp4": "live.vtt"}, tmp_path / "work")
+        except BaseException as error:  # noqa: BLE001 - reported by the test below
+            outcome["error"] = error
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    worker.join(timeout=60)
+    if worker.is_alive():
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))   # let the blocked reader go before failing
+        pytest.fail("the asr stage blocked opening a FIFO transcript")
+    assert "error" not in outcome, outcome.get("error")
+    rows, errors = outcome["result"]
+    assert rows == {}
+    assert errors["live.mp4"]["error_type"] == "TranscriptError"
+    assert "is a named pipe" in errors["live.mp4"]["message"]
+
+
 @pytest.mark.parametrize("override, key", [("asr.backend=whispr", "asr.backend"),
                                            ("asr.compute_type=int8", "asr.compute_type"),
                                            ("asr.max_sentence_s=0", "asr.max_sentence_s"),
-                                           ("asr.num_threads=-1", "asr.num_threads")])
+                                           ("asr.num_threads=-1", "asr.num_threads"),
+                                           ("asr.max_transcript_bytes=0", "asr.max_transcript_bytes"),
+                                           ("asr.transcript_roots=[captions]", "asr.transcript_roots[0]")])
 def test_config_mistakes_stop_at_load(override, key):
     overrides = [override] + (["asr.backend=whisper"] if "compute_type" in override else [])
     with pytest.raises(ConfigError, match=re.escape(key)):

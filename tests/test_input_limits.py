@@ -16,10 +16,12 @@ import pytest
 
 from bad_input_corpus import make_speech_video
 from media_factory import make_video
-from pipeline import io, media, runner
+from pipeline import media, runner
 from pipeline.config import load_config
-from pipeline.manifest import write_manifest
+from pipeline.lineage import Lineage
+from pipeline.manifest import read_manifest, write_manifest
 from pipeline.media import ClipReader, InputTimeout, NotARegularFile
+from pipeline.workdir import WorkDir
 from stages import asr
 
 REPO = Path(__file__).resolve().parent.parent
@@ -34,7 +36,8 @@ import sys
 from pathlib import Path
 from pipeline import runner
 from pipeline.config import load_config
-from pipeline.manifest import write_manifest
+from pipeline.lineage import Lineage
+from pipeline.manifest import read_manifest, write_manifest
 work, listing, *overrides = sys.argv[1:]
 cfg = load_config(None, overrides)
 write_manifest(cfg, listing, Path(work))
@@ -49,7 +52,7 @@ def _run_stages_in_a_child(work: Path, listing: Path, settings: list[str], limit
 
 
 def _errors(work: Path, stage: str) -> dict[str, dict]:
-    return {row["video_id"]: row for row in pq.read_table(io.error_output(work, stage, 0)).to_pylist()}
+    return {row["video_id"]: row for row in pq.read_table(WorkDir(work).errors(stage, 0)).to_pylist()}
 
 
 def test_fifo_and_devices_in_a_shard_become_error_rows_in_every_stage(tmp_path):
@@ -60,22 +63,22 @@ def test_fifo_and_devices_in_a_shard_become_error_rows_in_every_stage(tmp_path):
     listing.write_text(f"{good}\n{fifo}\n/dev/zero\n/dev/urandom\n")
     work = tmp_path / "work"
     _run_stages_in_a_child(work, listing, SETTINGS, limit_s=600)
-    ids = {row["uri"]: row["video_id"] for row in runner.read_manifest(work).to_pylist()}
+    ids = {row["uri"]: row["video_id"] for row in read_manifest(work).to_pylist()}
     kinds = {str(fifo): "is a named pipe (FIFO)", "/dev/zero": "is a character device",
              "/dev/urandom": "is a character device"}
     for stage in ("decode", "features", "asr"):
-        assert runner.completion_record_ok(work, stage, 0), stage
+        assert Lineage(work).current(stage, 0), stage
         errors = _errors(work, stage)
         assert set(errors) == {ids[uri] for uri in kinds}, stage
         for uri, kind in kinds.items():
             assert errors[ids[uri]]["error_type"] == "NotARegularFile", (stage, uri)
             assert errors[ids[uri]]["message"] == f"{uri} {kind}, not a regular file: not opened", (stage, uri)
-    videos = {row["video_id"]: row for row in pq.read_table(io.stage_output(work, "decode", 0, "videos")).to_pylist()}
+    videos = {row["video_id"]: row for row in pq.read_table(WorkDir(work).part("decode", 0, "videos")).to_pylist()}
     assert videos[ids[str(good)]]["status"] == "ok" and videos[ids[str(good)]]["n_clips"] == 1
     assert {videos[ids[uri]]["status"] for uri in kinds} == {"error"}
-    features = pq.read_table(io.stage_output(work, "features", 0)).to_pylist()
+    features = pq.read_table(WorkDir(work).part("features", 0)).to_pylist()
     assert [row["video_id"] for row in features] == [ids[str(good)]]
-    transcribed = pq.read_table(io.stage_output(work, "asr", 0)).to_pylist()
+    transcribed = pq.read_table(WorkDir(work).part("asr", 0)).to_pylist()
     assert [row["video_id"] for row in transcribed] == [ids[str(good)]] and transcribed[0]["sentences"]
 
 
@@ -154,7 +157,7 @@ def test_a_server_that_never_answers_is_an_error_row_after_the_time_limit(tmp_pa
     work = tmp_path / "work"
     cfg = load_config(None, SETTINGS + ["decode.io_timeout_s=2"])
     write_manifest(cfg, listing, work)
-    ids = {row["uri"]: row["video_id"] for row in runner.read_manifest(work).to_pylist()}
+    ids = {row["uri"]: row["video_id"] for row in read_manifest(work).to_pylist()}
     remote, local = ids[f"{silent_server.url}.mp4"], ids[str(good)]
     for stage in ("decode", "features", "asr"):
         started = time.monotonic()
@@ -166,10 +169,10 @@ def test_a_server_that_never_answers_is_an_error_row_after_the_time_limit(tmp_pa
         assert errors[remote]["error_type"] == "InputTimeout", stage
         assert errors[remote]["message"] == (f"{silent_server.url}.mp4: no data for 2 s while opening it "
                                              f"(decode.io_timeout_s)"), stage
-    videos = {row["video_id"]: row for row in pq.read_table(io.stage_output(work, "decode", 0, "videos")).to_pylist()}
+    videos = {row["video_id"]: row for row in pq.read_table(WorkDir(work).part("decode", 0, "videos")).to_pylist()}
     assert (videos[remote]["status"], videos[local]["status"], videos[local]["n_clips"]) == ("error", "ok", 1)
-    assert [row["video_id"] for row in pq.read_table(io.stage_output(work, "features", 0)).to_pylist()] == [local]
-    transcribed = pq.read_table(io.stage_output(work, "asr", 0)).to_pylist()
+    assert [row["video_id"] for row in pq.read_table(WorkDir(work).part("features", 0)).to_pylist()] == [local]
+    transcribed = pq.read_table(WorkDir(work).part("asr", 0)).to_pylist()
     assert [row["video_id"] for row in transcribed] == [local] and transcribed[0]["sentences"]
 
 

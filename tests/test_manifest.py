@@ -3,7 +3,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipeline.config import load_config
-from pipeline.manifest import ManifestError, build_manifest, make_video_id
+from pipeline import io
+from pipeline.manifest import ManifestError, build_manifest, make_video_id, write_manifest
 
 
 def _touch(path, data=b"x"):
@@ -70,3 +71,15 @@ def test_unreadable_or_wrong_lists_are_clear_errors(tmp_path):
     (tmp_path / "binary.txt").write_bytes(b"\xff\xfe\x00\x81")
     with pytest.raises(ManifestError, match="cannot read the video list"):
         build_manifest(cfg, tmp_path / "binary.txt")
+
+
+def test_manifest_records_the_folder_transcripts_are_confined_to(tmp_path):
+    """A folder input confines transcripts to itself, a list to the list's folder; symlinks resolved."""
+    videos = tmp_path / "real"
+    _touch(videos / "one.mp4")
+    (videos / "list.csv").write_text("path\none.mp4\n")
+    (tmp_path / "link").symlink_to(videos, target_is_directory=True)
+    cfg = load_config(None)
+    for input_path in (tmp_path / "link", tmp_path / "link" / "list.csv"):
+        path, _, _ = write_manifest(cfg, input_path, tmp_path / "work")
+        assert io.read_metadata(path)["transcript_root"] == str(videos.resolve())
