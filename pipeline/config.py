@@ -32,6 +32,16 @@ MAX_WORKERS = 1024
 MAX_SEED = 2**32 - 1                    # numpy's and ctranslate2's seeds are unsigned 32-bit
 CONTROL_CHARACTERS = re.compile(r"[\x00-\x1f\x7f]")
 
+# executor.slurm_* strings are written bare into #SBATCH lines: these are the forms sbatch takes for them,
+# and none can hold a space, a quote, a "#" or a line break that would end the directive or add another
+SLURM_VALUES = {
+    "slurm_partition": (r"[A-Za-z0-9_.-]+(,[A-Za-z0-9_.-]+)*",
+                        "a partition name, or names separated by commas (letters, digits, _ . -)"),
+    "slurm_time": (r"\d+(-\d+)?(:\d+){0,2}|UNLIMITED|INFINITE",
+                   "a Slurm time limit such as 90, 04:00:00 or 2-00:00:00"),
+    "slurm_mem": (r"\d+[KMGTkmgt]?", "a Slurm memory size such as 16G or 16000M"),
+}
+
 
 @dataclass
 class ShardsConfig:
@@ -44,13 +54,17 @@ class ExecutorConfig:
     workers: int = 0                    # in [0, MAX_WORKERS]: local process pool size; 0 = number of CPUs
     ray_address: str | None = None      # None starts a local Ray instance; "auto" joins a running cluster
     max_retries: int = 2                # in [0, 100]: Ray: attempts after the first failure of a shard task
-    slurm_partition: str | None = None
+    # The slurm_* strings are written into #SBATCH lines, so each must look like what sbatch expects
+    # (SLURM_VALUES above): no spaces, quotes or line breaks that could add a directive or a command
+    slurm_partition: str | None = None  # a partition name, or several separated by commas
+    # minutes, [days-]hours:minutes:seconds, ... or UNLIMITED; quote it in YAML (4:00:00 bare is a number)
     slurm_time: str = "04:00:00"
     slurm_cpus_per_task: int = 4        # in [1, MAX_WORKERS]
-    slurm_mem: str = "16G"
+    slurm_mem: str = "16G"              # a size: digits with an optional K, M, G or T
     slurm_gpus: int = 0                 # GPUs per array task for the stages that use one (features, asr)
     slurm_array_parallelism: int | None = None
-    slurm_extra: list[str] = field(default_factory=list)   # extra "#SBATCH ..." lines, verbatim
+    # extra lines, verbatim: each must start with "#SBATCH " and hold no control character
+    slurm_extra: list[str] = field(default_factory=list)
     slurm_gpu_stages: list[str] = field(default_factory=lambda: ["features", "asr", "train"])  # get slurm_gpus
     # Ray: resources of one task, by role: num_cpus, num_gpus, memory_gb (a scheduling hint). A mapping in
     # the YAML overrides these defaults key by key. features_decode / features_model: see ray_feature_models
@@ -251,6 +265,15 @@ def _check_executor(ex: ExecutorConfig) -> None:
     _in_range(ex.slurm_cpus_per_task, 0, MAX_WORKERS, "executor.slurm_cpus_per_task", open_low=True)
     if ex.slurm_array_parallelism is not None:
         _positive(ex.slurm_array_parallelism, "executor.slurm_array_parallelism")
+    for key, (pattern, form) in SLURM_VALUES.items():
+        value = getattr(ex, key)
+        if value is not None and not re.fullmatch(pattern, value, re.ASCII):
+            raise ConfigError(f"config error: executor.{key} must be {form} (got {value!r})")
+    for index, line in enumerate(ex.slurm_extra):
+        # bash reads these lines as comments, sbatch as options: they stay harmless while each is one line
+        if not line.startswith("#SBATCH ") or has_control_characters(line):
+            raise ConfigError(f"config error: executor.slurm_extra[{index}] must be one line starting with "
+                              f"'#SBATCH ' (got {line!r})")
     for index, stage in enumerate(ex.slurm_gpu_stages):
         _one_of(stage, STAGES, f"executor.slurm_gpu_stages[{index}]")
     roles = tuple(ExecutorConfig().ray_resources)
