@@ -43,7 +43,7 @@ def failed_shards(work: WorkDir, stage: str, shards: list[int]) -> dict[int, dic
 
 
 def _codebook_line(checker: Lineage) -> str:
-    state = checker.state("kmeans")
+    state = checker.state("kmeans", verify="size")
     if state.status == "missing":
         return f"{'kmeans':<9} {'not run':>15}"
     if not state.current:
@@ -65,7 +65,7 @@ def status_text(work_dir) -> str:
     for stage in registry.SHARD_STAGES:
         if stage == "quantize":
             lines.append(_codebook_line(checker))
-        states = checker.stage_states(stage)
+        states = checker.stage_states(stage, verify="size")
         failures = failed_shards(work, stage, shards)
         if all(state.status == "missing" for state in states.values()) and not failures:
             lines.append(f"{stage:<9} {'not started':>15}")

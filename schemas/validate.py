@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 import schemas
@@ -30,7 +31,10 @@ class Invalid(Exception):
 
 
 def _check_schema(path: Path, schema: schemas.Schema) -> None:
-    found = pq.read_schema(path)
+    try:
+        found = pq.read_schema(path)
+    except (OSError, pa.ArrowException) as error:
+        raise Invalid(f"cannot read {path}: {io.one_line(error)}") from None
     if not found.remove_metadata().equals(schema.arrow, check_metadata=False):
         expected = {f.name: str(f.type) for f in schema.arrow}
         actual = {f.name: str(f.type) for f in found}
@@ -64,7 +68,7 @@ def _check_part(work: WorkDir, folder: str, path: Path, visual_vocab: int | None
     shard_name = path.name.split("part-")[-1]
     if folder in ("decode", "features", "quantize"):
         columns = ["video_id", "clip_index", "start_s", "end_s"] + (["token"] if folder == "quantize" else [])
-        rows = pq.read_table(path, columns=columns).to_pylist()
+        rows = io.read_table(path, columns=columns).to_pylist()
         _times_in_order(path, rows, "clip")
         keys = [(r["video_id"], r["clip_index"]) for r in rows]
         if len(set(keys)) != len(keys):
@@ -73,14 +77,14 @@ def _check_part(work: WorkDir, folder: str, path: Path, visual_vocab: int | None
     if folder == "quantize":
         features = work.data_folder("features") / f"part-{shard_name}"
         if features.exists():
-            feature_rows = pq.read_table(features, columns=["video_id", "clip_index"]).to_pylist()
+            feature_rows = io.read_table(features, columns=["video_id", "clip_index"]).to_pylist()
             if Counter((r["video_id"], r["clip_index"]) for r in feature_rows) != Counter(keys):
                 raise Invalid(f"{path}: its clips differ from {features} (every feature clip must be tokenised once)")
         for row_number, row in enumerate(rows):
             if row["token"] < 0 or (visual_vocab is not None and row["token"] >= visual_vocab):
                 raise Invalid(f"{path}: row {row_number}: token {row['token']} outside [0, {visual_vocab})")
     if folder == "asr":
-        for row_number, row in enumerate(pq.read_table(path, columns=["video_id", "audio_s", "sentences", "words"]).to_pylist()):
+        for row_number, row in enumerate(io.read_table(path, columns=["video_id", "audio_s", "sentences", "words"]).to_pylist()):
             for kind in ("sentences", "words"):
                 last = -1.0
                 for item in row[kind]:
@@ -92,7 +96,7 @@ def _check_part(work: WorkDir, folder: str, path: Path, visual_vocab: int | None
 
 
 def _check_align(work: WorkDir, path: Path, shard_name: str, visual_vocab: int | None) -> None:
-    table = pq.read_table(path)
+    table = io.read_table(path)
     metadata = io.schema_metadata(table.schema)
     text_vocab = int(metadata["tokenizer_vocab_size"]) if metadata.get("tokenizer_vocab_size") else None
     rows = table.to_pylist()
@@ -119,7 +123,7 @@ def _check_align(work: WorkDir, path: Path, shard_name: str, visual_vocab: int |
         clips_per_video[video] += len(row["visual_ids"])
     tokens = work.data_folder("quantize") / f"part-{shard_name}"
     if tokens.exists():
-        tokenised = Counter(pq.read_table(tokens, columns=["video_id"])["video_id"].to_pylist())
+        tokenised = Counter(io.read_table(tokens, columns=["video_id"])["video_id"].to_pylist())
         if tokenised != clips_per_video:
             video = next(v for v in set(tokenised) | set(clips_per_video) if tokenised[v] != clips_per_video[v])
             raise Invalid(f"{path}: video {video} has {clips_per_video[video]} clips in segments but "
