@@ -272,6 +272,9 @@ def run_tool(args, cfg) -> int:
     return EXIT_OK
 
 
+# the commands that write into the work dir (submit writes only with sbatch present; validate, status and
+# errors only read)
+WRITING_COMMANDS = set(registry.NAMES) | {"eval", "summary", "gallery", "report"}
 COMMANDS = {"manifest": run_manifest, "kmeans": run_kmeans, "train": run_train, "eval": run_eval,
             "validate": run_validate, **{name: run_stage for name in registry.SHARD_STAGES}}
 
@@ -304,6 +307,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command not in ("manifest", "validate") and args.work_dir is not None:
             WorkDir(args.work_dir).check_layout()
+        if args.command in WRITING_COMMANDS:
+            WorkDir(args.work_dir).check_writable()
         return dispatch(args, cfg)
     except NoVideos as error:
         print(f"error: {error}", file=sys.stderr)

@@ -146,7 +146,10 @@ def run_one_shard_safely(cfg: Config, work_dir, stage: str, shard_index: int, **
     except (InputNotReady, CorruptFile) as error:
         return {"stage": stage, "shard": shard_index, "blocked": True, "error": str(error)}
     except Exception as error:  # noqa: BLE001 - recorded per shard; the run ends non-zero
-        return record_failure(WorkDir(work_dir), stage, shard_index, io.one_line(error), traceback.format_exc())
+        line = io.one_line(error)
+        hint = io.disk_error_hint(error) if isinstance(error, OSError) else None
+        return record_failure(WorkDir(work_dir), stage, shard_index, f"{line} ({hint})" if hint else line,
+                              traceback.format_exc())
 
 
 def record_failure(work: WorkDir, stage: str, shard_index: int, error: str, trace: str) -> dict:

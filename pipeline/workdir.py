@@ -111,6 +111,22 @@ class WorkDir:
     def slurm_logs(self) -> Path:
         return self.slurm_folder / "logs"
 
+    def check_writable(self) -> None:
+        """Fail now, in one line, on a work dir that cannot be written (read-only, full, not ours), instead
+        of in the middle of the first shard."""
+        import os
+        import uuid
+
+        self.state.mkdir(parents=True, exist_ok=True)
+        probe = self.state / f".probe-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        try:
+            with open(probe, "wb") as handle:
+                handle.write(b"\0" * 4096)
+                handle.flush()
+                os.fsync(handle.fileno())
+        finally:
+            probe.unlink(missing_ok=True)
+
     def check_layout(self) -> None:
         """Work dirs of earlier versions kept completion records inside the data folders (`<stage>/_done`);
         their records carry no lineage, so nothing in them can be trusted as current."""
