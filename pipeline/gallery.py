@@ -139,7 +139,7 @@ def nearest_clips(work_dir: Path, codebook: codebook_format.Codebook, nodes_by_l
     with Progress(total=len(parts), unit="shards", desc="gallery", quiet=quiet) as progress:
         for shard, path in parts:
             clips_in_shard = 0
-            for batch in pq.ParquetFile(path).iter_batches(batch_size=READ_BATCH_ROWS,
+            for batch in pq.ParquetFile(path, page_checksum_verification=True).iter_batches(batch_size=READ_BATCH_ROWS,
                                                            columns=["video_id", "clip_index", "start_s", "feature"]):
                 if not batch.num_rows:
                     continue
@@ -178,7 +178,7 @@ def read_thumbnails(work_dir: Path, clips: list[tuple[int, str, int]]) -> dict[t
         path = WorkDir(work_dir).part("decode", shard)
         if not path.exists():
             raise FileNotFoundError(f"{path} not found: thumbnails come from the decode stage; run it first")
-        for batch in pq.ParquetFile(path).iter_batches(batch_size=READ_BATCH_ROWS,
+        for batch in pq.ParquetFile(path, page_checksum_verification=True).iter_batches(batch_size=READ_BATCH_ROWS,
                                                        columns=["video_id", "clip_index", "thumbnail_jpeg"]):
             for row, key in enumerate(zip(batch.column(0).to_pylist(), batch.column(1).to_pylist())):
                 if key in keys:

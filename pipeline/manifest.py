@@ -177,7 +177,7 @@ def previous_assignment(cfg: Config, work: WorkDir) -> dict[str, int] | None:
     if record is None or not work.manifest.exists() or \
             record.get("lineage", {}).get("config") != json.loads(cfg.section_json("shards")):
         return None
-    table = pq.read_table(work.manifest, columns=["video_id", "shard"])
+    table = io.read_table(work.manifest, columns=["video_id", "shard"])
     return dict(zip(table["video_id"].to_pylist(), table["shard"].to_pylist()))
 
 

@@ -24,7 +24,6 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 import schemas.codebook as codebook_format
 from pipeline import io, summary
@@ -269,7 +268,7 @@ def text_stats(cfg: Config, work_dir: Path) -> dict:
     languages: dict[str, int] = {}
     words = [0] * (MAX_SENTENCE_WORDS + 1)
     for _, path in Lineage(work_dir).current_parts("asr"):
-        table = pq.read_table(path, columns=["status", "language", "sentences"])
+        table = io.read_table(path, columns=["status", "language", "sentences"])
         for status in table["status"].to_pylist():
             asr_status[status] = asr_status.get(status, 0) + 1
         for language in table["language"].to_pylist():
@@ -281,7 +280,7 @@ def text_stats(cfg: Config, work_dir: Path) -> dict:
     wordpieces = [0] * (token_cap + 1)
     segments = {"text_video": 0, "video_only": 0}
     for _, path in Lineage(work_dir).current_parts("align"):
-        table = pq.read_table(path, columns=["video_id", "kind", "text_ids", "visual_ids"])
+        table = io.read_table(path, columns=["video_id", "kind", "text_ids", "visual_ids"])
         clips = pc.list_value_length(table["visual_ids"]).to_pylist()
         text_lengths = pc.list_value_length(table["text_ids"]).to_pylist()
         for video_id, kind, n_clips, n_text in zip(table["video_id"].to_pylist(), table["kind"].to_pylist(),
@@ -318,7 +317,7 @@ def example_segments(work_dir: Path, limit: int = EXAMPLE_SEGMENTS) -> list[dict
     for shard, path in Lineage(work_dir).current_parts("align"):
         if len(examples) == limit:
             break
-        table = pq.read_table(path, filters=[("kind", "=", "text_video")],
+        table = io.read_table(path, filters=[("kind", "=", "text_video")],
                               columns=["video_id", "segment_index", "start_s", "end_s", "text", "visual_ids"])
         seen = {example["video_id"] for example in examples}
         for row in table.to_pylist():
@@ -328,7 +327,7 @@ def example_segments(work_dir: Path, limit: int = EXAMPLE_SEGMENTS) -> list[dict
                 continue
             seen.add(row["video_id"])
             quantize_path = WorkDir(work_dir).part("quantize", shard)
-            clips = pq.read_table(quantize_path, filters=[("video_id", "=", row["video_id"])],
+            clips = io.read_table(quantize_path, filters=[("video_id", "=", row["video_id"])],
                                   columns=["clip_index", "start_s", "end_s", "token"]).to_pylist() \
                 if quantize_path.exists() else []
             row["clips"] = [dict(clip, shard=shard) for clip in

@@ -18,6 +18,7 @@ import torch
 from transformers import BertConfig, BertForPreTraining, BertModel
 
 import schemas.codebook as codebook_format
+from pipeline import lineage
 from pipeline.config import load_config
 from pipeline.workdir import WorkDir
 from schemas.tokenizer import load_tokenizer
@@ -151,6 +152,36 @@ def test_resumed_run_matches_an_uninterrupted_one(tmp_path, tokenizer):
         assert torch.equal(a, b), name
     # nothing more to do: a finished run resumes to itself
     assert train(config(split, *overrides), split, resume=True, quiet=True)["steps_this_run"] == 0
+
+
+def test_a_checkpoint_is_continued_only_on_what_it_was_trained_with(tmp_path, tokenizer):
+    work = WorkDir(tmp_path)
+    write_synthetic(tmp_path, tokenizer, videos=8, videos_per_shard=2)
+    train(config(tmp_path, "train.steps_per_run=3"), tmp_path, quiet=True)
+    # a killed save left a half-written checkpoint folder: the next run removes it
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    leftover = work.checkpoints / f".tmp_{int(gone.stdout)}_{os.uname().nodename.replace('_', '-')}_0badc0de_step-00000009.partial"
+    leftover.mkdir()
+    # operational settings (steps, logging, threads) do not block a resume; a changed model setting does
+    assert train(config(tmp_path, "train.max_steps=8", "train.log_every=2"), tmp_path, resume=True,
+                 quiet=True)["step"] == 8
+    assert not leftover.exists()
+    with pytest.raises(ValueError, match=r"trained on other inputs or settings \(config train.mask_prob 0.15 -> 0.2\)"
+                                         r".*train --restart"):
+        train(config(tmp_path, "train.max_steps=9", "train.mask_prob=0.2"), tmp_path, resume=True, quiet=True)
+    # new training data (another shard set): refused too
+    table = pq.read_table(work.part("align", 0))
+    rows = table.to_pylist()
+    rows[0]["visual_ids"] = list(reversed(rows[0]["visual_ids"]))
+    pq.write_table(pa.Table.from_pylist(rows, schema=table.schema), work.part("align", 0))
+    lineage.record_external(tmp_path, "align", 0, "videobert.synthetic")
+    with pytest.raises(ValueError, match="its align input changed"):
+        train(config(tmp_path, "train.max_steps=9"), tmp_path, resume=True, quiet=True)
+    # --restart moves the old run aside and trains anew on what there is now
+    summary = train(config(tmp_path, "train.max_steps=3"), tmp_path, restart=True, quiet=True)
+    assert summary["step"] == 3 and summary["steps_this_run"] == 3
+    moved = list((work.state / "replaced").glob("train-*"))
+    assert len(moved) == 1 and (moved[0] / "checkpoints" / "step-00000008").is_dir()
 
 
 def test_input_embeddings_stay_frozen(tmp_path, tokenizer):

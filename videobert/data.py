@@ -137,7 +137,7 @@ def _check_ids(path: Path, video_ids: list[str], values: np.ndarray, offsets: np
 
 def read_segments(path: Path, layout: VocabLayout, columns: tuple[str, ...] = ()) -> Iterator[tuple[Segment, dict]]:
     """Stream a shard's segments, one record batch at a time; `columns` are extra columns returned as a dict."""
-    file = pq.ParquetFile(path)
+    file = pq.ParquetFile(path, page_checksum_verification=True)
     for batch in file.iter_batches(batch_size=_READ_BATCH_ROWS,
                                    columns=["video_id", "kind", "text_ids", "visual_ids", *columns]):
         video_ids = batch.column("video_id").to_pylist()

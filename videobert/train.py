@@ -284,7 +284,8 @@ def training_inputs(cfg: Config, work: WorkDir) -> tuple[dict, codebook_format.C
                             f"{f' ({codebook_state.reason})' if codebook_state.reason else ''}: run the kmeans stage")
     lineage = checker.expected("train")          # every align shard current, or InputNotReady
     codebook = codebook_format.load(work.codebook)
-    shards = [work.part("align", shard) for shard in checker.manifest_shards()]
+    # checked against their records before training: a flipped bit would become a wrong token for 500k steps
+    shards = [checker.verified("align", shard, work.part("align", shard)) for shard in checker.manifest_shards()]
     for path in shards:
         made_with = io.read_metadata(path).get("codebook_sha256")
         if made_with != codebook.info.get("sha256"):
