@@ -15,7 +15,7 @@ batch and the nearest clips, so it should not grow with the number of shards."""
 from __future__ import annotations
 
 import argparse
-import io as bytes_io
+import io
 import multiprocessing
 import shutil
 import sys
@@ -59,7 +59,7 @@ def make_work_dir(work: Path, shards: int, clips_per_shard: int) -> None:
     rng = np.random.default_rng(0)
     codebook = random_tree(rng)
     codebook_format.save(codebook, WorkDir(work).kmeans_folder)
-    buffer = bytes_io.BytesIO()
+    buffer = io.BytesIO()
     Image.fromarray(rng.integers(0, 256, (96, 96, 3), dtype=np.uint8)).save(buffer, format="JPEG", quality=80)
     thumbnail = buffer.getvalue()
     for shard in range(shards):

@@ -284,7 +284,7 @@ def dispatch(args, cfg) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from pipeline import io
+    from pipeline import storage
     from pipeline.lineage import CorruptFile, InputNotReady
     from pipeline.manifest import ManifestError, NoVideos
     from pipeline.workdir import LayoutError, WorkDir
@@ -313,14 +313,14 @@ def main(argv: list[str] | None = None) -> int:
     except NoVideos as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_TOO_MANY_FAILED
-    except (InputNotReady, CorruptFile, CorruptCodebook, io.UnreadableFile, LayoutError, ManifestError) as error:
+    except (InputNotReady, CorruptFile, CorruptCodebook, storage.UnreadableFile, LayoutError, ManifestError) as error:
         print(f"{args.command}: cannot run: {error}", file=sys.stderr)
         return EXIT_FAILED
     except (FileExistsError, ValueError) as error:
         print(f"{args.command}: error: {error}", file=sys.stderr)
         return EXIT_FAILED
     except OSError as error:
-        hint = io.disk_error_hint(error)
+        hint = storage.disk_error_hint(error)
         if hint is None and not isinstance(error, FileNotFoundError):
             raise
         where = f" {error.filename}" if error.filename else ""

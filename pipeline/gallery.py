@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import base64
 import html
-import io as bytes_io
+import io
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,7 +29,7 @@ import pyarrow.parquet as pq
 from PIL import Image, ImageDraw, ImageFont
 
 import schemas.codebook as codebook_format
-from pipeline import io
+from pipeline import storage
 from pipeline.config import Config
 from pipeline.lineage import Lineage
 from pipeline.progress import Progress
@@ -123,7 +123,7 @@ def feature_parts_checked(work_dir: Path, codebook: codebook_format.Codebook) ->
         footer = pq.read_metadata(path)
         if footer.num_rows:
             codebook_format.check_feature_provenance(
-                codebook, shard, io.schema_metadata(footer.schema.to_arrow_schema()).get("feature_provenance_hash"),
+                codebook, shard, storage.schema_metadata(footer.schema.to_arrow_schema()).get("feature_provenance_hash"),
                 "its clusters say nothing about these features")
     return parts
 
@@ -241,7 +241,7 @@ def contact_sheet(codebook: codebook_format.Codebook, entries: list[NodeClips], 
             jpeg = thumbnails.get((clip.shard, clip.video_id, clip.clip_index))
             if jpeg is None:
                 continue
-            image = Image.open(bytes_io.BytesIO(jpeg)).convert("RGB")
+            image = Image.open(io.BytesIO(jpeg)).convert("RGB")
             if image.size != (cell, cell):
                 image = image.resize((cell, cell), Image.BILINEAR)
             sheet.paste(image, (LABEL_WIDTH_PX + column * (cell + 2), top + 2))
@@ -249,7 +249,7 @@ def contact_sheet(codebook: codebook_format.Codebook, entries: list[NodeClips], 
 
 
 def _png_bytes(image: Image.Image) -> bytes:
-    buffer = bytes_io.BytesIO()
+    buffer = io.BytesIO()
     image.save(buffer, format="PNG", optimize=False)
     return buffer.getvalue()
 
@@ -290,11 +290,11 @@ def write_gallery(cfg: Config, work_dir: Path, *, level: int = 1, clusters: int 
     body += [_row_html(codebook, entry, thumbnails, child_name.get(entry.node)) for entry in entries]
     written = []
     main_page = folder / main_name
-    io.atomic_write_bytes(main_page, html_page(f"Visual words, level {level}", "\n".join(body)).encode())
+    storage.atomic_write_bytes(main_page, html_page(f"Visual words, level {level}", "\n".join(body)).encode())
     written.append(main_page)
     sheet_path = folder / f"contact-level-{level}.png"
     sheet = contact_sheet(codebook, entries, thumbnails, cfg.decode.thumbnail_size, per_cluster)
-    io.atomic_write_bytes(sheet_path, _png_bytes(sheet))
+    storage.atomic_write_bytes(sheet_path, _png_bytes(sheet))
     written.append(sheet_path)
     for parent in parents:
         rows = [_row_html(codebook, found[(level + 1, child)], thumbnails, None) for child in children[parent]]
@@ -304,12 +304,12 @@ def write_gallery(cfg: Config, work_dir: Path, *, level: int = 1, clusters: int 
                      _row_html(codebook, found[(level, parent)], thumbnails, None),
                      "<h2>Children</h2>", *rows]
         page = folder / child_name[parent]
-        io.atomic_write_bytes(page, html_page(f"Visual words, node {level}-{parent}", "\n".join(page_body)).encode())
+        storage.atomic_write_bytes(page, html_page(f"Visual words, node {level}-{parent}", "\n".join(page_body)).encode())
         written.append(page)
 
     missing = sum(1 for clip in every_clip if (clip.shard, clip.video_id, clip.clip_index) not in thumbnails)
     sidecar = folder / "gallery.json"
-    io.atomic_write_json(sidecar, {
+    storage.atomic_write_json(sidecar, {
         "level": level, "clusters": clusters, "per_cluster": per_cluster, "node_ids": node_ids,
         "codebook_sha256": codebook.info.get("sha256"),
         "feature_provenance_hash": codebook.info.get("feature_provenance_hash"),

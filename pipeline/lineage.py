@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from pipeline import io, registry
+from pipeline import registry, storage
 from pipeline.workdir import STATE, WorkDir
 
 VERSION = 1          # bump when a code change alters what a stage makes from the same inputs
@@ -86,7 +86,7 @@ def read_json(path: Path) -> dict | None:
 
 def output_entry(work: WorkDir, path: Path, rows: int | None = None) -> dict:
     """What a record says of one file it wrote."""
-    entry = {"sha256": io.file_sha256(path), "bytes": path.stat().st_size}
+    entry = {"sha256": storage.file_sha256(path), "bytes": path.stat().st_size}
     if rows is not None:
         entry["rows"] = rows
     return {relative(work, path): entry}
@@ -115,7 +115,7 @@ def verify_outputs(work: WorkDir, record: dict, where: str, *, hashes: bool = Tr
             return f"{path} is missing although {where} lists it"
         if size != entry["bytes"]:
             return f"{path} has {size} bytes, {where} says {entry['bytes']}: the file is cut off or was changed"
-        if hashes and io.file_sha256(path) != entry["sha256"]:
+        if hashes and storage.file_sha256(path) != entry["sha256"]:
             return f"{path} does not match its sha256 in {where}: the file is corrupt or was changed"
     return None
 
@@ -127,7 +127,7 @@ def verify_file(work: WorkDir, record: dict, path: Path, where: str) -> None:
     if entry is None:
         raise CorruptFile(f"{path} is not listed in {where}")
     try:
-        actual = io.file_sha256(path)
+        actual = storage.file_sha256(path)
     except FileNotFoundError:
         raise CorruptFile(f"{path} is missing although {where} lists it") from None
     if actual != entry["sha256"]:
@@ -387,7 +387,7 @@ class Lineage:
 def write_record(work: WorkDir, stage: str, shard: int | None, lineage: dict, outputs: dict, stats: dict) -> Path:
     """The completion record: written last, atomically; its presence marks the work done."""
     path = WorkDir(work).record(stage, shard)
-    io.atomic_write_json(path, {**stats, "stage": stage, **({"shard": shard} if shard is not None else {}),
+    storage.atomic_write_json(path, {**stats, "stage": stage, **({"shard": shard} if shard is not None else {}),
                                 "lineage": lineage, "outputs": outputs})
     return path
 

@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 import schemas
-from pipeline import io, lineage
+from pipeline import lineage, storage
 from pipeline.config import Config
 from pipeline.workdir import WorkDir
 
@@ -109,7 +109,7 @@ def input_folder(input_path: str | Path) -> str:
 
 def recorded_transcript_root(work_dir) -> str | None:
     """The transcript folder the manifest stage recorded; None for a manifest made without one."""
-    return io.read_metadata(WorkDir(work_dir).manifest).get(TRANSCRIPT_ROOT_KEY)
+    return storage.read_metadata(WorkDir(work_dir).manifest).get(TRANSCRIPT_ROOT_KEY)
 
 
 def list_videos(input_path: str | Path) -> list[dict]:
@@ -177,7 +177,7 @@ def previous_assignment(cfg: Config, work: WorkDir) -> dict[str, int] | None:
     if record is None or not work.manifest.exists() or \
             record.get("lineage", {}).get("config") != json.loads(cfg.section_json("shards")):
         return None
-    table = io.read_table(work.manifest, columns=["video_id", "shard"])
+    table = storage.read_table(work.manifest, columns=["video_id", "shard"])
     return dict(zip(table["video_id"].to_pylist(), table["shard"].to_pylist()))
 
 
@@ -229,7 +229,7 @@ def write_manifest_table(work_dir, table: pa.Table, lineage_record: dict, metada
     digests = shard_digests(table)
     work.record("manifest").unlink(missing_ok=True)
     # rows are in shard order: row groups of a few shards let a shard task read just its own
-    io.write_parquet(work.manifest, table, metadata, row_group_size=row_group_size)
+    storage.write_parquet(work.manifest, table, metadata, row_group_size=row_group_size)
     lineage.write_record(work, "manifest", None, lineage_record,
                          lineage.output_entry(work, work.manifest, table.num_rows),
                          {"videos": table.num_rows, "shards": digests})
@@ -242,5 +242,5 @@ def read_manifest(work_dir, shard_index: int | None = None, columns: list[str] |
     path = WorkDir(work_dir).manifest
     if not path.exists():
         raise FileNotFoundError(f"{path} not found: run the manifest stage first")
-    return io.read_table(path, columns=columns,
+    return storage.read_table(path, columns=columns,
                          filters=None if shard_index is None else [("shard", "=", shard_index)])

@@ -26,7 +26,7 @@ import numpy as np
 import pyarrow.compute as pc
 
 import schemas.codebook as codebook_format
-from pipeline import io, summary
+from pipeline import storage, summary
 from pipeline.config import Config
 from pipeline.gallery import html_page, jpeg_data_uri, read_thumbnails
 from pipeline.lineage import Lineage
@@ -227,7 +227,7 @@ def error_examples(work_dir: Path, limit: int = ERROR_EXAMPLES) -> list[dict]:
             path = WorkDir(work_dir).errors(stage, shard)
             if not path.exists():
                 continue   # parts made outside the stages have no error table
-            for row in io.read_table(path, columns=["stage", "video_id", "error_type", "message"]).to_pylist():
+            for row in storage.read_table(path, columns=["stage", "video_id", "error_type", "message"]).to_pylist():
                 if len(examples) == limit:
                     return examples
                 examples.append(row)
@@ -268,7 +268,7 @@ def text_stats(cfg: Config, work_dir: Path) -> dict:
     languages: dict[str, int] = {}
     words = [0] * (MAX_SENTENCE_WORDS + 1)
     for _, path in Lineage(work_dir).current_parts("asr"):
-        table = io.read_table(path, columns=["status", "language", "sentences"])
+        table = storage.read_table(path, columns=["status", "language", "sentences"])
         for status in table["status"].to_pylist():
             asr_status[status] = asr_status.get(status, 0) + 1
         for language in table["language"].to_pylist():
@@ -280,7 +280,7 @@ def text_stats(cfg: Config, work_dir: Path) -> dict:
     wordpieces = [0] * (token_cap + 1)
     segments = {"text_video": 0, "video_only": 0}
     for _, path in Lineage(work_dir).current_parts("align"):
-        table = io.read_table(path, columns=["video_id", "kind", "text_ids", "visual_ids"])
+        table = storage.read_table(path, columns=["video_id", "kind", "text_ids", "visual_ids"])
         clips = pc.list_value_length(table["visual_ids"]).to_pylist()
         text_lengths = pc.list_value_length(table["text_ids"]).to_pylist()
         for video_id, kind, n_clips, n_text in zip(table["video_id"].to_pylist(), table["kind"].to_pylist(),
@@ -317,7 +317,7 @@ def example_segments(work_dir: Path, limit: int = EXAMPLE_SEGMENTS) -> list[dict
     for shard, path in Lineage(work_dir).current_parts("align"):
         if len(examples) == limit:
             break
-        table = io.read_table(path, filters=[("kind", "=", "text_video")],
+        table = storage.read_table(path, filters=[("kind", "=", "text_video")],
                               columns=["video_id", "segment_index", "start_s", "end_s", "text", "visual_ids"])
         seen = {example["video_id"] for example in examples}
         for row in table.to_pylist():
@@ -327,7 +327,7 @@ def example_segments(work_dir: Path, limit: int = EXAMPLE_SEGMENTS) -> list[dict
                 continue
             seen.add(row["video_id"])
             quantize_path = WorkDir(work_dir).part("quantize", shard)
-            clips = io.read_table(quantize_path, filters=[("video_id", "=", row["video_id"])],
+            clips = storage.read_table(quantize_path, filters=[("video_id", "=", row["video_id"])],
                                   columns=["clip_index", "start_s", "end_s", "token"]).to_pylist() \
                 if quantize_path.exists() else []
             row["clips"] = [dict(clip, shard=shard) for clip in
@@ -531,6 +531,6 @@ def write_report(cfg: Config, work_dir: Path) -> Path:
               for example in data["examples"] for clip in example["clips"]]
     thumbnails = read_thumbnails(work_dir, wanted) if wanted else {}
     page = work.report
-    io.atomic_write_json(work.report_data, data)
-    io.atomic_write_bytes(page, render(data, thumbnails, work_dir).encode())
+    storage.atomic_write_json(work.report_data, data)
+    storage.atomic_write_bytes(page, render(data, thumbnails, work_dir).encode())
     return page

@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 import schemas
-from pipeline import io, lineage, registry
+from pipeline import lineage, registry, storage
 from pipeline.config import Config
 from pipeline.lineage import CorruptFile, InputNotReady, Lineage
 from pipeline.workdir import WorkDir
@@ -55,10 +55,10 @@ class ShardContext:
         """This shard's output of an earlier stage, after checking its bytes against the upstream record
         (a bit flip that still parses must not flow on), with Parquet page checksums verified."""
         path = self.lineage.verified(stage, self.shard_index, self.work.part(stage, self.shard_index, table_name))
-        return io.read_table(path, columns=columns)
+        return storage.read_table(path, columns=columns)
 
     def input_metadata(self, stage: str, table_name: str = "") -> dict[str, str]:
-        return io.read_metadata(self.work.part(stage, self.shard_index, table_name))
+        return storage.read_metadata(self.work.part(stage, self.shard_index, table_name))
 
     def progress(self, total: int | None = None, unit: str = "videos", desc: str | None = None):
         from pipeline.progress import Progress
@@ -116,14 +116,14 @@ def run_one_shard(cfg: Config, work_dir, stage: str, shard_index: int, *, force:
     for table_name, schema in spec.tables.items():
         table = schemas.conform(result.tables[table_name], schema)
         path = work.part(stage, shard_index, table_name)
-        io.write_parquet(path, table, output_metadata(cfg, spec, schema, result.metadata),
+        storage.write_parquet(path, table, output_metadata(cfg, spec, schema, result.metadata),
                          row_group_size=result.row_group_size)
         outputs.update(lineage.output_entry(work, path, table.num_rows))
     errors = [dict(row, stage=stage) for row in result.errors]
     error_table = schemas.conform(pa.Table.from_pylist(errors, schema=schemas.ERRORS.arrow)
                                   if errors else schemas.empty(schemas.ERRORS), schemas.ERRORS)
     errors_path = work.errors(stage, shard_index)
-    io.write_parquet(errors_path, error_table, {"stage": stage, "schema": schemas.ERRORS.tag})
+    storage.write_parquet(errors_path, error_table, {"stage": stage, "schema": schemas.ERRORS.tag})
     outputs.update(lineage.output_entry(work, errors_path, error_table.num_rows))
     stats = dict(result.stats)
     stats.update(videos=len(ctx.videos), errors=len(errors), failed_videos=len({row["video_id"] for row in errors}),
@@ -146,8 +146,8 @@ def run_one_shard_safely(cfg: Config, work_dir, stage: str, shard_index: int, **
     except (InputNotReady, CorruptFile) as error:
         return {"stage": stage, "shard": shard_index, "blocked": True, "error": str(error)}
     except Exception as error:  # noqa: BLE001 - recorded per shard; the run ends non-zero
-        line = io.one_line(error)
-        hint = io.disk_error_hint(error) if isinstance(error, OSError) else None
+        line = storage.one_line(error)
+        hint = storage.disk_error_hint(error) if isinstance(error, OSError) else None
         return record_failure(WorkDir(work_dir), stage, shard_index, f"{line} ({hint})" if hint else line,
                               traceback.format_exc())
 
@@ -159,10 +159,10 @@ def record_failure(work: WorkDir, stage: str, shard_index: int, error: str, trac
                "traceback": trace, "host": socket.gethostname(), "at": time.time()}
     path = work.failure(stage, shard_index)
     try:
-        io.atomic_write_json(path, failure)
+        storage.atomic_write_json(path, failure)
         failure["failure_record"] = str(path)
     except OSError as write_error:
-        failure["failure_record"] = f"not written ({io.one_line(write_error)})"
+        failure["failure_record"] = f"not written ({storage.one_line(write_error)})"
     return failure
 
 
@@ -182,7 +182,7 @@ def prepare_stage(cfg: Config, work_dir, stage: str) -> list[str]:
     folders = [work.data_folder(stage, table) for table in spec.tables] + [work.records_folder(stage),
                                                                           work.errors_folder]
     for folder in folders:
-        io.remove_stale_temporaries(folder)
+        storage.remove_stale_temporaries(folder)
     shards = set(checker.manifest_shards())
     notes = []
     found = {int(path.stem.split("-")[1]) for path in work.records_folder(stage).glob("part-*.json")}

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 
-from pipeline import io, registry
+from pipeline import registry, storage
 from pipeline.lineage import CorruptFile, Lineage, read_json
 from pipeline.manifest import read_manifest
 from pipeline.workdir import WorkDir
@@ -25,7 +25,7 @@ def error_rows(work: WorkDir, stage: str, shards: list[int]) -> list[dict]:
     for shard_index in shards:
         path = work.errors(stage, shard_index)
         if path.exists():
-            rows += [dict(row, shard=shard_index) for row in io.read_table(path).to_pylist()]
+            rows += [dict(row, shard=shard_index) for row in storage.read_table(path).to_pylist()]
     return rows
 
 

@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from pipeline import io
+from pipeline import storage
 from pipeline.lineage import Lineage, read_json
 from pipeline.registry import SHARD_STAGES
 from pipeline.workdir import WorkDir
@@ -27,7 +27,7 @@ def token_counts(work_dir: Path, num_leaves: int = 0) -> np.ndarray:
     a time: memory stays bounded by a shard and the vocabulary, not the collection."""
     counts = np.zeros(num_leaves, dtype=np.int64)
     for path in _parts(work_dir, "quantize"):
-        part_counts = np.bincount(io.read_table(path, columns=["token"])["token"].to_numpy(), minlength=len(counts))
+        part_counts = np.bincount(storage.read_table(path, columns=["token"])["token"].to_numpy(), minlength=len(counts))
         counts = np.pad(counts, (0, len(part_counts) - len(counts))) + part_counts
     return counts
 
@@ -52,7 +52,7 @@ def collect(work_dir: Path) -> dict:
     if videos:
         statuses: dict[str, int] = {}
         for path in videos:
-            counts = pc.value_counts(io.read_table(path, columns=["status"])["status"]).to_pylist()
+            counts = pc.value_counts(storage.read_table(path, columns=["status"])["status"]).to_pylist()
             for entry in counts:
                 statuses[entry["values"]] = statuses.get(entry["values"], 0) + entry["counts"]
         summary["videos_by_status"] = dict(sorted(statuses.items()))
@@ -64,7 +64,7 @@ def collect(work_dir: Path) -> dict:
         kinds: dict[str, int] = {}
         clips_in_text = clips_all = 0
         for path in align_parts:
-            table = io.read_table(path, columns=["kind", "visual_ids"])
+            table = storage.read_table(path, columns=["kind", "visual_ids"])
             lengths = pc.list_value_length(table["visual_ids"])
             for kind in pc.unique(table["kind"]).to_pylist():
                 selected = pc.equal(table["kind"], kind)
@@ -79,7 +79,7 @@ def collect(work_dir: Path) -> dict:
         for shard in checker.current_records(stage):
             if not work.errors(stage, shard).exists():
                 continue   # parts made outside the stages have no error table
-            table = io.read_table(work.errors(stage, shard), columns=["error_type"])
+            table = storage.read_table(work.errors(stage, shard), columns=["error_type"])
             for error_type in table["error_type"].to_pylist():
                 errors.setdefault(stage, {}).setdefault(error_type, 0)
                 errors[stage][error_type] += 1
@@ -89,7 +89,7 @@ def collect(work_dir: Path) -> dict:
 
 def write_summary(work_dir: Path) -> dict:
     summary = collect(work_dir)
-    io.atomic_write_json(WorkDir(work_dir).summary, summary)
+    storage.atomic_write_json(WorkDir(work_dir).summary, summary)
     return summary
 
 

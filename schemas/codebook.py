@@ -69,7 +69,7 @@ def save(codebook: Codebook, folder: Path) -> tuple[Path, str]:
     """Write the tensors and the sidecar atomically; returns (path, sha256 of the tensors file)."""
     from safetensors.numpy import save as save_bytes
 
-    from pipeline import io
+    from pipeline import storage
 
     tensors = {}
     for level in range(1, codebook.depth + 1):
@@ -82,10 +82,10 @@ def save(codebook: Codebook, folder: Path) -> tuple[Path, str]:
     folder = Path(folder)
     path = folder / FILE_NAME
     sha = hashlib.sha256(data).hexdigest()
-    io.atomic_write_bytes(path, data)
+    storage.atomic_write_bytes(path, data)
     info = dict(codebook.info, depth=codebook.depth, k=codebook.k, dim=codebook.dim,
                 format_version=VERSION, sha256=sha)
-    io.atomic_write_json(folder / SIDECAR_NAME, info)
+    storage.atomic_write_json(folder / SIDECAR_NAME, info)
     return path, sha
 
 

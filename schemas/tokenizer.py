@@ -6,7 +6,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from pipeline.config import resolve_model_spec
-from pipeline.io import text_sha256
+from pipeline.storage import text_sha256
 
 
 @lru_cache(maxsize=4)

@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 
 import schemas
 import schemas.codebook as codebook_format
-from pipeline import io, registry
+from pipeline import registry, storage
 from pipeline.lineage import CorruptFile, InputNotReady, Lineage, explain, read_json, relative
 from pipeline.manifest import shard_digests
 from pipeline.workdir import WorkDir
@@ -34,13 +34,13 @@ def _check_schema(path: Path, schema: schemas.Schema) -> None:
     try:
         found = pq.read_schema(path)
     except (OSError, pa.ArrowException) as error:
-        raise Invalid(f"cannot read {path}: {io.one_line(error)}") from None
+        raise Invalid(f"cannot read {path}: {storage.one_line(error)}") from None
     if not found.remove_metadata().equals(schema.arrow, check_metadata=False):
         expected = {f.name: str(f.type) for f in schema.arrow}
         actual = {f.name: str(f.type) for f in found}
         differences = sorted(set(expected.items()) ^ set(actual.items()))
         raise Invalid(f"{path}: schema differs from {schema.tag}: {differences[:4]}")
-    tag = io.schema_metadata(found).get("schema")
+    tag = storage.schema_metadata(found).get("schema")
     if tag is not None and tag != schema.tag:
         raise Invalid(f"{path}: written as {tag}, this code reads {schema.tag}")
 
@@ -68,7 +68,7 @@ def _check_part(work: WorkDir, folder: str, path: Path, visual_vocab: int | None
     shard_name = path.name.split("part-")[-1]
     if folder in ("decode", "features", "quantize"):
         columns = ["video_id", "clip_index", "start_s", "end_s"] + (["token"] if folder == "quantize" else [])
-        rows = io.read_table(path, columns=columns).to_pylist()
+        rows = storage.read_table(path, columns=columns).to_pylist()
         _times_in_order(path, rows, "clip")
         keys = [(r["video_id"], r["clip_index"]) for r in rows]
         if len(set(keys)) != len(keys):
@@ -77,14 +77,14 @@ def _check_part(work: WorkDir, folder: str, path: Path, visual_vocab: int | None
     if folder == "quantize":
         features = work.data_folder("features") / f"part-{shard_name}"
         if features.exists():
-            feature_rows = io.read_table(features, columns=["video_id", "clip_index"]).to_pylist()
+            feature_rows = storage.read_table(features, columns=["video_id", "clip_index"]).to_pylist()
             if Counter((r["video_id"], r["clip_index"]) for r in feature_rows) != Counter(keys):
                 raise Invalid(f"{path}: its clips differ from {features} (every feature clip must be tokenised once)")
         for row_number, row in enumerate(rows):
             if row["token"] < 0 or (visual_vocab is not None and row["token"] >= visual_vocab):
                 raise Invalid(f"{path}: row {row_number}: token {row['token']} outside [0, {visual_vocab})")
     if folder == "asr":
-        for row_number, row in enumerate(io.read_table(path, columns=["video_id", "audio_s", "sentences", "words"]).to_pylist()):
+        for row_number, row in enumerate(storage.read_table(path, columns=["video_id", "audio_s", "sentences", "words"]).to_pylist()):
             for kind in ("sentences", "words"):
                 last = -1.0
                 for item in row[kind]:
@@ -96,8 +96,8 @@ def _check_part(work: WorkDir, folder: str, path: Path, visual_vocab: int | None
 
 
 def _check_align(work: WorkDir, path: Path, shard_name: str, visual_vocab: int | None) -> None:
-    table = io.read_table(path)
-    metadata = io.schema_metadata(table.schema)
+    table = storage.read_table(path)
+    metadata = storage.schema_metadata(table.schema)
     text_vocab = int(metadata["tokenizer_vocab_size"]) if metadata.get("tokenizer_vocab_size") else None
     rows = table.to_pylist()
     _times_in_order(path, rows, "segment")
@@ -123,7 +123,7 @@ def _check_align(work: WorkDir, path: Path, shard_name: str, visual_vocab: int |
         clips_per_video[video] += len(row["visual_ids"])
     tokens = work.data_folder("quantize") / f"part-{shard_name}"
     if tokens.exists():
-        tokenised = Counter(io.read_table(tokens, columns=["video_id"])["video_id"].to_pylist())
+        tokenised = Counter(storage.read_table(tokens, columns=["video_id"])["video_id"].to_pylist())
         if tokenised != clips_per_video:
             video = next(v for v in set(tokenised) | set(clips_per_video) if tokenised[v] != clips_per_video[v])
             raise Invalid(f"{path}: video {video} has {clips_per_video[video]} clips in segments but "
@@ -142,8 +142,8 @@ def _check_manifest(work: WorkDir, checker: Lineage) -> list[str]:
         return [f"{work.manifest}: {state.status}: {state.reason}"]
     try:
         _check_schema(work.manifest, schemas.MANIFEST)
-        table = io.read_table(work.manifest)
-    except (Invalid, io.UnreadableFile) as problem:
+        table = storage.read_table(work.manifest)
+    except (Invalid, storage.UnreadableFile) as problem:
         return [str(problem)]
     problems = []
     ids = table["video_id"].to_pylist()
@@ -172,10 +172,10 @@ def _check_stage_parts(work: WorkDir, checker: Lineage, stage: registry.Stage, v
                 continue   # parts made outside the stages have no error table
             try:
                 _check_schema(path, schema)
-                io.read_table(path)      # every value, with the page checksums verified
+                storage.read_table(path)      # every value, with the page checksums verified
                 if table != "errors":
                     _check_part(work, stage.name if not table else table, path, visual_vocab)
-            except (Invalid, io.UnreadableFile) as problem:
+            except (Invalid, storage.UnreadableFile) as problem:
                 problems.append(str(problem))
     recorded = set()
     for shard in shards:

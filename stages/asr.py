@@ -40,7 +40,7 @@ import numpy as np
 import pyarrow as pa
 
 import schemas
-from pipeline import io, manifest
+from pipeline import manifest, storage
 from pipeline.config import AsrConfig, DecodeConfig, resolve_model_spec
 from pipeline.media import InputError, input_timeout, is_truncated, open_input, open_target
 from pipeline.runner import ShardContext, ShardResult, error_row
@@ -238,7 +238,7 @@ def resolve_model(model: str) -> ResolvedModel:
         label = getattr(importlib.import_module(module_name), "MODEL_NAME", module_name)
     else:
         label = path.stem if path.is_file() else path.name
-    return ResolvedModel(location=str(path), label=label, sha256=io.file_sha256(path))
+    return ResolvedModel(location=str(path), label=label, sha256=storage.file_sha256(path))
 
 
 # Both backends decode alike. Conditioning a window on the previous window's text lets one mistake

@@ -3,7 +3,7 @@ per-video metadata. Frames never touch the disk; the features stage decodes agai
 
 from __future__ import annotations
 
-import io as bytes_io
+import io
 
 import numpy as np
 import pyarrow as pa
@@ -16,7 +16,7 @@ from pipeline.runner import ShardContext, ShardResult, error_row
 
 def thumbnail_jpeg(frame: np.ndarray, size: int, quality: int) -> bytes:
     image = Image.fromarray(frame).resize((size, size), Image.BILINEAR)
-    buffer = bytes_io.BytesIO()
+    buffer = io.BytesIO()
     image.save(buffer, format="JPEG", quality=quality, optimize=False)
     return buffer.getvalue()
 

@@ -15,7 +15,7 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 import schemas
-from pipeline import io, media
+from pipeline import media, storage
 from pipeline.config import Config
 from pipeline.runner import ShardContext, ShardResult, error_row
 
@@ -40,7 +40,7 @@ def weights_identity(cfg: Config) -> str:
 
 @functools.lru_cache(maxsize=8)
 def _cached_sha256(path: str, size: int, modified_ns: int) -> str:
-    return io.file_sha256(path)
+    return storage.file_sha256(path)
 
 
 def _file_sha256(path: str) -> str:
@@ -66,7 +66,7 @@ def feature_provenance(cfg: Config) -> dict:
 
 
 def provenance_hash(provenance: dict) -> str:
-    return io.text_sha256(json.dumps(provenance, sort_keys=True))[:16]
+    return storage.text_sha256(json.dumps(provenance, sort_keys=True))[:16]
 
 
 def load_s3d(cfg: Config) -> torch.nn.Module:

@@ -28,7 +28,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 import schemas.codebook as codebook_format
-from pipeline import io, lineage
+from pipeline import lineage, storage
 from pipeline.config import Config, KmeansConfig
 from pipeline.workdir import WorkDir
 
@@ -59,7 +59,7 @@ def feature_provenance(shards: list[tuple[int, Path]]) -> tuple[str, str]:
         footer = pq.read_metadata(path)   # one read gives the row count and the provenance
         if footer.num_rows == 0:
             continue
-        metadata = io.schema_metadata(footer.schema.to_arrow_schema())
+        metadata = storage.schema_metadata(footer.schema.to_arrow_schema())
         if "feature_provenance_hash" not in metadata:
             raise ValueError(f"{path} has no feature_provenance_hash in its metadata: "
                              f"rerun the features stage for shard {shard_index}")
@@ -297,11 +297,11 @@ def run(cfg: Config, work_dir, executor, *, force: bool = False, quiet: bool = F
 
     started = time.time()
     kcfg = cfg.kmeans
-    io.remove_stale_temporaries(work.kmeans_folder)
+    storage.remove_stale_temporaries(work.kmeans_folder)
     shards = [(shard, checker.verified("features", shard, work.part("features", shard)))
               for shard in checker.manifest_shards()]
     provenance_hash, provenance = feature_provenance(shards)
-    sample_path = io.atomic_path(work.kmeans_folder / SAMPLE_NAME)
+    sample_path = storage.atomic_path(work.kmeans_folder / SAMPLE_NAME)
     try:
         sample_stats = write_fit_sample(shards, kcfg.max_fit_vectors, kcfg.seed, sample_path, quiet=quiet)
         sampled_at = time.time()

@@ -12,7 +12,7 @@ from threadpoolctl import threadpool_limits
 
 import schemas
 import schemas.codebook as codebook_format
-from pipeline import io, runner
+from pipeline import runner, storage
 
 
 _CODEBOOKS: dict[tuple[str, int, int], codebook_format.Codebook] = {}
@@ -37,7 +37,7 @@ def run_shard(ctx: runner.ShardContext) -> runner.ShardResult:
     codebook_hash = codebook.info.get("feature_provenance_hash")
     if features.num_rows:
         codebook_format.check_feature_provenance(
-            codebook, ctx.shard_index, io.schema_metadata(features.schema).get("feature_provenance_hash"),
+            codebook, ctx.shard_index, storage.schema_metadata(features.schema).get("feature_provenance_hash"),
             "refit the codebook (kmeans --force) or recompute these features with the codebook's S3D weights "
             "and decode settings")
     dim = features.schema.field("feature").type.list_size

@@ -9,7 +9,7 @@ holds v2 (9 clips, Spanish speech: no text segments) and v3 (could not be decode
 
 from __future__ import annotations
 
-import io as bytes_io
+import io
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +18,7 @@ from PIL import Image
 
 import schemas
 import schemas.codebook as codebook_format
-from pipeline import io, lineage
+from pipeline import lineage, storage
 from pipeline.workdir import WorkDir
 from work_factory import MADE_BY, write_manifest_rows, write_part
 
@@ -39,7 +39,7 @@ def leaf_colour(leaf: int) -> tuple[int, int, int]:
 
 
 def _jpeg(colour: tuple[int, int, int]) -> bytes:
-    buffer = bytes_io.BytesIO()
+    buffer = io.BytesIO()
     Image.new("RGB", (THUMBNAIL_SIZE, THUMBNAIL_SIZE), colour).save(buffer, format="JPEG", quality=95)
     return buffer.getvalue()
 
@@ -105,7 +105,7 @@ def make_work_dir(work_dir: Path, *, stages: tuple[str, ...] = ("decode", "featu
                        schemas.DECODE_VIDEOS, table_name="videos")
             errors = [{"video_id": "v3", "stage": "decode", "error_type": "VideoDecodeError",
                        "message": "/videos/v3.mp4: Invalid data found when processing input"}] if shard == 1 else []
-            io.write_parquet(WorkDir(work_dir).errors("decode", shard),
+            storage.write_parquet(WorkDir(work_dir).errors("decode", shard),
                              pa.Table.from_pylist(errors, schema=schemas.ERRORS.arrow), {"stage": "decode"})
             _done(work_dir, "decode", shard, 2.0, videos=len(videos), clips=len(clips), errors=len(errors))
         if "features" in stages:

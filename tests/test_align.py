@@ -8,7 +8,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import schemas
-from pipeline import io, lineage
+from pipeline import lineage, storage
 from pipeline.config import load_config
 from pipeline.runner import run_one_shard
 from pipeline.workdir import WorkDir
@@ -127,7 +127,7 @@ def test_align_stage_end_to_end_on_planted_inputs(aligned):
     # a video without speech: 40 clips -> 16 + 16 + 8
     assert [len(r["visual_ids"]) for r in rows if r["video_id"] == "silent"] == [16, 16, 8]
     assert [(r["video_id"], r["segment_index"]) for r in rows] == sorted((r["video_id"], r["segment_index"]) for r in rows)
-    metadata = io.read_metadata(work / "align" / "part-00000.parquet")
+    metadata = storage.read_metadata(work / "align" / "part-00000.parquet")
     assert metadata["schema"] == "align:1" and metadata["codebook_sha256"] == "c0ffee"
     assert len(metadata["tokenizer_vocab_sha256"]) == 64 and metadata["config_hash"]
     assert pq.ParquetFile(work / "align" / "part-00000.parquet").metadata.row_group(0).column(0).compression == "ZSTD"
@@ -165,7 +165,7 @@ def test_validator_catches_a_planted_out_of_range_token_and_a_wrong_schema(align
         """As if the stage itself had written these bytes: the record's sha256 updated."""
         record = json.loads(WorkDir(work).record("align", 0).read_text())
         record["outputs"].update(lineage.output_entry(WorkDir(work), path, pq.read_metadata(path).num_rows))
-        io.atomic_write_json(WorkDir(work).record("align", 0), record)
+        storage.atomic_write_json(WorkDir(work).record("align", 0), record)
 
     vouch_for_the_file()
     problems = validate_work_dir(work)

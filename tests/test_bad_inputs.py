@@ -3,7 +3,7 @@ good videos, through every stage (manifest, decode, features, asr, then quantize
 codebook). Every stage gives each file correct output or an error row naming the video and the reason,
 every shard completes, and the good videos come out exactly as in a run without the bad files."""
 
-import io as bytes_io
+import io
 import os
 import shutil
 
@@ -14,7 +14,7 @@ from PIL import Image
 
 from bad_input_corpus import HUGE_SIZE, make_bad_corpus, make_good_videos
 from kmeans_factory import pin_codebook
-from pipeline import io
+from pipeline import storage
 from pipeline.config import load_config
 from pipeline.executors import LocalExecutor
 from pipeline.lineage import Lineage
@@ -142,7 +142,7 @@ def test_every_stage_completes_its_shard_with_output_or_an_error_row_per_kind(ru
 
 def _halves_red(thumbnail: bytes) -> dict[str, float]:
     """Mean red level of each half of a thumbnail: frame_pattern paints its left half grey, its right red."""
-    red = np.asarray(Image.open(bytes_io.BytesIO(thumbnail)).convert("RGB"), dtype=np.float64)[:, :, 0]
+    red = np.asarray(Image.open(io.BytesIO(thumbnail)).convert("RGB"), dtype=np.float64)[:, :, 0]
     h, w = red.shape
     return {"left": red[:, : w // 2].mean(), "right": red[:, w // 2:].mean(),
             "top": red[: h // 2].mean(), "bottom": red[h // 2:].mean()}
@@ -191,5 +191,5 @@ def test_the_good_videos_come_out_as_in_a_run_without_the_bad_files(runs):
                 row.pop("uri", None)   # the two runs read their videos from two folders
             tables.append(rows)
         assert tables[0] and tables[0] == tables[1], (stage, name)
-        metadata = [io.read_metadata(WorkDir(runs[run]).part(stage, 0, name)) for run in ("bad", "clean")]
+        metadata = [storage.read_metadata(WorkDir(runs[run]).part(stage, 0, name)) for run in ("bad", "clean")]
         assert metadata[0]["config_hash"] == metadata[1]["config_hash"]

@@ -9,7 +9,7 @@ import torch
 from torchvision.models.video import s3d
 
 from media_factory import make_video
-from pipeline import io
+from pipeline import storage
 from pipeline.config import load_config
 from pipeline.manifest import write_manifest
 from pipeline.media import ClipReader
@@ -62,7 +62,7 @@ def test_local_checkpoint_is_loaded_and_its_hash_recorded(tmp_path, clip_frames)
     cfg = load_config(None, [f"features.weights={checkpoint}", "features.precision=float32"])
     got = features.S3DEncoder(cfg, torch.device("cpu"))(clip_frames)
     assert _cosine(got, _reference_embedding(saved, clip_frames)) > 0.99999
-    assert features.weights_identity(cfg) == f"file:sha256={io.file_sha256(checkpoint)}"
+    assert features.weights_identity(cfg) == f"file:sha256={storage.file_sha256(checkpoint)}"
     with pytest.raises(FileNotFoundError, match="features.weights"):
         features.load_s3d(load_config(None, [f"features.weights={tmp_path / 'missing.pth'}"]))
 
@@ -85,7 +85,7 @@ def test_features_stage_matches_the_clip_index_and_records_provenance(tmp_path):
     assert stats["clips"] == table.num_rows == 3
     vectors = np.array(table["feature"].to_pylist(), dtype=np.float32)
     assert vectors.shape == (3, 1024) and np.isfinite(vectors).all()
-    metadata = io.read_metadata(work / "features" / "part-00000.parquet")
+    metadata = storage.read_metadata(work / "features" / "part-00000.parquet")
     provenance = json.loads(metadata["feature_provenance"])
     assert provenance["weights"].startswith("random") and "NOT pretrained" in provenance["weights"]
     assert provenance["fps"] == 20.0 and provenance["clip_frames"] == 30

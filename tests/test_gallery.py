@@ -2,7 +2,7 @@
 every image embedded and valid, one page per parent, a contact sheet, a sidecar; bad arguments refused."""
 
 import base64
-import io as bytes_io
+import io
 import json
 import re
 
@@ -35,7 +35,7 @@ def _images(page: str) -> list[Image.Image]:
     images = []
     for src in IMG_SRC.findall(page):
         assert src.startswith("data:image/jpeg;base64,"), src[:40]
-        image = Image.open(bytes_io.BytesIO(base64.b64decode(src.split(",", 1)[1])))
+        image = Image.open(io.BytesIO(base64.b64decode(src.split(",", 1)[1])))
         image.load()
         images.append(image)
     return images

@@ -15,7 +15,7 @@ import pytest
 import schemas
 from kmeans_factory import make_work_dir, planted_hierarchy
 from media_factory import make_video
-from pipeline import cli, io
+from pipeline import cli, storage
 from pipeline.config import load_config
 from pipeline.lineage import InputNotReady, Lineage
 from pipeline.manifest import read_manifest
@@ -182,11 +182,11 @@ def test_a_refit_codebook_redoes_quantize_and_align_and_train_refuses_until_then
     code, err = run(capsys, "quantize", "--work-dir", work, "--quiet", *settings, *seed)
     assert code == 0 and "2 shard(s) run (2 redone: stale or corrupt)" in err
     for shard in (0, 1):
-        assert io.read_metadata(WorkDir(work).part("quantize", shard))["codebook_sha256"] == new
+        assert storage.read_metadata(WorkDir(work).part("quantize", shard))["codebook_sha256"] == new
     code, err = run(capsys, "align", "--work-dir", work, "--quiet", *settings, *seed)
     assert code == 0 and "(2 redone: stale or corrupt)" in err
     for shard in (0, 1):
-        assert io.read_metadata(WorkDir(work).part("align", shard))["codebook_sha256"] == new
+        assert storage.read_metadata(WorkDir(work).part("align", shard))["codebook_sha256"] == new
     assert validate_work_dir(work) == []
 
 

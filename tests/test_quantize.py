@@ -5,7 +5,7 @@ from kmeans_factory import PROVENANCE_HASH, brute_force_descent, make_work_dir, 
 
 import schemas
 import schemas.codebook as codebook_format
-from pipeline import io, runner
+from pipeline import runner, storage
 from pipeline.config import load_config
 from pipeline.executors import LocalExecutor
 from pipeline.lineage import InputNotReady
@@ -39,9 +39,9 @@ def test_tokens_are_the_tree_descent_of_each_clip(fitted):
         assert table.schema.remove_metadata() == schemas.QUANTIZE.arrow
         keys = list(zip(table["video_id"].to_pylist(), table["clip_index"].to_pylist()))
         assert keys == sorted(keys) and len(keys) == features.num_rows
-        metadata = io.read_metadata(path)
+        metadata = storage.read_metadata(path)
         assert metadata["schema"] == schemas.QUANTIZE.tag
-        assert metadata["codebook_sha256"] == io.file_sha256(work_dir / "kmeans" / "codebook.safetensors")
+        assert metadata["codebook_sha256"] == storage.file_sha256(work_dir / "kmeans" / "codebook.safetensors")
         assert metadata["feature_provenance_hash"] == PROVENANCE_HASH
         # the same clip in the features shard: its vector descended by hand
         vectors = {(v, c): np.asarray(f, dtype=np.float32) for v, c, f in zip(

@@ -4,7 +4,7 @@ Chromium (skipped where Debian's `chromium` is not installed)."""
 
 import base64
 import html
-import io as bytes_io
+import io
 import json
 import re
 import shutil
@@ -64,7 +64,7 @@ def test_page_is_self_contained_with_every_image_and_plot(report):
     assert len(sources) == len(example["clips"]) == len(example["visual_ids"]) == 4
     for source in sources:
         assert source.startswith("data:image/jpeg;base64,")
-        Image.open(bytes_io.BytesIO(base64.b64decode(source.split(",", 1)[1]))).load()
+        Image.open(io.BytesIO(base64.b64decode(source.split(",", 1)[1]))).load()
     # each thumbnail's caption is the token the segment holds, in order
     assert re.findall(r"<figcaption>v(\d+)</figcaption>", page) == [str(t) for t in example["visual_ids"]]
     assert "cut the onions into thin slices." in page

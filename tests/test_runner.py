@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from media_factory import make_video
-from pipeline import io
+from pipeline import storage
 from pipeline.config import load_config
 from pipeline.executors import select_shards
 from pipeline.lineage import Lineage
@@ -89,8 +89,8 @@ def test_sigkill_mid_run_then_rerun_gives_the_uninterrupted_outputs(tmp_path, vi
 
 def test_a_killed_writers_leftovers_match_no_output_glob(tmp_path):
     """What SIGKILL leaves mid-write (a half Parquet file, a half record) is invisible to every reader."""
-    io.atomic_path(WorkDir(tmp_path).part("decode", 3)).write_bytes(b"PAR1 half a file")
-    io.atomic_path(WorkDir(tmp_path).record("decode", 3)).write_text('{"shard": ')
+    storage.atomic_path(WorkDir(tmp_path).part("decode", 3)).write_bytes(b"PAR1 half a file")
+    storage.atomic_path(WorkDir(tmp_path).record("decode", 3)).write_text('{"shard": ')
     assert not list(tmp_path.rglob("*.parquet")) and not list(tmp_path.rglob("*.json"))
     assert Lineage(tmp_path).current_parts("decode") == []
 
@@ -110,7 +110,7 @@ def test_outputs_record_config_schema_and_inputs(tmp_path, videos):
     cfg = load_config(None, ["shards.videos_per_shard=6"])
     write_manifest(cfg, videos, tmp_path)
     run_one_shard(cfg, tmp_path, "decode", 0)
-    metadata = io.read_metadata(WorkDir(tmp_path).part("decode", 0))
+    metadata = storage.read_metadata(WorkDir(tmp_path).part("decode", 0))
     assert metadata["schema"] == "decode:1" and metadata["stage"] == "decode"
     assert '"fps":20.0' in metadata["config"] and metadata["config_hash"] == cfg.section_hash("decode")
-    assert io.read_metadata(WorkDir(tmp_path).part("decode", 0, "videos"))["schema"] == "decode.videos:1"
+    assert storage.read_metadata(WorkDir(tmp_path).part("decode", 0, "videos"))["schema"] == "decode.videos:1"

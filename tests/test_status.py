@@ -16,7 +16,7 @@ import pytest
 
 from bad_input_corpus import make_speech_video
 from media_factory import make_video
-from pipeline import cli, io
+from pipeline import cli, storage
 from pipeline.config import load_config
 from pipeline.executors import LocalExecutor
 from pipeline.manifest import write_manifest

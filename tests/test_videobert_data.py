@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import schemas
-from pipeline import io
+from pipeline import storage
 from pipeline.lineage import Lineage
 from pipeline.workdir import WorkDir
 from videobert import data
@@ -65,7 +65,7 @@ def test_only_complete_non_empty_shards_are_read(tmp_path):
     WorkDir(tmp_path).record("align", 1).unlink()         # shard 1 is incomplete
     assert [path for _, path in Lineage(tmp_path).current_parts("align")] == [paths[0], paths[2]]
     empty = tmp_path / "empty.parquet"
-    io.write_parquet(empty, schemas.empty(schemas.ALIGN), {"stage": "align"})
+    storage.write_parquet(empty, schemas.empty(schemas.ALIGN), {"stage": "align"})
     assert data.training_shards([paths[0], empty, paths[2]]) == [paths[0], paths[2]]
     with pytest.raises(ValueError, match="hold no segments"):
         data.training_shards([empty])

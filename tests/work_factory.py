@@ -8,7 +8,7 @@ from pathlib import Path
 import pyarrow as pa
 
 import schemas
-from pipeline import io, lineage
+from pipeline import lineage, storage
 from pipeline.manifest import write_manifest_table
 from pipeline.workdir import WorkDir
 
@@ -19,7 +19,7 @@ def write_part(work_dir: Path, stage: str, shard: int, table: pa.Table, schema: 
                table_name: str = "", record: dict | None = None, **metadata) -> None:
     """`table` as the shard's output of `stage`; with `record`, also its completion record (the shard's
     stats; a hand-made part names no inputs, its record vouches for its bytes)."""
-    io.write_parquet(WorkDir(work_dir).part(stage, shard, table_name), schemas.conform(table, schema),
+    storage.write_parquet(WorkDir(work_dir).part(stage, shard, table_name), schemas.conform(table, schema),
                      {"stage": stage, "schema": schema.tag, **metadata})
     if record is not None:
         lineage.record_external(work_dir, stage, shard, MADE_BY, record)

@@ -22,7 +22,7 @@ import pyarrow.csv as pa_csv
 import pyarrow.parquet as pq
 import torch
 
-from pipeline import io
+from pipeline import storage
 from pipeline.config import Config
 from pipeline.lineage import Lineage
 from pipeline.workdir import WorkDir
@@ -80,7 +80,7 @@ class _Evaluator:
         if not shards:
             raise FileNotFoundError(f"no current align shards in {work.data_folder('align')}: run the align stage")
         for path in shards:
-            made_with = io.read_metadata(path).get("codebook_sha256")
+            made_with = storage.read_metadata(path).get("codebook_sha256")
             if made_with != self.info.get("codebook_sha256"):
                 raise ValueError(f"{path} was made from codebook {str(made_with)[:12]}, but {self.path} was "
                                  f"trained with {str(self.info.get('codebook_sha256'))[:12]}")
@@ -217,7 +217,7 @@ def zero_shot(cfg: Config, work_dir: Path, checkpoint: str | Path | None = None,
     predictions_path = out_dir / "zero_shot_predictions.parquet"
     schema = pa.schema([("video_id", pa.string()), ("segment_index", pa.int32()), ("verb_top5", pa.list_(pa.string())),
                         ("noun_top5", pa.list_(pa.string())), ("verb", pa.string()), ("noun", pa.string())])
-    io.write_parquet(predictions_path, pa.Table.from_pylist(records, schema=schema),
+    storage.write_parquet(predictions_path, pa.Table.from_pylist(records, schema=schema),
                      dict(ev.provenance(), template=e.zero_shot_template))
     report = {"checkpoint": str(ev.path), "step": ev.info.get("step"), "template": e.zero_shot_template,
               "verbs": len(verbs), "nouns": len(nouns), "segments": len(records),
@@ -234,7 +234,7 @@ def zero_shot(cfg: Config, work_dir: Path, checkpoint: str | Path | None = None,
                            "noun": _accuracy([r["noun_top5"] for r in records], noun_truths, nouns)}
         report["text_only_prior"] = {"verb": _accuracy(prior_verbs * len(records), verb_truths, verbs),
                                      "noun": _accuracy(prior_nouns * len(records), noun_truths, nouns)}
-    io.atomic_write_json(out_dir / "zero_shot.json", report)
+    storage.atomic_write_json(out_dir / "zero_shot.json", report)
     if not quiet:
         print(format_zero_shot(report), file=sys.stderr)
     return report
@@ -297,7 +297,7 @@ def extract_features(cfg: Config, work_dir: Path, checkpoint: str | Path | None 
                 progress.update(len(batch))
 
     final = WorkDir(work_dir).eval_folder / "features.parquet"
-    io.write_parquet_stream(final, schema, dict(ev.provenance(), template=cfg.eval.features_template,
+    storage.write_parquet_stream(final, schema, dict(ev.provenance(), template=cfg.eval.features_template,
                                                 feature="mean(video token states) ++ mean(masked text states)"),
                             tables())
     return final
@@ -342,6 +342,6 @@ def predict_video(cfg: Config, work_dir: Path, sentences: list[str], checkpoint:
     schema = pa.schema([("sentence", pa.string()), ("visual_ids", pa.list_(pa.int32())),
                         ("probs", pa.list_(pa.float32()))])
     final = WorkDir(work_dir).eval_folder / "predict_video.parquet"
-    io.write_parquet(final, pa.Table.from_pylist(records, schema=schema),
+    storage.write_parquet(final, pa.Table.from_pylist(records, schema=schema),
                      dict(ev.provenance(), method="iterative fill, most confident visual slot first"))
     return final

@@ -25,7 +25,7 @@ from torch import nn
 from transformers import BertConfig, BertModel
 from transformers.models.bert.modeling_bert import BertPredictionHeadTransform
 
-from pipeline import io
+from pipeline import storage
 from videobert import PRESETS
 from videobert.data import VocabLayout
 
@@ -71,7 +71,7 @@ class VideoBert(nn.Module):
         state = {name: tensor.detach().contiguous().cpu() for name, tensor in self.state_dict().items()}
         save_file(state, str(folder / WEIGHTS_NAME), metadata={"format": "videobert"})
         record = dict(info, bert_config=self.config.to_dict(), layout=self.layout.to_dict())
-        io.atomic_write_json(folder / INFO_NAME, record)
+        storage.atomic_write_json(folder / INFO_NAME, record)
 
     @classmethod
     def load(cls, folder: Path, device: str | torch.device = "cpu") -> tuple["VideoBert", dict]:

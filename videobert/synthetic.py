@@ -17,7 +17,7 @@ import pyarrow as pa
 
 import schemas
 import schemas.codebook as codebook_format
-from pipeline import io, lineage
+from pipeline import lineage, storage
 from pipeline.manifest import write_manifest_table
 from pipeline.workdir import WorkDir
 from schemas.tokenizer import encode
@@ -77,7 +77,7 @@ def write_synthetic(work_dir: Path, tokenizer, *, videos: int = 24, segments_per
     for shard_index, first in enumerate(range(0, videos * segments_per_video, videos_per_shard * segments_per_video)):
         part = rows[first:first + videos_per_shard * segments_per_video]
         table = schemas.conform(pa.Table.from_pylist(part), schemas.ALIGN)
-        io.write_parquet(work.part("align", shard_index), table,
+        storage.write_parquet(work.part("align", shard_index), table,
                          {"stage": "align", "schema": schemas.ALIGN.tag, "synthetic": "true",
                           "codebook_sha256": codebook_sha})
         lineage.record_external(work, "align", shard_index, MADE_BY, {"rows": len(part)})

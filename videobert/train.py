@@ -32,7 +32,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader
 
 import schemas.codebook as codebook_format
-from pipeline import io
+from pipeline import storage
 from pipeline.config import Config
 from pipeline.lineage import InputNotReady, Lineage, explain
 from pipeline.progress import Progress
@@ -211,7 +211,7 @@ def _save_checkpoint(work: WorkDir, step: int, model: VideoBert, info: dict, tra
     root = work.checkpoints
     final = root / f"step-{step:08d}"
     if runtime.main and not final.exists():
-        tmp = io.atomic_path(final)
+        tmp = storage.atomic_path(final)
         tmp.mkdir()
         model.save(tmp, dict(info, step=step))
         torch.save(dict(trainer_state, step=step, rng=rng_states), tmp / TRAINER_STATE_NAME)
@@ -287,7 +287,7 @@ def training_inputs(cfg: Config, work: WorkDir) -> tuple[dict, codebook_format.C
     # checked against their records before training: a flipped bit would become a wrong token for 500k steps
     shards = [checker.verified("align", shard, work.part("align", shard)) for shard in checker.manifest_shards()]
     for path in shards:
-        made_with = io.read_metadata(path).get("codebook_sha256")
+        made_with = storage.read_metadata(path).get("codebook_sha256")
         if made_with != codebook.info.get("sha256"):
             raise InputNotReady(f"{path} was made from codebook {str(made_with)[:12]}, but {work.codebook} is "
                                 f"{str(codebook.info.get('sha256'))[:12]}: run quantize and align again")
@@ -318,7 +318,7 @@ def _train(cfg: Config, work: WorkDir, runtime: Runtime, resume: bool, restart: 
     if runtime.distributed:
         dist.barrier()
     if runtime.main:
-        io.remove_stale_temporaries(work.checkpoints)   # a killed save's half-written folder
+        storage.remove_stale_temporaries(work.checkpoints)   # a killed save's half-written folder
     latest = latest_checkpoint(work)
     if latest is not None and not resume:
         raise FileExistsError(f"{checkpoints_dir(work)} already holds {latest.name}: pass --resume to "
