@@ -29,6 +29,7 @@ import pyarrow.parquet as pq
 from PIL import Image, ImageDraw, ImageFont
 
 import schemas.codebook as codebook_format
+from schemas import metadata
 from pipeline import storage
 from pipeline.config import Config
 from pipeline.lineage import Lineage
@@ -123,7 +124,7 @@ def feature_parts_checked(work_dir: Path, codebook: codebook_format.Codebook) ->
         footer = pq.read_metadata(path)
         if footer.num_rows:
             codebook_format.check_feature_provenance(
-                codebook, shard, storage.schema_metadata(footer.schema.to_arrow_schema()).get("feature_provenance_hash"),
+                codebook, shard, metadata.read(footer.schema.to_arrow_schema()).feature_provenance_hash,
                 "its clusters say nothing about these features")
     return parts
 

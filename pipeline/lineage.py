@@ -388,7 +388,7 @@ def write_record(work: WorkDir, stage: str, shard: int | None, lineage: dict, ou
     """The completion record: written last, atomically; its presence marks the work done."""
     path = WorkDir(work).record(stage, shard)
     storage.atomic_write_json(path, {**stats, "stage": stage, **({"shard": shard} if shard is not None else {}),
-                                "lineage": lineage, "outputs": outputs})
+                                     "lineage": lineage, "outputs": outputs})
     return path
 
 

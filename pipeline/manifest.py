@@ -29,6 +29,7 @@ import schemas
 from pipeline import lineage, storage
 from pipeline.config import Config
 from pipeline.workdir import WorkDir
+from schemas.metadata import Provenance
 
 VIDEO_EXTENSIONS = {".mp4", ".m4v", ".mov", ".mkv", ".webm", ".avi", ".mpg", ".mpeg", ".ts", ".mts",
                     ".m2ts", ".flv", ".wmv", ".3gp", ".ogv", ".mxf"}
@@ -98,9 +99,6 @@ def _read_list(list_file: Path) -> list[tuple[str, str | None]]:
     return [(absolute(path), absolute(transcript)) for path, transcript in rows]
 
 
-TRANSCRIPT_ROOT_KEY = "transcript_root"   # manifest metadata: the folder transcripts may be read from
-
-
 def input_folder(input_path: str | Path) -> str:
     """The folder an input's transcripts are confined to: a folder input itself, else the list's folder."""
     input_path = Path(input_path)
@@ -109,7 +107,7 @@ def input_folder(input_path: str | Path) -> str:
 
 def recorded_transcript_root(work_dir) -> str | None:
     """The transcript folder the manifest stage recorded; None for a manifest made without one."""
-    return storage.read_metadata(WorkDir(work_dir).manifest).get(TRANSCRIPT_ROOT_KEY)
+    return storage.read_metadata(WorkDir(work_dir).manifest).transcript_root
 
 
 def list_videos(input_path: str | Path) -> list[dict]:
@@ -204,12 +202,12 @@ def write_manifest(cfg: Config, input_path: str | Path, work_dir, *, incremental
     if not changed and old.get("lineage", {}).get("config") == config and work.manifest.exists():
         changes["unchanged"] = True
         return work.manifest, table, changes
-    metadata = {"stage": "manifest", "schema": schemas.MANIFEST.tag, "config": cfg.section_json("shards"),
-                "config_hash": cfg.section_hash("shards"), "input": str(Path(input_path).resolve()),
-                TRANSCRIPT_ROOT_KEY: input_folder(input_path)}
+    provenance = Provenance(stage="manifest", schema=schemas.MANIFEST.tag, config=cfg.section_json("shards"),
+                            config_hash=cfg.section_hash("shards"), input=str(Path(input_path).resolve()),
+                            transcript_root=input_folder(input_path))
     write_manifest_table(work, table, {"version": lineage.VERSION, "config": config,
                                        "input": str(Path(input_path).resolve())},
-                         metadata, row_group_size=cfg.shards.videos_per_shard * 16)
+                         provenance, row_group_size=cfg.shards.videos_per_shard * 16)
     return work.manifest, table, changes
 
 
@@ -221,7 +219,7 @@ def shard_digests(table: pa.Table) -> dict[str, str]:
     return {str(shard): lineage.rows_digest(rows) for shard, rows in sorted(by_shard.items())}
 
 
-def write_manifest_table(work_dir, table: pa.Table, lineage_record: dict, metadata: dict[str, str], *,
+def write_manifest_table(work_dir, table: pa.Table, lineage_record: dict, provenance: Provenance, *,
                          row_group_size: int | None = None) -> dict[str, str]:
     """Write a manifest table and its completion record: the digest of each shard's rows, which every
     later stage's lineage names. Returns shard -> digest."""
@@ -229,7 +227,7 @@ def write_manifest_table(work_dir, table: pa.Table, lineage_record: dict, metada
     digests = shard_digests(table)
     work.record("manifest").unlink(missing_ok=True)
     # rows are in shard order: row groups of a few shards let a shard task read just its own
-    storage.write_parquet(work.manifest, table, metadata, row_group_size=row_group_size)
+    storage.write_parquet(work.manifest, table, provenance, row_group_size=row_group_size)
     lineage.write_record(work, "manifest", None, lineage_record,
                          lineage.output_entry(work, work.manifest, table.num_rows),
                          {"videos": table.num_rows, "shards": digests})
@@ -243,4 +241,4 @@ def read_manifest(work_dir, shard_index: int | None = None, columns: list[str] |
     if not path.exists():
         raise FileNotFoundError(f"{path} not found: run the manifest stage first")
     return storage.read_table(path, columns=columns,
-                         filters=None if shard_index is None else [("shard", "=", shard_index)])
+                              filters=None if shard_index is None else [("shard", "=", shard_index)])

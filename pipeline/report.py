@@ -318,7 +318,7 @@ def example_segments(work_dir: Path, limit: int = EXAMPLE_SEGMENTS) -> list[dict
         if len(examples) == limit:
             break
         table = storage.read_table(path, filters=[("kind", "=", "text_video")],
-                              columns=["video_id", "segment_index", "start_s", "end_s", "text", "visual_ids"])
+                                   columns=["video_id", "segment_index", "start_s", "end_s", "text", "visual_ids"])
         seen = {example["video_id"] for example in examples}
         for row in table.to_pylist():
             if len(examples) == limit:
@@ -328,7 +328,7 @@ def example_segments(work_dir: Path, limit: int = EXAMPLE_SEGMENTS) -> list[dict
             seen.add(row["video_id"])
             quantize_path = WorkDir(work_dir).part("quantize", shard)
             clips = storage.read_table(quantize_path, filters=[("video_id", "=", row["video_id"])],
-                                  columns=["clip_index", "start_s", "end_s", "token"]).to_pylist() \
+                                       columns=["clip_index", "start_s", "end_s", "token"]).to_pylist() \
                 if quantize_path.exists() else []
             row["clips"] = [dict(clip, shard=shard) for clip in
                             _segment_clips(sorted(clips, key=lambda c: c["clip_index"]), row)]

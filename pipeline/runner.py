@@ -28,6 +28,7 @@ from pipeline import lineage, registry, storage
 from pipeline.config import Config
 from pipeline.lineage import CorruptFile, InputNotReady, Lineage
 from pipeline.workdir import WorkDir
+from schemas.metadata import Provenance
 
 log = logging.getLogger("pipeline")
 
@@ -37,7 +38,7 @@ class ShardResult:
     tables: dict[str, pa.Table]                        # "" -> main output; other names -> extra tables
     errors: list[dict] = field(default_factory=list)  # {video_id, error_type, message}
     stats: dict = field(default_factory=dict)          # counts for status/summary (videos, clips, ...)
-    metadata: dict[str, str] = field(default_factory=dict)   # extra provenance (input hashes ...)
+    provenance: Provenance = field(default_factory=Provenance)   # what shaped it (hashes of inputs ...)
     row_group_size: int | None = None                  # Parquet row groups (None: pyarrow's default)
 
 
@@ -57,7 +58,7 @@ class ShardContext:
         path = self.lineage.verified(stage, self.shard_index, self.work.part(stage, self.shard_index, table_name))
         return storage.read_table(path, columns=columns)
 
-    def input_metadata(self, stage: str, table_name: str = "") -> dict[str, str]:
+    def input_provenance(self, stage: str, table_name: str = "") -> Provenance:
         return storage.read_metadata(self.work.part(stage, self.shard_index, table_name))
 
     def progress(self, total: int | None = None, unit: str = "videos", desc: str | None = None):
@@ -76,15 +77,9 @@ def error_row(video_id: str, error: BaseException | str, error_type: str | None 
     return {"video_id": video_id, "error_type": error_type or "Error", "message": message}
 
 
-def output_metadata(cfg: Config, stage: registry.Stage, schema: schemas.Schema, extra: dict[str, str]) -> dict[str, str]:
-    metadata = {
-        "stage": stage.name,
-        "schema": schema.tag,
-        "config": cfg.section_json(*stage.config_sections),
-        "config_hash": cfg.section_hash(*stage.config_sections),
-    }
-    metadata.update(extra)
-    return metadata
+def output_provenance(cfg: Config, stage: registry.Stage, schema: schemas.Schema, stage_says: Provenance) -> Provenance:
+    return stage_says.merged(stage=stage.name, schema=schema.tag, config=cfg.section_json(*stage.config_sections),
+                             config_hash=cfg.section_hash(*stage.config_sections))
 
 
 def run_one_shard(cfg: Config, work_dir, stage: str, shard_index: int, *, force: bool = False,
@@ -116,14 +111,14 @@ def run_one_shard(cfg: Config, work_dir, stage: str, shard_index: int, *, force:
     for table_name, schema in spec.tables.items():
         table = schemas.conform(result.tables[table_name], schema)
         path = work.part(stage, shard_index, table_name)
-        storage.write_parquet(path, table, output_metadata(cfg, spec, schema, result.metadata),
-                         row_group_size=result.row_group_size)
+        storage.write_parquet(path, table, output_provenance(cfg, spec, schema, result.provenance),
+                              row_group_size=result.row_group_size)
         outputs.update(lineage.output_entry(work, path, table.num_rows))
     errors = [dict(row, stage=stage) for row in result.errors]
     error_table = schemas.conform(pa.Table.from_pylist(errors, schema=schemas.ERRORS.arrow)
                                   if errors else schemas.empty(schemas.ERRORS), schemas.ERRORS)
     errors_path = work.errors(stage, shard_index)
-    storage.write_parquet(errors_path, error_table, {"stage": stage, "schema": schemas.ERRORS.tag})
+    storage.write_parquet(errors_path, error_table, Provenance(stage=stage, schema=schemas.ERRORS.tag))
     outputs.update(lineage.output_entry(work, errors_path, error_table.num_rows))
     stats = dict(result.stats)
     stats.update(videos=len(ctx.videos), errors=len(errors), failed_videos=len({row["video_id"] for row in errors}),

@@ -19,7 +19,9 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-METADATA_PREFIX = "videobert."
+from schemas import metadata
+from schemas.metadata import Provenance
+
 TEMPORARY_PREFIX = ".tmp_"
 TEMPORARY_SUFFIX = ".partial"
 STALE_TEMPORARY_S = 24 * 3600     # another host's temporary file this old is a leftover, not a live write
@@ -116,21 +118,19 @@ def atomic_write_json(final: Path, value) -> None:
 
 # ---------------------------------------------------------------- Parquet
 
-def write_parquet(final: Path, table: pa.Table, metadata: dict[str, str], *,
+def write_parquet(final: Path, table: pa.Table, provenance: Provenance, *,
                   row_group_size: int | None = None, compression: str = "zstd") -> None:
-    """Write `table` atomically with `metadata` (str -> str) in the file's key-value metadata."""
-    write_parquet_stream(final, table.schema, metadata, [table], row_group_size=row_group_size,
+    """Write `table` atomically with its provenance in the file's key-value metadata."""
+    write_parquet_stream(final, table.schema, provenance, [table], row_group_size=row_group_size,
                          compression=compression)
 
 
-def write_parquet_stream(final: Path, schema: pa.Schema, metadata: dict[str, str], tables, *,
+def write_parquet_stream(final: Path, schema: pa.Schema, provenance: Provenance, tables, *,
                          row_group_size: int | None = None, compression: str = "zstd") -> None:
     """Write `tables` (an iterable, consumed one at a time: bounded memory) one after another into one
-    Parquet file of `schema`, atomically, with `metadata` (str -> str) added to its key-value metadata.
-    Every data page carries a CRC32 checksum (Parquet's own), which readers here verify."""
-    existing = dict(schema.metadata or {})
-    existing.update({(METADATA_PREFIX + key).encode(): str(value).encode() for key, value in metadata.items()})
-    schema = schema.with_metadata(existing)
+    Parquet file of `schema`, atomically, with `provenance` in its key-value metadata. Every data page
+    carries a CRC32 checksum (Parquet's own), which readers here verify."""
+    schema = schema.with_metadata({**(schema.metadata or {}), **provenance.to_metadata()})
     tmp = atomic_path(final)
     try:
         with pq.ParquetWriter(tmp, schema, compression=compression, write_statistics=True,
@@ -159,17 +159,10 @@ class UnreadableFile(ValueError):
     """A file that exists but cannot be parsed; the message names it."""
 
 
-def schema_metadata(schema: pa.Schema) -> dict[str, str]:
-    """The `videobert.*` key-value metadata of a Parquet file's (or a table's) schema, prefix removed."""
-    raw = schema.metadata or {}
-    return {key.decode()[len(METADATA_PREFIX):]: value.decode()
-            for key, value in raw.items() if key.decode().startswith(METADATA_PREFIX)}
-
-
-def read_metadata(path: Path) -> dict[str, str]:
-    """The `videobert.*` key-value metadata of a Parquet file, prefix removed (reads only the footer)."""
+def read_metadata(path: Path) -> Provenance:
+    """How a Parquet file was made (its `videobert.*` key-value metadata; reads only the footer)."""
     try:
-        return schema_metadata(pq.read_schema(path))
+        return metadata.read(pq.read_schema(path))
     except (OSError, pa.ArrowException) as error:
         if isinstance(error, FileNotFoundError):
             raise FileNotFoundError(f"{path} not found") from None

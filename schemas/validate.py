@@ -20,6 +20,7 @@ import pyarrow.parquet as pq
 
 import schemas
 import schemas.codebook as codebook_format
+from schemas import metadata
 from pipeline import registry, storage
 from pipeline.lineage import CorruptFile, InputNotReady, Lineage, explain, read_json, relative
 from pipeline.manifest import shard_digests
@@ -40,7 +41,7 @@ def _check_schema(path: Path, schema: schemas.Schema) -> None:
         actual = {f.name: str(f.type) for f in found}
         differences = sorted(set(expected.items()) ^ set(actual.items()))
         raise Invalid(f"{path}: schema differs from {schema.tag}: {differences[:4]}")
-    tag = storage.schema_metadata(found).get("schema")
+    tag = metadata.read(found).schema
     if tag is not None and tag != schema.tag:
         raise Invalid(f"{path}: written as {tag}, this code reads {schema.tag}")
 
@@ -97,8 +98,7 @@ def _check_part(work: WorkDir, folder: str, path: Path, visual_vocab: int | None
 
 def _check_align(work: WorkDir, path: Path, shard_name: str, visual_vocab: int | None) -> None:
     table = storage.read_table(path)
-    metadata = storage.schema_metadata(table.schema)
-    text_vocab = int(metadata["tokenizer_vocab_size"]) if metadata.get("tokenizer_vocab_size") else None
+    text_vocab = metadata.read(table.schema).tokenizer_vocab_size
     rows = table.to_pylist()
     _times_in_order(path, rows, "segment")
     expected_index: dict[str, int] = {}

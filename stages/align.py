@@ -20,6 +20,7 @@ import pyarrow as pa
 
 import schemas
 from pipeline.runner import ShardContext, ShardResult
+from schemas.metadata import Provenance
 from schemas.tokenizer import encode, load_tokenizer, vocabulary_sha256
 
 
@@ -105,10 +106,10 @@ def segment_video(clips: list[tuple[float, float]], sentences: list[dict], min_o
     return ordered, dropped
 
 
-def _visual_vocab_size(quantize_metadata: dict[str, str]) -> str:
-    """k ** depth of the codebook the tokens came from ("" when the quantize part does not say)."""
-    k, depth = quantize_metadata.get("codebook_k"), quantize_metadata.get("codebook_depth")
-    return str(int(k) ** int(depth)) if k and depth else ""
+def _leaves(tokens_made: Provenance) -> int | None:
+    """k ** depth of the codebook the tokens came from, when the quantize part names k and depth."""
+    k, depth = tokens_made.codebook_k, tokens_made.codebook_depth
+    return k ** depth if k and depth else None
 
 
 def run_shard(ctx: ShardContext) -> ShardResult:
@@ -117,7 +118,7 @@ def run_shard(ctx: ShardContext) -> ShardResult:
     tokens = ctx.read_input("quantize").to_pylist()
     asr_rows = {row["video_id"]: row for row in
                 ctx.read_input("asr", columns=["video_id", "language", "sentences"]).to_pylist()}
-    quantize_metadata = ctx.input_metadata("quantize")
+    tokens_made = ctx.input_provenance("quantize")
     clips_by_video: dict[str, list[dict]] = {}
     for row in tokens:
         clips_by_video.setdefault(row["video_id"], []).append(row)
@@ -152,10 +153,11 @@ def run_shard(ctx: ShardContext) -> ShardResult:
                "video_only": kinds.count("video_only"), "videos_with_text": videos_with_text,
                "sentences_without_clips": dropped_sentences,
                "clips": sum(len(row["visual_ids"]) for row in rows)},
-        metadata={"codebook_sha256": quantize_metadata.get("codebook_sha256", ""),
-                  "feature_provenance_hash": quantize_metadata.get("feature_provenance_hash", ""),
-                  "tokenizer": cfg.tokenizer, "tokenizer_vocab_sha256": vocabulary_sha256(tokenizer),
-                  "tokenizer_vocab_size": str(len(tokenizer.get_vocab())),
-                  "visual_vocab_size": _visual_vocab_size(quantize_metadata),
-                  "text_languages": json.dumps(sorted(languages))},
+        provenance=Provenance(codebook_sha256=tokens_made.codebook_sha256,
+                              feature_provenance_hash=tokens_made.feature_provenance_hash,
+                              visual_vocab_size=tokens_made.visual_vocab_size or _leaves(tokens_made),
+                              tokenizer=cfg.tokenizer,
+                              tokenizer_vocab_sha256=vocabulary_sha256(tokenizer),
+                              tokenizer_vocab_size=len(tokenizer.get_vocab()),
+                              text_languages=json.dumps(sorted(languages))),
         row_group_size=cfg.row_group_size)

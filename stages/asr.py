@@ -44,6 +44,7 @@ from pipeline import manifest, storage
 from pipeline.config import AsrConfig, DecodeConfig, resolve_model_spec
 from pipeline.media import InputError, input_timeout, is_truncated, open_input, open_target
 from pipeline.runner import ShardContext, ShardResult, error_row
+from schemas.metadata import Provenance
 from stages import transcripts
 from stages.transcripts import Word
 
@@ -214,7 +215,7 @@ class Recognition:
 
 class Backend(Protocol):
     source: str                # what the output's `source` column says, e.g. "faster-whisper:tiny.en"
-    metadata: dict[str, str]   # model provenance for the output's Parquet metadata
+    metadata: dict[str, str]   # model provenance for the output's Parquet metadata (Provenance.extra)
 
     def recognise(self, samples: np.ndarray, seed: int) -> Recognition: ...
 
@@ -621,8 +622,8 @@ def run_shard(ctx: ShardContext) -> ShardResult:
             rows.append(row)
             progress.update(1, audio_s=row["audio_s"] or 0.0, sentences=len(row["sentences"]))
     rows.sort(key=lambda row: row["video_id"])
-    metadata = dict(backend.metadata) if backend else {"backend": "none (all transcripts imported)"}
-    metadata["seed"] = str(ctx.cfg.seed)
+    details = dict(backend.metadata) if backend else {"backend": "none (all transcripts imported)"}
+    details["seed"] = str(ctx.cfg.seed)
     return ShardResult(
         tables={"": pa.Table.from_pylist(rows, schema=schemas.ASR.arrow)},
         errors=errors,
@@ -632,5 +633,5 @@ def run_shard(ctx: ShardContext) -> ShardResult:
                "audio_s": round(sum(row["audio_s"] or 0.0 for row in rows), 3),
                "sentences": sum(len(row["sentences"]) for row in rows),
                "words": sum(len(row["words"]) for row in rows)},
-        metadata=metadata,
+        provenance=Provenance(extra=details),
     )

@@ -18,6 +18,7 @@ import schemas
 from pipeline import media, storage
 from pipeline.config import Config
 from pipeline.runner import ShardContext, ShardResult, error_row
+from schemas.metadata import Provenance
 
 
 # torchvision S3D_Weights.KINETICS400_V1 normalisation
@@ -225,6 +226,5 @@ def shard_result(cfg: Config, rows: list[dict], vectors: list[np.ndarray], error
     return ShardResult(
         tables={"": feature_table(rows, matrix)}, errors=sorted(errors, key=lambda row: row["video_id"]),
         stats={"clips": len(rows), **stats},
-        metadata={"feature_provenance": json.dumps(provenance, sort_keys=True),
-                  "feature_provenance_hash": provenance_hash(provenance),
-                  "weights": provenance["weights"]})
+        provenance=Provenance(feature_provenance=json.dumps(provenance, sort_keys=True),
+                              feature_provenance_hash=provenance_hash(provenance), weights=provenance["weights"]))

@@ -28,6 +28,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 import schemas.codebook as codebook_format
+from schemas import metadata
 from pipeline import lineage, storage
 from pipeline.config import Config, KmeansConfig
 from pipeline.workdir import WorkDir
@@ -59,12 +60,11 @@ def feature_provenance(shards: list[tuple[int, Path]]) -> tuple[str, str]:
         footer = pq.read_metadata(path)   # one read gives the row count and the provenance
         if footer.num_rows == 0:
             continue
-        metadata = storage.schema_metadata(footer.schema.to_arrow_schema())
-        if "feature_provenance_hash" not in metadata:
+        provenance = metadata.read(footer.schema.to_arrow_schema())
+        if provenance.feature_provenance_hash is None:
             raise ValueError(f"{path} has no feature_provenance_hash in its metadata: "
                              f"rerun the features stage for shard {shard_index}")
-        seen.setdefault(metadata["feature_provenance_hash"],
-                        (shard_index, metadata.get("feature_provenance", "{}")))
+        seen.setdefault(provenance.feature_provenance_hash, (shard_index, provenance.feature_provenance or "{}"))
     if len(seen) > 1:
         (hash_a, (shard_a, _)), (hash_b, (shard_b, _)) = list(seen.items())[:2]
         raise ValueError(f"features shards disagree on feature provenance: part {shard_a} has {hash_a}, "

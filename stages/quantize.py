@@ -12,7 +12,9 @@ from threadpoolctl import threadpool_limits
 
 import schemas
 import schemas.codebook as codebook_format
-from pipeline import runner, storage
+from schemas import metadata
+from schemas.metadata import Provenance
+from pipeline import runner
 
 
 _CODEBOOKS: dict[tuple[str, int, int], codebook_format.Codebook] = {}
@@ -37,7 +39,7 @@ def run_shard(ctx: runner.ShardContext) -> runner.ShardResult:
     codebook_hash = codebook.info.get("feature_provenance_hash")
     if features.num_rows:
         codebook_format.check_feature_provenance(
-            codebook, ctx.shard_index, storage.schema_metadata(features.schema).get("feature_provenance_hash"),
+            codebook, ctx.shard_index, metadata.read(features.schema).feature_provenance_hash,
             "refit the codebook (kmeans --force) or recompute these features with the codebook's S3D weights "
             "and decode settings")
     dim = features.schema.field("feature").type.list_size
@@ -63,6 +65,6 @@ def run_shard(ctx: runner.ShardContext) -> runner.ShardResult:
         stats={"clips": features.num_rows,
                "videos_with_clips": len(set(features["video_id"].to_pylist())),
                "distinct_tokens": int(len(np.unique(tokens)))},
-        metadata={"codebook_sha256": codebook.info.get("sha256", ""),
-                  "feature_provenance_hash": codebook_hash or "",
-                  "codebook_depth": str(codebook.depth), "codebook_k": str(codebook.k)})
+        provenance=Provenance(codebook_sha256=codebook.info.get("sha256"), feature_provenance_hash=codebook_hash,
+                              codebook_depth=codebook.depth, codebook_k=codebook.k,
+                              visual_vocab_size=codebook.num_leaves))

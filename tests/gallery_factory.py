@@ -20,6 +20,7 @@ import schemas
 import schemas.codebook as codebook_format
 from pipeline import lineage, storage
 from pipeline.workdir import WorkDir
+from schemas.metadata import Provenance
 from work_factory import MADE_BY, write_manifest_rows, write_part
 
 K, DEPTH = 3, 2
@@ -106,7 +107,7 @@ def make_work_dir(work_dir: Path, *, stages: tuple[str, ...] = ("decode", "featu
             errors = [{"video_id": "v3", "stage": "decode", "error_type": "VideoDecodeError",
                        "message": "/videos/v3.mp4: Invalid data found when processing input"}] if shard == 1 else []
             storage.write_parquet(WorkDir(work_dir).errors("decode", shard),
-                             pa.Table.from_pylist(errors, schema=schemas.ERRORS.arrow), {"stage": "decode"})
+                                  pa.Table.from_pylist(errors, schema=schemas.ERRORS.arrow), Provenance(stage="decode"))
             _done(work_dir, "decode", shard, 2.0, videos=len(videos), clips=len(clips), errors=len(errors))
         if "features" in stages:
             vectors = np.stack([_feature(codebook, c["video_id"], c["clip_index"], rng) for c in clips])

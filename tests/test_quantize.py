@@ -40,9 +40,9 @@ def test_tokens_are_the_tree_descent_of_each_clip(fitted):
         keys = list(zip(table["video_id"].to_pylist(), table["clip_index"].to_pylist()))
         assert keys == sorted(keys) and len(keys) == features.num_rows
         metadata = storage.read_metadata(path)
-        assert metadata["schema"] == schemas.QUANTIZE.tag
-        assert metadata["codebook_sha256"] == storage.file_sha256(work_dir / "kmeans" / "codebook.safetensors")
-        assert metadata["feature_provenance_hash"] == PROVENANCE_HASH
+        assert metadata.schema == schemas.QUANTIZE.tag
+        assert metadata.codebook_sha256 == storage.file_sha256(work_dir / "kmeans" / "codebook.safetensors")
+        assert metadata.feature_provenance_hash == PROVENANCE_HASH
         # the same clip in the features shard: its vector descended by hand
         vectors = {(v, c): np.asarray(f, dtype=np.float32) for v, c, f in zip(
             features["video_id"].to_pylist(), features["clip_index"].to_pylist(),

@@ -111,6 +111,6 @@ def test_outputs_record_config_schema_and_inputs(tmp_path, videos):
     write_manifest(cfg, videos, tmp_path)
     run_one_shard(cfg, tmp_path, "decode", 0)
     metadata = storage.read_metadata(WorkDir(tmp_path).part("decode", 0))
-    assert metadata["schema"] == "decode:1" and metadata["stage"] == "decode"
-    assert '"fps":20.0' in metadata["config"] and metadata["config_hash"] == cfg.section_hash("decode")
-    assert storage.read_metadata(WorkDir(tmp_path).part("decode", 0, "videos"))["schema"] == "decode.videos:1"
+    assert metadata.schema == "decode:1" and metadata.stage == "decode"
+    assert '"fps":20.0' in metadata.config and metadata.config_hash == cfg.section_hash("decode")
+    assert storage.read_metadata(WorkDir(tmp_path).part("decode", 0, "videos")).schema == "decode.videos:1"

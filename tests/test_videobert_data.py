@@ -14,6 +14,7 @@ import schemas
 from pipeline import storage
 from pipeline.lineage import Lineage
 from pipeline.workdir import WorkDir
+from schemas.metadata import Provenance
 from videobert import data
 from work_factory import write_manifest_rows, write_part
 from videobert.data import (ALIGNED, IGNORE, NOT_ALIGNED, TEXT, TEXT_VIDEO, VIDEO, DataParams, Plan, Segment,
@@ -65,7 +66,7 @@ def test_only_complete_non_empty_shards_are_read(tmp_path):
     WorkDir(tmp_path).record("align", 1).unlink()         # shard 1 is incomplete
     assert [path for _, path in Lineage(tmp_path).current_parts("align")] == [paths[0], paths[2]]
     empty = tmp_path / "empty.parquet"
-    storage.write_parquet(empty, schemas.empty(schemas.ALIGN), {"stage": "align"})
+    storage.write_parquet(empty, schemas.empty(schemas.ALIGN), Provenance(stage="align"))
     assert data.training_shards([paths[0], empty, paths[2]]) == [paths[0], paths[2]]
     with pytest.raises(ValueError, match="hold no segments"):
         data.training_shards([empty])

@@ -26,6 +26,7 @@ from pipeline import storage
 from pipeline.config import Config
 from pipeline.lineage import Lineage
 from pipeline.workdir import WorkDir
+from schemas.metadata import Provenance
 from pipeline.progress import Progress
 from schemas.tokenizer import encode, load_tokenizer
 from videobert.data import VocabLayout, assemble, pad_examples, read_segments
@@ -80,7 +81,7 @@ class _Evaluator:
         if not shards:
             raise FileNotFoundError(f"no current align shards in {work.data_folder('align')}: run the align stage")
         for path in shards:
-            made_with = storage.read_metadata(path).get("codebook_sha256")
+            made_with = storage.read_metadata(path).codebook_sha256
             if made_with != self.info.get("codebook_sha256"):
                 raise ValueError(f"{path} was made from codebook {str(made_with)[:12]}, but {self.path} was "
                                  f"trained with {str(self.info.get('codebook_sha256'))[:12]}")
@@ -218,7 +219,7 @@ def zero_shot(cfg: Config, work_dir: Path, checkpoint: str | Path | None = None,
     schema = pa.schema([("video_id", pa.string()), ("segment_index", pa.int32()), ("verb_top5", pa.list_(pa.string())),
                         ("noun_top5", pa.list_(pa.string())), ("verb", pa.string()), ("noun", pa.string())])
     storage.write_parquet(predictions_path, pa.Table.from_pylist(records, schema=schema),
-                     dict(ev.provenance(), template=e.zero_shot_template))
+                          Provenance(extra=dict(ev.provenance(), template=e.zero_shot_template)))
     report = {"checkpoint": str(ev.path), "step": ev.info.get("step"), "template": e.zero_shot_template,
               "verbs": len(verbs), "nouns": len(nouns), "segments": len(records),
               "segments_without_video": skipped_no_video, "notes": verb_notes + noun_notes,
@@ -297,9 +298,9 @@ def extract_features(cfg: Config, work_dir: Path, checkpoint: str | Path | None 
                 progress.update(len(batch))
 
     final = WorkDir(work_dir).eval_folder / "features.parquet"
-    storage.write_parquet_stream(final, schema, dict(ev.provenance(), template=cfg.eval.features_template,
-                                                feature="mean(video token states) ++ mean(masked text states)"),
-                            tables())
+    storage.write_parquet_stream(final, schema, Provenance(extra=dict(
+        ev.provenance(), template=cfg.eval.features_template,
+        feature="mean(video token states) ++ mean(masked text states)")), tables())
     return final
 
 
@@ -343,5 +344,5 @@ def predict_video(cfg: Config, work_dir: Path, sentences: list[str], checkpoint:
                         ("probs", pa.list_(pa.float32()))])
     final = WorkDir(work_dir).eval_folder / "predict_video.parquet"
     storage.write_parquet(final, pa.Table.from_pylist(records, schema=schema),
-                     dict(ev.provenance(), method="iterative fill, most confident visual slot first"))
+                          Provenance(extra=dict(ev.provenance(), method="iterative fill, most confident visual slot first")))
     return final

@@ -20,6 +20,7 @@ import schemas.codebook as codebook_format
 from pipeline import lineage, storage
 from pipeline.manifest import write_manifest_table
 from pipeline.workdir import WorkDir
+from schemas.metadata import Provenance
 from schemas.tokenizer import encode
 
 VERBS = ("cut", "mix", "pour", "fry")
@@ -78,15 +79,15 @@ def write_synthetic(work_dir: Path, tokenizer, *, videos: int = 24, segments_per
         part = rows[first:first + videos_per_shard * segments_per_video]
         table = schemas.conform(pa.Table.from_pylist(part), schemas.ALIGN)
         storage.write_parquet(work.part("align", shard_index), table,
-                         {"stage": "align", "schema": schemas.ALIGN.tag, "synthetic": "true",
-                          "codebook_sha256": codebook_sha})
+                              Provenance(stage="align", schema=schemas.ALIGN.tag, codebook_sha256=codebook_sha,
+                                         visual_vocab_size=K ** DEPTH, extra={"synthetic": "true"}))
         lineage.record_external(work, "align", shard_index, MADE_BY, {"rows": len(part)})
         manifest_rows += [{"video_id": video_id, "uri": f"synthetic://{video_id}", "bytes": None,
                            "transcript_uri": None, "shard": shard_index}
                           for video_id in sorted({row["video_id"] for row in part})]
         shards += 1
     write_manifest_table(work, pa.Table.from_pylist(manifest_rows, schema=schemas.MANIFEST.arrow),
-                         lineage.external_lineage(MADE_BY), {"stage": "manifest", "schema": schemas.MANIFEST.tag})
+                         lineage.external_lineage(MADE_BY), Provenance(stage="manifest", schema=schemas.MANIFEST.tag))
 
     folder = work.root / "synthetic"
     folder.mkdir(parents=True, exist_ok=True)

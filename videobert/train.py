@@ -287,7 +287,7 @@ def training_inputs(cfg: Config, work: WorkDir) -> tuple[dict, codebook_format.C
     # checked against their records before training: a flipped bit would become a wrong token for 500k steps
     shards = [checker.verified("align", shard, work.part("align", shard)) for shard in checker.manifest_shards()]
     for path in shards:
-        made_with = storage.read_metadata(path).get("codebook_sha256")
+        made_with = storage.read_metadata(path).codebook_sha256
         if made_with != codebook.info.get("sha256"):
             raise InputNotReady(f"{path} was made from codebook {str(made_with)[:12]}, but {work.codebook} is "
                                 f"{str(codebook.info.get('sha256'))[:12]}: run quantize and align again")
