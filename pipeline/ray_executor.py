@@ -36,8 +36,8 @@ import numpy as np
 from pipeline import runner
 from pipeline.config import Config
 from pipeline.lineage import CorruptFile, InputNotReady, Lineage
-from pipeline.workdir import WorkDir
 from pipeline.progress import Progress
+from pipeline.workdir import WorkDir
 
 log = logging.getLogger("pipeline.ray")
 

@@ -25,8 +25,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow.compute as pc
 
-import schemas.codebook as codebook_format
-from pipeline import storage, summary
+from pipeline import storage, summary, visual_words
 from pipeline.config import Config
 from pipeline.gallery import html_page, jpeg_data_uri, read_thumbnails
 from pipeline.lineage import Lineage
@@ -234,10 +233,10 @@ def error_examples(work_dir: Path, limit: int = ERROR_EXAMPLES) -> list[dict]:
     return examples
 
 
-def visual_words(work_dir: Path) -> dict | None:
+def visual_word_stats(work_dir: Path) -> dict | None:
     """Token counts from quantize and the codebook's node sizes; None before the codebook exists."""
     try:
-        codebook = codebook_format.load(WorkDir(work_dir).codebook)
+        codebook = visual_words.load(WorkDir(work_dir).codebook)
     except FileNotFoundError:
         return None
     token_counts = summary.token_counts(work_dir, codebook.num_leaves)[:codebook.num_leaves]
@@ -348,7 +347,7 @@ def collect(cfg: Config, work_dir: Path) -> dict:
     """Every number the report shows (the content of DIR/report.json)."""
     work_dir = Path(work_dir)
     return {"summary": summary.collect(work_dir), "stages": stage_runs(work_dir),
-            "error_examples": error_examples(work_dir), "visual_words": visual_words(work_dir),
+            "error_examples": error_examples(work_dir), "visual_words": visual_word_stats(work_dir),
             "text": text_stats(cfg, work_dir), "examples": example_segments(work_dir),
             "train": training_log(work_dir)}
 

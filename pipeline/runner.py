@@ -17,11 +17,9 @@ import socket
 import time
 import traceback
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Callable
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 import schemas
 from pipeline import lineage, registry, storage

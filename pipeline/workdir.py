@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-
 STATE = "_state"   # pyarrow.dataset and most readers skip names starting with "_"
 
 

@@ -20,11 +20,11 @@ import pyarrow.parquet as pq
 
 import schemas
 import schemas.codebook as codebook_format
-from schemas import metadata
-from pipeline import registry, storage
+from pipeline import registry, storage, visual_words
 from pipeline.lineage import CorruptFile, InputNotReady, Lineage, explain, read_json, relative
 from pipeline.manifest import shard_digests
 from pipeline.workdir import WorkDir
+from schemas import metadata
 
 
 class Invalid(Exception):
@@ -198,7 +198,7 @@ def _check_codebook(work: WorkDir, checker: Lineage) -> list[str]:
     if not state.current:
         return [f"{work.codebook}: the codebook is {state.status}: {state.reason}"]
     try:
-        codebook_format.load(work.codebook)
+        visual_words.load(work.codebook)
     except codebook_format.CorruptCodebook as problem:
         return [str(problem)]
     return []

@@ -20,8 +20,8 @@ import pyarrow as pa
 
 import schemas
 from pipeline.runner import ShardContext, ShardResult
+from pipeline.tokenizer import encode, load_tokenizer, vocabulary_sha256
 from schemas.metadata import Provenance
-from schemas.tokenizer import encode, load_tokenizer, vocabulary_sha256
 
 
 @dataclass

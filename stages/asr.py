@@ -23,9 +23,7 @@ float16/float32 CTranslate2 folder and converts it in memory (`ctranslate2_to_op
 
 from __future__ import annotations
 
-import functools
 import hashlib
-import importlib
 import json
 import logging
 import os
@@ -40,14 +38,13 @@ import numpy as np
 import pyarrow as pa
 
 import schemas
-from pipeline import manifest, storage
-from pipeline.config import AsrConfig, DecodeConfig, resolve_model_spec
+from pipeline import manifest, models
+from pipeline.config import AsrConfig, DecodeConfig
 from pipeline.media import InputError, input_timeout, is_truncated, open_input, open_target
 from pipeline.runner import ShardContext, ShardResult, error_row
 from schemas.metadata import Provenance
 from stages import transcripts
 from stages.transcripts import Word
-
 
 SAMPLE_RATE = 16_000           # what Whisper models take
 
@@ -220,28 +217,6 @@ class Backend(Protocol):
     def recognise(self, samples: np.ndarray, seed: int) -> Recognition: ...
 
 
-@dataclass
-class ResolvedModel:
-    location: str              # what the backend loads: a local path or a hub name
-    label: str                 # short name for the `source` column
-    sha256: str | None         # of the local weights; None for a hub name
-
-
-@functools.lru_cache(maxsize=4)
-def resolve_model(model: str) -> ResolvedModel:
-    """`pkg:<module>` (a package whose get_model_path() ships the model), a local path, or a hub name.
-    Local weights are hashed once per process."""
-    path = Path(resolve_model_spec(model)).expanduser()
-    if not path.exists():
-        return ResolvedModel(location=model, label=model, sha256=None)
-    if model.startswith("pkg:"):
-        module_name = model[len("pkg:"):]
-        label = getattr(importlib.import_module(module_name), "MODEL_NAME", module_name)
-    else:
-        label = path.stem if path.is_file() else path.name
-    return ResolvedModel(location=str(path), label=label, sha256=storage.file_sha256(path))
-
-
 # Both backends decode alike. Conditioning a window on the previous window's text lets one mistake
 # repeat itself (seen here: openai-whisper looping on the padded tail of a clip), so it is off.
 CONDITION_ON_PREVIOUS_TEXT = False
@@ -262,7 +237,7 @@ class FasterWhisperBackend:
     def __init__(self, cfg: AsrConfig):
         import faster_whisper
         logging.getLogger("faster_whisper").setLevel(logging.WARNING)   # per-file INFO lines drown progress
-        resolved = resolve_model(cfg.model)
+        resolved = models.resolve(cfg.model)
         self.device = cfg.device if cfg.device != "auto" else ("cuda" if _cuda_available_ctranslate2() else "cpu")
         self.compute_type = cfg.compute_type if cfg.compute_type != "auto" else (
             "float16" if self.device == "cuda" else "int8")
@@ -422,7 +397,7 @@ class OpenAIWhisperBackend:
     def __init__(self, cfg: AsrConfig):
         import torch
         import whisper
-        resolved = resolve_model(cfg.model)
+        resolved = models.resolve(cfg.model)
         self.device = cfg.device if cfg.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
         self.fp16 = cfg.compute_type == "float16" or (cfg.compute_type == "auto" and self.device == "cuda")
         if self.fp16 and self.device == "cpu":
@@ -523,7 +498,7 @@ def identities(cfg, videos: list[dict]) -> dict[str, str]:
     is recognised), the seed of the sampling fallback, and each imported transcript's content."""
     result = {"seed": str(cfg.seed)}
     if any(not video.get("transcript_uri") for video in videos):
-        model = resolve_model(cfg.asr.model)
+        model = models.resolve(cfg.asr.model)
         result["speech model"] = f"{cfg.asr.backend}:{model.label}:{model.sha256 or model.location}"
     transcripts = {video["video_id"]: transcript_identity(video["transcript_uri"], cfg.asr.max_transcript_bytes)
                    for video in videos if video.get("transcript_uri")}

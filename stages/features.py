@@ -20,7 +20,6 @@ from pipeline.config import Config
 from pipeline.runner import ShardContext, ShardResult, error_row
 from schemas.metadata import Provenance
 
-
 # torchvision S3D_Weights.KINETICS400_V1 normalisation
 KINETICS_MEAN = (0.43216, 0.394666, 0.37645)
 KINETICS_STD = (0.22803, 0.22145, 0.216989)

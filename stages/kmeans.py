@@ -28,10 +28,10 @@ import numpy as np
 import pyarrow.parquet as pq
 
 import schemas.codebook as codebook_format
-from schemas import metadata
-from pipeline import lineage, storage
+from pipeline import lineage, storage, visual_words
 from pipeline.config import Config, KmeansConfig
 from pipeline.workdir import WorkDir
+from schemas import metadata
 
 SAMPLE_NAME = "fit-sample.npy"
 ASSIGN_CHUNK_ROWS = 65_536      # sample rows converted to float32 at a time when assigning members
@@ -338,7 +338,7 @@ def run(cfg: Config, work_dir, executor, *, force: bool = False, quiet: bool = F
     codebook = codebook_format.Codebook(depth=kcfg.depth, k=kcfg.k, centroids=fit.centroids,
                                         counts=fit.counts, info=info)
     work.record("kmeans").unlink(missing_ok=True)
-    path, sha = codebook_format.save(codebook, work.kmeans_folder)
+    path, sha = visual_words.save(codebook, work.kmeans_folder)
     outputs = {**lineage.output_entry(work, work.codebook), **lineage.output_entry(work, work.codebook_sidecar)}
     stats = {"codebook": str(path), "sha256": sha, "sample_size": sample_size, "leaves": codebook.num_leaves,
              "empty_leaves": empty_nodes[-1], "small_nodes": sum(small_nodes),
@@ -353,7 +353,7 @@ def run(cfg: Config, work_dir, executor, *, force: bool = False, quiet: bool = F
 def codebook_info(work_dir, top: int = 10) -> str:
     """A readable summary of DIR/kmeans: levels, occupancy, empty leaves, the largest leaves."""
     work = WorkDir(work_dir)
-    codebook = codebook_format.load(work.codebook)
+    codebook = visual_words.load(work.codebook)
     info, k = codebook.info, codebook.k
     lines = [f"codebook {work.codebook}",
              f"  sha256 {info.get('sha256', '?')}",

@@ -10,12 +10,10 @@ import numpy as np
 import pyarrow as pa
 from threadpoolctl import threadpool_limits
 
-import schemas
 import schemas.codebook as codebook_format
+from pipeline import runner, visual_words
 from schemas import metadata
 from schemas.metadata import Provenance
-from pipeline import runner
-
 
 _CODEBOOKS: dict[tuple[str, int, int], codebook_format.Codebook] = {}
 
@@ -29,7 +27,7 @@ def load_codebook(ctx: runner.ShardContext) -> codebook_format.Codebook:
     if key not in _CODEBOOKS:
         ctx.lineage.verified("kmeans", None, path)
         _CODEBOOKS.clear()
-        _CODEBOOKS[key] = codebook_format.load(path)
+        _CODEBOOKS[key] = visual_words.load(path)
     return _CODEBOOKS[key]
 
 
@@ -51,7 +49,7 @@ def run_shard(ctx: runner.ShardContext) -> runner.ShardResult:
     # descent multiplies by k-column blocks: BLAS threads cost more in synchronisation than they add
     # there (benchmarks/bench_kmeans.py measures both), and the executor already runs a shard per core
     with threadpool_limits(limits=1, user_api="blas"):
-        tokens = codebook_format.descend(codebook, vectors).astype(np.int32) if len(vectors) else \
+        tokens = visual_words.descend(codebook, vectors).astype(np.int32) if len(vectors) else \
             np.empty(0, dtype=np.int32)
     table = pa.table({
         "video_id": features["video_id"],

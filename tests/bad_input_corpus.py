@@ -8,7 +8,6 @@ from pathlib import Path
 
 import av
 import numpy as np
-
 from media_factory import frame_pattern, make_audio_only, make_video
 
 SPEECH_WAV = Path(__file__).resolve().parent / "fixtures" / "speech" / "narration_en.wav"

@@ -15,13 +15,13 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 from PIL import Image
+from work_factory import MADE_BY, write_manifest_rows, write_part
 
 import schemas
 import schemas.codebook as codebook_format
-from pipeline import lineage, storage
+from pipeline import lineage, storage, visual_words
 from pipeline.workdir import WorkDir
 from schemas.metadata import Provenance
-from work_factory import MADE_BY, write_manifest_rows, write_part
 
 K, DEPTH = 3, 2
 EMPTY_LEAF = 8
@@ -117,7 +117,7 @@ def make_work_dir(work_dir: Path, *, stages: tuple[str, ...] = ("decode", "featu
             write_part(work_dir, "features", shard, table, schemas.FEATURES, feature_provenance_hash=PROVENANCE_HASH)
             _done(work_dir, "features", shard, 8.0, videos=len(videos), clips=len(clips))
         if "quantize" in stages:
-            tokens = codebook_format.descend(codebook, vectors.astype(np.float16))
+            tokens = visual_words.descend(codebook, vectors.astype(np.float16))
             table = pa.Table.from_pylist(clips).append_column("token", pa.array(tokens, pa.int32()))
             write_part(work_dir, "quantize", shard, table, schemas.QUANTIZE)
             _done(work_dir, "quantize", shard, 0.5, videos=len(videos), clips=len(clips))
@@ -148,7 +148,7 @@ def make_work_dir(work_dir: Path, *, stages: tuple[str, ...] = ("decode", "featu
             _done(work_dir, "align", shard, 1.0, videos=len(videos), clips=len(clips), segments=len(rows))
     if "kmeans" in stages:
         work = WorkDir(work_dir)
-        codebook_format.save(codebook, work.kmeans_folder)
+        visual_words.save(codebook, work.kmeans_folder)
         lineage.write_record(work, "kmeans", None, lineage.external_lineage(MADE_BY),
                              {**lineage.output_entry(work, work.codebook),
                               **lineage.output_entry(work, work.codebook_sidecar)}, {})

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+from work_factory import MADE_BY, write_manifest_rows, write_part
 
 import schemas
 from pipeline import lineage
 from pipeline.workdir import WorkDir
-from work_factory import MADE_BY, write_manifest_rows, write_part
 
 PROVENANCE = {"weights": "kinetics400", "fps": 20.0, "clip_frames": 30}
 PROVENANCE_HASH = "a1b2c3d4e5f60718"

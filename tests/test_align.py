@@ -6,6 +6,7 @@ import json
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from work_factory import write_manifest_rows, write_part
 
 import schemas
 from pipeline import lineage, storage
@@ -14,7 +15,6 @@ from pipeline.runner import run_one_shard
 from pipeline.workdir import WorkDir
 from schemas.validate import validate_work_dir
 from stages.align import load_tokenizer, segment_video
-from work_factory import write_manifest_rows, write_part
 
 CLIP = 1.5
 

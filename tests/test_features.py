@@ -6,9 +6,9 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 import torch
+from media_factory import make_video
 from torchvision.models.video import s3d
 
-from media_factory import make_video
 from pipeline import storage
 from pipeline.config import load_config
 from pipeline.manifest import write_manifest

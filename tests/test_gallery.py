@@ -6,11 +6,11 @@ import io
 import json
 import re
 
+import gallery_factory as factory
 import numpy as np
 import pytest
 from PIL import Image
 
-import gallery_factory as factory
 from pipeline import cli
 from pipeline.config import load_config
 from pipeline.gallery import write_gallery

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-
 from bad_input_corpus import make_speech_video
 from media_factory import make_video
+
 from pipeline import media, runner
 from pipeline.config import load_config
 from pipeline.lineage import Lineage

@@ -2,11 +2,10 @@ import json
 
 import numpy as np
 import pytest
-from kmeans_factory import (PROVENANCE_HASH, brute_force_descent, make_work_dir, planted_hierarchy,
-                            write_features_shard)
+from kmeans_factory import PROVENANCE_HASH, brute_force_descent, make_work_dir, planted_hierarchy, write_features_shard
 from kmeans_factory import write_manifest as write_features_manifest
 
-import schemas.codebook as codebook_format
+from pipeline import visual_words
 from pipeline.config import KmeansConfig, load_config
 from pipeline.executors import LocalExecutor
 from pipeline.lineage import InputNotReady, Lineage
@@ -29,11 +28,11 @@ def planted(tmp_path_factory):
     make_work_dir(work_dir, [vectors[:700], vectors[700:]])
     cfg, stats = fit(work_dir, PLANTED_SETTINGS)
     return {"work_dir": work_dir, "vectors": vectors, "group": group, "subgroup": subgroup, "cfg": cfg,
-            "stats": stats, "codebook": codebook_format.load(WorkDir(work_dir).codebook)}
+            "stats": stats, "codebook": visual_words.load(WorkDir(work_dir).codebook)}
 
 
 def test_tree_recovers_the_planted_groups_and_subgroups(planted):
-    _, path = codebook_format.descend(planted["codebook"], planted["vectors"], return_path=True)
+    _, path = visual_words.descend(planted["codebook"], planted["vectors"], return_path=True)
     level1 = {(g, node) for g, node in zip(planted["group"].tolist(), path[:, 0].tolist())}
     assert len(level1) == 12 and len({node for _, node in level1}) == 12      # a bijection group <-> node
     level2 = {((g, s), leaf) for g, s, leaf in zip(planted["group"].tolist(), planted["subgroup"].tolist(),
@@ -63,15 +62,15 @@ def test_codebook_file_layout_and_sidecar(planted):
 
 
 def test_descent_through_saved_file_equals_brute_force(planted):
-    codebook = codebook_format.load(planted["work_dir"] / "kmeans" / "codebook.safetensors")
+    codebook = visual_words.load(planted["work_dir"] / "kmeans" / "codebook.safetensors")
     queries = np.concatenate([planted["vectors"][:200].astype(np.float32),
                               np.random.default_rng(1).normal(0, 3.0, (200, 1024)).astype(np.float32)])
-    leaves, path = codebook_format.descend(codebook, queries, return_path=True)
+    leaves, path = visual_words.descend(codebook, queries, return_path=True)
     for query, leaf, rows in zip(queries, leaves.tolist(), path.tolist()):
         expected, margins = brute_force_descent(codebook.centroids, codebook.counts, 12, query)
         assert rows == expected or min(margins) < 1e-5 * (1 + float(query @ query))
         assert leaf == rows[-1] and 0 <= leaf < 144
-    top_nodes, top_path = codebook_format.descend(codebook, queries, return_path=True, levels=1)
+    top_nodes, top_path = visual_words.descend(codebook, queries, return_path=True, levels=1)
     assert np.array_equal(top_path, path[:, :1]) and np.array_equal(top_nodes, path[:, 0])
 
 
@@ -79,9 +78,9 @@ def test_same_seed_gives_the_same_tree_for_any_number_of_workers(planted, tmp_pa
     make_work_dir(tmp_path, [planted["vectors"][:700], planted["vectors"][700:]])
     _, stats = fit(tmp_path, PLANTED_SETTINGS + ["kmeans.workers=2"], workers=2)
     assert stats["sha256"] == planted["stats"]["sha256"]
-    again = codebook_format.load(tmp_path / "kmeans")
-    ids = codebook_format.descend(again, planted["vectors"])
-    assert np.array_equal(ids, codebook_format.descend(planted["codebook"], planted["vectors"]))
+    again = visual_words.load(tmp_path / "kmeans")
+    ids = visual_words.descend(again, planted["vectors"])
+    assert np.array_equal(ids, visual_words.descend(planted["codebook"], planted["vectors"]))
     assert ids.min() >= 0 and ids.max() < 144
 
 
@@ -92,7 +91,7 @@ def test_empty_and_small_nodes_are_kept_dense_and_never_chosen(tmp_path):
     duplicates = np.full((30, 1024), -40.0)                           # >= k members, all identical
     make_work_dir(tmp_path, [np.concatenate([spread, pair, duplicates]).astype(np.float16)])
     fit(tmp_path, ["kmeans.depth=3", "kmeans.k=3", "kmeans.niter=10"])
-    codebook = codebook_format.load(tmp_path / "kmeans")
+    codebook = visual_words.load(tmp_path / "kmeans")
     assert [len(c) for c in codebook.counts] == [3, 9, 27]
     assert sorted(codebook.counts[0].tolist()) == [2, 30, 60]
     assert all(np.isfinite(c).all() for c in codebook.centroids)
@@ -107,7 +106,7 @@ def test_empty_and_small_nodes_are_kept_dense_and_never_chosen(tmp_path):
     assert info["small_nodes"] == [int(((c > 0) & (c < 3)).sum()) for c in codebook.counts]
     assert info["empty_leaves"] == info["empty_nodes"][-1] > 0
     queries = np.concatenate([rng.normal(0, 40.0, (300, 1024)), pair, duplicates[:1]])
-    leaves = codebook_format.descend(codebook, queries)
+    leaves = visual_words.descend(codebook, queries)
     assert (codebook.counts[2][leaves] > 0).all()
     assert (leaves < 27).all() and (leaves >= 0).all()
 

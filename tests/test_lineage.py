@@ -6,14 +6,14 @@ current."""
 import json
 import os
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-
-import schemas
 from kmeans_factory import make_work_dir, planted_hierarchy
 from media_factory import make_video
+from work_factory import write_part
+
+import schemas
 from pipeline import cli, storage
 from pipeline.config import load_config
 from pipeline.lineage import InputNotReady, Lineage
@@ -21,7 +21,6 @@ from pipeline.manifest import read_manifest
 from pipeline.workdir import WorkDir
 from schemas.validate import validate_work_dir
 from videobert.train import training_inputs
-from work_factory import write_part
 
 KMEANS = ["kmeans.depth=2", "kmeans.k=3", "kmeans.niter=5"]
 

@@ -2,8 +2,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.config import load_config
 from pipeline import storage
+from pipeline.config import load_config
 from pipeline.manifest import ManifestError, build_manifest, make_video_id, write_manifest
 
 

@@ -3,9 +3,9 @@ counts a stage's shards in the parent process."""
 
 import io
 
+import gallery_factory as factory
 import pytest
 
-import gallery_factory as factory
 from pipeline import progress as progress_module
 from pipeline.config import load_config
 from pipeline.executors import LocalExecutor

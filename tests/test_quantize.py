@@ -4,8 +4,7 @@ import pytest
 from kmeans_factory import PROVENANCE_HASH, brute_force_descent, make_work_dir, pin_codebook, planted_hierarchy
 
 import schemas
-import schemas.codebook as codebook_format
-from pipeline import runner, storage
+from pipeline import runner, storage, visual_words
 from pipeline.config import load_config
 from pipeline.executors import LocalExecutor
 from pipeline.lineage import InputNotReady
@@ -29,7 +28,7 @@ def fitted(tmp_path_factory):
 
 def test_tokens_are_the_tree_descent_of_each_clip(fitted):
     work_dir, cfg = fitted["work_dir"], fitted["cfg"]
-    codebook = codebook_format.load(work_dir / "kmeans")
+    codebook = visual_words.load(work_dir / "kmeans")
     tokens_by_clip = {}
     for shard_index, features in fitted["tables"].items():
         stats = runner.run_one_shard(cfg, work_dir, "quantize", shard_index, quiet=True)

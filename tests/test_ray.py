@@ -6,12 +6,12 @@ import json
 import os
 from pathlib import Path
 
-import pytest
 import pyarrow.parquet as pq
+import pytest
 from kmeans_factory import PROVENANCE_HASH, make_work_dir, pin_codebook, planted_hierarchy, write_features_shard
 from kmeans_factory import write_manifest as write_features_manifest
-
 from media_factory import make_video
+
 from pipeline import cli
 from pipeline.config import ConfigError, load_config
 from pipeline.executors import LocalExecutor

@@ -10,10 +10,10 @@ import re
 import shutil
 import subprocess
 
+import gallery_factory as factory
 import pytest
 from PIL import Image
 
-import gallery_factory as factory
 from pipeline import cli
 from pipeline.config import load_config
 from pipeline.report import write_report

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-
 from media_factory import make_video
+
 from pipeline import storage
 from pipeline.config import load_config
 from pipeline.executors import select_shards

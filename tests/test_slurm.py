@@ -9,9 +9,9 @@ import subprocess
 import sys
 
 import pytest
-
 from media_factory import make_video
-from pipeline import cli, storage
+
+from pipeline import cli
 from pipeline.config import ConfigError, load_config
 from pipeline.manifest import write_manifest
 from pipeline.slurm import REPO, ScriptError, sbatch_script

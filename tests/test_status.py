@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-
 from bad_input_corpus import make_speech_video
 from media_factory import make_video
-from pipeline import cli, storage
+
+from pipeline import cli
 from pipeline.config import load_config
 from pipeline.executors import LocalExecutor
 from pipeline.manifest import write_manifest

@@ -17,11 +17,10 @@ import pytest
 import torch
 from transformers import BertConfig, BertForPreTraining, BertModel
 
-import schemas.codebook as codebook_format
-from pipeline import lineage
+from pipeline import lineage, visual_words
 from pipeline.config import load_config
+from pipeline.tokenizer import load_tokenizer
 from pipeline.workdir import WorkDir
-from schemas.tokenizer import load_tokenizer
 from videobert import evaluate
 from videobert.data import VocabLayout
 from videobert.model import VideoBert, build_model, visual_embedding_rows
@@ -189,7 +188,7 @@ def test_input_embeddings_stay_frozen(tmp_path, tokenizer):
     cfg = config(tmp_path, "train.lr=0.01")
     train(cfg, tmp_path, quiet=True)
     trained, info = VideoBert.load(latest_checkpoint(tmp_path))
-    codebook = codebook_format.load(WorkDir(tmp_path).codebook)
+    codebook = visual_words.load(WorkDir(tmp_path).codebook)
     initial, _ = build_model(cfg.train.init_checkpoint, trained.layout, codebook.centroids[-1], codebook.counts[-1],
                              max_len=cfg.train.max_len, seed=cfg.train.seed)
     # all rows, text and visual, are bit for bit the initial ones ...

@@ -9,6 +9,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 import torch
+from work_factory import write_manifest_rows, write_part
 
 import schemas
 from pipeline import storage
@@ -16,7 +17,6 @@ from pipeline.lineage import Lineage
 from pipeline.workdir import WorkDir
 from schemas.metadata import Provenance
 from videobert import data
-from work_factory import write_manifest_rows, write_part
 from videobert.data import (ALIGNED, IGNORE, NOT_ALIGNED, TEXT, TEXT_VIDEO, VIDEO, DataParams, Plan, Segment,
                             ShardDataset, VocabLayout)
 

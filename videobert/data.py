@@ -36,7 +36,6 @@ import pyarrow.parquet as pq
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
-
 REGIMES = ("text", "video", "text_video")
 TEXT, VIDEO, TEXT_VIDEO = range(3)
 IGNORE = -100          # label of a position or example without a target (torch's cross-entropy default)

@@ -25,10 +25,10 @@ import torch
 from pipeline import storage
 from pipeline.config import Config
 from pipeline.lineage import Lineage
+from pipeline.progress import Progress
+from pipeline.tokenizer import encode, load_tokenizer
 from pipeline.workdir import WorkDir
 from schemas.metadata import Provenance
-from pipeline.progress import Progress
-from schemas.tokenizer import encode, load_tokenizer
 from videobert.data import VocabLayout, assemble, pad_examples, read_segments
 from videobert.model import VideoBert
 from videobert.train import autocast, checkpoints_dir, latest_checkpoint, resolve_device

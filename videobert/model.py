@@ -128,9 +128,9 @@ def _quiet_transformers():
 def _load_pretrained(spec: str):
     from transformers import BertForPreTraining
 
-    from pipeline.config import resolve_model_spec
+    from pipeline import models
 
-    path = resolve_model_spec(spec)
+    path = models.location(spec)
     try:
         with _quiet_transformers():
             return BertForPreTraining.from_pretrained(path, output_loading_info=True)

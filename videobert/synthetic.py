@@ -17,11 +17,11 @@ import pyarrow as pa
 
 import schemas
 import schemas.codebook as codebook_format
-from pipeline import lineage, storage
+from pipeline import lineage, storage, visual_words
 from pipeline.manifest import write_manifest_table
+from pipeline.tokenizer import encode
 from pipeline.workdir import WorkDir
 from schemas.metadata import Provenance
-from schemas.tokenizer import encode
 
 VERBS = ("cut", "mix", "pour", "fry")
 NOUNS = ("onion", "egg", "rice", "sauce")
@@ -45,7 +45,7 @@ def write_synthetic(work_dir: Path, tokenizer, *, videos: int = 24, segments_per
                  for level in range(1, DEPTH + 1)]
     level_counts = [counts.reshape(K, K).sum(axis=1), counts]
     work = WorkDir(work_dir)
-    _, codebook_sha = codebook_format.save(codebook_format.Codebook(DEPTH, K, centroids, level_counts,
+    _, codebook_sha = visual_words.save(codebook_format.Codebook(DEPTH, K, centroids, level_counts,
                                                                     {"synthetic": True}), work.kmeans_folder)
     lineage.write_record(work, "kmeans", None, lineage.external_lineage(MADE_BY),
                          {**lineage.output_entry(work, work.codebook),

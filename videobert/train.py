@@ -32,12 +32,12 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader
 
 import schemas.codebook as codebook_format
-from pipeline import storage
+from pipeline import storage, visual_words
 from pipeline.config import Config
 from pipeline.lineage import InputNotReady, Lineage, explain
 from pipeline.progress import Progress
+from pipeline.tokenizer import load_tokenizer, vocabulary_sha256
 from pipeline.workdir import WorkDir
-from schemas.tokenizer import load_tokenizer, vocabulary_sha256
 from videobert.data import (IGNORE, REGIMES, DataParams, ShardDataset, VocabLayout, replacement_text_ids,
                             streams_per_rank, training_shards)
 from videobert.model import INFO_NAME, VideoBert, build_model, count_parameters
@@ -283,7 +283,7 @@ def training_inputs(cfg: Config, work: WorkDir) -> tuple[dict, codebook_format.C
         raise InputNotReady(f"train needs a current codebook; it is {codebook_state.status}"
                             f"{f' ({codebook_state.reason})' if codebook_state.reason else ''}: run the kmeans stage")
     lineage = checker.expected("train")          # every align shard current, or InputNotReady
-    codebook = codebook_format.load(work.codebook)
+    codebook = visual_words.load(work.codebook)
     # checked against their records before training: a flipped bit would become a wrong token for 500k steps
     shards = [checker.verified("align", shard, work.part("align", shard)) for shard in checker.manifest_shards()]
     for path in shards:
