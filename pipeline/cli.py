@@ -228,7 +228,7 @@ def run_eval(args, cfg) -> int:
 
 
 def run_validate(args, cfg) -> int:
-    from schemas import validate
+    from reports import validate
     problems = validate.validate_work_dir(args.work_dir, cfg if args.config or args.set else None)
     if problems:
         print(f"INVALID: {problems[0]}", file=sys.stderr)
@@ -248,21 +248,21 @@ def run_tool(args, cfg) -> int:
         from stages import kmeans
         print(kmeans.codebook_info(args.work_dir))
     elif command == "summary":
-        from pipeline import summary
+        from reports import summary
         print(summary.render(summary.write_summary(args.work_dir)))
     elif command == "status":
-        from pipeline import status
+        from reports import status
         print(status.status_text(args.work_dir))
     elif command == "errors":
-        from pipeline import status
+        from reports import status
         print(status.errors_text(args.work_dir, args.stage))
     elif command == "gallery":
-        from pipeline import gallery
+        from reports import gallery
         for path in gallery.write_gallery(cfg, args.work_dir, level=args.level, clusters=args.clusters,
                                           per_cluster=args.per_cluster, node_ids=args.ids, quiet=args.quiet):
             print(path)
     elif command == "report":
-        from pipeline import report
+        from reports import report
         print(report.write_report(cfg, args.work_dir))
     elif command == "submit":
         from pipeline import slurm

@@ -13,7 +13,7 @@ from pipeline import lineage, storage
 from pipeline.config import load_config
 from pipeline.runner import run_one_shard
 from pipeline.workdir import WorkDir
-from schemas.validate import validate_work_dir
+from reports.validate import validate_work_dir
 from stages.align import load_tokenizer, segment_video
 
 CLIP = 1.5

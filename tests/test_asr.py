@@ -21,11 +21,12 @@ import pytest
 from work_factory import write_manifest_rows
 
 import schemas
-from pipeline import models, runner, status, storage
+from pipeline import models, runner, storage
 from pipeline.config import AsrConfig, ConfigError, load_config
 from pipeline.manifest import write_manifest
 from pipeline.workdir import WorkDir
-from schemas.validate import validate_work_dir
+from reports import status
+from reports.validate import validate_work_dir
 from stages import asr, transcripts
 from stages.transcripts import TranscriptError, Word
 

@@ -13,7 +13,7 @@ from PIL import Image
 
 from pipeline import cli
 from pipeline.config import load_config
-from pipeline.gallery import write_gallery
+from reports.gallery import write_gallery
 from schemas.codebook import node_path
 
 IMG_SRC = re.compile(r'<img src="([^"]+)"')

@@ -19,7 +19,7 @@ from pipeline.config import load_config
 from pipeline.lineage import InputNotReady, Lineage
 from pipeline.manifest import read_manifest
 from pipeline.workdir import WorkDir
-from schemas.validate import validate_work_dir
+from reports.validate import validate_work_dir
 from videobert.train import training_inputs
 
 KMEANS = ["kmeans.depth=2", "kmeans.k=3", "kmeans.niter=5"]

@@ -17,8 +17,8 @@ from pipeline.config import ConfigError, load_config
 from pipeline.executors import LocalExecutor
 from pipeline.lineage import Lineage
 from pipeline.manifest import write_manifest
-from pipeline.status import status_text
 from pipeline.workdir import WorkDir
+from reports.status import status_text
 from stages import kmeans
 
 ray = pytest.importorskip("ray")

@@ -16,7 +16,7 @@ from PIL import Image
 
 from pipeline import cli
 from pipeline.config import load_config
-from pipeline.report import write_report
+from reports.report import write_report
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 

@@ -20,8 +20,8 @@ from pipeline import cli
 from pipeline.config import load_config
 from pipeline.executors import LocalExecutor
 from pipeline.manifest import write_manifest
-from pipeline.status import errors_text, status_text
 from pipeline.workdir import WorkDir
+from reports.status import errors_text, status_text
 
 REPO = Path(__file__).resolve().parent.parent
 

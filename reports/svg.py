@@ -1,0 +1,119 @@
+"""Small inline-SVG charts for the run report: lines and bars with readable axes, no script, no network."""
+
+from __future__ import annotations
+
+import html
+import math
+
+CHART_W, CHART_H = 520, 250
+LEFT, RIGHT, TOP, BOTTOM = 64, 16, 30, 46
+
+
+def fmt_number(value: float) -> str:
+    for size, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= size:
+            return f"{value / size:g}{suffix}"
+    return f"{value:.3g}"
+
+
+class _Axis:
+    """Maps data values to [0, 1] on a linear or log10 scale, with readable ticks."""
+
+    def __init__(self, lo: float, hi: float, log: bool = False):
+        if log:
+            lo, hi = math.log10(max(lo, 1e-12)), math.log10(max(hi, 1e-12))
+            lo, hi = math.floor(lo), max(math.ceil(hi), math.floor(lo) + 1)
+        elif hi <= lo:
+            hi = lo + 1
+        self.lo, self.hi, self.log = lo, hi, log
+
+    def frac(self, value: float) -> float:
+        value = math.log10(max(value, 1e-12)) if self.log else value
+        return (value - self.lo) / (self.hi - self.lo)
+
+    def ticks(self) -> list[float]:
+        if self.log:
+            return [10.0 ** e for e in range(int(self.lo), int(self.hi) + 1)]
+        span = self.hi - self.lo
+        step = 10 ** math.floor(math.log10(span / 5))
+        step *= next(m for m in (1, 2, 5, 10) if span / (step * m) <= 6)
+        first = math.ceil(self.lo / step) * step
+        return [first + i * step for i in range(int((self.hi - first) / step + 1e-9) + 1)]
+
+
+def _svg(title: str, parts: list[str], width: int = CHART_W, height: int = CHART_H) -> str:
+    title = html.escape(title)
+    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+            f'viewBox="0 0 {width} {height}" role="img" aria-label="{title}"><title>{title}</title>'
+            f'<text x="{width / 2}" y="16" text-anchor="middle" font-weight="bold">{title}</text>'
+            + "".join(parts) + "</svg>")
+
+
+def _axes(x_axis: _Axis | None, y_axis: _Axis, x_label: str, y_label: str) -> list[str]:
+    """Frame, y ticks and grid, x ticks (when x is numeric) and both axis labels."""
+    plot_w, plot_h = CHART_W - LEFT - RIGHT, CHART_H - TOP - BOTTOM
+    parts = [f'<rect x="{LEFT}" y="{TOP}" width="{plot_w}" height="{plot_h}" fill="none" stroke="#999"/>']
+    for tick in y_axis.ticks():
+        y = TOP + plot_h * (1 - y_axis.frac(tick))
+        parts.append(f'<line x1="{LEFT}" x2="{LEFT + plot_w}" y1="{y:.1f}" y2="{y:.1f}" stroke="#e4e4e4"/>'
+                     f'<text x="{LEFT - 4}" y="{y + 4:.1f}" text-anchor="end">{fmt_number(tick)}</text>')
+    if x_axis is not None:
+        for tick in x_axis.ticks():
+            x = LEFT + plot_w * x_axis.frac(tick)
+            parts.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{TOP + plot_h}" y2="{TOP + plot_h + 4}" stroke="#999"/>'
+                         f'<text x="{x:.1f}" y="{TOP + plot_h + 16}" text-anchor="middle">{fmt_number(tick)}</text>')
+    parts.append(f'<text x="{LEFT + plot_w / 2}" y="{CHART_H - 6}" text-anchor="middle">{html.escape(x_label)}</text>'
+                 f'<text x="14" y="{TOP + plot_h / 2}" text-anchor="middle" '
+                 f'transform="rotate(-90 14 {TOP + plot_h / 2})">{html.escape(y_label)}</text>')
+    return parts
+
+
+def svg_line(xs: list[float], ys: list[float], *, title: str, x_label: str, y_label: str,
+             log: bool = False) -> str:
+    """A line through (x, y) points, on log-log axes with `log`."""
+    if not xs:
+        return _svg(title, ['<text x="50%" y="50%" text-anchor="middle">no data</text>'])
+    x_axis = _Axis(min(xs), max(xs), log)
+    y_axis = _Axis(0 if not log else min(ys), max(ys), log)
+    plot_w, plot_h = CHART_W - LEFT - RIGHT, CHART_H - TOP - BOTTOM
+    points = " ".join(f"{LEFT + plot_w * x_axis.frac(x):.1f},{TOP + plot_h * (1 - y_axis.frac(y)):.1f}"
+                      for x, y in zip(xs, ys))
+    return _svg(title, _axes(x_axis, y_axis, x_label, y_label)
+                + [f'<polyline points="{points}" fill="none" stroke="#2a6fb0" stroke-width="1.5"/>'])
+
+
+def svg_bars(labels: list[str], values: list[float], *, title: str, x_label: str, y_label: str) -> str:
+    """Vertical bars, one per label (every n-th label written when they would crowd)."""
+    if not values or max(values) <= 0:
+        return _svg(title, ['<text x="50%" y="50%" text-anchor="middle">no data</text>'])
+    y_axis = _Axis(0, max(values))
+    plot_w, plot_h = CHART_W - LEFT - RIGHT, CHART_H - TOP - BOTTOM
+    slot = plot_w / len(values)
+    label_every = max(1, math.ceil(len(values) * 34 / plot_w))
+    parts = _axes(None, y_axis, x_label, y_label)
+    for index, (label, value) in enumerate(zip(labels, values)):
+        height = plot_h * y_axis.frac(value)
+        x = LEFT + index * slot
+        parts.append(f'<rect x="{x + slot * 0.1:.1f}" y="{TOP + plot_h - height:.1f}" width="{slot * 0.8:.1f}" '
+                     f'height="{height:.1f}" fill="#2a6fb0"><title>{html.escape(label)}: {value:g}</title></rect>')
+        if index % label_every == 0:
+            parts.append(f'<text x="{x + slot / 2:.1f}" y="{TOP + plot_h + 16}" text-anchor="middle">'
+                         f'{html.escape(label)}</text>')
+    return _svg(title, parts)
+
+
+def svg_share_bars(labels: list[str], shares: list[float], *, title: str) -> str:
+    """Horizontal bars of shares in [0, 1], one row per label."""
+    row = 16
+    label_w = 220
+    plot_w = CHART_W - label_w - RIGHT - 40
+    height = TOP + row * len(labels) + 24
+    parts = []
+    for index, (label, share) in enumerate(zip(labels, shares)):
+        y = TOP + index * row
+        parts.append(f'<text x="{label_w - 6}" y="{y + 12}" text-anchor="end">{html.escape(label[:34])}</text>'
+                     f'<rect x="{label_w}" y="{y + 2}" width="{plot_w}" height="{row - 4}" fill="#eee"/>'
+                     f'<rect x="{label_w}" y="{y + 2}" width="{plot_w * share:.1f}" height="{row - 4}" fill="#2a6fb0">'
+                     f'<title>{html.escape(label)}: {share:.1%}</title></rect>'
+                     f'<text x="{label_w + plot_w + 4}" y="{y + 12}">{share:.0%}</text>')
+    return _svg(title, parts, height=height)
