@@ -22,18 +22,19 @@ from common import REPO, machine
 
 import numpy as np
 
+from pipeline import audio
 from pipeline.config import AsrConfig
-from stages import asr
+from speech import backends
 
 DEFAULT_AUDIO = [REPO / "tests/fixtures/speech/narration_en.wav", REPO / "samples/cooking_pasta.mp4",
                  REPO / "samples/cooking_salad.mp4"]
 
 
 def load_audio(paths: list[Path]) -> np.ndarray:
-    return np.concatenate([asr.decode_audio(str(path)).samples for path in paths])
+    return np.concatenate([audio.decode_audio(str(path)).samples for path in paths])
 
 
-def words_text(recognition: asr.Recognition) -> str:
+def words_text(recognition: backends.Recognition) -> str:
     return re.sub(r"[^\w\s']", " ", "".join(w.text for w in recognition.words).lower()).strip()
 
 
@@ -55,7 +56,7 @@ def main() -> None:
     args = parser.parse_args()
 
     samples = load_audio(args.audio)
-    audio_s = len(samples) / asr.SAMPLE_RATE
+    audio_s = len(samples) / audio.SAMPLE_RATE
     base = AsrConfig(model=args.model, device=args.device, num_threads=args.threads, beam_size=args.beam_size)
     if args.device == "cuda":
         runs = [replace(base, compute_type="float16"), replace(base, backend="whisper", compute_type="float16")]
@@ -66,9 +67,9 @@ def main() -> None:
     print(f"asr benchmark on {machine()}")
     print(f"{audio_s:.1f} s of audio ({len(args.audio)} files), model {args.model}, device {args.device}, "
           f"{args.threads} threads, beam {args.beam_size}; rounds alternate between the backends, best of {args.repeats}")
-    backends = [asr.BACKENDS[cfg.backend](cfg) for cfg in runs]
+    backends = [backends.BACKENDS[cfg.backend](cfg) for cfg in runs]
     for backend in backends:
-        backend.recognise(samples[: 5 * asr.SAMPLE_RATE], seed=0)   # first-call costs: VAD session, allocator
+        backend.recognise(samples[: 5 * audio.SAMPLE_RATE], seed=0)   # first-call costs: VAD session, allocator
     best = [float("inf")] * len(backends)
     texts = [""] * len(backends)
     for _ in range(args.repeats):

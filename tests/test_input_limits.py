@@ -16,13 +16,12 @@ import pytest
 from bad_input_corpus import make_speech_video
 from media_factory import make_video
 
-from pipeline import media, runner
+from pipeline import audio, media, runner
 from pipeline.config import load_config
 from pipeline.lineage import Lineage
 from pipeline.manifest import read_manifest, write_manifest
 from pipeline.media import ClipReader, InputTimeout, NotARegularFile
 from pipeline.workdir import WorkDir
-from stages import asr
 
 REPO = Path(__file__).resolve().parent.parent
 # the smallest clips S3D takes, random weights, decoding in the stage's own process
@@ -97,7 +96,7 @@ def test_non_regular_inputs_are_refused_by_the_one_opener(tmp_path, unix_socket,
     path = {"a socket": unix_socket, "a folder": tmp_path, "a character device": Path("/dev/null")}[kind]
     for uri in (str(path), "file://" + str(path)):
         for open_it in (lambda uri: media.open_input(uri, 60.0), lambda uri: ClipReader(uri, load_config(None).decode),
-                        asr.decode_audio):
+                        audio.decode_audio):
             with pytest.raises(NotARegularFile, match=re.escape(f"{uri} is {kind}, not a regular file")):
                 open_it(uri)
 
@@ -191,7 +190,7 @@ def test_a_server_that_stops_mid_stream_keeps_the_clips_before(tmp_path):
         assert 1 <= len(clips) < 3   # 5 s would give 3 clips
         started = time.monotonic()
         with pytest.raises(InputTimeout, match="s of audio \\(decode.io_timeout_s\\)"):
-            asr.decode_audio(server.url + ".ts", io_timeout_s=2)
+            audio.decode_audio(server.url + ".ts", io_timeout_s=2)
         assert time.monotonic() - started < 30
     finally:
         server.close()

@@ -18,6 +18,8 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
+from pipeline.media import open_target
+
 
 class TranscriptError(ValueError):
     """A transcript that cannot be read; the message names the file and, where there is one, the line."""
@@ -231,6 +233,14 @@ def parse_json(text: str, name: str) -> Transcript:
         segments.append((float(item["start"]), float(item["end"]), item["text"]))
     words = [word for start_s, end_s, text in _in_time_order(segments) for word in _spread(text, start_s, end_s)]
     return Transcript(words=words, format="json", language=language)
+
+
+def local_path(uri: str) -> str:
+    """A transcript URI as a path open() takes: plain paths and file:// URIs."""
+    path = open_target(uri)
+    if "://" in path:
+        raise ValueError(f"{uri}: only local paths and file:// URIs are supported")
+    return path
 
 
 PARSERS = {"vtt": parse_vtt, "srt": parse_srt, "json": parse_json}
