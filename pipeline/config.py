@@ -1,7 +1,7 @@
 """One YAML file holds every parameter. Loading validates it completely, so that a typo or an impossible
 value stops the run at once with one line naming the key (`ConfigError`), not hours later on a cluster.
 
-Sections are dataclasses; a field's annotation is its type, `_check_<section>` functions hold the rules
+Sections are dataclasses; a field's annotation is its type, and pipeline/config_rules.py holds the rules
 that types cannot say. `--set decode.fps=25` overrides are applied before validation."""
 
 from __future__ import annotations
@@ -10,35 +10,13 @@ import dataclasses
 import hashlib
 import json
 import math
-import re
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
-from pipeline.registry import NAMES as STAGES
-
-
-class ConfigError(ValueError):
-    """A config mistake; its message is one line that names the key."""
-
-
-# Worker and thread counts: 0 means "the library's or the machine's choice"; more than this is a typo (no
-# node has that many cores, and a pool that size would run out of processes or memory before any work)
-MAX_WORKERS = 1024
-MAX_SEED = 2**32 - 1                    # numpy's and ctranslate2's seeds are unsigned 32-bit
-CONTROL_CHARACTERS = re.compile(r"[\x00-\x1f\x7f]")
-
-# executor.slurm_* strings are written bare into #SBATCH lines: these are the forms sbatch takes for them,
-# and none can hold a space, a quote, a "#" or a line break that would end the directive or add another
-SLURM_VALUES = {
-    "slurm_partition": (r"[A-Za-z0-9_.-]+(,[A-Za-z0-9_.-]+)*",
-                        "a partition name, or names separated by commas (letters, digits, _ . -)"),
-    "slurm_time": (r"\d+(-\d+)?(:\d+){0,2}|UNLIMITED|INFINITE",
-                   "a Slurm time limit such as 90, 04:00:00 or 2-00:00:00"),
-    "slurm_mem": (r"\d+[KMGTkmgt]?", "a Slurm memory size such as 16G or 16000M"),
-}
+from pipeline.config_rules import ConfigError, check, finite, has_control_characters  # noqa: F401 - ConfigError re-exported
 
 
 @dataclass
@@ -226,205 +204,6 @@ class Config:
         return hashlib.sha256(self.section_json(*sections).encode()).hexdigest()[:16]
 
 
-def _positive(value, key):
-    if value <= 0:
-        raise ConfigError(f"config error: {key} must be > 0 (got {value!r})")
-
-
-def _non_negative(value, key):
-    if value < 0:
-        raise ConfigError(f"config error: {key} must be >= 0 (got {value!r})")
-
-
-def _in_range(value, low, high, key, *, open_low=False, why=""):
-    """low <= value <= high (low < value with open_low); the message states both bounds, then why."""
-    if (value <= low if open_low else value < low) or value > high:
-        bounds = f"{'>' if open_low else '>='} {low} and <= {high}"
-        raise ConfigError(f"config error: {key} must be {bounds}{' ' + why if why else ''} (got {value!r})")
-
-
-def _finite(value: float, key):
-    # NaN passes every comparison test, and inf passes "> 0": both would reach the stages
-    if not math.isfinite(value):
-        raise ConfigError(f"config error: {key} must be a finite number (got {value!r})")
-
-
-def _count(value, key):
-    """A worker or thread count; 0 leaves the choice to the library or the machine."""
-    _in_range(value, 0, MAX_WORKERS, key)
-
-
-def _one_of(value, choices, key):
-    if value not in choices:
-        raise ConfigError(f"config error: {key} must be one of {', '.join(choices)} (got {value!r})")
-
-
-def has_control_characters(text: str) -> bool:
-    """A line break, tab, NUL, escape or DEL: a name shown in a one-line message, or text written into a
-    script, must not hold one."""
-    return CONTROL_CHARACTERS.search(text) is not None
-
-
-def _check_shards(s: ShardsConfig) -> None:
-    _in_range(s.videos_per_shard, 0, 1_000_000, "shards.videos_per_shard", open_low=True)
-
-
-def _check_executor(ex: ExecutorConfig) -> None:
-    _one_of(ex.kind, ("local", "ray", "slurm"), "executor.kind")
-    _count(ex.workers, "executor.workers")
-    _in_range(ex.max_retries, 0, 100, "executor.max_retries")
-    _in_range(ex.max_failed_share, 0, 1, "executor.max_failed_share")
-    for key in ("slurm_gpus", "ray_feature_models"):
-        _non_negative(getattr(ex, key), f"executor.{key}")
-    _in_range(ex.slurm_cpus_per_task, 0, MAX_WORKERS, "executor.slurm_cpus_per_task", open_low=True)
-    if ex.slurm_array_parallelism is not None:
-        _positive(ex.slurm_array_parallelism, "executor.slurm_array_parallelism")
-    for key, (pattern, form) in SLURM_VALUES.items():
-        value = getattr(ex, key)
-        if value is not None and not re.fullmatch(pattern, value, re.ASCII):
-            raise ConfigError(f"config error: executor.{key} must be {form} (got {value!r})")
-    for index, line in enumerate(ex.slurm_extra):
-        # bash reads these lines as comments, sbatch as options: they stay harmless while each is one line
-        if not line.startswith("#SBATCH ") or has_control_characters(line):
-            raise ConfigError(f"config error: executor.slurm_extra[{index}] must be one line starting with "
-                              f"'#SBATCH ' (got {line!r})")
-    for index, stage in enumerate(ex.slurm_gpu_stages):
-        _one_of(stage, STAGES, f"executor.slurm_gpu_stages[{index}]")
-    roles = tuple(ExecutorConfig().ray_resources)
-    for role, resources in ex.ray_resources.items():
-        _one_of(role, roles, f"executor.ray_resources.{role}")
-        for name, amount in resources.items():
-            _one_of(name, ("num_cpus", "num_gpus", "memory_gb"), f"executor.ray_resources.{role}.{name}")
-            _non_negative(amount, f"executor.ray_resources.{role}.{name}")
-
-
-def _check_decode(d: DecodeConfig) -> None:
-    _in_range(d.fps, 0, 120, "decode.fps", open_low=True)
-    # S3D's temporal stride is 8 and its last pool spans 2 steps: shorter clips have no output
-    _in_range(d.clip_frames, 14, 1024, "decode.clip_frames", why="for S3D")
-    _in_range(d.min_clip_frames, 1, d.clip_frames, "decode.min_clip_frames",
-              why="(the clip length, decode.clip_frames)")
-    # S3D downsamples space by 32 and ends with a 7x7 pool; the crop is cut from the resized frame
-    _in_range(d.crop, 224, 1024, "decode.crop", why="for S3D")
-    _in_range(d.resize, d.crop, 1024, "decode.resize", why="(decode.crop is cut from it)")
-    _in_range(d.thumbnail_size, 16, 512, "decode.thumbnail_size")
-    _in_range(d.thumbnail_quality, 1, 100, "decode.thumbnail_quality")
-    _in_range(d.max_pixels, 1, 2**28, "decode.max_pixels")
-    _count(d.decode_threads, "decode.decode_threads")
-    _in_range(d.io_timeout_s, 0, 3600, "decode.io_timeout_s", open_low=True)
-    _in_range(d.max_gap_s, 0, 86_400, "decode.max_gap_s", open_low=True)
-
-
-def _check_features(f: FeaturesConfig) -> None:
-    if f.weights not in ("kinetics400", "random") and not f.weights.endswith((".pth", ".pt")):
-        raise ConfigError(f"config error: features.weights must be kinetics400, random or a .pth/.pt path (got {f.weights!r})")
-    _one_of(f.precision, ("auto", "float32", "bfloat16", "float16"), "features.precision")
-    if not (f.device in ("auto", "cpu", "cuda") or f.device.startswith("cuda:")):
-        raise ConfigError(f"config error: features.device must be auto, cpu, cuda or cuda:N (got {f.device!r})")
-    _in_range(f.batch_size, 0, 1024, "features.batch_size", open_low=True)
-    _count(f.decode_workers, "features.decode_workers")
-    _count(f.num_threads, "features.num_threads")
-
-
-def _check_kmeans(k: KmeansConfig) -> None:
-    _in_range(k.k, 2, 4096, "kmeans.k")
-    if k.depth < 1:
-        raise ConfigError(f"config error: kmeans.depth must be >= 1 (got {k.depth})")
-    # tokens are int32 leaf ids; any depth over 31 exceeds them even at k = 2 (and k ** depth is not computed).
-    # Checked before the depth bound: with the usual k, a deeper tree fails for its leaf count
-    if k.depth > 31 or k.k ** k.depth > 2**31 - 1:
-        raise ConfigError(f"config error: kmeans.k ** kmeans.depth must be < 2**31 (got {k.k}**{k.depth})")
-    _in_range(k.depth, 1, 8, "kmeans.depth")     # a few levels of k-means; the paper uses 4
-    _in_range(k.max_fit_vectors, 0, 100_000_000, "kmeans.max_fit_vectors", open_low=True)
-    if k.max_points_per_node < k.k:
-        raise ConfigError(f"config error: kmeans.max_points_per_node must be >= kmeans.k (got {k.max_points_per_node})")
-    _in_range(k.niter, 0, 1000, "kmeans.niter", open_low=True)
-    _in_range(k.nredo, 0, 100, "kmeans.nredo", open_low=True)
-    _count(k.workers, "kmeans.workers")
-    _in_range(k.seed, 0, MAX_SEED, "kmeans.seed")
-
-
-def _check_asr(a: AsrConfig) -> None:
-    _one_of(a.backend, ("faster-whisper", "whisper"), "asr.backend")
-    _one_of(a.device, ("auto", "cpu", "cuda"), "asr.device")
-    _one_of(a.compute_type, ("auto", "float32", "float16") if a.backend == "whisper" else
-            ("auto", "int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16",
-             "float32"), "asr.compute_type")
-    _in_range(a.max_sentence_s, 0, 600, "asr.max_sentence_s", open_low=True)
-    _in_range(a.pause_split_s, 0, 60, "asr.pause_split_s", open_low=True)
-    _in_range(a.beam_size, 0, 64, "asr.beam_size", open_low=True)
-    _count(a.num_threads, "asr.num_threads")
-    _in_range(a.max_transcript_bytes, 1, 2**30, "asr.max_transcript_bytes")
-    for index, root in enumerate(a.transcript_roots):
-        if not Path(root).is_absolute():
-            # a relative root would depend on the directory each worker happens to start in
-            raise ConfigError(f"config error: asr.transcript_roots[{index}] must be an absolute path (got {root!r})")
-
-
-def _check_align(al: AlignConfig) -> None:
-    _in_range(al.tokens_per_segment_without_text, 0, 512, "align.tokens_per_segment_without_text", open_low=True)
-    _in_range(al.min_sentence_overlap, 0, 1, "align.min_sentence_overlap", open_low=True)
-    _in_range(al.row_group_size, 0, 2**20, "align.row_group_size", open_low=True)
-
-
-def _check_train(t: TrainConfig) -> None:
-    _in_range(t.max_len, 8, 4096, "train.max_len")
-    _in_range(t.batch_size, 0, 65_536, "train.batch_size", open_low=True)
-    _in_range(t.grad_accum, 0, 1024, "train.grad_accum", open_low=True)
-    if t.batch_size % t.grad_accum:
-        raise ConfigError(f"config error: train.batch_size must be a multiple of train.grad_accum "
-                          f"(got {t.batch_size} and {t.grad_accum})")
-    for key in ("max_steps", "max_subsample_step", "max_concat", "shuffle_buffer", "log_every",
-                "checkpoint_every", "keep_checkpoints"):
-        _positive(getattr(t, key), f"train.{key}")
-    for key in ("warmup_steps", "steps_per_run", "grad_clip"):
-        _non_negative(getattr(t, key), f"train.{key}")
-    _in_range(t.lr, 0, 1, "train.lr", open_low=True)
-    _in_range(t.weight_decay, 0, 1, "train.weight_decay")
-    if not 0 < t.mask_prob < 1:
-        raise ConfigError(f"config error: train.mask_prob must be > 0 and < 1 (got {t.mask_prob})")
-    for key in ("negative_prob", "concat_prob"):
-        _in_range(getattr(t, key), 0, 1, f"train.{key}")
-    for mapping in ("regime_weights", "loss_weights"):
-        for name, weight in getattr(t, mapping).items():
-            _one_of(name, tuple(getattr(TrainConfig(), mapping)), f"train.{mapping}.{name}")
-            _non_negative(weight, f"train.{mapping}.{name}")
-    if sum(t.regime_weights.values()) <= 0:
-        raise ConfigError("config error: train.regime_weights must give some regime a weight > 0")
-    if t.init_checkpoint.startswith("random:"):
-        from videobert import PRESETS
-        _one_of(t.init_checkpoint[len("random:"):], tuple(PRESETS), "train.init_checkpoint random:<preset>")
-    _count(t.num_workers, "train.num_workers")
-    _count(t.num_threads, "train.num_threads")
-    _in_range(t.seed, 0, MAX_SEED, "train.seed")
-    if not (t.device in ("auto", "cpu", "cuda") or t.device.startswith("cuda:")):
-        raise ConfigError(f"config error: train.device must be auto, cpu, cuda or cuda:N (got {t.device!r})")
-    _one_of(t.precision, ("auto", "float32", "bfloat16"), "train.precision")
-
-
-def _check_eval(e: EvalConfig) -> None:
-    if e.zero_shot_template.count("[MASK]") != 2:
-        raise ConfigError(f"config error: eval.zero_shot_template must hold two [MASK] (verb, noun) "
-                          f"(got {e.zero_shot_template!r})")
-    if "[MASK]" not in e.features_template:
-        raise ConfigError(f"config error: eval.features_template must hold a [MASK] (got {e.features_template!r})")
-    _positive(e.batch_size, "eval.batch_size")
-    _positive(e.predict_video_tokens, "eval.predict_video_tokens")
-
-
-def _check(cfg: Config) -> None:
-    _in_range(cfg.seed, 0, MAX_SEED, "seed")
-    _check_shards(cfg.shards)
-    _check_executor(cfg.executor)
-    _check_decode(cfg.decode)
-    _check_features(cfg.features)
-    _check_kmeans(cfg.kmeans)
-    _check_asr(cfg.asr)
-    _check_align(cfg.align)
-    _check_train(cfg.train)
-    _check_eval(cfg.eval)
-
-
 def _coerce(value, annotation, key):
     """Check `value` against a field annotation; ints are accepted where floats are expected."""
     origin = typing.get_origin(annotation)
@@ -454,7 +233,7 @@ def _coerce(value, annotation, key):
             value = float(value)
         except OverflowError:   # an integer beyond any float
             value = math.inf
-        _finite(value, key)
+        finite(value, key)
         return value
     if annotation is int:
         if isinstance(value, bool) or not isinstance(value, int):
@@ -583,5 +362,5 @@ def load_config(path: str | Path | None = None, overrides: list[str] = ()) -> Co
     for assignment in overrides:
         _apply_override(data, assignment)
     cfg = _build(Config, data, "")
-    _check(cfg)
+    check(cfg)
     return cfg

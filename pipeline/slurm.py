@@ -30,7 +30,8 @@ import sys
 import time
 from pathlib import Path
 
-from pipeline.config import Config, has_control_characters
+from pipeline.config import Config
+from pipeline.config_rules import has_control_characters
 from pipeline.lineage import Lineage
 from pipeline.registry import SHARD_STAGES
 from pipeline.workdir import WorkDir
