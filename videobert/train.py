@@ -24,6 +24,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 import torch
 import torch.distributed as dist
@@ -308,9 +309,22 @@ def _move_aside(work: WorkDir) -> Path:
     return destination
 
 
-def _train(cfg: Config, work: WorkDir, runtime: Runtime, resume: bool, restart: bool, quiet: bool) -> dict:
-    t = cfg.train
-    lineage, codebook, shards = training_inputs(cfg, work)
+@dataclass
+class Run:
+    """What the loop works with: the model (and its DDP wrapper), optimiser, scheduler and data."""
+    model: VideoBert
+    wrapped: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LambdaLR
+    batches: Iterator[dict]
+    info: dict                 # how the model was made (saved with every checkpoint)
+    notes: list[str]
+    data_shape: dict           # ranks, streams and micro-batch: a resume must keep them
+
+
+def _open_checkpoint(work: WorkDir, runtime: Runtime, lineage: dict, resume: bool, restart: bool,
+                     quiet: bool) -> tuple[Path | None, dict | None]:
+    """(the checkpoint to continue and its trainer state, or None, None for a new run)."""
     if restart and runtime.main and work.train_folder.exists():
         moved = _move_aside(work)
         if not quiet:
@@ -320,22 +334,19 @@ def _train(cfg: Config, work: WorkDir, runtime: Runtime, resume: bool, restart: 
     if runtime.main:
         io.remove_stale_temporaries(work.checkpoints)   # a killed save's half-written folder
     latest = latest_checkpoint(work)
-    if latest is not None and not resume:
+    if latest is None:
+        return None, None
+    if not resume:
         raise FileExistsError(f"{checkpoints_dir(work)} already holds {latest.name}: pass --resume to "
                               f"continue that run, or --restart to move it aside and train anew")
-    state = torch.load(latest / TRAINER_STATE_NAME, map_location="cpu", weights_only=True) if latest else None
-    if latest is not None:
-        _checkpoint_matches(latest, json.loads((latest / INFO_NAME).read_text()), lineage)
-    start_step = state["step"] if state else 0
-    if start_step >= t.max_steps:
-        return {"step": start_step, "max_steps": t.max_steps, "finished": True, "steps_this_run": 0,
-                "checkpoint": str(latest)}
-    micro_batch = _micro_batch_size(t.batch_size, t.grad_accum, runtime.world_size)
-    tokenizer = load_tokenizer(cfg.align.tokenizer)
-    layout = VocabLayout.from_tokenizer(tokenizer, codebook.num_leaves)
-    streams = streams_per_rank(len(shards), runtime.world_size, t.num_workers)
-    data_shape = {"world_size": runtime.world_size, "streams_per_rank": streams, "micro_batch": micro_batch}
+    _checkpoint_matches(latest, json.loads((latest / INFO_NAME).read_text()), lineage)
+    return latest, torch.load(latest / TRAINER_STATE_NAME, map_location="cpu", weights_only=True)
 
+
+def _model(cfg: Config, layout: VocabLayout, codebook, lineage: dict, shards: list[Path], latest: Path | None,
+           state: dict | None, data_shape: dict) -> tuple[VideoBert, dict, list[str]]:
+    """(model, info, notes): loaded from the checkpoint when resuming, else initialised as the paper does."""
+    t = cfg.train
     if state is not None:
         model, info = VideoBert.load(latest)
         if model.layout != layout:
@@ -346,14 +357,26 @@ def _train(cfg: Config, work: WorkDir, runtime: Runtime, resume: bool, restart: 
         if changed:
             raise ValueError(f"cannot resume {latest} exactly: (saved, now) differ for {changed}; resume with "
                              f"the same ranks, train.num_workers and train.batch_size")
-        notes = [f"resumed from {latest}"]
-    else:
-        model, notes = build_model(t.init_checkpoint, layout, codebook.centroids[-1], codebook.counts[-1],
-                                   max_len=t.max_len, seed=t.seed)
-        info = {"init_checkpoint": t.init_checkpoint, "tokenizer": cfg.align.tokenizer,
-                "codebook_sha256": codebook.info.get("sha256"), "init_notes": notes, "lineage": lineage,
-                "config": json.loads(cfg.section_json("train", "align")),
-                "config_hash": cfg.section_hash("train", "align"), "shards": [path.name for path in shards]}
+        return model, info, [f"resumed from {latest}"]
+    model, notes = build_model(t.init_checkpoint, layout, codebook.centroids[-1], codebook.counts[-1],
+                               max_len=t.max_len, seed=t.seed)
+    info = {"init_checkpoint": t.init_checkpoint, "tokenizer": cfg.align.tokenizer,
+            "codebook_sha256": codebook.info.get("sha256"), "init_notes": notes, "lineage": lineage,
+            "config": json.loads(cfg.section_json("train", "align")),
+            "config_hash": cfg.section_hash("train", "align"), "shards": [path.name for path in shards]}
+    return model, info, notes
+
+
+def _setup(cfg: Config, runtime: Runtime, shards: list[Path], codebook, lineage: dict, latest: Path | None,
+           state: dict | None) -> Run:
+    """Model, optimiser, scheduler and the data loader, all restored from `state` when resuming."""
+    t = cfg.train
+    micro_batch = _micro_batch_size(t.batch_size, t.grad_accum, runtime.world_size)
+    tokenizer = load_tokenizer(cfg.align.tokenizer)
+    layout = VocabLayout.from_tokenizer(tokenizer, codebook.num_leaves)
+    streams = streams_per_rank(len(shards), runtime.world_size, t.num_workers)
+    data_shape = {"world_size": runtime.world_size, "streams_per_rank": streams, "micro_batch": micro_batch}
+    model, info, notes = _model(cfg, layout, codebook, lineage, shards, latest, state, data_shape)
     if t.freeze_input_embeddings:
         # the paper freezes the input embeddings (text and visual rows) for the whole pre-training
         model.word_embeddings.weight.requires_grad_(False)
@@ -362,88 +385,116 @@ def _train(cfg: Config, work: WorkDir, runtime: Runtime, resume: bool, restart: 
                if runtime.distributed else model)
     optimizer = make_optimizer(model, t.lr, t.weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _lr_factor(t.warmup_steps, t.max_steps))
-
     dataset = ShardDataset(shards, layout, replacement_text_ids(tokenizer), DataParams.from_config(t), micro_batch,
                            t.seed, runtime.rank, runtime.world_size,
                            start_batch=state["micro_batches"] if state is not None else 0)
     # its own generator: creating the loader must not draw from the global RNG that dropout uses
     loader = DataLoader(dataset, batch_size=None, num_workers=streams if t.num_workers else 0,
                         pin_memory=runtime.device.type == "cuda", generator=torch.Generator())
-    batches = iter(loader)
-    window = Window(runtime.device)
     if state is not None:
         optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
-        window.load(state["window"])
         _set_rng_state(state["rng"][runtime.rank], runtime.device)
     else:
         torch.manual_seed(t.seed + runtime.rank)     # dropout differs between ranks
+    return Run(model, wrapped, optimizer, scheduler, iter(loader), info, notes, data_shape)
 
-    log_path = work.train_log
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    total_params, trainable_params = count_parameters(model)
-    header = {"event": "resume" if state is not None else "start", "step": start_step, "time": time.time(),
-              "notes": notes, "parameters": total_params, "trainable_parameters": trainable_params,
-              "device": str(runtime.device), "shards": len(shards), **data_shape,
+
+def _open_log(cfg: Config, work: WorkDir, runtime: Runtime, run: Run, start_step: int, shards: list[Path],
+              resumed: bool, quiet: bool):
+    """The log file (None off rank 0), with its start or resume record written."""
+    if not runtime.main:
+        return None
+    total_params, trainable_params = count_parameters(run.model)
+    header = {"event": "resume" if resumed else "start", "step": start_step, "time": time.time(),
+              "notes": run.notes, "parameters": total_params, "trainable_parameters": trainable_params,
+              "device": str(runtime.device), "shards": len(shards), **run.data_shape,
               "config": json.loads(cfg.section_json("train"))}
-    if runtime.main:
-        log_file = open(log_path, "a", buffering=1)
-        log_file.write(json.dumps(header) + "\n")
-        if not quiet:
-            for note in notes:
-                print(f"[train] {note}", file=sys.stderr)
-            print(f"[train] {total_params:,} parameters ({trainable_params:,} trainable), {len(shards)} shards, "
-                  f"{runtime.world_size} rank(s) x {streams} data stream(s), micro-batch {micro_batch}, "
-                  f"device {runtime.device}", file=sys.stderr)
+    work.train_log.parent.mkdir(parents=True, exist_ok=True)
+    log_file = open(work.train_log, "a", buffering=1)
+    log_file.write(json.dumps(header) + "\n")
+    if not quiet:
+        for note in run.notes:
+            print(f"[train] {note}", file=sys.stderr)
+        shape = run.data_shape
+        print(f"[train] {total_params:,} parameters ({trainable_params:,} trainable), {len(shards)} shards, "
+              f"{runtime.world_size} rank(s) x {shape['streams_per_rank']} data stream(s), micro-batch "
+              f"{shape['micro_batch']}, device {runtime.device}", file=sys.stderr)
+    return log_file
+
+
+def _train_step(run: Run, window: "Window", cfg: Config, runtime: Runtime) -> tuple[int, float]:
+    """One optimiser step over `grad_accum` micro-batches; returns (tokens, the learning rate it used)."""
+    t = cfg.train
+    tokens = 0
+    for micro in range(t.grad_accum):
+        batch = next(run.batches)
+        tokens += int(batch["attention_mask"].sum())
+        batch = {name: tensor.to(runtime.device, non_blocking=True) for name, tensor in batch.items()}
+        # gradients are all-reduced once per step, on the last micro-batch
+        sync = micro == t.grad_accum - 1 or not runtime.distributed
+        with contextlib.nullcontext() if sync else run.wrapped.no_sync():
+            with autocast(runtime.device, t.precision):
+                loss, metrics = compute_losses(run.wrapped, batch, t.loss_weights)
+            (loss / t.grad_accum).backward()
+        window.metrics += metrics
+        window.loss_sum += loss.detach() / t.grad_accum
+    if t.grad_clip > 0:
+        torch.nn.utils.clip_grad_norm_([p for p in run.model.parameters() if p.requires_grad], t.grad_clip)
+    lr = run.scheduler.get_last_lr()[0]
+    run.optimizer.step()
+    run.scheduler.step()
+    run.optimizer.zero_grad(set_to_none=True)
+    window.steps += 1
+    window.tokens += tokens
+    return tokens, lr
+
+
+def _train(cfg: Config, work: WorkDir, runtime: Runtime, resume: bool, restart: bool, quiet: bool) -> dict:
+    t = cfg.train
+    # inputs (current align shards of this codebook) and the checkpoint to continue
+    lineage, codebook, shards = training_inputs(cfg, work)
+    latest, state = _open_checkpoint(work, runtime, lineage, resume, restart, quiet)
+    start_step = state["step"] if state else 0
+    if start_step >= t.max_steps:
+        return {"step": start_step, "max_steps": t.max_steps, "finished": True, "steps_this_run": 0,
+                "checkpoint": str(latest)}
+    # model, optimiser, scheduler, data and RNG states: restored from the checkpoint when resuming
+    run = _setup(cfg, runtime, shards, codebook, lineage, latest, state)
+    window = Window(runtime.device)
+    if state is not None:
+        window.load(state["window"])
+    log_file = _open_log(cfg, work, runtime, run, start_step, shards, state is not None, quiet)
 
     stop_step = t.max_steps if t.steps_per_run == 0 else min(t.max_steps, start_step + t.steps_per_run)
     step, last_record, checkpoint, started = start_step, None, latest, time.time()
-    trainable = [p for p in model.parameters() if p.requires_grad]
-    wrapped.train()
+    run.wrapped.train()
     try:
         with Progress(total=stop_step - start_step, unit="steps", desc="train",
                       quiet=quiet or not runtime.main) as progress:
             while step < stop_step:
-                step_tokens = 0
-                for micro in range(t.grad_accum):
-                    batch = next(batches)
-                    step_tokens += int(batch["attention_mask"].sum())
-                    batch = {name: tensor.to(runtime.device, non_blocking=True) for name, tensor in batch.items()}
-                    # gradients are all-reduced once per step, on the last micro-batch
-                    sync = micro == t.grad_accum - 1 or not runtime.distributed
-                    with contextlib.nullcontext() if sync else wrapped.no_sync():
-                        with autocast(runtime.device, t.precision):
-                            loss, metrics = compute_losses(wrapped, batch, t.loss_weights)
-                        (loss / t.grad_accum).backward()
-                    window.metrics += metrics
-                    window.loss_sum += loss.detach() / t.grad_accum
-                if t.grad_clip > 0:
-                    torch.nn.utils.clip_grad_norm_(trainable, t.grad_clip)
-                lr = scheduler.get_last_lr()[0]
-                optimizer.step()
-                scheduler.step()
-                optimizer.zero_grad(set_to_none=True)
+                # forward, backward and the optimiser step over grad_accum micro-batches
+                tokens, lr = _train_step(run, window, cfg, runtime)
                 step += 1
-                window.steps += 1
-                window.tokens += step_tokens
-                progress.update(1, tokens=step_tokens)
+                progress.update(1, tokens=tokens)
+                # a log record of the metrics summed since the last one (over all ranks)
                 if step % t.log_every == 0 or step == t.max_steps:
                     last_record = window.record(step, lr, runtime)
-                    if runtime.main:
+                    if log_file is not None:
                         log_file.write(json.dumps(last_record) + "\n")
                         if not quiet:
                             print(f"[train] {_format_record(last_record, t.max_steps)}", file=sys.stderr)
                     window = Window(runtime.device)
+                # a checkpoint: model, optimiser, scheduler, RNG states, data position, the open window
                 if step % t.checkpoint_every == 0 or step == stop_step:
-                    trainer_state = {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+                    trainer_state = {"optimizer": run.optimizer.state_dict(), "scheduler": run.scheduler.state_dict(),
                                      "window": window.state(), "micro_batches": step * t.grad_accum,
-                                     "data_shape": data_shape}
-                    checkpoint = _save_checkpoint(work, step, model, info, trainer_state, runtime,
+                                     "data_shape": run.data_shape}
+                    checkpoint = _save_checkpoint(work, step, run.model, run.info, trainer_state, runtime,
                                                   t.keep_checkpoints)
     finally:
-        if runtime.main:
+        if log_file is not None:
             log_file.close()
-    elapsed = time.time() - started
     return {"step": step, "max_steps": t.max_steps, "finished": step >= t.max_steps,
-            "steps_this_run": step - start_step, "checkpoint": str(checkpoint), "seconds": round(elapsed, 3),
-            "last": last_record, "log": str(log_path)}
+            "steps_this_run": step - start_step, "checkpoint": str(checkpoint),
+            "seconds": round(time.time() - started, 3), "last": last_record, "log": str(work.train_log)}
