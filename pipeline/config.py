@@ -174,7 +174,11 @@ class TrainConfig:
     concat_prob: float = 0.5            # in [0, 1]: randomly join neighbouring segments into one example
     max_concat: int = 3                 # > 0
     max_subsample_step: int = 5         # > 0: visual tokens subsampled at a random step in 1..this
-    negative_prob: float = 0.5          # in [0, 1]: text-video examples whose video comes from another video
+    negative_prob: float = 0.5          # in [0, 1]: text-video examples whose visual tokens are of another time
+    # in [0, 1]: the share of those negatives taken from the same video, at least negative_min_gap clips from
+    # the text's own (from another video where the video is too short); the others come from another video
+    negative_same_video_share: float = 0.5
+    negative_min_gap: int = 20          # >= 0: clips (1.5 s each) between a same-video negative and the text's span
     shuffle_buffer: int = 10_000        # > 0: units (segments or joined runs) held per data stream
     # in [0, MAX_WORKERS]: DataLoader workers per rank (capped by shards per rank); 0 = in-process
     num_workers: int = 2
@@ -377,13 +381,13 @@ def _check_train(t: TrainConfig) -> None:
     for key in ("max_steps", "max_subsample_step", "max_concat", "shuffle_buffer", "log_every",
                 "checkpoint_every", "keep_checkpoints"):
         _positive(getattr(t, key), f"train.{key}")
-    for key in ("warmup_steps", "steps_per_run", "grad_clip"):
+    for key in ("warmup_steps", "steps_per_run", "grad_clip", "negative_min_gap"):
         _non_negative(getattr(t, key), f"train.{key}")
     _in_range(t.lr, 0, 1, "train.lr", open_low=True)
     _in_range(t.weight_decay, 0, 1, "train.weight_decay")
     if not 0 < t.mask_prob < 1:
         raise ConfigError(f"config error: train.mask_prob must be > 0 and < 1 (got {t.mask_prob})")
-    for key in ("negative_prob", "concat_prob"):
+    for key in ("negative_prob", "negative_same_video_share", "concat_prob"):
         _in_range(getattr(t, key), 0, 1, f"train.{key}")
     for mapping in ("regime_weights", "loss_weights"):
         for name, weight in getattr(t, mapping).items():

@@ -25,8 +25,9 @@ WORDS_PER_VIDEO = 50 // 10   # video v's segments use visual words 5v .. 5v+4 (s
 
 
 def params(**changes) -> DataParams:
-    base = dict(max_len=64, mask_prob=0.15, regime_weights=(1.0, 1.0, 1.0), negative_prob=0.5, concat_prob=0.5,
-                max_concat=3, max_subsample_step=5, shuffle_buffer=16)
+    base = dict(max_len=64, mask_prob=0.15, regime_weights=(1.0, 1.0, 1.0), negative_prob=0.5,
+                negative_same_video_share=0.5, negative_min_gap=20, concat_prob=0.5, max_concat=3,
+                max_subsample_step=5, shuffle_buffer=16)
     return DataParams(**dict(base, **changes))
 
 
@@ -58,6 +59,59 @@ def write_shards(work_dir: Path, shards: int = 4, videos_per_shard: int = 2, seg
 
 def video_of_visual(visual_ids) -> set[int]:
     return {int(v) // WORDS_PER_VIDEO for v in visual_ids}
+
+
+# shards shaped like real ones: visual id 1000 * video + clip position, so a token tells where it came from
+REAL = VocabLayout(text_vocab_size=2000, num_visual=1000 * 100, cls_id=101, sep_id=102, mask_id=103, pad_id=0)
+
+
+def write_realistic_shards(work_dir: Path, *, shards: int = 4, videos_per_shard: int = 10, text_share: float = 1.0,
+                           seed: int = 0) -> list[Path]:
+    """Align shards with the lengths the align stage gives on real videos: 80-240 clips a video; in the
+    videos with text (`text_share` of every ten; the others are like non-English ones) sentences of 3-20
+    words (a word is one or two word pieces) over 1-8 clips, with silent stretches of 1-40 clips between
+    some of them; clips without text are cut every 16."""
+    rng = np.random.default_rng(seed)
+    paths = []
+    for shard in range(shards):
+        rows = []
+        for video in range(shard * videos_per_shard, (shard + 1) * videos_per_shard):
+            has_text = video % 10 < round(10 * text_share)
+            clips, position, spans = int(rng.integers(80, 241)), 0, []     # (start, end, text ids or None)
+            while position < clips:
+                if has_text:
+                    end = min(clips, position + int(rng.integers(1, 9)))
+                    words = int(rng.integers(3, 21))
+                    spans.append((position, end, rng.integers(1000, 2000, words + rng.binomial(words, 0.2)).tolist()))
+                    position = end
+                silent_end = min(clips, position + int(rng.integers(1, 41))) if not has_text or rng.random() < 0.4 \
+                    else position
+                if not has_text:
+                    silent_end = clips
+                spans += [(start, min(start + 16, silent_end), None) for start in range(position, silent_end, 16)]
+                position = silent_end
+            for index, (start, end, text) in enumerate(spans):
+                rows.append({"video_id": f"v{video:03d}", "segment_index": index, "start_s": 1.5 * start,
+                             "end_s": 1.5 * end, "kind": "text_video" if text else "video_only",
+                             "text": "words" if text else None, "text_ids": text or [],
+                             "visual_ids": list(range(1000 * video + start, 1000 * video + end)),
+                             "language": "en" if has_text else "de"})
+        write_part(work_dir, "align", shard, pa.Table.from_pylist(rows), schemas.ALIGN, record={"rows": len(rows)})
+        paths.append(WorkDir(work_dir).part("align", shard))
+    write_manifest_rows(work_dir, [{"video_id": f"v{video:03d}", "uri": f"/v{video:03d}.mp4", "bytes": 1,
+                                    "transcript_uri": None, "shard": video // videos_per_shard}
+                                   for video in range(shards * videos_per_shard)])
+    return paths
+
+
+def lookup_accuracy(keys: list, labels: list) -> float:
+    """Fit a lookup table key -> majority label on the even examples, score it on the odd ones."""
+    table: dict = {}
+    for key, label in zip(keys[0::2], labels[0::2]):
+        table.setdefault(key, Counter())[label] += 1
+    fallback = Counter(labels[0::2]).most_common(1)[0][0]
+    predicted = [table[key].most_common(1)[0][0] if key in table else fallback for key in keys[1::2]]
+    return float(np.mean([p == label for p, label in zip(predicted, labels[1::2])]))
 
 
 def test_only_complete_non_empty_shards_are_read(tmp_path):
@@ -94,14 +148,14 @@ def test_each_stream_reads_only_its_own_shards(tmp_path, monkeypatch):
     real_read = data.read_segments
     current = {"stream": 0}
 
-    def recording_read(path, layout, columns=()):
+    def recording_read(path, layout, columns=(), start_row=0):
         opened[current["stream"]].append(path)
-        return real_read(path, layout, columns)
+        return real_read(path, layout, columns, start_row)
 
     monkeypatch.setattr(data, "read_segments", recording_read)
     for stream in (0, 1):
         current["stream"] = stream
-        plans = data.plan_stream(shards, LAYOUT, params(shuffle_buffer=1), 3, stream, 2)
+        plans = data.PlanStream(shards, LAYOUT, params(shuffle_buffer=1), 3, stream, 2)
         for _ in range(40):        # 40 segments per stream and epoch: this reaches into epoch 2
             next(plans)
     epoch0 = [set(data.stream_shards(shards, 3, 0, stream, 2)) for stream in (0, 1)]
@@ -208,38 +262,93 @@ def test_visual_tokens_are_subsampled_at_steps_1_to_5():
     assert steps == {1, 2, 3, 4, 5}
 
 
-def test_concatenation_joins_neighbours_of_one_video_only():
-    segments = [Segment(f"v{v}", np.array([10 * v + s]), np.array([10 * v + s, 10 * v + s])) for v in range(3)
-                for s in range(4)]
-    units = list(data._units(iter(segments), np.random.default_rng(0), 1.0, 3))
-    assert sum(len(u.text_ids) for u in units) == 12
-    assert any(len(u.text_ids) > 1 for u in units)
+def test_concatenation_joins_neighbours_of_one_video_only(tmp_path):
+    shards = write_shards(tmp_path, shards=1, videos_per_shard=3, segments=4)
+    videos = [video for _, video in data.read_videos(shards[0], LAYOUT)]
+    assert [video.video_id for video in videos] == ["v00", "v01", "v02"]
+    rng = np.random.default_rng(0)
+    units = [data.Unit(video, first, last) for video in videos for first, last in data.runs(4, rng, 1.0, 3)]
+    assert sum(unit.last - unit.first for unit in units) == 12 and any(unit.last - unit.first > 1 for unit in units)
     for unit in units:
-        assert len({int(t) // 10 for t in unit.text_ids}) == 1            # one video per unit
-        assert len(unit.text_ids) <= 3
+        assert unit.last - unit.first <= 3
+        video = int(unit.video.video_id[1:])
         # text with text, video with video, in order, so they stay aligned
-        assert np.array_equal(np.repeat(unit.text_ids, 2), unit.visual_ids)
-        assert np.all(np.diff(unit.text_ids) == 1)
-    assert len(list(data._units(iter(segments), np.random.default_rng(0), 0.0, 3))) == 12
+        segments = range(unit.first, unit.last)
+        assert unit.text_ids.tolist() == [1000 + 10 * video + s for s in segments if s % 4 != 3 for _ in range(3)]
+        assert unit.visual_ids.tolist() == [WORDS_PER_VIDEO * video + (s + i) % WORDS_PER_VIDEO
+                                            for s in segments for i in range(4)]
+    assert data.runs(4, rng, 0.0, 3) == [(0, 1), (1, 2), (2, 3), (3, 4)]
+    # a stream resumes inside a shard: the rows before `start_row` are not part of what it reads
+    assert [video.video_id for _, video in data.read_videos(shards[0], LAYOUT, start_row=4)] == ["v01", "v02"]
 
 
-def test_negatives_pair_text_with_another_videos_tokens(tmp_path):
-    shards = write_shards(tmp_path)
-    plans = data.plan_stream(shards, LAYOUT, params(regime_weights=(0.0, 0.0, 1.0), concat_prob=0.0), 0, 0, 1)
-    labels = Counter()
-    for _ in range(300):
-        plan = next(plans)
+def test_negatives_are_of_another_time_and_as_long_as_the_text_span(tmp_path):
+    shards = write_realistic_shards(tmp_path)
+    gap = 20
+    stream = data.PlanStream(shards, REAL, params(regime_weights=(0.0, 0.0, 1.0), negative_min_gap=gap,
+                                                  shuffle_buffer=200), 0, 0, 1)
+    kinds = Counter()
+    for _ in range(4000):
+        plan = next(stream)
         assert plan.regime == TEXT_VIDEO
-        text_video = {(int(plan.text_ids[0]) - 1000) // 10}
-        same = video_of_visual(plan.visual_ids) == text_video
-        assert same == (plan.alignment_label == ALIGNED)
-        labels[plan.alignment_label] += 1
-    assert 0.4 < labels[NOT_ALIGNED] / 300 < 0.6
+        video, (start, end) = int(plan.video.video_id[1:]), plan.span
+        origin, position = plan.visual_ids // 1000, plan.visual_ids % 1000
+        assert len(plan.visual_ids) == end - start                          # as long as the text's own span
+        assert np.all(np.diff(position) == 1)                               # a window of consecutive clips
+        if plan.alignment_label == ALIGNED:
+            kinds["aligned"] += 1
+            assert (origin == video).all() and position[0] == start
+        elif plan.same_video:
+            kinds["same video"] += 1
+            assert (origin == video).all()
+            assert position[-1] < start - gap or position[0] >= end + gap     # at least `gap` clips away
+        else:
+            kinds["other video"] += 1
+            assert len(set(origin.tolist())) == 1 and origin[0] != video
+    negatives = kinds["same video"] + kinds["other video"]
+    assert 0.45 < negatives / 4000 < 0.55
+    assert abs(kinds["same video"] / negatives - 0.5) < 0.05               # train.negative_same_video_share
+    only_other = data.PlanStream(shards, REAL, params(regime_weights=(0.0, 0.0, 1.0), negative_same_video_share=0.0,
+                                                      shuffle_buffer=200), 0, 0, 1)
+    assert not any(next(only_other).same_video for _ in range(500))
+
+
+def test_alignment_labels_cannot_be_told_from_lengths(tmp_path):
+    shards = write_realistic_shards(tmp_path, text_share=0.7)
+    p = params(regime_weights=(0.0, 0.0, 1.0), max_len=128, shuffle_buffer=200)
+
+    def key(ids, types) -> tuple[int, int]:
+        """(text length in bins of 8, visual length) of a built example: what the model sees."""
+        visual = int(types.sum()) - 1                                       # segment B: visual tokens, [SEP]
+        return (len(ids) - visual - 3) // 8, visual
+
+    keys, labels = [], []
+    for batch, _ in zip(ShardDataset(shards, REAL, TEXT_REPLACEMENTS, p, 250, 0), range(80)):
+        for row, length in enumerate(batch["attention_mask"].sum(dim=1).tolist()):
+            keys.append(key(batch["input_ids"][row, :length], batch["token_type_ids"][row, :length]))
+        labels += batch["alignment_labels"].tolist()
+    assert 0.48 < np.mean(labels) < 0.52
+    accuracy = lookup_accuracy(keys, labels)
+    assert abs(accuracy - 0.5) < 0.03, accuracy
+    # the same lookup tells negatives made from any other unit's visual tokens (16-clip silent stretches,
+    # joined runs): there the lengths give the label away
+    units = [data.Unit(video, first, last) for path in shards for _, video in data.read_videos(path, REAL)
+             for first, last in data.runs(video.segments, np.random.default_rng(0), 0.5, 3)]
+    rng = np.random.default_rng(1)
+    keys, labels = [], []
+    for unit in units * 30:
+        if unit.text_ids.size:
+            negative = rng.random() < 0.5
+            visual = units[rng.integers(len(units))].visual_ids if negative else unit.visual_ids
+            plan = Plan(TEXT_VIDEO, unit.text_ids, visual, NOT_ALIGNED if negative else ALIGNED)
+            keys.append(key(*data.build_example(plan, REAL, p, TEXT_REPLACEMENTS, rng)[:2]))
+            labels.append(plan.alignment_label)
+    assert lookup_accuracy(keys, labels) > 0.58
 
 
 def test_regimes_are_mixed_by_weight(tmp_path):
     shards = write_shards(tmp_path)
-    plans = data.plan_stream(shards, LAYOUT, params(regime_weights=(1.0, 0.0, 3.0), concat_prob=0.0), 0, 0, 1)
+    plans = data.PlanStream(shards, LAYOUT, params(regime_weights=(1.0, 0.0, 3.0), concat_prob=0.0), 0, 0, 1)
     counts = Counter(next(plans).regime for _ in range(800))
     assert counts[VIDEO] == 0
     # video_only segments (1 in 5) can only be video examples: with video off they are left out

@@ -6,13 +6,17 @@ Three kinds of examples, mixed by `train.regime_weights`:
     text        [CLS] text [SEP]                          masked LM
     video       [CLS] visual tokens [SEP]                 masked LM
     text_video  [CLS] text [>] visual tokens [SEP]        masked LM + alignment label on [CLS]
-A text_video example is a negative (not aligned) with probability `train.negative_prob`: the segment's
-text with the visual tokens of a segment from another video.
+A text_video example is a negative (not aligned) with probability `train.negative_prob`: the text with as
+many visual tokens as its own span has, from another time: with `train.negative_same_video_share` a window
+of the same video at least `train.negative_min_gap` clips away, otherwise a window of another video. Equal
+lengths keep the label from showing in the lengths, and same-video negatives make the task "is this the
+time the sentence was said?", not "is this the same video?".
 
 The stream, per (rank, DataLoader worker):
   1. shards: every epoch the complete shards are permuted (seeded by epoch, the same on all ranks) and
      stream g of G = world_size * workers takes shards g, g+G, ...: no shard is read twice in an epoch;
-  2. rows are read one record batch at a time (pyarrow `iter_batches`), never a whole shard;
+  2. rows are read one record batch at a time (pyarrow `iter_batches`), never a whole shard, and grouped
+     into videos (a video's rows are contiguous, in time order): one video is held while its units are made;
   3. neighbouring segments of one video are joined into a unit with probability `concat_prob`
      (2..`max_concat` segments; text with text, video with video, so the pair stays aligned);
   4. a shuffle buffer of `shuffle_buffer` units (bounded memory) picks the next unit at random;
@@ -90,6 +94,8 @@ class DataParams:
     mask_prob: float
     regime_weights: tuple[float, float, float]    # in REGIMES order
     negative_prob: float
+    negative_same_video_share: float
+    negative_min_gap: int       # clips between a same-video negative's window and the text's own span
     concat_prob: float
     max_concat: int
     max_subsample_step: int
@@ -100,7 +106,8 @@ class DataParams:
         t = train_cfg
         return cls(max_len=t.max_len, mask_prob=t.mask_prob,
                    regime_weights=tuple(float(t.regime_weights[name]) for name in REGIMES),
-                   negative_prob=t.negative_prob, concat_prob=t.concat_prob, max_concat=t.max_concat,
+                   negative_prob=t.negative_prob, negative_same_video_share=t.negative_same_video_share,
+                   negative_min_gap=t.negative_min_gap, concat_prob=t.concat_prob, max_concat=t.max_concat,
                    max_subsample_step=t.max_subsample_step, shuffle_buffer=t.shuffle_buffer)
 
 
@@ -122,8 +129,11 @@ class Segment:
 
 
 def _list_column(column) -> tuple[np.ndarray, np.ndarray]:
-    """(values, offsets) of a list<int32> column: row i is values[offsets[i]:offsets[i+1]]."""
-    return column.values.to_numpy(zero_copy_only=False).astype(np.int64), column.offsets.to_numpy()
+    """(values, offsets) of a list<int32> column: row i is values[offsets[i]:offsets[i+1]] (also for a
+    sliced column, whose `values` are the unsliced ones)."""
+    offsets = column.offsets.to_numpy()
+    values = column.values.to_numpy(zero_copy_only=False)[offsets[0]:offsets[-1]].astype(np.int64)
+    return values, offsets - offsets[0]
 
 
 def _check_ids(path: Path, video_ids: list[str], values: np.ndarray, offsets: np.ndarray, limit: int,
@@ -135,11 +145,25 @@ def _check_ids(path: Path, video_ids: list[str], values: np.ndarray, offsets: np
                          f"[0, {limit}): the shard was made with another codebook or tokenizer")
 
 
-def read_segments(path: Path, layout: VocabLayout, columns: tuple[str, ...] = ()) -> Iterator[tuple[Segment, dict]]:
-    """Stream a shard's segments, one record batch at a time; `columns` are extra columns returned as a dict."""
+def read_segments(path: Path, layout: VocabLayout, columns: tuple[str, ...] = (),
+                  start_row: int = 0) -> Iterator[tuple[Segment, dict]]:
+    """Stream a shard's segments from row `start_row` on, one record batch at a time; `columns` are extra
+    columns returned as a dict. Row groups before `start_row` are not read."""
     file = pq.ParquetFile(path, page_checksum_verification=True)
-    for batch in file.iter_batches(batch_size=_READ_BATCH_ROWS,
+    groups, skip, first = [], start_row, 0
+    for index in range(file.metadata.num_row_groups):
+        rows = file.metadata.row_group(index).num_rows
+        if first + rows > start_row:
+            groups.append(index)
+        else:
+            skip -= rows
+        first += rows
+    for batch in file.iter_batches(batch_size=_READ_BATCH_ROWS, row_groups=groups,
                                    columns=["video_id", "kind", "text_ids", "visual_ids", *columns]):
+        if skip >= batch.num_rows:
+            skip -= batch.num_rows
+            continue
+        batch, skip = batch.slice(skip), 0
         video_ids = batch.column("video_id").to_pylist()
         kinds = batch.column("kind").to_pylist()
         text_values, text_offsets = _list_column(batch.column("text_ids"))
@@ -154,40 +178,90 @@ def read_segments(path: Path, layout: VocabLayout, columns: tuple[str, ...] = ()
             yield Segment(video_id, text, visual), {name: values[row] for name, values in extra.items()}
 
 
+class Video:
+    """One video's segments in time order: its visual tokens (one per clip) and text ids, each concatenated,
+    with every segment's bounds in both (segment i: clips[clip_bounds[i]:clip_bounds[i+1]])."""
+    __slots__ = ("video_id", "clips", "text", "clip_bounds", "text_bounds")
+
+    def __init__(self, video_id: str, clips: np.ndarray, text: np.ndarray, clip_bounds: np.ndarray,
+                 text_bounds: np.ndarray):
+        self.video_id, self.clips, self.text = video_id, clips, text
+        self.clip_bounds, self.text_bounds = clip_bounds, text_bounds
+
+    @classmethod
+    def of(cls, video_id: str, segments: list[Segment]) -> "Video":
+        def joined(parts: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+            bounds = np.zeros(len(parts) + 1, dtype=np.int64)
+            np.cumsum([len(part) for part in parts], out=bounds[1:])
+            return (np.concatenate(parts) if parts else _EMPTY), bounds
+        clips, clip_bounds = joined([s.visual_ids for s in segments])
+        text, text_bounds = joined([s.text_ids for s in segments])
+        return cls(video_id, clips, text, clip_bounds, text_bounds)
+
+    @property
+    def segments(self) -> int:
+        return len(self.clip_bounds) - 1
+
+
+class Unit:
+    """Segments first..last-1 of a video: one segment, or a run of neighbours joined."""
+    __slots__ = ("video", "first", "last")
+
+    def __init__(self, video: Video, first: int, last: int):
+        self.video, self.first, self.last = video, first, last
+
+    @property
+    def span(self) -> tuple[int, int]:
+        """Where its visual tokens lie in the video's clips."""
+        return int(self.video.clip_bounds[self.first]), int(self.video.clip_bounds[self.last])
+
+    @property
+    def visual_ids(self) -> np.ndarray:
+        start, end = self.span
+        return self.video.clips[start:end]
+
+    @property
+    def text_ids(self) -> np.ndarray:
+        return self.video.text[self.video.text_bounds[self.first]:self.video.text_bounds[self.last]]
+
+
+def read_videos(path: Path, layout: VocabLayout, start_row: int = 0) -> Iterator[tuple[int, Video]]:
+    """(the row after it, video) for each video of a shard from row `start_row` on (the align stage writes a
+    video's rows together, in time order). Memory: one video's segments."""
+    segments: list[Segment] = []
+    row = start_row
+    for segment, _ in read_segments(path, layout, start_row=start_row):
+        if segments and segment.video_id != segments[0].video_id:
+            yield row, Video.of(segments[0].video_id, segments)
+            segments = []
+        segments.append(segment)
+        row += 1
+    if segments:
+        yield row, Video.of(segments[0].video_id, segments)
+
+
 # ---------------------------------------------------------------- the stream of example plans
 
 class Plan:
-    """What one example is made of, before subsampling, truncation and masking."""
-    __slots__ = ("regime", "text_ids", "visual_ids", "alignment_label")
+    """What one example is made of, before subsampling, truncation and masking; `video` and `span` are the
+    text's unit (its video and where its own visual tokens lie there)."""
+    __slots__ = ("regime", "text_ids", "visual_ids", "alignment_label", "same_video", "video", "span")
 
-    def __init__(self, regime: int, text_ids: np.ndarray, visual_ids: np.ndarray, alignment_label: int):
+    def __init__(self, regime: int, text_ids: np.ndarray, visual_ids: np.ndarray, alignment_label: int,
+                 same_video: bool = False, video: Video | None = None, span: tuple[int, int] = (0, 0)):
         self.regime, self.text_ids, self.visual_ids = regime, text_ids, visual_ids
-        self.alignment_label = alignment_label
+        self.alignment_label, self.same_video, self.video, self.span = alignment_label, same_video, video, span
 
 
-def _units(segments: Iterator[Segment], rng: np.random.Generator, concat_prob: float,
-           max_concat: int) -> Iterator[Segment]:
-    """Join runs of neighbouring segments of one video: 1 segment, or 2..max_concat with `concat_prob`."""
-    def draw_length() -> int:
-        if max_concat < 2 or rng.random() >= concat_prob:
-            return 1
-        return int(rng.integers(2, max_concat + 1))
-
-    def join(run: list[Segment]) -> Segment:
-        if len(run) == 1:
-            return run[0]
-        return Segment(run[0].video_id, np.concatenate([s.text_ids for s in run]),
-                       np.concatenate([s.visual_ids for s in run]))
-
-    run: list[Segment] = []
-    length = draw_length()
-    for segment in segments:
-        if run and (segment.video_id != run[0].video_id or len(run) == length):
-            yield join(run)
-            run, length = [], draw_length()
-        run.append(segment)
-    if run:
-        yield join(run)
+def runs(segments: int, rng: np.random.Generator, concat_prob: float, max_concat: int) -> list[tuple[int, int]]:
+    """(first, last) runs of neighbouring segments covering 0..segments-1: one segment, or 2..max_concat
+    joined with probability `concat_prob` (cut short at the video's end)."""
+    found, first = [], 0
+    while first < segments:
+        length = 1 if max_concat < 2 or rng.random() >= concat_prob else int(rng.integers(2, max_concat + 1))
+        found.append((first, min(first + length, segments)))
+        first += length
+    return found
 
 
 def stream_shards(shards: list[Path], seed: int, epoch: int, stream: int, num_streams: int) -> list[Path]:
@@ -197,62 +271,113 @@ def stream_shards(shards: list[Path], seed: int, epoch: int, stream: int, num_st
     return [shards[i] for i in order[stream::num_streams]]
 
 
-def plan_stream(shards: list[Path], layout: VocabLayout, params: DataParams, seed: int, stream: int,
-                num_streams: int) -> Iterator[Plan]:
-    """The endless, seeded sequence of example plans of stream `stream` of `num_streams`."""
-    if len(shards) < num_streams:
-        raise ValueError(f"{len(shards)} shards cannot feed {num_streams} streams")
-    rng = np.random.default_rng([seed, 1, stream])
-    weights = params.regime_weights
-    buffer: list[Segment] = []
-    for epoch in itertools.count():
-        mine = stream_shards(shards, seed, epoch, stream, num_streams)
-        segments = (segment for path in mine for segment, _ in read_segments(path, layout))
-        units_read = 0
-        for unit in _units(segments, rng, params.concat_prob, params.max_concat):
-            units_read += 1
-            if len(buffer) < params.shuffle_buffer:
-                buffer.append(unit)
-                continue
-            index = int(rng.integers(len(buffer)))
-            unit, buffer[index] = buffer[index], unit
-            plan = _plan(unit, buffer, weights, params.negative_prob, rng)
+class PlanStream:
+    """The endless, seeded sequence of example plans (`next(stream)`) of stream `stream` of `num_streams`."""
+
+    def __init__(self, shards: list[Path], layout: VocabLayout, params: DataParams, seed: int, stream: int,
+                 num_streams: int):
+        if len(shards) < num_streams:
+            raise ValueError(f"{len(shards)} shards cannot feed {num_streams} streams")
+        self.shards, self.layout, self.params = shards, layout, params
+        self.seed, self.stream, self.num_streams = seed, stream, num_streams
+        self.rng = np.random.default_rng([seed, 1, stream])
+        self.epoch = self.shard = self.row = 0   # where the next video starts: epoch, shard of the epoch, row
+        self.epoch_units = 0                     # units read this epoch
+        self.pending: list[Unit] = []            # units of the video read last, the next one at the end
+        self.buffer: list[Unit] = []
+        self.rows_read = 0                       # rows read by this object (what a resume costs)
+        self._videos: Iterator[tuple[int, Video]] | None = None      # the open shard
+
+    def __iter__(self) -> "PlanStream":
+        return self
+
+    def __next__(self) -> Plan:
+        while True:
+            plan = self._plan(self._next_unit())
             if plan is not None:
-                yield plan
-        if units_read == 0:
-            raise ValueError(f"shards {[str(p) for p in mine]} hold no segments")
+                return plan
 
+    def _mine(self) -> list[Path]:
+        return stream_shards(self.shards, self.seed, self.epoch, self.stream, self.num_streams)
 
-def _plan(unit: Segment, buffer: list[Segment], weights: tuple[float, float, float], negative_prob: float,
-          rng: np.random.Generator) -> Plan | None:
-    has_text, has_video = unit.text_ids.size > 0, unit.visual_ids.size > 0
-    # a regime the unit cannot make (no text, say) is left out and the others renormalised
-    text_weight = weights[TEXT] if has_text else 0.0
-    video_weight = weights[VIDEO] if has_video else 0.0
-    both_weight = weights[TEXT_VIDEO] if has_text and has_video else 0.0
-    total = text_weight + video_weight + both_weight
-    if total <= 0:
-        return None
-    draw = rng.random() * total
-    regime = TEXT if draw < text_weight else VIDEO if draw < text_weight + video_weight else TEXT_VIDEO
-    if regime == TEXT:
-        return Plan(TEXT, unit.text_ids, _EMPTY, IGNORE)
-    if regime == VIDEO:
-        return Plan(VIDEO, _EMPTY, unit.visual_ids, IGNORE)
-    if rng.random() < negative_prob:
-        partner = _other_video(unit, buffer, rng)
-        if partner is not None:
-            return Plan(TEXT_VIDEO, unit.text_ids, partner.visual_ids, NOT_ALIGNED)
-    return Plan(TEXT_VIDEO, unit.text_ids, unit.visual_ids, ALIGNED)
+    def _read_unit(self) -> Unit:
+        while not self.pending:
+            mine = self._mine()
+            if self._videos is None:
+                self._videos = read_videos(mine[self.shard], self.layout, self.row)
+            found = next(self._videos, None)
+            if found is None:                    # the shard is done: the next one, or the next epoch
+                self._videos, self.row, self.shard = None, 0, self.shard + 1
+                if self.shard == len(mine):
+                    if self.epoch_units == 0:
+                        raise ValueError(f"shards {[str(p) for p in mine]} hold no segments")
+                    self.epoch, self.shard, self.epoch_units = self.epoch + 1, 0, 0
+                continue
+            self.row, video = found
+            self.rows_read += video.segments
+            made = runs(video.segments, self.rng, self.params.concat_prob, self.params.max_concat)
+            self.pending = [Unit(video, first, last) for first, last in reversed(made)]
+            self.epoch_units += len(made)
+        return self.pending.pop()
 
+    def _next_unit(self) -> Unit:
+        """The unit the shuffle buffer gives up for the next read one."""
+        while len(self.buffer) < self.params.shuffle_buffer:
+            self.buffer.append(self._read_unit())
+        index = int(self.rng.integers(len(self.buffer)))
+        unit, self.buffer[index] = self.buffer[index], self._read_unit()
+        return unit
 
-def _other_video(unit: Segment, buffer: list[Segment], rng: np.random.Generator, tries: int = 16) -> Segment | None:
-    """A random buffered unit from another video (None if a few draws find none: the example stays positive)."""
-    for _ in range(tries):
-        other = buffer[int(rng.integers(len(buffer)))]
-        if other.video_id != unit.video_id and other.visual_ids.size:
-            return other
-    return None
+    def _plan(self, unit: Unit) -> Plan | None:
+        text, visual = unit.text_ids, unit.visual_ids
+        # a regime the unit cannot make (no text, say) is left out and the others renormalised
+        weights = self.params.regime_weights
+        text_weight = weights[TEXT] if text.size else 0.0
+        video_weight = weights[VIDEO] if visual.size else 0.0
+        both_weight = weights[TEXT_VIDEO] if text.size and visual.size else 0.0
+        total = text_weight + video_weight + both_weight
+        if total <= 0:
+            return None
+        draw = self.rng.random() * total
+        regime = TEXT if draw < text_weight else VIDEO if draw < text_weight + video_weight else TEXT_VIDEO
+        context = {"video": unit.video, "span": unit.span}
+        if regime == TEXT:
+            return Plan(TEXT, text, _EMPTY, IGNORE, **context)
+        if regime == VIDEO:
+            return Plan(VIDEO, _EMPTY, visual, IGNORE, **context)
+        if self.rng.random() < self.params.negative_prob:
+            window, same_video = self._negative(unit)
+            if window is not None:
+                return Plan(TEXT_VIDEO, text, window, NOT_ALIGNED, same_video, **context)
+        return Plan(TEXT_VIDEO, text, visual, ALIGNED, **context)
+
+    def _negative(self, unit: Unit) -> tuple[np.ndarray | None, bool]:
+        """(visual tokens of another time, whether of the same video), exactly as many as the unit's own: a
+        window of the same video at least `negative_min_gap` clips away (with `negative_same_video_share`, when
+        the video is long enough), else of another buffered unit's video (None if a few draws find none)."""
+        rng, length = self.rng, len(unit.visual_ids)
+        if rng.random() < self.params.negative_same_video_share:
+            start, end = unit.span
+            gap, clips = self.params.negative_min_gap, unit.video.clips
+            before = max(0, start - gap - length + 1)         # windows ending at start - gap or earlier
+            after = max(0, len(clips) - length - end - gap + 1)   # windows starting at end + gap or later
+            if before + after:
+                at = int(rng.integers(before + after))
+                at = at if at < before else end + gap + at - before
+                return clips[at:at + length], True
+        other = None
+        for _ in range(16):
+            candidate = self.buffer[int(rng.integers(len(self.buffer)))].video
+            if candidate.video_id != unit.video.video_id and candidate.clips.size and (
+                    other is None or len(candidate.clips) > len(other.clips)):
+                other = candidate
+                if len(other.clips) >= length:
+                    break
+        if other is None:
+            return None, False
+        at = int(rng.integers(max(1, len(other.clips) - length + 1)))
+        # a video shorter than the span (rare: the buffer's videos are long) is repeated to its length
+        return np.resize(other.clips[at:at + length], length), False
 
 
 # ---------------------------------------------------------------- plans to tensors
@@ -377,7 +502,7 @@ class ShardDataset(IterableDataset):
         info = get_worker_info()
         worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
         stream = self.rank * workers + worker
-        plans = plan_stream(self.shards, self.layout, self.params, self.seed, stream, self.world_size * workers)
+        plans = PlanStream(self.shards, self.layout, self.params, self.seed, stream, self.world_size * workers)
         # this worker makes global batches worker, worker + workers, ...: skip those already consumed
         skip = math.ceil(max(0, self.start_batch - worker) / workers)
         for local_batch in itertools.count():
