@@ -233,6 +233,51 @@ def test_masking_is_bert_style_and_keeps_kinds():
     assert kinds["kept"] > 0.05 * chosen_total      # kept as is ~10% (plus random draws of the same token)
 
 
+def test_masking_predicts_the_configured_share_of_each_modality(tmp_path):
+    shards = write_realistic_shards(tmp_path, text_share=0.4)
+    dataset = ShardDataset(shards, REAL, TEXT_REPLACEMENTS, params(max_len=128, shuffle_buffer=200), 128, 0)
+    counts = Counter()
+    for batch, _ in zip(dataset, range(40)):
+        labels, attended = batch["labels"], batch["attention_mask"].bool()
+        original = torch.where(labels != IGNORE, labels, batch["input_ids"])
+        predicted = labels != IGNORE
+        visual = (original >= REAL.visual_offset) & (original < REAL.visual_sep_id)
+        text = attended & (original < REAL.text_vocab_size) & (original != REAL.cls_id) & (original != REAL.sep_id)
+        for name, tokens in (("text", text), ("visual", visual)):
+            counts[name] += int(tokens.sum())
+            counts[f"{name} predicted"] += int((tokens & predicted).sum())
+        # no row without a target: text-video rows have their alignment label, and text-only and video-only
+        # rows were widened to at least 1 / 0.15 tokens, of which masking always predicts one or more
+        assert (predicted.any(dim=1) | (batch["alignment_labels"] != IGNORE)).all()
+        regimes = batch["regimes"]
+        assert (text.sum(dim=1)[regimes == TEXT] >= 7).all() and (visual.sum(dim=1)[regimes == VIDEO] >= 7).all()
+        counts["rows"] += len(regimes)
+    for name in ("text", "visual"):
+        assert abs(counts[f"{name} predicted"] / counts[name] - 0.15) < 0.01, (name, counts)
+
+
+def test_short_examples_are_widened_within_their_video(tmp_path):
+    shards = write_realistic_shards(tmp_path, shards=1, videos_per_shard=1)
+    video = next(data.read_videos(shards[0], REAL))[1]
+    p, rng = params(max_len=128, max_subsample_step=1), np.random.default_rng(0)
+    short = next(index for index in range(video.segments) if 0 < video.clip_bounds[index + 1] - video.clip_bounds[index] < 7)
+    unit = data.Unit(video, short, short + 1)
+    ids, _, labels = data.build_example(Plan(VIDEO, data._EMPTY, unit.visual_ids, IGNORE, unit=unit), REAL, p,
+                                        TEXT_REPLACEMENTS, rng)
+    clips = np.where(labels != IGNORE, labels, ids)[1:-1] - REAL.visual_offset
+    start = unit.span[0]
+    assert np.array_equal(clips, np.arange(start, start + 7) if start + 7 <= len(video.clips)
+                          else np.arange(len(video.clips) - 7, len(video.clips)))
+    assert (labels != IGNORE).sum() == 1                                   # 15% of 7 tokens, rounded at random
+    # text: whole neighbouring sentences are joined on
+    short = next(index for index in range(video.segments) if 0 < video.text_bounds[index + 1] - video.text_bounds[index] < 7)
+    unit = data.Unit(video, short, short + 1)
+    ids, _, labels = data.build_example(Plan(TEXT, unit.text_ids, data._EMPTY, IGNORE, unit=unit), REAL, p,
+                                        TEXT_REPLACEMENTS, rng)
+    text = np.where(labels != IGNORE, labels, ids)[1:-1]
+    assert len(text) >= 7 and text[:len(unit.text_ids)].tolist() == unit.text_ids.tolist()
+
+
 def test_truncation_keeps_text_and_video_in_balance():
     assert data.balance(10, 20, 61) == (10, 20)
     assert data.balance(100, 100, 61) == (30, 31)
@@ -291,7 +336,7 @@ def test_negatives_are_of_another_time_and_as_long_as_the_text_span(tmp_path):
     for _ in range(4000):
         plan = next(stream)
         assert plan.regime == TEXT_VIDEO
-        video, (start, end) = int(plan.video.video_id[1:]), plan.span
+        video, (start, end) = int(plan.unit.video.video_id[1:]), plan.unit.span
         origin, position = plan.visual_ids // 1000, plan.visual_ids % 1000
         assert len(plan.visual_ids) == end - start                          # as long as the text's own span
         assert np.all(np.diff(position) == 1)                               # a window of consecutive clips

@@ -22,7 +22,9 @@ The stream, per (rank, DataLoader worker):
   4. a shuffle buffer of `shuffle_buffer` units (bounded memory) picks the next unit at random;
   5. the unit's regime and its negative partner are drawn (the "plan" of an example);
   6. a batch of plans becomes tensors: visual tokens subsampled at a random step in 1..max_subsample_step,
-     truncated to `max_len` keeping text and video in balance, 15% of tokens masked (80/10/10).
+     truncated to `max_len` keeping text and video in balance, 15% of the text and 15% of the visual
+     tokens masked (80/10/10); a text-only or video-only example shorter than 1 / mask_prob tokens is first
+     widened within its video, so that it has a target.
 Steps 1-5 use one seeded generator per stream and are cheap; step 6 uses a generator seeded by
 (seed, stream, batch index). Resuming at batch b therefore replays only steps 1-5 up to b and yields
 exactly the batches an uninterrupted run would have (DataLoader hands out worker batches round-robin)."""
@@ -100,6 +102,11 @@ class DataParams:
     max_concat: int
     max_subsample_step: int
     shuffle_buffer: int
+
+    @property
+    def min_tokens(self) -> int:
+        """Tokens a text-only or video-only example needs so that masking predicts at least one of them."""
+        return math.ceil(1 / self.mask_prob - 1e-9)
 
     @classmethod
     def from_config(cls, train_cfg) -> "DataParams":
@@ -243,14 +250,14 @@ def read_videos(path: Path, layout: VocabLayout, start_row: int = 0) -> Iterator
 # ---------------------------------------------------------------- the stream of example plans
 
 class Plan:
-    """What one example is made of, before subsampling, truncation and masking; `video` and `span` are the
-    text's unit (its video and where its own visual tokens lie there)."""
-    __slots__ = ("regime", "text_ids", "visual_ids", "alignment_label", "same_video", "video", "span")
+    """What one example is made of, before subsampling, truncation and masking; `unit` is where its text (or
+    its own visual tokens) came from, `same_video` whether a negative's visual tokens are of that video too."""
+    __slots__ = ("regime", "text_ids", "visual_ids", "alignment_label", "same_video", "unit")
 
     def __init__(self, regime: int, text_ids: np.ndarray, visual_ids: np.ndarray, alignment_label: int,
-                 same_video: bool = False, video: Video | None = None, span: tuple[int, int] = (0, 0)):
+                 same_video: bool = False, unit: "Unit | None" = None):
         self.regime, self.text_ids, self.visual_ids = regime, text_ids, visual_ids
-        self.alignment_label, self.same_video, self.video, self.span = alignment_label, same_video, video, span
+        self.alignment_label, self.same_video, self.unit = alignment_label, same_video, unit
 
 
 def runs(segments: int, rng: np.random.Generator, concat_prob: float, max_concat: int) -> list[tuple[int, int]]:
@@ -340,16 +347,15 @@ class PlanStream:
             return None
         draw = self.rng.random() * total
         regime = TEXT if draw < text_weight else VIDEO if draw < text_weight + video_weight else TEXT_VIDEO
-        context = {"video": unit.video, "span": unit.span}
         if regime == TEXT:
-            return Plan(TEXT, text, _EMPTY, IGNORE, **context)
+            return Plan(TEXT, text, _EMPTY, IGNORE, unit=unit)
         if regime == VIDEO:
-            return Plan(VIDEO, _EMPTY, visual, IGNORE, **context)
+            return Plan(VIDEO, _EMPTY, visual, IGNORE, unit=unit)
         if self.rng.random() < self.params.negative_prob:
             window, same_video = self._negative(unit)
             if window is not None:
-                return Plan(TEXT_VIDEO, text, window, NOT_ALIGNED, same_video, **context)
-        return Plan(TEXT_VIDEO, text, visual, ALIGNED, **context)
+                return Plan(TEXT_VIDEO, text, window, NOT_ALIGNED, same_video, unit)
+        return Plan(TEXT_VIDEO, text, visual, ALIGNED, unit=unit)
 
     def _negative(self, unit: Unit) -> tuple[np.ndarray | None, bool]:
         """(visual tokens of another time, whether of the same video), exactly as many as the unit's own: a
@@ -414,20 +420,25 @@ def assemble(layout: VocabLayout, text_ids: np.ndarray, visual_ids: np.ndarray, 
 
 def mask_tokens(ids: np.ndarray, layout: VocabLayout, mask_prob: float, text_replacements: np.ndarray,
                 rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """BERT masking: `mask_prob` of the text and visual tokens (at least one) are predicted; of those 80%
-    become [MASK], 10% a random token of the same kind (text for text, visual for visual), 10% stay."""
+    """BERT masking, per modality: of n text (or visual) tokens, mask_prob * n rounded at random (down, or up
+    with the fraction's probability) are predicted, so that every token is predicted with probability exactly
+    `mask_prob` whatever the example's length (a floor of one target would predict a third of a 3-token
+    visual sentence); of those 80% become [MASK], 10% a random token of the same kind, 10% stay."""
     is_visual = (ids >= layout.visual_offset) & (ids < layout.visual_sep_id)
     is_text = ((ids < layout.text_vocab_size) & (ids != layout.cls_id) & (ids != layout.sep_id)
                & (ids != layout.pad_id))
-    eligible = np.flatnonzero(is_visual | is_text)
     labels = np.full(len(ids), IGNORE, dtype=np.int64)
-    if eligible.size == 0:
+    chosen = []
+    for positions in (np.flatnonzero(is_text), np.flatnonzero(is_visual)):
+        expected = mask_prob * positions.size
+        count = int(expected) + int(rng.random() < expected - int(expected))
+        chosen.append(positions[rng.random(positions.size).argsort()[:count]])   # `count` distinct positions
+    chosen = np.concatenate(chosen)
+    if chosen.size == 0:
         return ids, labels
-    count = max(1, int(round(mask_prob * eligible.size)))
-    chosen = eligible[rng.random(eligible.size).argsort()[:count]]    # `count` distinct positions
     labels[chosen] = ids[chosen]
     ids = ids.copy()
-    draw = rng.random(count)
+    draw = rng.random(chosen.size)
     ids[chosen[draw < 0.8]] = layout.mask_id
     random_positions = chosen[(draw >= 0.8) & (draw < 0.9)]
     visual_positions = random_positions[is_visual[random_positions]]
@@ -437,15 +448,34 @@ def mask_tokens(ids: np.ndarray, layout: VocabLayout, mask_prob: float, text_rep
     return ids, labels
 
 
+def _widened(plan: Plan, step: int, params: DataParams) -> tuple[np.ndarray, np.ndarray]:
+    """(text, visual ids) of a text-only or video-only plan, widened within its video to at least
+    `params.min_tokens` tokens (after subsampling at `step`): whole neighbouring segments for text, neighbouring
+    clips for video. Without it a short speech segment would be a video example of 1-2 tokens with no target
+    at the unbiased masking rate, a batch row that teaches nothing (text-video rows keep their alignment
+    target, and stay as they are)."""
+    unit, need = plan.unit, min(params.min_tokens, params.max_len - 2)
+    video = unit.video if unit is not None else None
+    if plan.regime == TEXT and video is not None and len(plan.text_ids) < need:
+        bounds = video.text_bounds
+        last = min(video.segments, int(np.searchsorted(bounds, bounds[unit.first] + need)))
+        first = max(0, min(unit.first, int(np.searchsorted(bounds, bounds[last] - need, side="right")) - 1))
+        return video.text[bounds[first]:bounds[last]], plan.visual_ids
+    if plan.regime == VIDEO and video is not None and len(plan.visual_ids) < need * step:
+        start, end = unit.span
+        end = min(len(video.clips), start + need * step)
+        return plan.text_ids, video.clips[max(0, end - need * step):end]
+    return plan.text_ids, plan.visual_ids
+
+
 def build_example(plan: Plan, layout: VocabLayout, params: DataParams, text_replacements: np.ndarray,
                   rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(input ids, token types, MLM labels) of one plan."""
-    visual = plan.visual_ids
-    if visual.size and params.max_subsample_step > 1:
-        step = int(rng.integers(1, params.max_subsample_step + 1))
+    step = int(rng.integers(1, params.max_subsample_step + 1)) if params.max_subsample_step > 1 else 1
+    text, visual = _widened(plan, step, params)
+    if visual.size and step > 1:
         # the offset stays inside short segments, so that no visual sentence comes out empty
         visual = visual[int(rng.integers(min(step, len(visual)))):][::step]
-    text = plan.text_ids
     if plan.regime == TEXT_VIDEO:
         n_text, n_video = balance(len(text), len(visual), params.max_len - 3)
         text, visual = text[:n_text], visual[:n_video]
