@@ -169,6 +169,9 @@ class TrainConfig:
     # >= 0 each, some regime > 0
     regime_weights: dict[str, float] = field(
         default_factory=lambda: {"text": 1.0, "video": 1.0, "text_video": 1.0})
+    # exact: examples follow regime_weights (units without text beyond the video share are skipped);
+    # natural: each unit makes a regime it can, by weight (units without text only video examples)
+    regime_mix: str = "exact"
     loss_weights: dict[str, float] = field(
         default_factory=lambda: {"text": 1.0, "video": 1.0, "text_video": 1.0, "alignment": 1.0})
     concat_prob: float = 0.5            # in [0, 1]: randomly join neighbouring segments into one example
@@ -393,6 +396,7 @@ def _check_train(t: TrainConfig) -> None:
         for name, weight in getattr(t, mapping).items():
             _one_of(name, tuple(getattr(TrainConfig(), mapping)), f"train.{mapping}.{name}")
             _non_negative(weight, f"train.{mapping}.{name}")
+    _one_of(t.regime_mix, ("exact", "natural"), "train.regime_mix")
     if sum(t.regime_weights.values()) <= 0:
         raise ConfigError("config error: train.regime_weights must give some regime a weight > 0")
     if t.init_checkpoint.startswith("random:"):

@@ -184,10 +184,19 @@ def test_a_checkpoint_is_continued_only_on_what_it_was_trained_with(tmp_path, to
     assert len(moved) == 1 and (moved[0] / "checkpoints" / "step-00000008").is_dir()
 
 
-def test_input_embeddings_stay_frozen(tmp_path, tokenizer):
+def test_input_embeddings_stay_frozen(tmp_path, tokenizer, capsys):
     write_synthetic(tmp_path, tokenizer, videos=8, videos_per_shard=2)
     cfg = config(tmp_path, "train.lr=0.01")
-    train(cfg, tmp_path, quiet=True)
+    summary = train(cfg, tmp_path)
+    # the realised regime mix: per log record, and of the whole run at its end
+    records = train_records(tmp_path)
+    for record in records.values():
+        shares = [record[f"mlm_{regime}_share"] for regime in ("text", "video", "text_video")]
+        examples = [record[f"mlm_{regime}_examples"] for regime in ("text", "video", "text_video")]
+        assert sum(examples) == 8 and shares == pytest.approx([n / 8 for n in examples])
+    assert summary["regime_mix"] == pytest.approx(
+        {regime: sum(r[f"mlm_{regime}_examples"] for r in records.values()) / 48 for regime in ("text", "video", "text_video")})
+    assert f"regime mix of 48 examples: text {100 * summary['regime_mix']['text']:.1f}%" in capsys.readouterr().err
     trained, info = VideoBert.load(latest_checkpoint(tmp_path))
     codebook = codebook_format.load(WorkDir(tmp_path).codebook)
     initial, _ = build_model(cfg.train.init_checkpoint, trained.layout, codebook.centroids[-1], codebook.counts[-1],

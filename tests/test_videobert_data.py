@@ -25,7 +25,7 @@ WORDS_PER_VIDEO = 50 // 10   # video v's segments use visual words 5v .. 5v+4 (s
 
 
 def params(**changes) -> DataParams:
-    base = dict(max_len=64, mask_prob=0.15, regime_weights=(1.0, 1.0, 1.0), negative_prob=0.5,
+    base = dict(max_len=64, mask_prob=0.15, regime_weights=(1.0, 1.0, 1.0), regime_mix="exact", negative_prob=0.5,
                 negative_same_video_share=0.5, negative_min_gap=20, concat_prob=0.5, max_concat=3,
                 max_subsample_step=5, shuffle_buffer=16)
     return DataParams(**dict(base, **changes))
@@ -398,6 +398,30 @@ def test_regimes_are_mixed_by_weight(tmp_path):
     assert counts[VIDEO] == 0
     # video_only segments (1 in 5) can only be video examples: with video off they are left out
     assert 0.18 < counts[TEXT] / 800 < 0.32
+
+
+def test_exact_mix_follows_the_weights_when_few_videos_have_text(tmp_path):
+    # 40% of the videos have text (English), and they have silent stretches too
+    shards = write_realistic_shards(tmp_path, text_share=0.4)
+
+    def shares(weights, mix, n=6000) -> list[float]:
+        stream = data.PlanStream(shards, REAL, params(regime_weights=weights, regime_mix=mix, shuffle_buffer=200), 0, 0, 1)
+        counts = Counter(next(stream).regime for _ in range(n))
+        return [counts[regime] / n for regime in (TEXT, VIDEO, TEXT_VIDEO)]
+
+    assert all(abs(share - 1 / 3) < 0.03 for share in shares((1.0, 1.0, 1.0), "exact")), shares((1.0, 1.0, 1.0), "exact")
+    assert all(abs(share - expected) < 0.03 for share, expected in zip(shares((1.0, 2.0, 1.0), "exact"), (0.25, 0.5, 0.25)))
+    natural = shares((1.0, 1.0, 1.0), "natural")
+    assert natural[VIDEO] > 0.5 and natural[TEXT] < 0.25           # units without text make video examples only
+    # where units with text are plentiful (about 2/3 of them here, more than the text and text-video weights'
+    # 1/2), they make video examples too
+    rich = write_realistic_shards(tmp_path / "rich", text_share=1.0, seed=1)
+    stream = data.PlanStream(rich, REAL, params(regime_weights=(1.0, 2.0, 1.0), shuffle_buffer=200), 0, 0, 1)
+    plans = [next(stream) for _ in range(6000)]
+    counts = Counter(plan.regime for plan in plans)
+    assert all(abs(counts[regime] / 6000 - expected) < 0.03 for regime, expected in ((TEXT, 0.25), (VIDEO, 0.5),
+                                                                                     (TEXT_VIDEO, 0.25)))
+    assert sum(plan.regime == VIDEO and plan.unit.text_ids.size > 0 for plan in plans) > 1000
 
 
 def test_ids_outside_the_vocabulary_name_the_video(tmp_path):

@@ -2,7 +2,7 @@
 
 Vocabulary layout (`VocabLayout`): the text WordPiece ids unchanged, then the k**d visual words, then `[>]`.
 
-Three kinds of examples, mixed by `train.regime_weights`:
+Three kinds of examples, mixed by `train.regime_weights` (`train.regime_mix`, see PlanStream._regime):
     text        [CLS] text [SEP]                          masked LM
     video       [CLS] visual tokens [SEP]                 masked LM
     text_video  [CLS] text [>] visual tokens [SEP]        masked LM + alignment label on [CLS]
@@ -95,6 +95,7 @@ class DataParams:
     max_len: int
     mask_prob: float
     regime_weights: tuple[float, float, float]    # in REGIMES order
+    regime_mix: str             # exact | natural (see PlanStream._regime)
     negative_prob: float
     negative_same_video_share: float
     negative_min_gap: int       # clips between a same-video negative's window and the text's own span
@@ -112,7 +113,7 @@ class DataParams:
     def from_config(cls, train_cfg) -> "DataParams":
         t = train_cfg
         return cls(max_len=t.max_len, mask_prob=t.mask_prob,
-                   regime_weights=tuple(float(t.regime_weights[name]) for name in REGIMES),
+                   regime_weights=tuple(float(t.regime_weights[name]) for name in REGIMES), regime_mix=t.regime_mix,
                    negative_prob=t.negative_prob, negative_same_video_share=t.negative_same_video_share,
                    negative_min_gap=t.negative_min_gap, concat_prob=t.concat_prob, max_concat=t.max_concat,
                    max_subsample_step=t.max_subsample_step, shuffle_buffer=t.shuffle_buffer)
@@ -292,6 +293,7 @@ class PlanStream:
         self.epoch_units = 0                     # units read this epoch
         self.pending: list[Unit] = []            # units of the video read last, the next one at the end
         self.buffer: list[Unit] = []
+        self.kinds = [0, 0]                      # buffered units with text and video, with video only
         self.rows_read = 0                       # rows read by this object (what a resume costs)
         self._videos: Iterator[tuple[int, Video]] | None = None      # the open shard
 
@@ -300,7 +302,7 @@ class PlanStream:
 
     def __next__(self) -> Plan:
         while True:
-            plan = self._plan(self._next_unit())
+            plan = self._plan(*self._next_unit())
             if plan is not None:
                 return plan
 
@@ -327,26 +329,51 @@ class PlanStream:
             self.epoch_units += len(made)
         return self.pending.pop()
 
-    def _next_unit(self) -> Unit:
-        """The unit the shuffle buffer gives up for the next read one."""
+    def _count(self, unit: Unit, change: int) -> None:
+        if unit.visual_ids.size:
+            self.kinds[0 if unit.text_ids.size else 1] += change
+
+    def _next_unit(self) -> tuple[Unit, float]:
+        """(the unit the shuffle buffer gives up for the next read one, the share of units with text among
+        the buffered units with video it was drawn from)."""
         while len(self.buffer) < self.params.shuffle_buffer:
             self.buffer.append(self._read_unit())
+            self._count(self.buffer[-1], 1)
+        share = self.kinds[0] / max(1, sum(self.kinds))
         index = int(self.rng.integers(len(self.buffer)))
         unit, self.buffer[index] = self.buffer[index], self._read_unit()
-        return unit
+        self._count(unit, -1)
+        self._count(self.buffer[index], 1)
+        return unit, share
 
-    def _plan(self, unit: Unit) -> Plan | None:
+    def _regime(self, has_text: bool, has_video: bool, share: float) -> int | None:
+        """The regime of a unit drawn from a buffer in which `share` of the units with video have text too;
+        None: the unit is skipped.
+
+        natural: the regimes the unit can make, by their weights (a unit without text makes video examples
+        only, so with 40% of the videos in English 1:1:1 weights give about 21/58/21%).
+        exact: each example's regime follows the weights: a unit with text makes text or text-video examples
+        (and video ones only when units with text are plentiful: share >= the text and text-video weights),
+        a unit without text makes a video example with the probability that keeps the video share, else it
+        is skipped (this epoch). The buffer needs a unit with text for this: without one, natural."""
+        weights = np.asarray(self.params.regime_weights) / sum(self.params.regime_weights)
+        draw, textual = self.rng.random(), weights[TEXT] + weights[TEXT_VIDEO]
+        if self.params.regime_mix == "natural" or not has_video or share <= 0:
+            # a regime the unit cannot make (no text, say) is left out and the others renormalised
+            usable = weights * [has_text, has_video, has_text and has_video]
+            if usable.sum() <= 0:
+                return None
+            return min(2, int(np.searchsorted(np.cumsum(usable), draw * usable.sum(), side="right")))
+        if has_text:
+            scale = max(share, textual)
+            return TEXT if draw * scale < weights[TEXT] else TEXT_VIDEO if draw * scale < textual else VIDEO
+        return VIDEO if share >= textual or draw * (1 - share) * textual < share * weights[VIDEO] else None
+
+    def _plan(self, unit: Unit, share: float) -> Plan | None:
         text, visual = unit.text_ids, unit.visual_ids
-        # a regime the unit cannot make (no text, say) is left out and the others renormalised
-        weights = self.params.regime_weights
-        text_weight = weights[TEXT] if text.size else 0.0
-        video_weight = weights[VIDEO] if visual.size else 0.0
-        both_weight = weights[TEXT_VIDEO] if text.size and visual.size else 0.0
-        total = text_weight + video_weight + both_weight
-        if total <= 0:
+        regime = self._regime(text.size > 0, visual.size > 0, share)
+        if regime is None:
             return None
-        draw = self.rng.random() * total
-        regime = TEXT if draw < text_weight else VIDEO if draw < text_weight + video_weight else TEXT_VIDEO
         if regime == TEXT:
             return Plan(TEXT, text, _EMPTY, IGNORE, unit=unit)
         if regime == VIDEO:

@@ -3,11 +3,13 @@ on GPU, data parallel under torchrun (gloo on CPU, nccl on GPU; shards split by 
 
 Outputs in DIR/train/:
 - checkpoints/step-NNNNNNNN/: model.safetensors + model.json (how the model was made) + trainer.pt
-  (optimiser, scheduler, every rank's RNG states, the data position, the open log window); written under
+  (optimiser, scheduler, the data position, and per rank its RNG states, open log window and examples per
+  regime so far); written under
   a temporary name and renamed, so a checkpoint folder is always complete; the newest
   `train.keep_checkpoints` are kept;
 - log.jsonl: a start/resume record, then per `train.log_every` steps the loss, masked accuracy and
-  alignment accuracy per regime, learning rate and tokens/s.
+  alignment accuracy per regime, the examples of each regime and their share (the realised mix), learning
+  rate and tokens/s. A run ends by printing the mix of all examples trained on so far.
 
 `resume=True` continues from the newest checkpoint and gives the same losses as a run that was never
 stopped: the data stream is replayed to the saved position (see videobert/data.py) and the RNG states,
@@ -168,12 +170,15 @@ class Window:
         elapsed = max(time.time() - self.started, 1e-9)
         record = {"event": "train", "step": step, "lr": lr,
                   "loss": float(totals[-2]) / max(self.steps * runtime.world_size, 1)}
+        all_examples = float(metrics[:len(REGIMES), -1].sum())
         for index, name in enumerate(METRIC_ROWS):
             loss_sum, correct, count, examples = (float(v) for v in metrics[index])
             prefix = METRIC_PREFIXES[name]
             record[f"{prefix}_loss"] = loss_sum / count if count else None
             record[f"{prefix}_acc"] = correct / count if count else None
             record[f"{prefix}_examples"] = int(examples)
+            if name in REGIMES:             # the realised regime mix
+                record[f"{prefix}_share"] = examples / all_examples if all_examples else None
         record["tokens_per_s"] = float(totals[-1]) / elapsed
         return record
 
@@ -203,19 +208,20 @@ def _set_rng_state(state: dict, device: torch.device) -> None:
 
 
 def _save_checkpoint(work: WorkDir, step: int, model: VideoBert, info: dict, trainer_state: dict,
-                     runtime: Runtime, keep: int) -> Path:
-    rng_states = [None] * runtime.world_size
+                     rank_state: dict, runtime: Runtime, keep: int) -> Path:
+    """`trainer_state` is the same on every rank; `rank_state` (with the RNG states added) is each rank's."""
+    rank_state = dict(rank_state, rng=_rng_state(runtime.device))
+    rank_states = [rank_state]
     if runtime.distributed:
-        dist.all_gather_object(rng_states, _rng_state(runtime.device))
-    else:
-        rng_states = [_rng_state(runtime.device)]
+        rank_states = [None] * runtime.world_size
+        dist.all_gather_object(rank_states, rank_state)
     root = work.checkpoints
     final = root / f"step-{step:08d}"
     if runtime.main and not final.exists():
         tmp = io.atomic_path(final)
         tmp.mkdir()
         model.save(tmp, dict(info, step=step))
-        torch.save(dict(trainer_state, step=step, rng=rng_states), tmp / TRAINER_STATE_NAME)
+        torch.save(dict(trainer_state, step=step, ranks=rank_states), tmp / TRAINER_STATE_NAME)
         os.replace(tmp, final)
         for old in sorted(root.glob("step-*"))[:-keep]:
             shutil.rmtree(old)
@@ -255,8 +261,22 @@ def _format_record(record: dict, max_steps: int) -> str:
     for name, prefix in METRIC_PREFIXES.items():
         if record[f"{prefix}_loss"] is not None:
             parts.append(f"{name} {record[f'{prefix}_loss']:.3f} (acc {record[f'{prefix}_acc']:.3f})")
+    shares = [record[f"mlm_{name}_share"] or 0.0 for name in REGIMES]
+    parts.append(f"mix {'/'.join(f'{100 * share:.0f}' for share in shares)}%")
     parts.append(f"{record['tokens_per_s']:,.0f} tokens/s")
     return " | ".join(parts)
+
+
+def _mix_line(examples: torch.Tensor, cfg: Config) -> tuple[str, dict[str, float]]:
+    """The realised mix of `examples` (per regime) against the configured one."""
+    total = max(float(examples.sum()), 1.0)
+    shares = {name: float(examples[index]) / total for index, name in enumerate(REGIMES)}
+    weights = cfg.train.regime_weights
+    line = (f"regime mix of {int(examples.sum()):,} examples: "
+            + ", ".join(f"{name} {100 * share:.1f}%" for name, share in shares.items())
+            + f" (train.regime_weights {':'.join(f'{weights[name]:g}' for name in REGIMES)}, "
+              f"regime_mix {cfg.train.regime_mix})")
+    return line, shares
 
 
 def identities(cfg: Config, videos: list[dict]) -> dict[str, str]:
@@ -320,6 +340,7 @@ class Run:
     info: dict                 # how the model was made (saved with every checkpoint)
     notes: list[str]
     data_shape: dict           # ranks, streams and micro-batch: a resume must keep them
+    examples: torch.Tensor     # this rank's examples per regime so far (the realised mix)
 
 
 def _open_checkpoint(work: WorkDir, runtime: Runtime, lineage: dict, resume: bool, restart: bool,
@@ -394,10 +415,12 @@ def _setup(cfg: Config, runtime: Runtime, shards: list[Path], codebook, lineage:
     if state is not None:
         optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
-        _set_rng_state(state["rng"][runtime.rank], runtime.device)
+        _set_rng_state(state["ranks"][runtime.rank]["rng"], runtime.device)
     else:
         torch.manual_seed(t.seed + runtime.rank)     # dropout differs between ranks
-    return Run(model, wrapped, optimizer, scheduler, iter(loader), info, notes, data_shape)
+    examples = (state["ranks"][runtime.rank]["examples"] if state is not None else torch.zeros(len(REGIMES)))
+    return Run(model, wrapped, optimizer, scheduler, iter(loader), info, notes, data_shape,
+               examples.to(runtime.device))
 
 
 def _open_log(cfg: Config, work: WorkDir, runtime: Runtime, run: Run, start_step: int, shards: list[Path],
@@ -439,6 +462,7 @@ def _train_step(run: Run, window: "Window", cfg: Config, runtime: Runtime) -> tu
             (loss / t.grad_accum).backward()
         window.metrics += metrics
         window.loss_sum += loss.detach() / t.grad_accum
+        run.examples += metrics[:len(REGIMES), -1]
     if t.grad_clip > 0:
         torch.nn.utils.clip_grad_norm_([p for p in run.model.parameters() if p.requires_grad], t.grad_clip)
     lr = run.scheduler.get_last_lr()[0]
@@ -463,7 +487,7 @@ def _train(cfg: Config, work: WorkDir, runtime: Runtime, resume: bool, restart: 
     run = _setup(cfg, runtime, shards, codebook, lineage, latest, state)
     window = Window(runtime.device)
     if state is not None:
-        window.load(state["window"])
+        window.load(state["ranks"][runtime.rank]["window"])
     log_file = _open_log(cfg, work, runtime, run, start_step, shards, state is not None, quiet)
 
     stop_step = t.max_steps if t.steps_per_run == 0 else min(t.max_steps, start_step + t.steps_per_run)
@@ -488,13 +512,19 @@ def _train(cfg: Config, work: WorkDir, runtime: Runtime, resume: bool, restart: 
                 # a checkpoint: model, optimiser, scheduler, RNG states, data position, the open window
                 if step % t.checkpoint_every == 0 or step == stop_step:
                     trainer_state = {"optimizer": run.optimizer.state_dict(), "scheduler": run.scheduler.state_dict(),
-                                     "window": window.state(), "micro_batches": step * t.grad_accum,
-                                     "data_shape": run.data_shape}
-                    checkpoint = _save_checkpoint(work, step, run.model, run.info, trainer_state, runtime,
-                                                  t.keep_checkpoints)
+                                     "micro_batches": step * t.grad_accum, "data_shape": run.data_shape}
+                    rank_state = {"window": window.state(), "examples": run.examples.cpu()}
+                    checkpoint = _save_checkpoint(work, step, run.model, run.info, trainer_state, rank_state,
+                                                  runtime, t.keep_checkpoints)
+        # the realised regime mix of everything trained on so far, summed over ranks
+        if runtime.distributed:
+            dist.all_reduce(run.examples)
+        mix_line, mix = _mix_line(run.examples.cpu(), cfg)
+        if log_file is not None and not quiet:
+            print(f"[train] {mix_line}", file=sys.stderr)
     finally:
         if log_file is not None:
             log_file.close()
     return {"step": step, "max_steps": t.max_steps, "finished": step >= t.max_steps,
-            "steps_this_run": step - start_step, "checkpoint": str(checkpoint),
+            "steps_this_run": step - start_step, "checkpoint": str(checkpoint), "regime_mix": mix,
             "seconds": round(time.time() - started, 3), "last": last_record, "log": str(work.train_log)}
