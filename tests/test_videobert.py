@@ -126,30 +126,43 @@ def test_checkpoint_and_tokenizer_must_agree(tmp_path, tokenizer):
 
 # ---------------------------------------------------------------- training loop
 
-def test_resumed_run_matches_an_uninterrupted_one(tmp_path, tokenizer):
-    # grad accumulation and a DataLoader worker process: the data position must survive the restart
-    overrides = ("train.grad_accum=2", "train.num_workers=1", "train.keep_checkpoints=5")
+@pytest.mark.filterwarnings("ignore:This DataLoader will create")
+@pytest.mark.parametrize("workers, grad_accum", [(2, 2), (3, 2), (2, 1)])
+def test_resumed_run_matches_an_uninterrupted_one(tmp_path, tokenizer, workers, grad_accum):
+    # DataLoader worker processes, stopped at odd steps: after a restart the loader starts at worker 0 while
+    # the next batch may be another stream's (batch 6 of 3 streams; batch 3 of 2), and every stream must
+    # continue exactly where it was
+    overrides = (f"train.grad_accum={grad_accum}", f"train.num_workers={workers}", "train.keep_checkpoints=5",
+                 "train.max_steps=7")
     whole, split = tmp_path / "whole", tmp_path / "split"
     for folder in (whole, split):
         write_synthetic(folder, tokenizer, videos=8, videos_per_shard=2)
     summary = train(config(whole, *overrides), whole, quiet=True)
-    assert summary["finished"] and summary["step"] == 6
+    assert summary["finished"] and summary["step"] == 7
 
-    first = train(config(split, *overrides, "train.steps_per_run=4"), split, quiet=True)
-    assert first["step"] == 4 and not first["finished"]
+    first = train(config(split, *overrides, "train.steps_per_run=3"), split, quiet=True)
+    assert first["step"] == 3 and not first["finished"]
     with pytest.raises(FileExistsError, match="pass --resume"):
         train(config(split, *overrides), split, quiet=True)
-    second = train(config(split, *overrides, "train.steps_per_run=4"), split, resume=True, quiet=True)
-    assert second["step"] == 6 and second["finished"] and second["steps_this_run"] == 2
+    second = train(config(split, *overrides, "train.steps_per_run=2"), split, resume=True, quiet=True)
+    assert second["step"] == 5 and not second["finished"]
+    state = torch.load(latest_checkpoint(split) / "trainer.pt", weights_only=True)
+    # each stream's position is saved: its generator, reader and buffer (at most train.shuffle_buffer units)
+    streams = state["ranks"][0]["plan_states"]
+    assert sorted(streams) == list(range(workers)) and state["data_shape"]["streams_per_rank"] == workers
+    assert all(len(s["units"]["units"]) <= 32 + 6 for s in streams.values())    # buffer + one video's units
+    third = train(config(split, *overrides), split, resume=True, quiet=True)
+    assert third["step"] == 7 and third["finished"] and third["steps_this_run"] == 2
 
     expected, resumed = train_records(whole), train_records(split)
-    assert sorted(expected) == sorted(resumed) == [1, 2, 3, 4, 5, 6]
-    for step in range(1, 7):
+    assert sorted(expected) == sorted(resumed) == list(range(1, 8))
+    for step in range(1, 8):
         assert resumed[step] == expected[step], step
     final_whole, _ = VideoBert.load(latest_checkpoint(whole))
     final_split, _ = VideoBert.load(latest_checkpoint(split))
     for (name, a), b in zip(final_whole.state_dict().items(), final_split.state_dict().values()):
         assert torch.equal(a, b), name
+    assert third["regime_mix"] == summary["regime_mix"]
     # nothing more to do: a finished run resumes to itself
     assert train(config(split, *overrides), split, resume=True, quiet=True)["steps_this_run"] == 0
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from io import BytesIO
 from pathlib import Path
 
 import numpy as np
@@ -178,6 +179,60 @@ def test_batches_are_seeded_and_resume_skips_exactly(tmp_path):
     resumed = first_batches(1, start_batch=2, n=2)
     for x, y in zip(a[2:], resumed):
         assert all(torch.equal(x[key], y[key]) for key in x)
+
+
+def signature(plan: Plan) -> tuple:
+    return (plan.regime, plan.text_ids.tolist(), plan.visual_ids.tolist(), plan.alignment_label, plan.same_video)
+
+
+def test_a_stream_resumes_from_its_state_without_replaying(tmp_path):
+    shards = write_realistic_shards(tmp_path, text_share=0.4)
+    stream = data.PlanStream(shards, REAL, params(shuffle_buffer=200), 0, 0, 1)
+    resume_reads = []
+    for position in (100, 20_000):                      # early, and many epochs later
+        while stream.rows_read < position:
+            next(stream)
+        # through a checkpoint: tensors, lists and numbers that torch.load reads with weights_only
+        saved = BytesIO()
+        torch.save(stream.state(), saved)
+        saved.seek(0)
+        state = torch.load(saved, weights_only=True)
+        assert len(state["units"]["units"]) <= 200 + 240          # the buffer and one video's units at most
+        resumed = data.PlanStream(shards, REAL, params(shuffle_buffer=200), 0, 0, 1, state)
+        rows_before = stream.rows_read
+        for _ in range(300):
+            assert signature(next(resumed)) == signature(next(stream))
+        # the resumed stream read exactly the rows the uninterrupted one read for these 300 plans: no replay
+        assert resumed.rows_read == stream.rows_read - rows_before
+        resume_reads.append(resumed.rows_read)
+    assert stream.rows_read > 20_000 and max(resume_reads) < 2_000     # the skip does not grow with the position
+
+
+@pytest.mark.filterwarnings("ignore:This DataLoader will create")
+def test_loader_workers_resume_exactly(tmp_path):
+    shards = write_realistic_shards(tmp_path, shards=6, videos_per_shard=2)
+
+    def loader(start_batch=0, plan_states=None, stop_batch=0):
+        dataset = ShardDataset(shards, REAL, TEXT_REPLACEMENTS, params(), 4, 0, start_batch=start_batch,
+                               plan_states=plan_states, checkpoint_every=4, stop_batch=stop_batch)
+        return iter(torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=3,
+                                                generator=torch.Generator()))
+
+    whole = loader()
+    expected = [next(whole) for _ in range(12)]
+    first, states = loader(stop_batch=7), {}
+    for _ in range(7):                                  # stopped after batch 7 of 3 streams
+        batch = next(first)
+        if "plan_state" in batch:
+            state = batch.pop("plan_state")
+            states[state["stream"]] = state
+    assert sorted(states) == [0, 1, 2] and {s["batch"] for s in states.values()} == {2, 3}
+    resumed = loader(start_batch=7, plan_states=states)
+    for want in expected[7:]:
+        got = next(resumed)
+        got.pop("plan_state", None)
+        want.pop("plan_state", None)
+        assert all(torch.equal(got[key], want[key]) for key in want)
 
 
 def test_batch_tensors_follow_the_input_format(tmp_path):

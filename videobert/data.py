@@ -25,9 +25,13 @@ The stream, per (rank, DataLoader worker):
      truncated to `max_len` keeping text and video in balance, 15% of the text and 15% of the visual
      tokens masked (80/10/10); a text-only or video-only example shorter than 1 / mask_prob tokens is first
      widened within its video, so that it has a target.
-Steps 1-5 use one seeded generator per stream and are cheap; step 6 uses a generator seeded by
-(seed, stream, batch index). Resuming at batch b therefore replays only steps 1-5 up to b and yields
-exactly the batches an uninterrupted run would have (DataLoader hands out worker batches round-robin)."""
+Steps 1-5 use one seeded generator per stream; step 6 uses a generator seeded by (seed, stream, batch
+index). A stream's position (`PlanStream.state()`: its generator, epoch, shard and row, the units of the
+video in hand and the shuffle buffer: bounded by `shuffle_buffer`) rides along with its last batch before
+each checkpoint and is saved there, so a resume continues every stream where it stopped without replaying a
+single example, and yields exactly the batches an uninterrupted run would have: DataLoader takes batches
+from its workers round-robin starting at worker 0, so after a resume at batch b worker w serves the stream
+whose turn is b + w."""
 
 from __future__ import annotations
 
@@ -248,6 +252,36 @@ def read_videos(path: Path, layout: VocabLayout, start_row: int = 0) -> Iterator
         yield row, Video.of(segments[0].video_id, segments)
 
 
+def _encode_units(units: list[Unit]) -> dict:
+    """Units as tensors: each of their videos once (units of a video share it), then (video, first, last)."""
+    index: dict[int, int] = {}
+    videos: list[Video] = []
+    for unit in units:
+        if index.setdefault(id(unit.video), len(videos)) == len(videos):
+            videos.append(unit.video)
+
+    def joined(name: str, dtype) -> torch.Tensor:
+        return torch.from_numpy(np.concatenate([_EMPTY] + [getattr(video, name) for video in videos]).astype(dtype))
+
+    return {"video_ids": [video.video_id for video in videos],
+            "segments": torch.tensor([video.segments for video in videos], dtype=torch.int64),
+            "clips": joined("clips", np.int32), "text": joined("text", np.int32),
+            "clip_bounds": joined("clip_bounds", np.int64), "text_bounds": joined("text_bounds", np.int64),
+            "units": torch.tensor([(index[id(u.video)], u.first, u.last) for u in units], dtype=torch.int64).view(-1, 3)}
+
+
+def _decode_units(encoded: dict) -> list[Unit]:
+    videos, bound, clip, text = [], 0, 0, 0
+    for video_id, segments in zip(encoded["video_ids"], encoded["segments"].tolist()):
+        clip_bounds = encoded["clip_bounds"][bound:bound + segments + 1].numpy().copy()
+        text_bounds = encoded["text_bounds"][bound:bound + segments + 1].numpy().copy()
+        clips = encoded["clips"][clip:clip + clip_bounds[-1]].numpy().astype(np.int64)
+        words = encoded["text"][text:text + text_bounds[-1]].numpy().astype(np.int64)
+        videos.append(Video(video_id, clips, words, clip_bounds, text_bounds))
+        bound, clip, text = bound + segments + 1, clip + int(clip_bounds[-1]), text + int(text_bounds[-1])
+    return [Unit(videos[video], first, last) for video, first, last in encoded["units"].tolist()]
+
+
 # ---------------------------------------------------------------- the stream of example plans
 
 class Plan:
@@ -283,7 +317,7 @@ class PlanStream:
     """The endless, seeded sequence of example plans (`next(stream)`) of stream `stream` of `num_streams`."""
 
     def __init__(self, shards: list[Path], layout: VocabLayout, params: DataParams, seed: int, stream: int,
-                 num_streams: int):
+                 num_streams: int, state: dict | None = None):
         if len(shards) < num_streams:
             raise ValueError(f"{len(shards)} shards cannot feed {num_streams} streams")
         self.shards, self.layout, self.params = shards, layout, params
@@ -296,6 +330,21 @@ class PlanStream:
         self.kinds = [0, 0]                      # buffered units with text and video, with video only
         self.rows_read = 0                       # rows read by this object (what a resume costs)
         self._videos: Iterator[tuple[int, Video]] | None = None      # the open shard
+        if state is not None:
+            self.rng.bit_generator.state = state["rng"]
+            self.epoch, self.shard, self.row, self.epoch_units = (state[key] for key in ("epoch", "shard", "row",
+                                                                                         "epoch_units"))
+            units = _decode_units(state["units"])
+            self.buffer, self.pending = units[:state["buffered"]], units[state["buffered"]:]
+            for unit in self.buffer:
+                self._count(unit, 1)
+
+    def state(self) -> dict:
+        """Where the stream is, in tensors, lists and numbers (a checkpoint loads it with weights_only):
+        the rows before `row` are not read again, and no example is made twice."""
+        return {"rng": self.rng.bit_generator.state, "epoch": self.epoch, "shard": self.shard, "row": self.row,
+                "epoch_units": self.epoch_units, "buffered": len(self.buffer),
+                "units": _encode_units(self.buffer + self.pending)}
 
     def __iter__(self) -> "PlanStream":
         return self
@@ -546,31 +595,51 @@ class ShardDataset(IterableDataset):
     """Endless batches (dicts of tensors) of this rank's share of the shards; use with
     `DataLoader(dataset, batch_size=None, num_workers=streams_per_rank or 0)`.
 
-    `start_batch` is the number of batches this rank has already consumed (resume)."""
+    `start_batch` is the number of batches this rank has already consumed (resume) and `plan_states` the
+    saved states of its streams (by stream id; a stream without one replays its plans from the start). The
+    last batch of each stream before a checkpoint (every `checkpoint_every` batches, and at `stop_batch`)
+    carries the stream's state as "plan_state" (a dict with its "stream" and next "batch")."""
 
     def __init__(self, shards: list[Path], layout: VocabLayout, text_replacements: np.ndarray,
                  params: DataParams, batch_size: int, seed: int, rank: int = 0, world_size: int = 1,
-                 start_batch: int = 0):
+                 start_batch: int = 0, plan_states: dict[int, dict] | None = None, checkpoint_every: int = 0,
+                 stop_batch: int = 0):
         self.shards, self.layout, self.text_replacements = list(shards), layout, text_replacements
         self.params, self.batch_size, self.seed = params, batch_size, seed
         self.rank, self.world_size, self.start_batch = rank, world_size, start_batch
+        self.plan_states, self.checkpoint_every, self.stop_batch = plan_states or {}, checkpoint_every, stop_batch
 
-    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
+    def _checkpoint_after(self, index: int, workers: int) -> bool:
+        """Whether batch `index` is its stream's last before a checkpoint (the next `workers` are others')."""
+        every = self.checkpoint_every
+        return (every > 0 and (index // every + 1) * every <= index + workers) or \
+            index < self.stop_batch <= index + workers
+
+    def __iter__(self) -> Iterator[dict]:
         info = get_worker_info()
         worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
-        stream = self.rank * workers + worker
-        plans = PlanStream(self.shards, self.layout, self.params, self.seed, stream, self.world_size * workers)
-        # this worker makes global batches worker, worker + workers, ...: skip those already consumed
-        skip = math.ceil(max(0, self.start_batch - worker) / workers)
-        for local_batch in itertools.count():
+        # stream `slot` makes this rank's batches slot, slot + workers, ...; the loader asks worker w for
+        # batch start_batch + w first
+        slot, first = (self.start_batch + worker) % workers, (self.start_batch + worker) // workers
+        stream = self.rank * workers + slot
+        state = self.plan_states.get(stream)
+        plans = PlanStream(self.shards, self.layout, self.params, self.seed, stream, self.world_size * workers,
+                           state)
+        if state is None:
+            for _ in range(first * self.batch_size):
+                next(plans)
+        elif state["batch"] != first:
+            raise ValueError(f"data stream {stream} was saved before its batch {state['batch']}, not {first}")
+        for local_batch in itertools.count(first):
             batch_plans = [next(plans) for _ in range(self.batch_size)]
-            if local_batch < skip:
-                continue
             rng = np.random.default_rng([self.seed, 3, stream, local_batch])
             examples = [build_example(plan, self.layout, self.params, self.text_replacements, rng)
                         for plan in batch_plans]
-            yield collate(examples, [p.regime for p in batch_plans], [p.alignment_label for p in batch_plans],
-                          self.layout.pad_id)
+            batch = collate(examples, [p.regime for p in batch_plans], [p.alignment_label for p in batch_plans],
+                            self.layout.pad_id)
+            if self._checkpoint_after(local_batch * workers + slot, workers):
+                batch["plan_state"] = dict(plans.state(), stream=stream, batch=local_batch + 1)
+            yield batch
 
 
 def streams_per_rank(num_shards: int, world_size: int, num_workers: int) -> int:

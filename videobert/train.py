@@ -11,9 +11,10 @@ Outputs in DIR/train/:
   alignment accuracy per regime, the examples of each regime and their share (the realised mix), learning
   rate and tokens/s. A run ends by printing the mix of all examples trained on so far.
 
-`resume=True` continues from the newest checkpoint and gives the same losses as a run that was never
-stopped: the data stream is replayed to the saved position (see videobert/data.py) and the RNG states,
-optimiser and scheduler are restored. `train.steps_per_run` stops a run early with a checkpoint, for
+`resume=True` continues from the newest checkpoint and gives the same losses and weights as a run that was
+never stopped: every data stream continues from its saved state (see videobert/data.py; nothing is
+replayed, so resuming costs the same at step 500k as at step 5) and the RNG states, optimiser and scheduler
+are restored. `train.steps_per_run` stops a run early with a checkpoint, for
 time-limited batch jobs chained with --resume."""
 
 from __future__ import annotations
@@ -341,6 +342,7 @@ class Run:
     notes: list[str]
     data_shape: dict           # ranks, streams and micro-batch: a resume must keep them
     examples: torch.Tensor     # this rank's examples per regime so far (the realised mix)
+    plan_states: dict          # this rank's data streams' latest saved positions, by stream
 
 
 def _open_checkpoint(work: WorkDir, runtime: Runtime, lineage: dict, resume: bool, restart: bool,
@@ -389,7 +391,7 @@ def _model(cfg: Config, layout: VocabLayout, codebook, lineage: dict, shards: li
 
 
 def _setup(cfg: Config, runtime: Runtime, shards: list[Path], codebook, lineage: dict, latest: Path | None,
-           state: dict | None) -> Run:
+           state: dict | None, stop_step: int) -> Run:
     """Model, optimiser, scheduler and the data loader, all restored from `state` when resuming."""
     t = cfg.train
     micro_batch = _micro_batch_size(t.batch_size, t.grad_accum, runtime.world_size)
@@ -406,21 +408,24 @@ def _setup(cfg: Config, runtime: Runtime, shards: list[Path], codebook, lineage:
                if runtime.distributed else model)
     optimizer = make_optimizer(model, t.lr, t.weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _lr_factor(t.warmup_steps, t.max_steps))
+    saved = state["ranks"][runtime.rank] if state is not None else {"plan_states": {}}
     dataset = ShardDataset(shards, layout, replacement_text_ids(tokenizer), DataParams.from_config(t), micro_batch,
                            t.seed, runtime.rank, runtime.world_size,
-                           start_batch=state["micro_batches"] if state is not None else 0)
+                           start_batch=state["micro_batches"] if state is not None else 0,
+                           plan_states=saved["plan_states"], checkpoint_every=t.checkpoint_every * t.grad_accum,
+                           stop_batch=stop_step * t.grad_accum)
     # its own generator: creating the loader must not draw from the global RNG that dropout uses
     loader = DataLoader(dataset, batch_size=None, num_workers=streams if t.num_workers else 0,
                         pin_memory=runtime.device.type == "cuda", generator=torch.Generator())
     if state is not None:
         optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
-        _set_rng_state(state["ranks"][runtime.rank]["rng"], runtime.device)
+        _set_rng_state(saved["rng"], runtime.device)
     else:
         torch.manual_seed(t.seed + runtime.rank)     # dropout differs between ranks
-    examples = (state["ranks"][runtime.rank]["examples"] if state is not None else torch.zeros(len(REGIMES)))
+    examples = saved["examples"] if state is not None else torch.zeros(len(REGIMES))
     return Run(model, wrapped, optimizer, scheduler, iter(loader), info, notes, data_shape,
-               examples.to(runtime.device))
+               examples.to(runtime.device), dict(saved["plan_states"]))
 
 
 def _open_log(cfg: Config, work: WorkDir, runtime: Runtime, run: Run, start_step: int, shards: list[Path],
@@ -452,6 +457,9 @@ def _train_step(run: Run, window: "Window", cfg: Config, runtime: Runtime) -> tu
     tokens = 0
     for micro in range(t.grad_accum):
         batch = next(run.batches)
+        if "plan_state" in batch:            # its stream's position, for the next checkpoint
+            plan_state = batch.pop("plan_state")
+            run.plan_states[plan_state["stream"]] = plan_state
         tokens += int(batch["attention_mask"].sum())
         batch = {name: tensor.to(runtime.device, non_blocking=True) for name, tensor in batch.items()}
         # gradients are all-reduced once per step, on the last micro-batch
@@ -483,14 +491,14 @@ def _train(cfg: Config, work: WorkDir, runtime: Runtime, resume: bool, restart: 
     if start_step >= t.max_steps:
         return {"step": start_step, "max_steps": t.max_steps, "finished": True, "steps_this_run": 0,
                 "checkpoint": str(latest)}
+    stop_step = t.max_steps if t.steps_per_run == 0 else min(t.max_steps, start_step + t.steps_per_run)
     # model, optimiser, scheduler, data and RNG states: restored from the checkpoint when resuming
-    run = _setup(cfg, runtime, shards, codebook, lineage, latest, state)
+    run = _setup(cfg, runtime, shards, codebook, lineage, latest, state, stop_step)
     window = Window(runtime.device)
     if state is not None:
         window.load(state["ranks"][runtime.rank]["window"])
     log_file = _open_log(cfg, work, runtime, run, start_step, shards, state is not None, quiet)
 
-    stop_step = t.max_steps if t.steps_per_run == 0 else min(t.max_steps, start_step + t.steps_per_run)
     step, last_record, checkpoint, started = start_step, None, latest, time.time()
     run.wrapped.train()
     try:
@@ -513,7 +521,8 @@ def _train(cfg: Config, work: WorkDir, runtime: Runtime, resume: bool, restart: 
                 if step % t.checkpoint_every == 0 or step == stop_step:
                     trainer_state = {"optimizer": run.optimizer.state_dict(), "scheduler": run.scheduler.state_dict(),
                                      "micro_batches": step * t.grad_accum, "data_shape": run.data_shape}
-                    rank_state = {"window": window.state(), "examples": run.examples.cpu()}
+                    rank_state = {"window": window.state(), "examples": run.examples.cpu(),
+                                  "plan_states": run.plan_states}
                     checkpoint = _save_checkpoint(work, step, run.model, run.info, trainer_state, rank_state,
                                                   runtime, t.keep_checkpoints)
         # the realised regime mix of everything trained on so far, summed over ranks
