@@ -15,10 +15,10 @@ import schemas
 from pipeline import io
 from pipeline.lineage import Lineage
 from pipeline.workdir import WorkDir
-from videobert import data
+from videobert import data, stream as streaming
 from work_factory import write_manifest_rows, write_part
-from videobert.data import (ALIGNED, IGNORE, NOT_ALIGNED, TEXT, TEXT_VIDEO, VIDEO, DataParams, Plan, Segment,
-                            ShardDataset, VocabLayout)
+from videobert.data import (ALIGNED, IGNORE, NOT_ALIGNED, TEXT, TEXT_VIDEO, VIDEO, DataParams, Plan, ShardDataset,
+                            VocabLayout)
 
 LAYOUT = VocabLayout(text_vocab_size=2000, num_visual=50, cls_id=101, sep_id=102, mask_id=103, pad_id=0)
 TEXT_REPLACEMENTS = np.arange(1000, 2000)
@@ -146,14 +146,14 @@ def test_streams_split_shards_without_duplicates():
 def test_each_stream_reads_only_its_own_shards(tmp_path, monkeypatch):
     shards = write_shards(tmp_path, shards=4)
     opened: dict[int, list[Path]] = {0: [], 1: []}
-    real_read = data.read_segments
+    real_read = streaming.read_segments
     current = {"stream": 0}
 
     def recording_read(path, layout, columns=(), start_row=0):
         opened[current["stream"]].append(path)
         return real_read(path, layout, columns, start_row)
 
-    monkeypatch.setattr(data, "read_segments", recording_read)
+    monkeypatch.setattr(streaming, "read_segments", recording_read)
     for stream in (0, 1):
         current["stream"] = stream
         plans = data.PlanStream(shards, LAYOUT, params(shuffle_buffer=1), 3, stream, 2)
@@ -317,7 +317,7 @@ def test_short_examples_are_widened_within_their_video(tmp_path):
     p, rng = params(max_len=128, max_subsample_step=1), np.random.default_rng(0)
     short = next(index for index in range(video.segments) if 0 < video.clip_bounds[index + 1] - video.clip_bounds[index] < 7)
     unit = data.Unit(video, short, short + 1)
-    ids, _, labels = data.build_example(Plan(VIDEO, data._EMPTY, unit.visual_ids, IGNORE, unit=unit), REAL, p,
+    ids, _, labels = data.build_example(Plan(VIDEO, data.EMPTY, unit.visual_ids, IGNORE, unit=unit), REAL, p,
                                         TEXT_REPLACEMENTS, rng)
     clips = np.where(labels != IGNORE, labels, ids)[1:-1] - REAL.visual_offset
     start = unit.span[0]
@@ -327,7 +327,7 @@ def test_short_examples_are_widened_within_their_video(tmp_path):
     # text: whole neighbouring sentences are joined on
     short = next(index for index in range(video.segments) if 0 < video.text_bounds[index + 1] - video.text_bounds[index] < 7)
     unit = data.Unit(video, short, short + 1)
-    ids, _, labels = data.build_example(Plan(TEXT, unit.text_ids, data._EMPTY, IGNORE, unit=unit), REAL, p,
+    ids, _, labels = data.build_example(Plan(TEXT, unit.text_ids, data.EMPTY, IGNORE, unit=unit), REAL, p,
                                         TEXT_REPLACEMENTS, rng)
     text = np.where(labels != IGNORE, labels, ids)[1:-1]
     assert len(text) >= 7 and text[:len(unit.text_ids)].tolist() == unit.text_ids.tolist()
