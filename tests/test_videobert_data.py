@@ -436,14 +436,14 @@ def test_alignment_labels_cannot_be_told_from_lengths(tmp_path):
              for first, last in data.runs(video.segments, np.random.default_rng(0), 0.5, 3)]
     rng = np.random.default_rng(1)
     keys, labels = [], []
-    for unit in units * 30:
+    for unit in units * 80:
         if unit.text_ids.size:
             negative = rng.random() < 0.5
             visual = units[rng.integers(len(units))].visual_ids if negative else unit.visual_ids
             plan = Plan(TEXT_VIDEO, unit.text_ids, visual, NOT_ALIGNED if negative else ALIGNED)
             keys.append(key(*data.build_example(plan, REAL, p, TEXT_REPLACEMENTS, rng)[:2]))
             labels.append(plan.alignment_label)
-    assert lookup_accuracy(keys, labels) > 0.58
+    assert lookup_accuracy(keys, labels) > 0.57                           # about 0.59
 
 
 def test_regimes_are_mixed_by_weight(tmp_path):

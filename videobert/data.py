@@ -182,8 +182,7 @@ def _widened(plan: Plan, step: int, params: DataParams) -> tuple[np.ndarray, np.
         first = max(0, min(unit.first, int(np.searchsorted(bounds, bounds[last] - need, side="right")) - 1))
         return video.text[bounds[first]:bounds[last]], plan.visual_ids
     if plan.regime == VIDEO and video is not None and len(plan.visual_ids) < need * step:
-        start, end = unit.span
-        end = min(len(video.clips), start + need * step)
+        end = min(len(video.clips), unit.span[0] + need * step)
         return plan.text_ids, video.clips[max(0, end - need * step):end]
     return plan.text_ids, plan.visual_ids
 

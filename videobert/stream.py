@@ -238,7 +238,7 @@ class PlanStream:
         self.pending: list[Unit] = []            # units of the video read last, the next one at the end
         self.buffer: list[Unit] = []
         self.kinds = [0, 0]                      # buffered units with text and video, with video only
-        self.rows_read = 0                       # rows read by this object (what a resume costs)
+        self.rows_read = 0                       # rows this object made units of (none replayed on resume)
         self._videos: Iterator[tuple[int, Video]] | None = None      # the open shard
         if state is not None:
             self.rng.bit_generator.state = state["rng"]
