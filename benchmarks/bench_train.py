@@ -27,6 +27,7 @@ from torch.utils.data import DataLoader
 
 from pipeline import visual_words
 from pipeline.config import load_config
+from pipeline.lineage import Lineage
 from pipeline.workdir import WorkDir
 from pipeline.tokenizer import load_tokenizer
 from videobert import PRESETS
@@ -125,7 +126,7 @@ def main() -> None:
             work_dir = Path(tmp)
             write_synthetic(work_dir, tokenizer, videos=1600, segments_per_video=25, videos_per_shard=100,
                             tokens_per_segment=16)
-        shards = training_shards(work_dir)
+        shards = training_shards([path for _, path in Lineage(work_dir).current_parts("align")])
         codebook = visual_words.load(WorkDir(work_dir).codebook)
         layout = VocabLayout.from_tokenizer(tokenizer, codebook.num_leaves)
         streams = streams_per_rank(len(shards), 1, args.workers)

@@ -147,12 +147,19 @@ class TrainConfig:
     # >= 0 each, some regime > 0
     regime_weights: dict[str, float] = field(
         default_factory=lambda: {"text": 1.0, "video": 1.0, "text_video": 1.0})
+    # exact: examples follow regime_weights (units without text beyond the video share are skipped);
+    # natural: each unit makes a regime it can, by weight (units without text only video examples)
+    regime_mix: str = "exact"
     loss_weights: dict[str, float] = field(
         default_factory=lambda: {"text": 1.0, "video": 1.0, "text_video": 1.0, "alignment": 1.0})
     concat_prob: float = 0.5            # in [0, 1]: randomly join neighbouring segments into one example
     max_concat: int = 3                 # > 0
     max_subsample_step: int = 5         # > 0: visual tokens subsampled at a random step in 1..this
-    negative_prob: float = 0.5          # in [0, 1]: text-video examples whose video comes from another video
+    negative_prob: float = 0.5          # in [0, 1]: text-video examples whose visual tokens are of another time
+    # in [0, 1]: the share of those negatives taken from the same video, at least negative_min_gap clips from
+    # the text's own (from another video where the video is too short); the others come from another video
+    negative_same_video_share: float = 0.5
+    negative_min_gap: int = 20          # >= 0: clips (1.5 s each) between a same-video negative and the text's span
     shuffle_buffer: int = 10_000        # > 0: units (segments or joined runs) held per data stream
     # in [0, MAX_WORKERS]: DataLoader workers per rank (capped by shards per rank); 0 = in-process
     num_workers: int = 2

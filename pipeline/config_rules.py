@@ -198,18 +198,19 @@ def _check_train(t: TrainConfig) -> None:
     for key in ("max_steps", "max_subsample_step", "max_concat", "shuffle_buffer", "log_every",
                 "checkpoint_every", "keep_checkpoints"):
         _positive(getattr(t, key), f"train.{key}")
-    for key in ("warmup_steps", "steps_per_run", "grad_clip"):
+    for key in ("warmup_steps", "steps_per_run", "grad_clip", "negative_min_gap"):
         _non_negative(getattr(t, key), f"train.{key}")
     _in_range(t.lr, 0, 1, "train.lr", open_low=True)
     _in_range(t.weight_decay, 0, 1, "train.weight_decay")
     if not 0 < t.mask_prob < 1:
         raise ConfigError(f"config error: train.mask_prob must be > 0 and < 1 (got {t.mask_prob})")
-    for key in ("negative_prob", "concat_prob"):
+    for key in ("negative_prob", "negative_same_video_share", "concat_prob"):
         _in_range(getattr(t, key), 0, 1, f"train.{key}")
     for mapping in ("regime_weights", "loss_weights"):
         for name, weight in getattr(t, mapping).items():
             _one_of(name, tuple(getattr(type(t)(), mapping)), f"train.{mapping}.{name}")
             _non_negative(weight, f"train.{mapping}.{name}")
+    _one_of(t.regime_mix, ("exact", "natural"), "train.regime_mix")
     if sum(t.regime_weights.values()) <= 0:
         raise ConfigError("config error: train.regime_weights must give some regime a weight > 0")
     if t.init_checkpoint.startswith("random:"):

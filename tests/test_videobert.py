@@ -125,30 +125,43 @@ def test_checkpoint_and_tokenizer_must_agree(tmp_path, tokenizer):
 
 # ---------------------------------------------------------------- training loop
 
-def test_resumed_run_matches_an_uninterrupted_one(tmp_path, tokenizer):
-    # grad accumulation and a DataLoader worker process: the data position must survive the restart
-    overrides = ("train.grad_accum=2", "train.num_workers=1", "train.keep_checkpoints=5")
+@pytest.mark.filterwarnings("ignore:This DataLoader will create")
+@pytest.mark.parametrize("workers, grad_accum", [(2, 2), (3, 2), (2, 1)])
+def test_resumed_run_matches_an_uninterrupted_one(tmp_path, tokenizer, workers, grad_accum):
+    # DataLoader worker processes, stopped at odd steps: after a restart the loader starts at worker 0 while
+    # the next batch may be another stream's (batch 6 of 3 streams; batch 3 of 2), and every stream must
+    # continue exactly where it was
+    overrides = (f"train.grad_accum={grad_accum}", f"train.num_workers={workers}", "train.keep_checkpoints=5",
+                 "train.max_steps=7")
     whole, split = tmp_path / "whole", tmp_path / "split"
     for folder in (whole, split):
         write_synthetic(folder, tokenizer, videos=8, videos_per_shard=2)
     summary = train(config(whole, *overrides), whole, quiet=True)
-    assert summary["finished"] and summary["step"] == 6
+    assert summary["finished"] and summary["step"] == 7
 
-    first = train(config(split, *overrides, "train.steps_per_run=4"), split, quiet=True)
-    assert first["step"] == 4 and not first["finished"]
+    first = train(config(split, *overrides, "train.steps_per_run=3"), split, quiet=True)
+    assert first["step"] == 3 and not first["finished"]
     with pytest.raises(FileExistsError, match="pass --resume"):
         train(config(split, *overrides), split, quiet=True)
-    second = train(config(split, *overrides, "train.steps_per_run=4"), split, resume=True, quiet=True)
-    assert second["step"] == 6 and second["finished"] and second["steps_this_run"] == 2
+    second = train(config(split, *overrides, "train.steps_per_run=2"), split, resume=True, quiet=True)
+    assert second["step"] == 5 and not second["finished"]
+    state = torch.load(latest_checkpoint(split) / "trainer.pt", weights_only=True)
+    # each stream's position is saved: its generator, reader and buffer (at most train.shuffle_buffer units)
+    streams = state["ranks"][0]["plan_states"]
+    assert sorted(streams) == list(range(workers)) and state["data_shape"]["streams_per_rank"] == workers
+    assert all(len(s["units"]["units"]) <= 32 + 6 for s in streams.values())    # buffer + one video's units
+    third = train(config(split, *overrides), split, resume=True, quiet=True)
+    assert third["step"] == 7 and third["finished"] and third["steps_this_run"] == 2
 
     expected, resumed = train_records(whole), train_records(split)
-    assert sorted(expected) == sorted(resumed) == [1, 2, 3, 4, 5, 6]
-    for step in range(1, 7):
+    assert sorted(expected) == sorted(resumed) == list(range(1, 8))
+    for step in range(1, 8):
         assert resumed[step] == expected[step], step
     final_whole, _ = VideoBert.load(latest_checkpoint(whole))
     final_split, _ = VideoBert.load(latest_checkpoint(split))
     for (name, a), b in zip(final_whole.state_dict().items(), final_split.state_dict().values()):
         assert torch.equal(a, b), name
+    assert third["regime_mix"] == summary["regime_mix"]
     # nothing more to do: a finished run resumes to itself
     assert train(config(split, *overrides), split, resume=True, quiet=True)["steps_this_run"] == 0
 
@@ -183,10 +196,19 @@ def test_a_checkpoint_is_continued_only_on_what_it_was_trained_with(tmp_path, to
     assert len(moved) == 1 and (moved[0] / "checkpoints" / "step-00000008").is_dir()
 
 
-def test_input_embeddings_stay_frozen(tmp_path, tokenizer):
+def test_input_embeddings_stay_frozen(tmp_path, tokenizer, capsys):
     write_synthetic(tmp_path, tokenizer, videos=8, videos_per_shard=2)
     cfg = config(tmp_path, "train.lr=0.01")
-    train(cfg, tmp_path, quiet=True)
+    summary = train(cfg, tmp_path)
+    # the realised regime mix: per log record, and of the whole run at its end
+    records = train_records(tmp_path)
+    for record in records.values():
+        shares = [record[f"mlm_{regime}_share"] for regime in ("text", "video", "text_video")]
+        examples = [record[f"mlm_{regime}_examples"] for regime in ("text", "video", "text_video")]
+        assert sum(examples) == 8 and shares == pytest.approx([n / 8 for n in examples])
+    assert summary["regime_mix"] == pytest.approx(
+        {regime: sum(r[f"mlm_{regime}_examples"] for r in records.values()) / 48 for regime in ("text", "video", "text_video")})
+    assert f"regime mix of 48 examples: text {100 * summary['regime_mix']['text']:.1f}%" in capsys.readouterr().err
     trained, info = VideoBert.load(latest_checkpoint(tmp_path))
     codebook = visual_words.load(WorkDir(tmp_path).codebook)
     initial, _ = build_model(cfg.train.init_checkpoint, trained.layout, codebook.centroids[-1], codebook.counts[-1],

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from io import BytesIO
 from pathlib import Path
 
 import numpy as np
@@ -17,8 +18,9 @@ from pipeline.lineage import Lineage
 from pipeline.workdir import WorkDir
 from schemas.metadata import Provenance
 from videobert import data
-from videobert.data import (ALIGNED, IGNORE, NOT_ALIGNED, TEXT, TEXT_VIDEO, VIDEO, DataParams, Plan, Segment,
-                            ShardDataset, VocabLayout)
+from videobert import stream as streaming
+from videobert.data import (ALIGNED, IGNORE, NOT_ALIGNED, TEXT, TEXT_VIDEO, VIDEO, DataParams, Plan, ShardDataset,
+                            VocabLayout)
 
 LAYOUT = VocabLayout(text_vocab_size=2000, num_visual=50, cls_id=101, sep_id=102, mask_id=103, pad_id=0)
 TEXT_REPLACEMENTS = np.arange(1000, 2000)
@@ -26,8 +28,9 @@ WORDS_PER_VIDEO = 50 // 10   # video v's segments use visual words 5v .. 5v+4 (s
 
 
 def params(**changes) -> DataParams:
-    base = dict(max_len=64, mask_prob=0.15, regime_weights=(1.0, 1.0, 1.0), negative_prob=0.5, concat_prob=0.5,
-                max_concat=3, max_subsample_step=5, shuffle_buffer=16)
+    base = dict(max_len=64, mask_prob=0.15, regime_weights=(1.0, 1.0, 1.0), regime_mix="exact", negative_prob=0.5,
+                negative_same_video_share=0.5, negative_min_gap=20, concat_prob=0.5, max_concat=3,
+                max_subsample_step=5, shuffle_buffer=16)
     return DataParams(**dict(base, **changes))
 
 
@@ -61,6 +64,59 @@ def video_of_visual(visual_ids) -> set[int]:
     return {int(v) // WORDS_PER_VIDEO for v in visual_ids}
 
 
+# shards shaped like real ones: visual id 1000 * video + clip position, so a token tells where it came from
+REAL = VocabLayout(text_vocab_size=2000, num_visual=1000 * 100, cls_id=101, sep_id=102, mask_id=103, pad_id=0)
+
+
+def write_realistic_shards(work_dir: Path, *, shards: int = 4, videos_per_shard: int = 10, text_share: float = 1.0,
+                           seed: int = 0) -> list[Path]:
+    """Align shards with the lengths the align stage gives on real videos: 80-240 clips a video; in the
+    videos with text (`text_share` of every ten; the others are like non-English ones) sentences of 3-20
+    words (a word is one or two word pieces) over 1-8 clips, with silent stretches of 1-40 clips between
+    some of them; clips without text are cut every 16."""
+    rng = np.random.default_rng(seed)
+    paths = []
+    for shard in range(shards):
+        rows = []
+        for video in range(shard * videos_per_shard, (shard + 1) * videos_per_shard):
+            has_text = video % 10 < round(10 * text_share)
+            clips, position, spans = int(rng.integers(80, 241)), 0, []     # (start, end, text ids or None)
+            while position < clips:
+                if has_text:
+                    end = min(clips, position + int(rng.integers(1, 9)))
+                    words = int(rng.integers(3, 21))
+                    spans.append((position, end, rng.integers(1000, 2000, words + rng.binomial(words, 0.2)).tolist()))
+                    position = end
+                silent_end = min(clips, position + int(rng.integers(1, 41))) if not has_text or rng.random() < 0.4 \
+                    else position
+                if not has_text:
+                    silent_end = clips
+                spans += [(start, min(start + 16, silent_end), None) for start in range(position, silent_end, 16)]
+                position = silent_end
+            for index, (start, end, text) in enumerate(spans):
+                rows.append({"video_id": f"v{video:03d}", "segment_index": index, "start_s": 1.5 * start,
+                             "end_s": 1.5 * end, "kind": "text_video" if text else "video_only",
+                             "text": "words" if text else None, "text_ids": text or [],
+                             "visual_ids": list(range(1000 * video + start, 1000 * video + end)),
+                             "language": "en" if has_text else "de"})
+        write_part(work_dir, "align", shard, pa.Table.from_pylist(rows), schemas.ALIGN, record={"rows": len(rows)})
+        paths.append(WorkDir(work_dir).part("align", shard))
+    write_manifest_rows(work_dir, [{"video_id": f"v{video:03d}", "uri": f"/v{video:03d}.mp4", "bytes": 1,
+                                    "transcript_uri": None, "shard": video // videos_per_shard}
+                                   for video in range(shards * videos_per_shard)])
+    return paths
+
+
+def lookup_accuracy(keys: list, labels: list) -> float:
+    """Fit a lookup table key -> majority label on the even examples, score it on the odd ones."""
+    table: dict = {}
+    for key, label in zip(keys[0::2], labels[0::2]):
+        table.setdefault(key, Counter())[label] += 1
+    fallback = Counter(labels[0::2]).most_common(1)[0][0]
+    predicted = [table[key].most_common(1)[0][0] if key in table else fallback for key in keys[1::2]]
+    return float(np.mean([p == label for p, label in zip(predicted, labels[1::2])]))
+
+
 def test_only_complete_non_empty_shards_are_read(tmp_path):
     paths = write_shards(tmp_path, shards=3)
     WorkDir(tmp_path).record("align", 1).unlink()         # shard 1 is incomplete
@@ -92,17 +148,17 @@ def test_streams_split_shards_without_duplicates():
 def test_each_stream_reads_only_its_own_shards(tmp_path, monkeypatch):
     shards = write_shards(tmp_path, shards=4)
     opened: dict[int, list[Path]] = {0: [], 1: []}
-    real_read = data.read_segments
+    real_read = streaming.read_segments
     current = {"stream": 0}
 
-    def recording_read(path, layout, columns=()):
+    def recording_read(path, layout, columns=(), start_row=0):
         opened[current["stream"]].append(path)
-        return real_read(path, layout, columns)
+        return real_read(path, layout, columns, start_row)
 
-    monkeypatch.setattr(data, "read_segments", recording_read)
+    monkeypatch.setattr(streaming, "read_segments", recording_read)
     for stream in (0, 1):
         current["stream"] = stream
-        plans = data.plan_stream(shards, LAYOUT, params(shuffle_buffer=1), 3, stream, 2)
+        plans = data.PlanStream(shards, LAYOUT, params(shuffle_buffer=1), 3, stream, 2)
         for _ in range(40):        # 40 segments per stream and epoch: this reaches into epoch 2
             next(plans)
     epoch0 = [set(data.stream_shards(shards, 3, 0, stream, 2)) for stream in (0, 1)]
@@ -125,6 +181,60 @@ def test_batches_are_seeded_and_resume_skips_exactly(tmp_path):
     resumed = first_batches(1, start_batch=2, n=2)
     for x, y in zip(a[2:], resumed):
         assert all(torch.equal(x[key], y[key]) for key in x)
+
+
+def signature(plan: Plan) -> tuple:
+    return (plan.regime, plan.text_ids.tolist(), plan.visual_ids.tolist(), plan.alignment_label, plan.same_video)
+
+
+def test_a_stream_resumes_from_its_state_without_replaying(tmp_path):
+    shards = write_realistic_shards(tmp_path, text_share=0.4)
+    stream = data.PlanStream(shards, REAL, params(shuffle_buffer=200), 0, 0, 1)
+    resume_reads = []
+    for position in (100, 20_000):                      # early, and many epochs later
+        while stream.rows_read < position:
+            next(stream)
+        # through a checkpoint: tensors, lists and numbers that torch.load reads with weights_only
+        saved = BytesIO()
+        torch.save(stream.state(), saved)
+        saved.seek(0)
+        state = torch.load(saved, weights_only=True)
+        assert len(state["units"]["units"]) <= 200 + 240          # the buffer and one video's units at most
+        resumed = data.PlanStream(shards, REAL, params(shuffle_buffer=200), 0, 0, 1, state)
+        rows_before = stream.rows_read
+        for _ in range(300):
+            assert signature(next(resumed)) == signature(next(stream))
+        # the resumed stream read exactly the rows the uninterrupted one read for these 300 plans: no replay
+        assert resumed.rows_read == stream.rows_read - rows_before
+        resume_reads.append(resumed.rows_read)
+    assert stream.rows_read > 20_000 and max(resume_reads) < 2_000     # the skip does not grow with the position
+
+
+@pytest.mark.filterwarnings("ignore:This DataLoader will create")
+def test_loader_workers_resume_exactly(tmp_path):
+    shards = write_realistic_shards(tmp_path, shards=6, videos_per_shard=2)
+
+    def loader(start_batch=0, plan_states=None, stop_batch=0):
+        dataset = ShardDataset(shards, REAL, TEXT_REPLACEMENTS, params(), 4, 0, start_batch=start_batch,
+                               plan_states=plan_states, checkpoint_every=4, stop_batch=stop_batch)
+        return iter(torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=3,
+                                                generator=torch.Generator()))
+
+    whole = loader()
+    expected = [next(whole) for _ in range(12)]
+    first, states = loader(stop_batch=7), {}
+    for _ in range(7):                                  # stopped after batch 7 of 3 streams
+        batch = next(first)
+        if "plan_state" in batch:
+            state = batch.pop("plan_state")
+            states[state["stream"]] = state
+    assert sorted(states) == [0, 1, 2] and {s["batch"] for s in states.values()} == {2, 3}
+    resumed = loader(start_batch=7, plan_states=states)
+    for want in expected[7:]:
+        got = next(resumed)
+        got.pop("plan_state", None)
+        want.pop("plan_state", None)
+        assert all(torch.equal(got[key], want[key]) for key in want)
 
 
 def test_batch_tensors_follow_the_input_format(tmp_path):
@@ -180,6 +290,51 @@ def test_masking_is_bert_style_and_keeps_kinds():
     assert kinds["kept"] > 0.05 * chosen_total      # kept as is ~10% (plus random draws of the same token)
 
 
+def test_masking_predicts_the_configured_share_of_each_modality(tmp_path):
+    shards = write_realistic_shards(tmp_path, text_share=0.4)
+    dataset = ShardDataset(shards, REAL, TEXT_REPLACEMENTS, params(max_len=128, shuffle_buffer=200), 128, 0)
+    counts = Counter()
+    for batch, _ in zip(dataset, range(40)):
+        labels, attended = batch["labels"], batch["attention_mask"].bool()
+        original = torch.where(labels != IGNORE, labels, batch["input_ids"])
+        predicted = labels != IGNORE
+        visual = (original >= REAL.visual_offset) & (original < REAL.visual_sep_id)
+        text = attended & (original < REAL.text_vocab_size) & (original != REAL.cls_id) & (original != REAL.sep_id)
+        for name, tokens in (("text", text), ("visual", visual)):
+            counts[name] += int(tokens.sum())
+            counts[f"{name} predicted"] += int((tokens & predicted).sum())
+        # no row without a target: text-video rows have their alignment label, and text-only and video-only
+        # rows were widened to at least 1 / 0.15 tokens, of which masking always predicts one or more
+        assert (predicted.any(dim=1) | (batch["alignment_labels"] != IGNORE)).all()
+        regimes = batch["regimes"]
+        assert (text.sum(dim=1)[regimes == TEXT] >= 7).all() and (visual.sum(dim=1)[regimes == VIDEO] >= 7).all()
+        counts["rows"] += len(regimes)
+    for name in ("text", "visual"):
+        assert abs(counts[f"{name} predicted"] / counts[name] - 0.15) < 0.01, (name, counts)
+
+
+def test_short_examples_are_widened_within_their_video(tmp_path):
+    shards = write_realistic_shards(tmp_path, shards=1, videos_per_shard=1)
+    video = next(data.read_videos(shards[0], REAL))[1]
+    p, rng = params(max_len=128, max_subsample_step=1), np.random.default_rng(0)
+    short = next(index for index in range(video.segments) if 0 < video.clip_bounds[index + 1] - video.clip_bounds[index] < 7)
+    unit = data.Unit(video, short, short + 1)
+    ids, _, labels = data.build_example(Plan(VIDEO, data.EMPTY, unit.visual_ids, IGNORE, unit=unit), REAL, p,
+                                        TEXT_REPLACEMENTS, rng)
+    clips = np.where(labels != IGNORE, labels, ids)[1:-1] - REAL.visual_offset
+    start = unit.span[0]
+    assert np.array_equal(clips, np.arange(start, start + 7) if start + 7 <= len(video.clips)
+                          else np.arange(len(video.clips) - 7, len(video.clips)))
+    assert (labels != IGNORE).sum() == 1                                   # 15% of 7 tokens, rounded at random
+    # text: whole neighbouring sentences are joined on
+    short = next(index for index in range(video.segments) if 0 < video.text_bounds[index + 1] - video.text_bounds[index] < 7)
+    unit = data.Unit(video, short, short + 1)
+    ids, _, labels = data.build_example(Plan(TEXT, unit.text_ids, data.EMPTY, IGNORE, unit=unit), REAL, p,
+                                        TEXT_REPLACEMENTS, rng)
+    text = np.where(labels != IGNORE, labels, ids)[1:-1]
+    assert len(text) >= 7 and text[:len(unit.text_ids)].tolist() == unit.text_ids.tolist()
+
+
 def test_truncation_keeps_text_and_video_in_balance():
     assert data.balance(10, 20, 61) == (10, 20)
     assert data.balance(100, 100, 61) == (30, 31)
@@ -209,42 +364,121 @@ def test_visual_tokens_are_subsampled_at_steps_1_to_5():
     assert steps == {1, 2, 3, 4, 5}
 
 
-def test_concatenation_joins_neighbours_of_one_video_only():
-    segments = [Segment(f"v{v}", np.array([10 * v + s]), np.array([10 * v + s, 10 * v + s])) for v in range(3)
-                for s in range(4)]
-    units = list(data._units(iter(segments), np.random.default_rng(0), 1.0, 3))
-    assert sum(len(u.text_ids) for u in units) == 12
-    assert any(len(u.text_ids) > 1 for u in units)
+def test_concatenation_joins_neighbours_of_one_video_only(tmp_path):
+    shards = write_shards(tmp_path, shards=1, videos_per_shard=3, segments=4)
+    videos = [video for _, video in data.read_videos(shards[0], LAYOUT)]
+    assert [video.video_id for video in videos] == ["v00", "v01", "v02"]
+    rng = np.random.default_rng(0)
+    units = [data.Unit(video, first, last) for video in videos for first, last in data.runs(4, rng, 1.0, 3)]
+    assert sum(unit.last - unit.first for unit in units) == 12 and any(unit.last - unit.first > 1 for unit in units)
     for unit in units:
-        assert len({int(t) // 10 for t in unit.text_ids}) == 1            # one video per unit
-        assert len(unit.text_ids) <= 3
+        assert unit.last - unit.first <= 3
+        video = int(unit.video.video_id[1:])
         # text with text, video with video, in order, so they stay aligned
-        assert np.array_equal(np.repeat(unit.text_ids, 2), unit.visual_ids)
-        assert np.all(np.diff(unit.text_ids) == 1)
-    assert len(list(data._units(iter(segments), np.random.default_rng(0), 0.0, 3))) == 12
+        segments = range(unit.first, unit.last)
+        assert unit.text_ids.tolist() == [1000 + 10 * video + s for s in segments if s % 4 != 3 for _ in range(3)]
+        assert unit.visual_ids.tolist() == [WORDS_PER_VIDEO * video + (s + i) % WORDS_PER_VIDEO
+                                            for s in segments for i in range(4)]
+    assert data.runs(4, rng, 0.0, 3) == [(0, 1), (1, 2), (2, 3), (3, 4)]
+    # a stream resumes inside a shard: the rows before `start_row` are not part of what it reads
+    assert [video.video_id for _, video in data.read_videos(shards[0], LAYOUT, start_row=4)] == ["v01", "v02"]
 
 
-def test_negatives_pair_text_with_another_videos_tokens(tmp_path):
-    shards = write_shards(tmp_path)
-    plans = data.plan_stream(shards, LAYOUT, params(regime_weights=(0.0, 0.0, 1.0), concat_prob=0.0), 0, 0, 1)
-    labels = Counter()
-    for _ in range(300):
-        plan = next(plans)
+def test_negatives_are_of_another_time_and_as_long_as_the_text_span(tmp_path):
+    shards = write_realistic_shards(tmp_path)
+    gap = 20
+    stream = data.PlanStream(shards, REAL, params(regime_weights=(0.0, 0.0, 1.0), negative_min_gap=gap,
+                                                  shuffle_buffer=200), 0, 0, 1)
+    kinds = Counter()
+    for _ in range(4000):
+        plan = next(stream)
         assert plan.regime == TEXT_VIDEO
-        text_video = {(int(plan.text_ids[0]) - 1000) // 10}
-        same = video_of_visual(plan.visual_ids) == text_video
-        assert same == (plan.alignment_label == ALIGNED)
-        labels[plan.alignment_label] += 1
-    assert 0.4 < labels[NOT_ALIGNED] / 300 < 0.6
+        video, (start, end) = int(plan.unit.video.video_id[1:]), plan.unit.span
+        origin, position = plan.visual_ids // 1000, plan.visual_ids % 1000
+        assert len(plan.visual_ids) == end - start                          # as long as the text's own span
+        assert np.all(np.diff(position) == 1)                               # a window of consecutive clips
+        if plan.alignment_label == ALIGNED:
+            kinds["aligned"] += 1
+            assert (origin == video).all() and position[0] == start
+        elif plan.same_video:
+            kinds["same video"] += 1
+            assert (origin == video).all()
+            assert position[-1] < start - gap or position[0] >= end + gap     # at least `gap` clips away
+        else:
+            kinds["other video"] += 1
+            assert len(set(origin.tolist())) == 1 and origin[0] != video
+    negatives = kinds["same video"] + kinds["other video"]
+    assert 0.45 < negatives / 4000 < 0.55
+    assert abs(kinds["same video"] / negatives - 0.5) < 0.05               # train.negative_same_video_share
+    only_other = data.PlanStream(shards, REAL, params(regime_weights=(0.0, 0.0, 1.0), negative_same_video_share=0.0,
+                                                      shuffle_buffer=200), 0, 0, 1)
+    assert not any(next(only_other).same_video for _ in range(500))
+
+
+def test_alignment_labels_cannot_be_told_from_lengths(tmp_path):
+    shards = write_realistic_shards(tmp_path, text_share=0.7)
+    p = params(regime_weights=(0.0, 0.0, 1.0), max_len=128, shuffle_buffer=200)
+
+    def key(ids, types) -> tuple[int, int]:
+        """(text length in bins of 8, visual length) of a built example: what the model sees."""
+        visual = int(types.sum()) - 1                                       # segment B: visual tokens, [SEP]
+        return (len(ids) - visual - 3) // 8, visual
+
+    keys, labels = [], []
+    for batch, _ in zip(ShardDataset(shards, REAL, TEXT_REPLACEMENTS, p, 250, 0), range(80)):
+        for row, length in enumerate(batch["attention_mask"].sum(dim=1).tolist()):
+            keys.append(key(batch["input_ids"][row, :length], batch["token_type_ids"][row, :length]))
+        labels += batch["alignment_labels"].tolist()
+    assert 0.48 < np.mean(labels) < 0.52
+    accuracy = lookup_accuracy(keys, labels)
+    assert abs(accuracy - 0.5) < 0.03, accuracy
+    # the same lookup tells negatives made from any other unit's visual tokens (16-clip silent stretches,
+    # joined runs): there the lengths give the label away
+    units = [data.Unit(video, first, last) for path in shards for _, video in data.read_videos(path, REAL)
+             for first, last in data.runs(video.segments, np.random.default_rng(0), 0.5, 3)]
+    rng = np.random.default_rng(1)
+    keys, labels = [], []
+    for unit in units * 80:
+        if unit.text_ids.size:
+            negative = rng.random() < 0.5
+            visual = units[rng.integers(len(units))].visual_ids if negative else unit.visual_ids
+            plan = Plan(TEXT_VIDEO, unit.text_ids, visual, NOT_ALIGNED if negative else ALIGNED)
+            keys.append(key(*data.build_example(plan, REAL, p, TEXT_REPLACEMENTS, rng)[:2]))
+            labels.append(plan.alignment_label)
+    assert lookup_accuracy(keys, labels) > 0.57                           # about 0.59
 
 
 def test_regimes_are_mixed_by_weight(tmp_path):
     shards = write_shards(tmp_path)
-    plans = data.plan_stream(shards, LAYOUT, params(regime_weights=(1.0, 0.0, 3.0), concat_prob=0.0), 0, 0, 1)
+    plans = data.PlanStream(shards, LAYOUT, params(regime_weights=(1.0, 0.0, 3.0), concat_prob=0.0), 0, 0, 1)
     counts = Counter(next(plans).regime for _ in range(800))
     assert counts[VIDEO] == 0
     # video_only segments (1 in 5) can only be video examples: with video off they are left out
     assert 0.18 < counts[TEXT] / 800 < 0.32
+
+
+def test_exact_mix_follows_the_weights_when_few_videos_have_text(tmp_path):
+    # 40% of the videos have text (English), and they have silent stretches too
+    shards = write_realistic_shards(tmp_path, text_share=0.4)
+
+    def shares(weights, mix, n=6000) -> list[float]:
+        stream = data.PlanStream(shards, REAL, params(regime_weights=weights, regime_mix=mix, shuffle_buffer=200), 0, 0, 1)
+        counts = Counter(next(stream).regime for _ in range(n))
+        return [counts[regime] / n for regime in (TEXT, VIDEO, TEXT_VIDEO)]
+
+    assert all(abs(share - 1 / 3) < 0.03 for share in shares((1.0, 1.0, 1.0), "exact")), shares((1.0, 1.0, 1.0), "exact")
+    assert all(abs(share - expected) < 0.03 for share, expected in zip(shares((1.0, 2.0, 1.0), "exact"), (0.25, 0.5, 0.25)))
+    natural = shares((1.0, 1.0, 1.0), "natural")
+    assert natural[VIDEO] > 0.5 and natural[TEXT] < 0.25           # units without text make video examples only
+    # where units with text are plentiful (about 2/3 of them here, more than the text and text-video weights'
+    # 1/2), they make video examples too
+    rich = write_realistic_shards(tmp_path / "rich", text_share=1.0, seed=1)
+    stream = data.PlanStream(rich, REAL, params(regime_weights=(1.0, 2.0, 1.0), shuffle_buffer=200), 0, 0, 1)
+    plans = [next(stream) for _ in range(6000)]
+    counts = Counter(plan.regime for plan in plans)
+    assert all(abs(counts[regime] / 6000 - expected) < 0.03 for regime, expected in ((TEXT, 0.25), (VIDEO, 0.5),
+                                                                                     (TEXT_VIDEO, 0.25)))
+    assert sum(plan.regime == VIDEO and plan.unit.text_ids.size > 0 for plan in plans) > 1000
 
 
 def test_ids_outside_the_vocabulary_name_the_video(tmp_path):

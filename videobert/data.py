@@ -1,27 +1,27 @@
-"""Training data: align shards streamed into masked VideoBERT examples.
+"""Training data: the plans of videobert/stream.py made into masked VideoBERT examples and batches.
 
 Vocabulary layout (`VocabLayout`): the text WordPiece ids unchanged, then the k**d visual words, then `[>]`.
 
-Three kinds of examples, mixed by `train.regime_weights`:
+Three kinds of examples, mixed by `train.regime_weights` (`train.regime_mix`, see stream.PlanStream._regime):
     text        [CLS] text [SEP]                          masked LM
     video       [CLS] visual tokens [SEP]                 masked LM
     text_video  [CLS] text [>] visual tokens [SEP]        masked LM + alignment label on [CLS]
-A text_video example is a negative (not aligned) with probability `train.negative_prob`: the segment's
-text with the visual tokens of a segment from another video.
+A text_video example is a negative (not aligned) with probability `train.negative_prob`: the text with as
+many visual tokens as its own span has, from another time: with `train.negative_same_video_share` a window
+of the same video at least `train.negative_min_gap` clips away, otherwise a window of another video. Equal
+lengths keep the label from showing in the lengths, and same-video negatives make the task "is this the
+time the sentence was said?", not "is this the same video?".
 
-The stream, per (rank, DataLoader worker):
-  1. shards: every epoch the complete shards are permuted (seeded by epoch, the same on all ranks) and
-     stream g of G = world_size * workers takes shards g, g+G, ...: no shard is read twice in an epoch;
-  2. rows are read one record batch at a time (pyarrow `iter_batches`), never a whole shard;
-  3. neighbouring segments of one video are joined into a unit with probability `concat_prob`
-     (2..`max_concat` segments; text with text, video with video, so the pair stays aligned);
-  4. a shuffle buffer of `shuffle_buffer` units (bounded memory) picks the next unit at random;
-  5. the unit's regime and its negative partner are drawn (the "plan" of an example);
-  6. a batch of plans becomes tensors: visual tokens subsampled at a random step in 1..max_subsample_step,
-     truncated to `max_len` keeping text and video in balance, 15% of tokens masked (80/10/10).
-Steps 1-5 use one seeded generator per stream and are cheap; step 6 uses a generator seeded by
-(seed, stream, batch index). Resuming at batch b therefore replays only steps 1-5 up to b and yields
-exactly the batches an uninterrupted run would have (DataLoader hands out worker batches round-robin)."""
+A batch of plans becomes tensors: visual tokens subsampled at a random step in 1..max_subsample_step,
+truncated to `max_len` keeping text and video in balance, 15% of the text and 15% of the visual tokens
+masked (80/10/10); a text-only or video-only example shorter than 1 / mask_prob tokens is first widened
+within its video, so that it has a target. This uses a generator seeded by (seed, stream, batch index).
+
+Resume: a stream's position (`PlanStream.state()`, bounded by `shuffle_buffer`) rides along with its last
+batch before each checkpoint and is saved there, so a resume continues every stream where it stopped
+without replaying a single example, and yields exactly the batches an uninterrupted run would have:
+DataLoader takes batches from its workers round-robin starting at worker 0, so after a resume at batch b
+worker w serves the stream whose turn is b + w."""
 
 from __future__ import annotations
 
@@ -32,18 +32,12 @@ from pathlib import Path
 from typing import Iterator
 
 import numpy as np
-import pyarrow.parquet as pq
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
-REGIMES = ("text", "video", "text_video")
-TEXT, VIDEO, TEXT_VIDEO = range(3)
-IGNORE = -100          # label of a position or example without a target (torch's cross-entropy default)
-# alignment labels follow BERT's next-sentence convention (0 = continues), so a checkpoint's NSP head
-# starts as a sensible alignment head
-ALIGNED, NOT_ALIGNED = 0, 1
-_EMPTY = np.zeros(0, dtype=np.int64)
-_READ_BATCH_ROWS = 1024
+from videobert.stream import (  # noqa: F401  (re-exported: the data layer's names in one place)
+    ALIGNED, EMPTY, IGNORE, NOT_ALIGNED, REGIMES, TEXT, TEXT_VIDEO, VIDEO, Plan, PlanStream, Segment, Unit, Video,
+    read_segments, read_videos, runs, stream_shards, training_shards)
 
 
 @dataclass(frozen=True)
@@ -88,170 +82,28 @@ class DataParams:
     max_len: int
     mask_prob: float
     regime_weights: tuple[float, float, float]    # in REGIMES order
+    regime_mix: str             # exact | natural (see PlanStream._regime)
     negative_prob: float
+    negative_same_video_share: float
+    negative_min_gap: int       # clips between a same-video negative's window and the text's own span
     concat_prob: float
     max_concat: int
     max_subsample_step: int
     shuffle_buffer: int
 
+    @property
+    def min_tokens(self) -> int:
+        """Tokens a text-only or video-only example needs so that masking predicts at least one of them."""
+        return math.ceil(1 / self.mask_prob - 1e-9)
+
     @classmethod
     def from_config(cls, train_cfg) -> "DataParams":
         t = train_cfg
         return cls(max_len=t.max_len, mask_prob=t.mask_prob,
-                   regime_weights=tuple(float(t.regime_weights[name]) for name in REGIMES),
-                   negative_prob=t.negative_prob, concat_prob=t.concat_prob, max_concat=t.max_concat,
+                   regime_weights=tuple(float(t.regime_weights[name]) for name in REGIMES), regime_mix=t.regime_mix,
+                   negative_prob=t.negative_prob, negative_same_video_share=t.negative_same_video_share,
+                   negative_min_gap=t.negative_min_gap, concat_prob=t.concat_prob, max_concat=t.max_concat,
                    max_subsample_step=t.max_subsample_step, shuffle_buffer=t.shuffle_buffer)
-
-
-# ---------------------------------------------------------------- reading shards
-
-def training_shards(shards: list[Path]) -> list[Path]:
-    """The shards holding at least one segment (an empty one would starve a stream)."""
-    kept = [path for path in shards if pq.ParquetFile(path).metadata.num_rows > 0]
-    if not kept:
-        raise ValueError(f"the align shards ({len(shards)}) hold no segments")
-    return kept
-
-
-class Segment:
-    __slots__ = ("video_id", "text_ids", "visual_ids")
-
-    def __init__(self, video_id: str, text_ids: np.ndarray, visual_ids: np.ndarray):
-        self.video_id, self.text_ids, self.visual_ids = video_id, text_ids, visual_ids
-
-
-def _list_column(column) -> tuple[np.ndarray, np.ndarray]:
-    """(values, offsets) of a list<int32> column: row i is values[offsets[i]:offsets[i+1]]."""
-    return column.values.to_numpy(zero_copy_only=False).astype(np.int64), column.offsets.to_numpy()
-
-
-def _check_ids(path: Path, video_ids: list[str], values: np.ndarray, offsets: np.ndarray, limit: int,
-               what: str) -> None:
-    if values.size and (values.min() < 0 or values.max() >= limit):
-        bad = int(np.flatnonzero((values < 0) | (values >= limit))[0])
-        row = int(np.searchsorted(offsets, bad, side="right")) - 1
-        raise ValueError(f"{path}: video {video_ids[row]!r} has {what} id {int(values[bad])} outside "
-                         f"[0, {limit}): the shard was made with another codebook or tokenizer")
-
-
-def read_segments(path: Path, layout: VocabLayout, columns: tuple[str, ...] = ()) -> Iterator[tuple[Segment, dict]]:
-    """Stream a shard's segments, one record batch at a time; `columns` are extra columns returned as a dict."""
-    file = pq.ParquetFile(path, page_checksum_verification=True)
-    for batch in file.iter_batches(batch_size=_READ_BATCH_ROWS,
-                                   columns=["video_id", "kind", "text_ids", "visual_ids", *columns]):
-        video_ids = batch.column("video_id").to_pylist()
-        kinds = batch.column("kind").to_pylist()
-        text_values, text_offsets = _list_column(batch.column("text_ids"))
-        visual_values, visual_offsets = _list_column(batch.column("visual_ids"))
-        _check_ids(path, video_ids, text_values, text_offsets, layout.text_vocab_size, "text")
-        _check_ids(path, video_ids, visual_values, visual_offsets, layout.num_visual, "visual")
-        extra = {name: batch.column(name).to_pylist() for name in columns}
-        for row, video_id in enumerate(video_ids):
-            text = (text_values[text_offsets[row]:text_offsets[row + 1]]
-                    if kinds[row] == "text_video" else _EMPTY)
-            visual = visual_values[visual_offsets[row]:visual_offsets[row + 1]]
-            yield Segment(video_id, text, visual), {name: values[row] for name, values in extra.items()}
-
-
-# ---------------------------------------------------------------- the stream of example plans
-
-class Plan:
-    """What one example is made of, before subsampling, truncation and masking."""
-    __slots__ = ("regime", "text_ids", "visual_ids", "alignment_label")
-
-    def __init__(self, regime: int, text_ids: np.ndarray, visual_ids: np.ndarray, alignment_label: int):
-        self.regime, self.text_ids, self.visual_ids = regime, text_ids, visual_ids
-        self.alignment_label = alignment_label
-
-
-def _units(segments: Iterator[Segment], rng: np.random.Generator, concat_prob: float,
-           max_concat: int) -> Iterator[Segment]:
-    """Join runs of neighbouring segments of one video: 1 segment, or 2..max_concat with `concat_prob`."""
-    def draw_length() -> int:
-        if max_concat < 2 or rng.random() >= concat_prob:
-            return 1
-        return int(rng.integers(2, max_concat + 1))
-
-    def join(run: list[Segment]) -> Segment:
-        if len(run) == 1:
-            return run[0]
-        return Segment(run[0].video_id, np.concatenate([s.text_ids for s in run]),
-                       np.concatenate([s.visual_ids for s in run]))
-
-    run: list[Segment] = []
-    length = draw_length()
-    for segment in segments:
-        if run and (segment.video_id != run[0].video_id or len(run) == length):
-            yield join(run)
-            run, length = [], draw_length()
-        run.append(segment)
-    if run:
-        yield join(run)
-
-
-def stream_shards(shards: list[Path], seed: int, epoch: int, stream: int, num_streams: int) -> list[Path]:
-    """The shards stream `stream` of `num_streams` reads in `epoch`: a permutation seeded by epoch (the
-    same in every rank and worker), dealt round-robin, so the streams never share a shard."""
-    order = np.random.default_rng([seed, 2, epoch]).permutation(len(shards))
-    return [shards[i] for i in order[stream::num_streams]]
-
-
-def plan_stream(shards: list[Path], layout: VocabLayout, params: DataParams, seed: int, stream: int,
-                num_streams: int) -> Iterator[Plan]:
-    """The endless, seeded sequence of example plans of stream `stream` of `num_streams`."""
-    if len(shards) < num_streams:
-        raise ValueError(f"{len(shards)} shards cannot feed {num_streams} streams")
-    rng = np.random.default_rng([seed, 1, stream])
-    weights = params.regime_weights
-    buffer: list[Segment] = []
-    for epoch in itertools.count():
-        mine = stream_shards(shards, seed, epoch, stream, num_streams)
-        segments = (segment for path in mine for segment, _ in read_segments(path, layout))
-        units_read = 0
-        for unit in _units(segments, rng, params.concat_prob, params.max_concat):
-            units_read += 1
-            if len(buffer) < params.shuffle_buffer:
-                buffer.append(unit)
-                continue
-            index = int(rng.integers(len(buffer)))
-            unit, buffer[index] = buffer[index], unit
-            plan = _plan(unit, buffer, weights, params.negative_prob, rng)
-            if plan is not None:
-                yield plan
-        if units_read == 0:
-            raise ValueError(f"shards {[str(p) for p in mine]} hold no segments")
-
-
-def _plan(unit: Segment, buffer: list[Segment], weights: tuple[float, float, float], negative_prob: float,
-          rng: np.random.Generator) -> Plan | None:
-    has_text, has_video = unit.text_ids.size > 0, unit.visual_ids.size > 0
-    # a regime the unit cannot make (no text, say) is left out and the others renormalised
-    text_weight = weights[TEXT] if has_text else 0.0
-    video_weight = weights[VIDEO] if has_video else 0.0
-    both_weight = weights[TEXT_VIDEO] if has_text and has_video else 0.0
-    total = text_weight + video_weight + both_weight
-    if total <= 0:
-        return None
-    draw = rng.random() * total
-    regime = TEXT if draw < text_weight else VIDEO if draw < text_weight + video_weight else TEXT_VIDEO
-    if regime == TEXT:
-        return Plan(TEXT, unit.text_ids, _EMPTY, IGNORE)
-    if regime == VIDEO:
-        return Plan(VIDEO, _EMPTY, unit.visual_ids, IGNORE)
-    if rng.random() < negative_prob:
-        partner = _other_video(unit, buffer, rng)
-        if partner is not None:
-            return Plan(TEXT_VIDEO, unit.text_ids, partner.visual_ids, NOT_ALIGNED)
-    return Plan(TEXT_VIDEO, unit.text_ids, unit.visual_ids, ALIGNED)
-
-
-def _other_video(unit: Segment, buffer: list[Segment], rng: np.random.Generator, tries: int = 16) -> Segment | None:
-    """A random buffered unit from another video (None if a few draws find none: the example stays positive)."""
-    for _ in range(tries):
-        other = buffer[int(rng.integers(len(buffer)))]
-        if other.video_id != unit.video_id and other.visual_ids.size:
-            return other
-    return None
 
 
 # ---------------------------------------------------------------- plans to tensors
@@ -288,20 +140,25 @@ def assemble(layout: VocabLayout, text_ids: np.ndarray, visual_ids: np.ndarray, 
 
 def mask_tokens(ids: np.ndarray, layout: VocabLayout, mask_prob: float, text_replacements: np.ndarray,
                 rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """BERT masking: `mask_prob` of the text and visual tokens (at least one) are predicted; of those 80%
-    become [MASK], 10% a random token of the same kind (text for text, visual for visual), 10% stay."""
+    """BERT masking, per modality: of n text (or visual) tokens, mask_prob * n rounded at random (down, or up
+    with the fraction's probability) are predicted, so that every token is predicted with probability exactly
+    `mask_prob` whatever the example's length (a floor of one target would predict a third of a 3-token
+    visual sentence); of those 80% become [MASK], 10% a random token of the same kind, 10% stay."""
     is_visual = (ids >= layout.visual_offset) & (ids < layout.visual_sep_id)
     is_text = ((ids < layout.text_vocab_size) & (ids != layout.cls_id) & (ids != layout.sep_id)
                & (ids != layout.pad_id))
-    eligible = np.flatnonzero(is_visual | is_text)
     labels = np.full(len(ids), IGNORE, dtype=np.int64)
-    if eligible.size == 0:
+    chosen = []
+    for positions in (np.flatnonzero(is_text), np.flatnonzero(is_visual)):
+        expected = mask_prob * positions.size
+        count = int(expected) + int(rng.random() < expected - int(expected))
+        chosen.append(positions[rng.random(positions.size).argsort()[:count]])   # `count` distinct positions
+    chosen = np.concatenate(chosen)
+    if chosen.size == 0:
         return ids, labels
-    count = max(1, int(round(mask_prob * eligible.size)))
-    chosen = eligible[rng.random(eligible.size).argsort()[:count]]    # `count` distinct positions
     labels[chosen] = ids[chosen]
     ids = ids.copy()
-    draw = rng.random(count)
+    draw = rng.random(chosen.size)
     ids[chosen[draw < 0.8]] = layout.mask_id
     random_positions = chosen[(draw >= 0.8) & (draw < 0.9)]
     visual_positions = random_positions[is_visual[random_positions]]
@@ -311,15 +168,33 @@ def mask_tokens(ids: np.ndarray, layout: VocabLayout, mask_prob: float, text_rep
     return ids, labels
 
 
+def _widened(plan: Plan, step: int, params: DataParams) -> tuple[np.ndarray, np.ndarray]:
+    """(text, visual ids) of a text-only or video-only plan, widened within its video to at least
+    `params.min_tokens` tokens (after subsampling at `step`): whole neighbouring segments for text, neighbouring
+    clips for video. Without it a short speech segment would be a video example of 1-2 tokens with no target
+    at the unbiased masking rate, a batch row that teaches nothing (text-video rows keep their alignment
+    target, and stay as they are)."""
+    unit, need = plan.unit, min(params.min_tokens, params.max_len - 2)
+    video = unit.video if unit is not None else None
+    if plan.regime == TEXT and video is not None and len(plan.text_ids) < need:
+        bounds = video.text_bounds
+        last = min(video.segments, int(np.searchsorted(bounds, bounds[unit.first] + need)))
+        first = max(0, min(unit.first, int(np.searchsorted(bounds, bounds[last] - need, side="right")) - 1))
+        return video.text[bounds[first]:bounds[last]], plan.visual_ids
+    if plan.regime == VIDEO and video is not None and len(plan.visual_ids) < need * step:
+        end = min(len(video.clips), unit.span[0] + need * step)
+        return plan.text_ids, video.clips[max(0, end - need * step):end]
+    return plan.text_ids, plan.visual_ids
+
+
 def build_example(plan: Plan, layout: VocabLayout, params: DataParams, text_replacements: np.ndarray,
                   rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(input ids, token types, MLM labels) of one plan."""
-    visual = plan.visual_ids
-    if visual.size and params.max_subsample_step > 1:
-        step = int(rng.integers(1, params.max_subsample_step + 1))
+    step = int(rng.integers(1, params.max_subsample_step + 1)) if params.max_subsample_step > 1 else 1
+    text, visual = _widened(plan, step, params)
+    if visual.size and step > 1:
         # the offset stays inside short segments, so that no visual sentence comes out empty
         visual = visual[int(rng.integers(min(step, len(visual)))):][::step]
-    text = plan.text_ids
     if plan.regime == TEXT_VIDEO:
         n_text, n_video = balance(len(text), len(visual), params.max_len - 3)
         text, visual = text[:n_text], visual[:n_video]
@@ -363,31 +238,51 @@ class ShardDataset(IterableDataset):
     """Endless batches (dicts of tensors) of this rank's share of the shards; use with
     `DataLoader(dataset, batch_size=None, num_workers=streams_per_rank or 0)`.
 
-    `start_batch` is the number of batches this rank has already consumed (resume)."""
+    `start_batch` is the number of batches this rank has already consumed (resume) and `plan_states` the
+    saved states of its streams (by stream id; a stream without one replays its plans from the start). The
+    last batch of each stream before a checkpoint (every `checkpoint_every` batches, and at `stop_batch`)
+    carries the stream's state as "plan_state" (a dict with its "stream" and next "batch")."""
 
     def __init__(self, shards: list[Path], layout: VocabLayout, text_replacements: np.ndarray,
                  params: DataParams, batch_size: int, seed: int, rank: int = 0, world_size: int = 1,
-                 start_batch: int = 0):
+                 start_batch: int = 0, plan_states: dict[int, dict] | None = None, checkpoint_every: int = 0,
+                 stop_batch: int = 0):
         self.shards, self.layout, self.text_replacements = list(shards), layout, text_replacements
         self.params, self.batch_size, self.seed = params, batch_size, seed
         self.rank, self.world_size, self.start_batch = rank, world_size, start_batch
+        self.plan_states, self.checkpoint_every, self.stop_batch = plan_states or {}, checkpoint_every, stop_batch
 
-    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
+    def _checkpoint_after(self, index: int, workers: int) -> bool:
+        """Whether batch `index` is its stream's last before a checkpoint (the next `workers` are others')."""
+        every = self.checkpoint_every
+        return (every > 0 and (index // every + 1) * every <= index + workers) or \
+            index < self.stop_batch <= index + workers
+
+    def __iter__(self) -> Iterator[dict]:
         info = get_worker_info()
         worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
-        stream = self.rank * workers + worker
-        plans = plan_stream(self.shards, self.layout, self.params, self.seed, stream, self.world_size * workers)
-        # this worker makes global batches worker, worker + workers, ...: skip those already consumed
-        skip = math.ceil(max(0, self.start_batch - worker) / workers)
-        for local_batch in itertools.count():
+        # stream `slot` makes this rank's batches slot, slot + workers, ...; the loader asks worker w for
+        # batch start_batch + w first
+        slot, first = (self.start_batch + worker) % workers, (self.start_batch + worker) // workers
+        stream = self.rank * workers + slot
+        state = self.plan_states.get(stream)
+        plans = PlanStream(self.shards, self.layout, self.params, self.seed, stream, self.world_size * workers,
+                           state)
+        if state is None:
+            for _ in range(first * self.batch_size):
+                next(plans)
+        elif state["batch"] != first:
+            raise ValueError(f"data stream {stream} was saved before its batch {state['batch']}, not {first}")
+        for local_batch in itertools.count(first):
             batch_plans = [next(plans) for _ in range(self.batch_size)]
-            if local_batch < skip:
-                continue
             rng = np.random.default_rng([self.seed, 3, stream, local_batch])
             examples = [build_example(plan, self.layout, self.params, self.text_replacements, rng)
                         for plan in batch_plans]
-            yield collate(examples, [p.regime for p in batch_plans], [p.alignment_label for p in batch_plans],
-                          self.layout.pad_id)
+            batch = collate(examples, [p.regime for p in batch_plans], [p.alignment_label for p in batch_plans],
+                            self.layout.pad_id)
+            if self._checkpoint_after(local_batch * workers + slot, workers):
+                batch["plan_state"] = dict(plans.state(), stream=stream, batch=local_batch + 1)
+            yield batch
 
 
 def streams_per_rank(num_shards: int, world_size: int, num_workers: int) -> int:

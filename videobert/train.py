@@ -3,15 +3,18 @@ on GPU, data parallel under torchrun (gloo on CPU, nccl on GPU; shards split by 
 
 Outputs in DIR/train/:
 - checkpoints/step-NNNNNNNN/: model.safetensors + model.json (how the model was made) + trainer.pt
-  (optimiser, scheduler, every rank's RNG states, the data position, the open log window); written under
+  (optimiser, scheduler, the data position, and per rank its RNG states, open log window and examples per
+  regime so far); written under
   a temporary name and renamed, so a checkpoint folder is always complete; the newest
   `train.keep_checkpoints` are kept;
 - log.jsonl: a start/resume record, then per `train.log_every` steps the loss, masked accuracy and
-  alignment accuracy per regime, learning rate and tokens/s.
+  alignment accuracy per regime, the examples of each regime and their share (the realised mix), learning
+  rate and tokens/s. A run ends by printing the mix of all examples trained on so far.
 
-`resume=True` continues from the newest checkpoint and gives the same losses as a run that was never
-stopped: the data stream is replayed to the saved position (see videobert/data.py) and the RNG states,
-optimiser and scheduler are restored. `train.steps_per_run` stops a run early with a checkpoint, for
+`resume=True` continues from the newest checkpoint and gives the same losses and weights as a run that was
+never stopped: every data stream continues from its saved state (see videobert/data.py; nothing is
+replayed, so resuming costs the same at step 500k as at step 5) and the RNG states, optimiser and scheduler
+are restored. `train.steps_per_run` stops a run early with a checkpoint, for
 time-limited batch jobs chained with --resume."""
 
 from __future__ import annotations
@@ -24,10 +27,10 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader
 
@@ -38,15 +41,12 @@ from pipeline.lineage import InputNotReady, Lineage, explain
 from pipeline.progress import Progress
 from pipeline.tokenizer import load_tokenizer, vocabulary_sha256
 from pipeline.workdir import WorkDir
-from videobert.data import (IGNORE, REGIMES, DataParams, ShardDataset, VocabLayout, replacement_text_ids,
-                            streams_per_rank, training_shards)
+from videobert.data import (REGIMES, DataParams, ShardDataset, VocabLayout, replacement_text_ids, streams_per_rank,
+                            training_shards)
+from videobert.metrics import Window, compute_losses, format_record, mix_line
 from videobert.model import INFO_NAME, VideoBert, build_model, count_parameters
 
 TRAINER_STATE_NAME = "trainer.pt"
-METRIC_ROWS = REGIMES + ("alignment",)
-# the log records' key prefix per metric row
-METRIC_PREFIXES = {name: "alignment" if name == "alignment" else f"mlm_{name}" for name in METRIC_ROWS}
-METRIC_COLUMNS = ("loss_sum", "correct", "count", "examples")
 
 
 # ---------------------------------------------------------------- runtime
@@ -104,79 +104,6 @@ def _start_runtime(device_name: str, num_threads: int = 0) -> tuple[Runtime, boo
     return Runtime(rank, world_size, device), started
 
 
-# ---------------------------------------------------------------- losses
-
-def compute_losses(model, batch: dict[str, torch.Tensor],
-                   loss_weights: dict[str, float]) -> tuple[torch.Tensor, torch.Tensor]:
-    """(total loss, metrics): the masked-LM loss averaged over all masked tokens of the batch, each token
-    scaled by its regime's weight, + the alignment weight * the mean alignment loss of the text-video
-    examples. (Averaging over all tokens, not per regime, keeps a regime with few examples in a batch
-    from weighing as much as the others: `train.regime_weights` sets the mix.) Metrics rows are
-    METRIC_ROWS, columns METRIC_COLUMNS (sums, so windows and ranks add up)."""
-    predict = batch["labels"] != IGNORE
-    _, logits, alignment_logits = model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"],
-                                        predict)
-    labels = batch["labels"][predict]
-    token_regimes = batch["regimes"][:, None].expand_as(predict)[predict]
-    token_loss = F.cross_entropy(logits.float(), labels, reduction="none")
-    token_correct = (logits.argmax(dim=-1) == labels).float()
-    # masked sums rather than boolean indexing: no device-to-host sync per regime on GPU
-    rows, total = [], torch.zeros((), device=logits.device)
-    for index, name in enumerate(REGIMES):
-        chosen = (token_regimes == index).float()
-        loss_sum = (token_loss * chosen).sum()
-        total = total + loss_weights[name] * loss_sum / max(len(labels), 1)
-        rows.append(torch.stack([loss_sum.detach(), (token_correct * chosen).sum(), chosen.sum(),
-                                 (batch["regimes"] == index).sum().float()]))
-    alignment_labels = batch["alignment_labels"]
-    aligned = (alignment_labels != IGNORE).float()
-    count = aligned.sum()
-    loss_sum = F.cross_entropy(alignment_logits.float(), alignment_labels, ignore_index=IGNORE, reduction="sum")
-    total = total + loss_weights["alignment"] * loss_sum / count.clamp(min=1)
-    correct = ((alignment_logits.argmax(dim=-1) == alignment_labels).float() * aligned).sum()
-    rows.append(torch.stack([loss_sum.detach(), correct, count, count]))
-    return total, torch.stack(rows)
-
-
-class Window:
-    """Metrics summed over the steps since the last log record."""
-
-    def __init__(self, device: torch.device):
-        self.metrics = torch.zeros(len(METRIC_ROWS), len(METRIC_COLUMNS), device=device)
-        self.loss_sum = torch.zeros((), device=device)
-        self.steps = 0
-        self.tokens = 0            # this process's tokens, for tokens/s (not restored on resume)
-        self.started = time.time()
-
-    def state(self) -> dict:
-        return {"metrics": self.metrics.cpu(), "loss_sum": self.loss_sum.cpu(), "steps": self.steps}
-
-    def load(self, state: dict) -> None:
-        self.metrics = state["metrics"].to(self.metrics.device)
-        self.loss_sum = state["loss_sum"].to(self.loss_sum.device)
-        self.steps = state["steps"]
-
-    def record(self, step: int, lr: float, runtime: Runtime) -> dict:
-        """The log record of this window, summed over ranks."""
-        totals = torch.cat([self.metrics.flatten(), self.loss_sum[None],
-                            torch.tensor([float(self.tokens)], device=self.metrics.device)])
-        if runtime.distributed:
-            dist.all_reduce(totals)
-        totals = totals.cpu().double()
-        metrics = totals[:self.metrics.numel()].view(self.metrics.shape)
-        elapsed = max(time.time() - self.started, 1e-9)
-        record = {"event": "train", "step": step, "lr": lr,
-                  "loss": float(totals[-2]) / max(self.steps * runtime.world_size, 1)}
-        for index, name in enumerate(METRIC_ROWS):
-            loss_sum, correct, count, examples = (float(v) for v in metrics[index])
-            prefix = METRIC_PREFIXES[name]
-            record[f"{prefix}_loss"] = loss_sum / count if count else None
-            record[f"{prefix}_acc"] = correct / count if count else None
-            record[f"{prefix}_examples"] = int(examples)
-        record["tokens_per_s"] = float(totals[-1]) / elapsed
-        return record
-
-
 # ---------------------------------------------------------------- checkpoints
 
 def checkpoints_dir(work_dir) -> Path:
@@ -202,19 +129,20 @@ def _set_rng_state(state: dict, device: torch.device) -> None:
 
 
 def _save_checkpoint(work: WorkDir, step: int, model: VideoBert, info: dict, trainer_state: dict,
-                     runtime: Runtime, keep: int) -> Path:
-    rng_states = [None] * runtime.world_size
+                     rank_state: dict, runtime: Runtime, keep: int) -> Path:
+    """`trainer_state` is the same on every rank; `rank_state` (with the RNG states added) is each rank's."""
+    rank_state = dict(rank_state, rng=_rng_state(runtime.device))
+    rank_states = [rank_state]
     if runtime.distributed:
-        dist.all_gather_object(rng_states, _rng_state(runtime.device))
-    else:
-        rng_states = [_rng_state(runtime.device)]
+        rank_states = [None] * runtime.world_size
+        dist.all_gather_object(rank_states, rank_state)
     root = work.checkpoints
     final = root / f"step-{step:08d}"
     if runtime.main and not final.exists():
         tmp = storage.atomic_path(final)
         tmp.mkdir()
         model.save(tmp, dict(info, step=step))
-        torch.save(dict(trainer_state, step=step, rng=rng_states), tmp / TRAINER_STATE_NAME)
+        torch.save(dict(trainer_state, step=step, ranks=rank_states), tmp / TRAINER_STATE_NAME)
         os.replace(tmp, final)
         for old in sorted(root.glob("step-*"))[:-keep]:
             shutil.rmtree(old)
@@ -247,15 +175,6 @@ def make_optimizer(model: VideoBert, lr: float, weight_decay: float) -> torch.op
               {"params": [p for p in trainable if p.ndim < 2], "weight_decay": 0.0}]
     # the fused kernel updates every parameter in one launch on GPU; the same math as the loop version
     return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.999), eps=1e-6, fused=trainable[0].is_cuda)
-
-
-def _format_record(record: dict, max_steps: int) -> str:
-    parts = [f"step {record['step']}/{max_steps}", f"loss {record['loss']:.4f}"]
-    for name, prefix in METRIC_PREFIXES.items():
-        if record[f"{prefix}_loss"] is not None:
-            parts.append(f"{name} {record[f'{prefix}_loss']:.3f} (acc {record[f'{prefix}_acc']:.3f})")
-    parts.append(f"{record['tokens_per_s']:,.0f} tokens/s")
-    return " | ".join(parts)
 
 
 def identities(cfg: Config, videos: list[dict]) -> dict[str, str]:
@@ -308,9 +227,24 @@ def _move_aside(work: WorkDir) -> Path:
     return destination
 
 
-def _train(cfg: Config, work: WorkDir, runtime: Runtime, resume: bool, restart: bool, quiet: bool) -> dict:
-    t = cfg.train
-    lineage, codebook, shards = training_inputs(cfg, work)
+@dataclass
+class Run:
+    """What the loop works with: the model (and its DDP wrapper), optimiser, scheduler and data."""
+    model: VideoBert
+    wrapped: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LambdaLR
+    batches: Iterator[dict]
+    info: dict                 # how the model was made (saved with every checkpoint)
+    notes: list[str]
+    data_shape: dict           # ranks, streams and micro-batch: a resume must keep them
+    examples: torch.Tensor     # this rank's examples per regime so far (the realised mix)
+    plan_states: dict          # this rank's data streams' latest saved positions, by stream
+
+
+def _open_checkpoint(work: WorkDir, runtime: Runtime, lineage: dict, resume: bool, restart: bool,
+                     quiet: bool) -> tuple[Path | None, dict | None]:
+    """(the checkpoint to continue and its trainer state, or None, None for a new run)."""
     if restart and runtime.main and work.train_folder.exists():
         moved = _move_aside(work)
         if not quiet:
@@ -320,22 +254,19 @@ def _train(cfg: Config, work: WorkDir, runtime: Runtime, resume: bool, restart: 
     if runtime.main:
         storage.remove_stale_temporaries(work.checkpoints)   # a killed save's half-written folder
     latest = latest_checkpoint(work)
-    if latest is not None and not resume:
+    if latest is None:
+        return None, None
+    if not resume:
         raise FileExistsError(f"{checkpoints_dir(work)} already holds {latest.name}: pass --resume to "
                               f"continue that run, or --restart to move it aside and train anew")
-    state = torch.load(latest / TRAINER_STATE_NAME, map_location="cpu", weights_only=True) if latest else None
-    if latest is not None:
-        _checkpoint_matches(latest, json.loads((latest / INFO_NAME).read_text()), lineage)
-    start_step = state["step"] if state else 0
-    if start_step >= t.max_steps:
-        return {"step": start_step, "max_steps": t.max_steps, "finished": True, "steps_this_run": 0,
-                "checkpoint": str(latest)}
-    micro_batch = _micro_batch_size(t.batch_size, t.grad_accum, runtime.world_size)
-    tokenizer = load_tokenizer(cfg.align.tokenizer)
-    layout = VocabLayout.from_tokenizer(tokenizer, codebook.num_leaves)
-    streams = streams_per_rank(len(shards), runtime.world_size, t.num_workers)
-    data_shape = {"world_size": runtime.world_size, "streams_per_rank": streams, "micro_batch": micro_batch}
+    _checkpoint_matches(latest, json.loads((latest / INFO_NAME).read_text()), lineage)
+    return latest, torch.load(latest / TRAINER_STATE_NAME, map_location="cpu", weights_only=True)
 
+
+def _model(cfg: Config, layout: VocabLayout, codebook, lineage: dict, shards: list[Path], latest: Path | None,
+           state: dict | None, data_shape: dict) -> tuple[VideoBert, dict, list[str]]:
+    """(model, info, notes): loaded from the checkpoint when resuming, else initialised as the paper does."""
+    t = cfg.train
     if state is not None:
         model, info = VideoBert.load(latest)
         if model.layout != layout:
@@ -346,14 +277,26 @@ def _train(cfg: Config, work: WorkDir, runtime: Runtime, resume: bool, restart: 
         if changed:
             raise ValueError(f"cannot resume {latest} exactly: (saved, now) differ for {changed}; resume with "
                              f"the same ranks, train.num_workers and train.batch_size")
-        notes = [f"resumed from {latest}"]
-    else:
-        model, notes = build_model(t.init_checkpoint, layout, codebook.centroids[-1], codebook.counts[-1],
-                                   max_len=t.max_len, seed=t.seed)
-        info = {"init_checkpoint": t.init_checkpoint, "tokenizer": cfg.align.tokenizer,
-                "codebook_sha256": codebook.info.get("sha256"), "init_notes": notes, "lineage": lineage,
-                "config": json.loads(cfg.section_json("train", "align")),
-                "config_hash": cfg.section_hash("train", "align"), "shards": [path.name for path in shards]}
+        return model, info, [f"resumed from {latest}"]
+    model, notes = build_model(t.init_checkpoint, layout, codebook.centroids[-1], codebook.counts[-1],
+                               max_len=t.max_len, seed=t.seed)
+    info = {"init_checkpoint": t.init_checkpoint, "tokenizer": cfg.align.tokenizer,
+            "codebook_sha256": codebook.info.get("sha256"), "init_notes": notes, "lineage": lineage,
+            "config": json.loads(cfg.section_json("train", "align")),
+            "config_hash": cfg.section_hash("train", "align"), "shards": [path.name for path in shards]}
+    return model, info, notes
+
+
+def _setup(cfg: Config, runtime: Runtime, shards: list[Path], codebook, lineage: dict, latest: Path | None,
+           state: dict | None, stop_step: int) -> Run:
+    """Model, optimiser, scheduler and the data loader, all restored from `state` when resuming."""
+    t = cfg.train
+    micro_batch = _micro_batch_size(t.batch_size, t.grad_accum, runtime.world_size)
+    tokenizer = load_tokenizer(cfg.align.tokenizer)
+    layout = VocabLayout.from_tokenizer(tokenizer, codebook.num_leaves)
+    streams = streams_per_rank(len(shards), runtime.world_size, t.num_workers)
+    data_shape = {"world_size": runtime.world_size, "streams_per_rank": streams, "micro_batch": micro_batch}
+    model, info, notes = _model(cfg, layout, codebook, lineage, shards, latest, state, data_shape)
     if t.freeze_input_embeddings:
         # the paper freezes the input embeddings (text and visual rows) for the whole pre-training
         model.word_embeddings.weight.requires_grad_(False)
@@ -362,88 +305,132 @@ def _train(cfg: Config, work: WorkDir, runtime: Runtime, resume: bool, restart: 
                if runtime.distributed else model)
     optimizer = make_optimizer(model, t.lr, t.weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _lr_factor(t.warmup_steps, t.max_steps))
-
+    saved = state["ranks"][runtime.rank] if state is not None else {"plan_states": {}}
     dataset = ShardDataset(shards, layout, replacement_text_ids(tokenizer), DataParams.from_config(t), micro_batch,
                            t.seed, runtime.rank, runtime.world_size,
-                           start_batch=state["micro_batches"] if state is not None else 0)
+                           start_batch=state["micro_batches"] if state is not None else 0,
+                           plan_states=saved["plan_states"], checkpoint_every=t.checkpoint_every * t.grad_accum,
+                           stop_batch=stop_step * t.grad_accum)
     # its own generator: creating the loader must not draw from the global RNG that dropout uses
     loader = DataLoader(dataset, batch_size=None, num_workers=streams if t.num_workers else 0,
                         pin_memory=runtime.device.type == "cuda", generator=torch.Generator())
-    batches = iter(loader)
-    window = Window(runtime.device)
     if state is not None:
         optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
-        window.load(state["window"])
-        _set_rng_state(state["rng"][runtime.rank], runtime.device)
+        _set_rng_state(saved["rng"], runtime.device)
     else:
         torch.manual_seed(t.seed + runtime.rank)     # dropout differs between ranks
+    examples = saved["examples"] if state is not None else torch.zeros(len(REGIMES))
+    return Run(model, wrapped, optimizer, scheduler, iter(loader), info, notes, data_shape,
+               examples.to(runtime.device), dict(saved["plan_states"]))
 
-    log_path = work.train_log
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    total_params, trainable_params = count_parameters(model)
-    header = {"event": "resume" if state is not None else "start", "step": start_step, "time": time.time(),
-              "notes": notes, "parameters": total_params, "trainable_parameters": trainable_params,
-              "device": str(runtime.device), "shards": len(shards), **data_shape,
+
+def _open_log(cfg: Config, work: WorkDir, runtime: Runtime, run: Run, start_step: int, shards: list[Path],
+              resumed: bool, quiet: bool):
+    """The log file (None off rank 0), with its start or resume record written."""
+    if not runtime.main:
+        return None
+    total_params, trainable_params = count_parameters(run.model)
+    header = {"event": "resume" if resumed else "start", "step": start_step, "time": time.time(),
+              "notes": run.notes, "parameters": total_params, "trainable_parameters": trainable_params,
+              "device": str(runtime.device), "shards": len(shards), **run.data_shape,
               "config": json.loads(cfg.section_json("train"))}
-    if runtime.main:
-        log_file = open(log_path, "a", buffering=1)
-        log_file.write(json.dumps(header) + "\n")
-        if not quiet:
-            for note in notes:
-                print(f"[train] {note}", file=sys.stderr)
-            print(f"[train] {total_params:,} parameters ({trainable_params:,} trainable), {len(shards)} shards, "
-                  f"{runtime.world_size} rank(s) x {streams} data stream(s), micro-batch {micro_batch}, "
-                  f"device {runtime.device}", file=sys.stderr)
+    work.train_log.parent.mkdir(parents=True, exist_ok=True)
+    log_file = open(work.train_log, "a", buffering=1)
+    log_file.write(json.dumps(header) + "\n")
+    if not quiet:
+        for note in run.notes:
+            print(f"[train] {note}", file=sys.stderr)
+        shape = run.data_shape
+        print(f"[train] {total_params:,} parameters ({trainable_params:,} trainable), {len(shards)} shards, "
+              f"{runtime.world_size} rank(s) x {shape['streams_per_rank']} data stream(s), micro-batch "
+              f"{shape['micro_batch']}, device {runtime.device}", file=sys.stderr)
+    return log_file
 
+
+def _train_step(run: Run, window: Window, cfg: Config, runtime: Runtime) -> tuple[int, float]:
+    """One optimiser step over `grad_accum` micro-batches; returns (tokens, the learning rate it used)."""
+    t = cfg.train
+    tokens = 0
+    for micro in range(t.grad_accum):
+        batch = next(run.batches)
+        if "plan_state" in batch:            # its stream's position, for the next checkpoint
+            plan_state = batch.pop("plan_state")
+            run.plan_states[plan_state["stream"]] = plan_state
+        tokens += int(batch["attention_mask"].sum())
+        batch = {name: tensor.to(runtime.device, non_blocking=True) for name, tensor in batch.items()}
+        # gradients are all-reduced once per step, on the last micro-batch
+        sync = micro == t.grad_accum - 1 or not runtime.distributed
+        with contextlib.nullcontext() if sync else run.wrapped.no_sync():
+            with autocast(runtime.device, t.precision):
+                loss, metrics = compute_losses(run.wrapped, batch, t.loss_weights)
+            (loss / t.grad_accum).backward()
+        window.metrics += metrics
+        window.loss_sum += loss.detach() / t.grad_accum
+        run.examples += metrics[:len(REGIMES), -1]
+    if t.grad_clip > 0:
+        torch.nn.utils.clip_grad_norm_([p for p in run.model.parameters() if p.requires_grad], t.grad_clip)
+    lr = run.scheduler.get_last_lr()[0]
+    run.optimizer.step()
+    run.scheduler.step()
+    run.optimizer.zero_grad(set_to_none=True)
+    window.steps += 1
+    window.tokens += tokens
+    return tokens, lr
+
+
+def _train(cfg: Config, work: WorkDir, runtime: Runtime, resume: bool, restart: bool, quiet: bool) -> dict:
+    t = cfg.train
+    # inputs (current align shards of this codebook) and the checkpoint to continue
+    lineage, codebook, shards = training_inputs(cfg, work)
+    latest, state = _open_checkpoint(work, runtime, lineage, resume, restart, quiet)
+    start_step = state["step"] if state else 0
+    if start_step >= t.max_steps:
+        return {"step": start_step, "max_steps": t.max_steps, "finished": True, "steps_this_run": 0,
+                "checkpoint": str(latest)}
     stop_step = t.max_steps if t.steps_per_run == 0 else min(t.max_steps, start_step + t.steps_per_run)
+    # model, optimiser, scheduler, data and RNG states: restored from the checkpoint when resuming
+    run = _setup(cfg, runtime, shards, codebook, lineage, latest, state, stop_step)
+    window = Window(runtime.device)
+    if state is not None:
+        window.load(state["ranks"][runtime.rank]["window"])
+    log_file = _open_log(cfg, work, runtime, run, start_step, shards, state is not None, quiet)
+
     step, last_record, checkpoint, started = start_step, None, latest, time.time()
-    trainable = [p for p in model.parameters() if p.requires_grad]
-    wrapped.train()
+    run.wrapped.train()
     try:
         with Progress(total=stop_step - start_step, unit="steps", desc="train",
                       quiet=quiet or not runtime.main) as progress:
             while step < stop_step:
-                step_tokens = 0
-                for micro in range(t.grad_accum):
-                    batch = next(batches)
-                    step_tokens += int(batch["attention_mask"].sum())
-                    batch = {name: tensor.to(runtime.device, non_blocking=True) for name, tensor in batch.items()}
-                    # gradients are all-reduced once per step, on the last micro-batch
-                    sync = micro == t.grad_accum - 1 or not runtime.distributed
-                    with contextlib.nullcontext() if sync else wrapped.no_sync():
-                        with autocast(runtime.device, t.precision):
-                            loss, metrics = compute_losses(wrapped, batch, t.loss_weights)
-                        (loss / t.grad_accum).backward()
-                    window.metrics += metrics
-                    window.loss_sum += loss.detach() / t.grad_accum
-                if t.grad_clip > 0:
-                    torch.nn.utils.clip_grad_norm_(trainable, t.grad_clip)
-                lr = scheduler.get_last_lr()[0]
-                optimizer.step()
-                scheduler.step()
-                optimizer.zero_grad(set_to_none=True)
+                # forward, backward and the optimiser step over grad_accum micro-batches
+                tokens, lr = _train_step(run, window, cfg, runtime)
                 step += 1
-                window.steps += 1
-                window.tokens += step_tokens
-                progress.update(1, tokens=step_tokens)
+                progress.update(1, tokens=tokens)
+                # a log record of the metrics summed since the last one (over all ranks)
                 if step % t.log_every == 0 or step == t.max_steps:
                     last_record = window.record(step, lr, runtime)
-                    if runtime.main:
+                    if log_file is not None:
                         log_file.write(json.dumps(last_record) + "\n")
                         if not quiet:
-                            print(f"[train] {_format_record(last_record, t.max_steps)}", file=sys.stderr)
+                            print(f"[train] {format_record(last_record, t.max_steps)}", file=sys.stderr)
                     window = Window(runtime.device)
+                # a checkpoint: model, optimiser, scheduler, RNG states, data position, the open window
                 if step % t.checkpoint_every == 0 or step == stop_step:
-                    trainer_state = {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-                                     "window": window.state(), "micro_batches": step * t.grad_accum,
-                                     "data_shape": data_shape}
-                    checkpoint = _save_checkpoint(work, step, model, info, trainer_state, runtime,
-                                                  t.keep_checkpoints)
+                    trainer_state = {"optimizer": run.optimizer.state_dict(), "scheduler": run.scheduler.state_dict(),
+                                     "micro_batches": step * t.grad_accum, "data_shape": run.data_shape}
+                    rank_state = {"window": window.state(), "examples": run.examples.cpu(),
+                                  "plan_states": run.plan_states}
+                    checkpoint = _save_checkpoint(work, step, run.model, run.info, trainer_state, rank_state,
+                                                  runtime, t.keep_checkpoints)
+        # the realised regime mix of everything trained on so far, summed over ranks
+        if runtime.distributed:
+            dist.all_reduce(run.examples)
+        line, mix = mix_line(run.examples.cpu(), cfg)
+        if log_file is not None and not quiet:
+            print(f"[train] {line}", file=sys.stderr)
     finally:
-        if runtime.main:
+        if log_file is not None:
             log_file.close()
-    elapsed = time.time() - started
     return {"step": step, "max_steps": t.max_steps, "finished": step >= t.max_steps,
-            "steps_this_run": step - start_step, "checkpoint": str(checkpoint), "seconds": round(elapsed, 3),
-            "last": last_record, "log": str(log_path)}
+            "steps_this_run": step - start_step, "checkpoint": str(checkpoint), "regime_mix": mix,
+            "seconds": round(time.time() - started, 3), "last": last_record, "log": str(work.train_log)}
