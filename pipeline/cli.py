@@ -26,7 +26,8 @@ SHOWN_PROBLEMS = 5   # per stage run: failed or blocked shards listed one line e
 
 def _common(parser: argparse.ArgumentParser, work_dir_required: bool = True) -> None:
     parser.add_argument("--config", help="YAML config (default: the built-in defaults, the paper's values)")
-    parser.add_argument("--work-dir", required=work_dir_required, type=Path, help="where every stage writes")
+    parser.add_argument("--work-dir", required=work_dir_required,
+                        help="where every stage writes: a folder, or a URL on object storage (s3://bucket/run1)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override a config value, e.g. --set decode.fps=25 (repeatable)")
     parser.add_argument("--quiet", action="store_true", help="no progress bars or progress lines")
@@ -51,8 +52,9 @@ def build_parser() -> argparse.ArgumentParser:
         sub = commands.add_parser(stage.name, help=help_text, description=help_text)
         _common(sub)
         if stage.name == "manifest":
-            sub.add_argument("--input", required=True, type=Path,
-                             help="a folder (searched recursively) or a .txt/.csv/.parquet list of videos")
+            sub.add_argument("--input", required=True,
+                             help="a folder (searched recursively) or a .txt/.csv/.parquet list of videos, local "
+                                  "or on object storage (s3://, gs://, hf://)")
             sub.add_argument("--force", action="store_true",
                              help="assign every video a shard anew (default: listed videos keep theirs)")
         elif stage.name == "train":
@@ -106,7 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
     _common(report)
 
     validate = commands.add_parser("validate", help="check every output: schemas, checksums, lineage, invariants")
-    validate.add_argument("work_dir_positional", nargs="?", type=Path, metavar="DIR")
+    validate.add_argument("work_dir_positional", nargs="?", metavar="DIR")
     _common(validate, work_dir_required=False)
     return parser
 

@@ -177,9 +177,10 @@ def _check_asr(a: AsrConfig) -> None:
     _count(a.num_threads, "asr.num_threads")
     _in_range(a.max_transcript_bytes, 1, 2**30, "asr.max_transcript_bytes")
     for index, root in enumerate(a.transcript_roots):
-        if not Path(root).is_absolute():
+        if not Path(root).is_absolute() and "://" not in root:
             # a relative root would depend on the directory each worker happens to start in
-            raise ConfigError(f"config error: asr.transcript_roots[{index}] must be an absolute path (got {root!r})")
+            raise ConfigError(f"config error: asr.transcript_roots[{index}] must be an absolute path or a URL "
+                              f"(got {root!r})")
 
 
 def _check_align(al: AlignConfig) -> None:

@@ -25,8 +25,6 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import pyarrow.parquet as pq
-
 from pipeline import registry, storage
 from pipeline.workdir import STATE, WorkDir
 
@@ -62,7 +60,12 @@ _JSON_CACHE: dict[str, tuple[tuple[int, int], dict]] = {}
 
 def read_json(path: Path) -> dict | None:
     """A JSON object file; None when absent. Unparsable content is a CorruptFile naming the path.
-    Records are read many times by lineage checks: parsed once per (mtime, size)."""
+    Local records are read many times by lineage checks: parsed once per (mtime, size)."""
+    if storage.is_remote(path):
+        try:
+            return _parse_json(path, path.read_bytes())
+        except FileNotFoundError:
+            return None
     path = Path(path)
     try:
         stat = path.stat()
@@ -72,15 +75,20 @@ def read_json(path: Path) -> dict | None:
     cached = _JSON_CACHE.get(key)
     if cached and cached[0] == stamp:
         return cached[1]
+    value = _parse_json(path, path.read_bytes())
+    if len(_JSON_CACHE) > 100_000:
+        _JSON_CACHE.clear()
+    _JSON_CACHE[key] = (stamp, value)
+    return value
+
+
+def _parse_json(path, data: bytes) -> dict:
     try:
-        value = json.loads(path.read_bytes())
+        value = json.loads(data)
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise CorruptFile(f"{path} is not a valid JSON record ({error}); it will be redone") from None
     if not isinstance(value, dict):
         raise CorruptFile(f"{path} is not a valid JSON record (not an object); it will be redone")
-    if len(_JSON_CACHE) > 100_000:
-        _JSON_CACHE.clear()
-    _JSON_CACHE[key] = (stamp, value)
     return value
 
 
@@ -93,7 +101,8 @@ def output_entry(work: WorkDir, path: Path, rows: int | None = None) -> dict:
 
 
 def relative(work: WorkDir, path: Path) -> str:
-    return Path(path).relative_to(work.root).as_posix()
+    """`path`'s name inside the work dir, the same on a local disk and on object storage."""
+    return storage.relative_name(work.root, path)
 
 
 def data_digest(record: dict) -> str:
@@ -135,7 +144,7 @@ def verify_file(work: WorkDir, record: dict, path: Path, where: str) -> None:
 
 
 def parquet_rows(path: Path) -> int:
-    return pq.read_metadata(path).num_rows
+    return storage.parquet_file(path).metadata.num_rows
 
 
 # ---------------------------------------------------------------- states
@@ -195,6 +204,7 @@ class Lineage:
     work: WorkDir
     cfg: object = None
     _videos: dict[int, list[dict]] = field(default_factory=dict)
+    _records: dict[str, dict | None] = field(default_factory=dict)
 
     def __post_init__(self):
         self.work = WorkDir(self.work)
@@ -202,7 +212,13 @@ class Lineage:
     # ------------------------------------------------ records
 
     def record(self, stage: str, shard: int | None = None) -> dict | None:
-        return read_json(self.work.record(stage, shard))
+        if not storage.is_remote(self.work.root):
+            return read_json(self.work.record(stage, shard))     # cached by mtime and size
+        # on object storage every read is a request: a check reads each record once
+        key = f"{stage}:{shard}"
+        if key not in self._records:
+            self._records[key] = read_json(self.work.record(stage, shard))
+        return self._records[key]
 
     def manifest_record(self) -> dict:
         record = self.record("manifest")
@@ -221,8 +237,8 @@ class Lineage:
             if expected is None:
                 raise InputNotReady(f"shard {shard} is not in the manifest ({self.work.manifest})")
             try:
-                table = pq.read_table(self.work.manifest, filters=[("shard", "=", shard)])
-            except (OSError, ValueError) as error:
+                table = storage.read_table(self.work.manifest, filters=[("shard", "=", shard)])
+            except (OSError, ValueError) as error:   # storage.UnreadableFile is a ValueError
                 raise CorruptFile(f"cannot read {self.work.manifest}: {error}") from None
             rows = sorted(table.to_pylist(), key=lambda row: row["video_id"])
             if rows_digest(rows) != expected:
@@ -306,7 +322,7 @@ class Lineage:
         "size" only compares their sizes (cheap enough for `status` on a large run)."""
         where = self.work.record(stage, shard)
         try:
-            record = read_json(where)
+            record = self.record(stage, shard)
         except CorruptFile as error:
             return State("corrupt", str(error))
         if record is None:

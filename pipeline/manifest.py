@@ -53,7 +53,8 @@ def make_video_id(relative_path: str) -> str:
     return f"{slug}-{digest}"
 
 
-def _find_videos(folder: Path) -> list[tuple[str, str | None]]:
+def _find_videos(folder: Path) -> list[tuple[str, str | None, int | None]]:
+    """(uri, transcript uri, size) of every video file under a local folder, in name order."""
     found = []
     for root, dirs, files in os.walk(folder):
         dirs.sort()
@@ -63,22 +64,41 @@ def _find_videos(folder: Path) -> list[tuple[str, str | None]]:
                 continue
             transcript = next((str(path.with_suffix(ext)) for ext in TRANSCRIPT_EXTENSIONS
                                if path.with_suffix(ext).exists()), None)
-            found.append((str(path), transcript))
+            try:
+                size = path.stat().st_size
+            except OSError:
+                size = None   # decode reports it as an error row naming the video
+            found.append((str(path), transcript, size))
     return found
 
 
-def _read_list(list_file: Path) -> list[tuple[str, str | None]]:
+def _find_remote_videos(folder) -> list[tuple[str, str | None, int | None]]:
+    """The same for a folder on object storage: one listing gives the names and sizes."""
+    listing = folder.fs.find(folder.path, detail=True)
+    names = set(listing)
+    found = []
+    for name in sorted(listing):
+        stem, dot, extension = name.rpartition(".")
+        if not dot or f".{extension.lower()}" not in VIDEO_EXTENSIONS or name.rsplit("/", 1)[-1].startswith("."):
+            continue
+        transcript = next((f"{stem}{ext}" for ext in TRANSCRIPT_EXTENSIONS if f"{stem}{ext}" in names), None)
+        url = lambda key: f"{folder.protocol}://{key}"   # noqa: E731 - the listing's keys carry no protocol
+        found.append((url(name), url(transcript) if transcript else None, listing[name].get("size")))
+    return found
+
+
+def _read_list(list_file) -> list[tuple[str, str | None, None]]:
     suffix = list_file.suffix.lower()
     try:
+        data = list_file.read_bytes()
         if suffix == ".txt":
-            lines = list_file.read_text(encoding="utf-8").splitlines()
+            lines = data.decode("utf-8").splitlines()
             rows = [(line.strip(), None) for line in lines if line.strip() and not line.lstrip().startswith("#")]
         else:
             if suffix == ".csv":
-                with open(list_file, newline="", encoding="utf-8") as handle:
-                    records = list(csv.DictReader(handle))
+                records = list(csv.DictReader(data.decode("utf-8").splitlines()))
             else:
-                records = pq.read_table(list_file).to_pylist()
+                records = pq.read_table(pa.BufferReader(data)).to_pylist()
             columns = set(records[0]) if records else set()
             path_column = next((c for c in ("path", "uri", "video") if c in columns), None)
             if records and path_column is None:
@@ -93,16 +113,27 @@ def _read_list(list_file: Path) -> list[tuple[str, str | None]]:
     base = list_file.parent
 
     def absolute(path: str | None) -> str | None:
+        """Relative entries are relative to the list's folder (local or remote)."""
         if path is None or "://" in path:
             return path
-        return str((base / path) if not Path(path).is_absolute() else Path(path))
-    return [(absolute(path), absolute(transcript)) for path, transcript in rows]
+        if storage.is_remote(base):
+            return str(base / path)
+        return os.path.normpath(os.path.abspath(base / path)) if not Path(path).is_absolute() else path
+    return [(absolute(path), absolute(transcript), None) for path, transcript in rows]
 
 
 def input_folder(input_path: str | Path) -> str:
-    """The folder an input's transcripts are confined to: a folder input itself, else the list's folder."""
-    input_path = Path(input_path)
-    return os.path.realpath(input_path if input_path.is_dir() else input_path.parent)
+    """The folder an input's transcripts are confined to: a folder input itself, else the list's folder
+    (symlinks resolved for a local one)."""
+    place = storage.location(input_path)
+    folder = place if place.is_dir() else place.parent
+    return str(folder).rstrip("/") if storage.is_remote(folder) else os.path.realpath(folder)
+
+
+def input_name(input_path: str | Path) -> str:
+    """The input as recorded: a URL as given, a local path absolute."""
+    place = storage.location(input_path)
+    return str(place) if storage.is_remote(place) else str(Path(place).resolve())
 
 
 def recorded_transcript_root(work_dir) -> str | None:
@@ -111,35 +142,40 @@ def recorded_transcript_root(work_dir) -> str | None:
 
 
 def list_videos(input_path: str | Path) -> list[dict]:
-    """One row per input video (video_id, uri, bytes, transcript_uri), in video_id order, no shards yet."""
-    input_path = Path(input_path)
-    if input_path.is_dir():
-        entries, root = _find_videos(input_path), input_path
-    elif input_path.is_file() and input_path.suffix.lower() in LIST_EXTENSIONS:
-        entries, root = _read_list(input_path), None
-    elif input_path.exists():
+    """One row per input video (video_id, uri, bytes, transcript_uri), in video_id order, no shards yet.
+    The input is a folder or a list, on the local disk or on object storage; a video's id comes from its
+    path relative to the folder, so the same collection gets the same ids wherever it is stored."""
+    place = storage.location(input_path)
+    if place.is_dir():
+        entries = _find_remote_videos(place) if storage.is_remote(place) else _find_videos(place)
+        root = str(place).rstrip("/")
+    elif place.suffix.lower() in LIST_EXTENSIONS and place.exists():
+        entries, root = _read_list(place), None
+    elif place.exists():
         raise ManifestError(f"--input {input_path}: expected a folder or a .txt/.csv/.parquet list of videos")
     else:
         raise ManifestError(f"--input {input_path} does not exist")
     rows, seen = [], set()
-    for uri, transcript in entries:
-        key = uri if "://" in uri else os.path.normpath(os.path.abspath(uri))
+    for uri, transcript, size in entries:
+        key = uri if storage.is_url(uri) else os.path.normpath(os.path.abspath(storage.location(uri)))
         if key in seen:
             continue   # duplicate paths are listed once
         seen.add(key)
-        if "://" in uri:
-            relative = uri.split("://", 1)[1]
-        elif root is not None:
+        if root is not None and key.startswith(root.rstrip("/") + "/"):
+            relative = key[len(root.rstrip("/")) + 1:]
+        elif root is not None and not storage.is_url(key):
             relative = os.path.relpath(key, os.path.abspath(root))
         else:
-            relative = key.lstrip("/")
-        try:
-            size = os.stat(key).st_size if "://" not in uri else None
-        except OSError:
-            size = None   # decode reports it as an error row naming the video
+            relative = key.split("://", 1)[1] if "://" in key else key.lstrip("/")
+        if size is None and not storage.is_url(key):
+            try:
+                size = os.stat(key).st_size
+            except OSError:
+                size = None   # decode reports it as an error row naming the video
+        if transcript and not storage.is_url(transcript):
+            transcript = os.path.abspath(storage.location(transcript))
         rows.append({"video_id": make_video_id(relative.replace(os.sep, "/")), "uri": key, "bytes": size,
-                     "transcript_uri": os.path.abspath(transcript) if transcript and "://" not in transcript
-                     else transcript})
+                     "transcript_uri": transcript})
     ids = [row["video_id"] for row in rows]
     if len(set(ids)) != len(ids):
         raise ManifestError("two inputs map to the same video_id; rename one of them")
@@ -203,10 +239,10 @@ def write_manifest(cfg: Config, input_path: str | Path, work_dir, *, incremental
         changes["unchanged"] = True
         return work.manifest, table, changes
     provenance = Provenance(stage="manifest", schema=schemas.MANIFEST.tag, config=cfg.section_json("shards"),
-                            config_hash=cfg.section_hash("shards"), input=str(Path(input_path).resolve()),
+                            config_hash=cfg.section_hash("shards"), input=input_name(input_path),
                             transcript_root=input_folder(input_path))
     write_manifest_table(work, table, {"version": lineage.VERSION, "config": config,
-                                       "input": str(Path(input_path).resolve())},
+                                       "input": input_name(input_path)},
                          provenance, row_group_size=cfg.shards.videos_per_shard * 16)
     return work.manifest, table, changes
 

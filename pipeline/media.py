@@ -158,11 +158,31 @@ def open_input(uri: str, timeout_s: float) -> av.container.InputContainer:
     protocols, which poll); a read() stuck inside the kernel (a hard-mounted share that went away) it
     cannot interrupt."""
     target = open_target(uri)
-    refuse_non_regular_file(uri, target)
+    if is_object_storage(target):
+        target = remote_file(target)
+    else:
+        refuse_non_regular_file(uri, target)
     try:
         return av.open(target, metadata_errors="ignore", timeout=timeout_s)
     except av.error.ExitError as error:
         raise input_timeout(uri, timeout_s, "while opening it") from error
+
+
+# FFmpeg reads these itself (with its own time limits); any other URL scheme is read through fsspec
+FFMPEG_PROTOCOLS = ("http", "https", "ftp", "rtmp", "rtsp", "srt", "udp", "tcp")
+REMOTE_BLOCK_BYTES = 8 << 20     # fsspec's read-ahead block: the bounded local cache of a remote video
+
+
+def is_object_storage(uri: str) -> bool:
+    """s3://, gs://, hf://, memory://...: a URL FFmpeg cannot open, read through fsspec instead."""
+    return "://" in uri and uri.split("://", 1)[0].lower() not in FFMPEG_PROTOCOLS
+
+
+def remote_file(uri: str):
+    """A video on object storage as a seekable file whose bytes stream through a bounded read-ahead
+    cache: range requests, never a full copy of the video (let alone of the collection) on local disk."""
+    from pipeline.storage import location
+    return location(uri).open("rb", block_size=REMOTE_BLOCK_BYTES, cache_type="readahead")
 
 
 class ClipReader:

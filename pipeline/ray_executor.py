@@ -33,7 +33,7 @@ from typing import Callable, Iterable, Iterator
 
 import numpy as np
 
-from pipeline import runner
+from pipeline import runner, storage
 from pipeline.config import Config
 from pipeline.lineage import CorruptFile, InputNotReady, Lineage
 from pipeline.progress import Progress
@@ -64,24 +64,14 @@ def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
         return "(no log)"
 
 
-def last_attempt_failure(path: Path) -> str | None:
-    """The exception line of a shard log's last attempt, if that attempt failed (None: no log, still
-    running, or succeeded)."""
-    try:
-        lines = [line for line in path.read_text(errors="replace").splitlines() if line.strip()]
-    except OSError:
-        return None
-    starts = [i for i, line in enumerate(lines) if ATTEMPT_STARTED in line]
-    last = lines[starts[-1]:] if starts else []
-    return last[-1].strip() if any(ATTEMPT_FAILED in line for line in last) else None
-
-
 def _run_shard_task(cfg: Config, work_dir: Path, stage: str, shard_index: int, force: bool,
                     feature_models: list | None) -> dict:
     """One attempt at one shard, in a Ray worker. Its log lines and any traceback go to the shard's log."""
     path = WorkDir(work_dir).shard_log(stage, shard_index)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handler = logging.FileHandler(path, encoding="utf-8")
+    # on object storage nothing appends: the attempt logs to a local file, added to the shard's log after
+    written = storage.local_temporary(path.name) if storage.is_remote(path) else path
+    written.parent.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(written, encoding="utf-8")
     handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
     root = logging.getLogger()
     previous_level = root.level
@@ -105,6 +95,9 @@ def _run_shard_task(cfg: Config, work_dir: Path, stage: str, shard_index: int, f
         root.removeHandler(handler)
         root.setLevel(previous_level)
         handler.close()
+        if written != path:
+            path.write_bytes((path.read_bytes() if path.exists() else b"") + written.read_bytes())
+            written.unlink(missing_ok=True)
 
 
 def cause_line(error: BaseException) -> str:
@@ -244,7 +237,8 @@ class RayExecutor:
     def run_shards(self, work_dir: Path, stage: str, shards: list[int], *, force: bool = False,
                    quiet: bool = False) -> list[dict]:
         ray, cfg = self._ray, self.cfg
-        work_dir = Path(work_dir).resolve()
+        work_dir = WorkDir(work_dir).root
+        work_dir = work_dir if storage.is_remote(work_dir) else Path(work_dir).resolve()
         attempts = cfg.executor.max_retries + 1
         results: dict[int, dict] = {}
         # complete shards are answered here: no task, no model actor for a finished stage

@@ -1,9 +1,15 @@
-"""Atomic files, Parquet with provenance metadata and page checksums, and messages that name the file.
+"""Where files live (a local folder or object storage), atomic files, Parquet with provenance metadata and
+page checksums, and messages that name the file.
 
-An output appears only complete: it is written under a temporary name in the same folder and renamed
-(atomic on POSIX), so a killed run never leaves a file that a reader could take for a finished one. The
-temporary name says which host and process wrote it, so the next run can remove a killed writer's
-leftovers without touching a live writer's."""
+A location is a local `Path` (plain paths and file:// URIs) or, for any other URL (s3://, gs://, hf://,
+http(s)://, memory://), a `UPath` on its fsspec filesystem, with credentials and endpoints from the
+standard environment (for S3: AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, ...). Both answer the same path
+operations; the few that differ (atomic publication, Parquet access, hashing) are here.
+
+An output appears only complete. Locally it is written under a temporary name in the same folder and
+renamed (atomic on POSIX); the temporary name says which host and process wrote it, so the next run can
+remove a killed writer's leftovers without touching a live writer's. On object storage it is written to a
+local temporary file and published with one upload, which the store makes visible whole or not at all."""
 
 from __future__ import annotations
 
@@ -43,6 +49,69 @@ def disk_error_hint(error: OSError) -> str | None:
     return hints.get(error.errno)
 
 
+# ---------------------------------------------------------------- locations
+
+def location(value) -> Path:
+    """A local Path for plain paths and file:// URIs; a UPath for any other URL (object storage, HTTP)."""
+    if hasattr(value, "protocol") or isinstance(value, Path):
+        return value
+    value = os.fspath(value)
+    if value.startswith("file://"):
+        from urllib.parse import unquote, urlparse
+        return Path(unquote(urlparse(value).path))
+    if "://" not in value:
+        return Path(value)
+    from upath import UPath
+    protocol = value.split("://", 1)[0]
+    # listings are not cached: another worker's new record must be seen at once
+    options = {"use_listings_cache": False} if protocol in ("s3", "s3a", "gs", "gcs") else {}
+    return UPath(value, **options)
+
+
+def is_remote(path) -> bool:
+    """Whether `path` is on an fsspec filesystem other than the local disk."""
+    return hasattr(path, "protocol") and getattr(path, "protocol", "") not in ("", "file", "local")
+
+
+def is_url(text: str) -> bool:
+    """Whether a manifest URI names a remote location (s3://, gs://, http://...) rather than a local file."""
+    return "://" in text and not text.startswith("file://")
+
+
+def relative_name(root, path) -> str:
+    """`path`'s name inside `root` ("a/b.json"), the same for local and remote locations."""
+    root_text, text = str(root).rstrip("/"), str(path)
+    if not text.startswith(root_text + "/"):
+        raise ValueError(f"{path} is not inside {root}")
+    return text[len(root_text) + 1:]
+
+
+def local_temporary(name: str) -> Path:
+    """A fresh local file for a remote output (or input) to be written through; the caller removes it."""
+    import tempfile
+    handle, path = tempfile.mkstemp(prefix=f"{TEMPORARY_PREFIX}{os.getpid()}_", suffix=f"_{name}")
+    os.close(handle)
+    return Path(path)
+
+
+def publish(local: Path, final) -> None:
+    """Upload a finished local file to its remote location in one request: readers never see half of it."""
+    final.fs.put_file(str(local), final.path)
+
+
+def open_binary(path):
+    """A file of either kind, opened for reading bytes."""
+    return path.open("rb") if is_remote(path) else open(path, "rb")
+
+
+def arrow_filesystem(path):
+    """(pyarrow filesystem, path in it) for pyarrow's readers: the fsspec filesystem wrapped, or local."""
+    if not is_remote(path):
+        return None, str(path)
+    from pyarrow.fs import FSSpecHandler, PyFileSystem
+    return PyFileSystem(FSSpecHandler(path.fs)), path.path
+
+
 # ---------------------------------------------------------------- atomic writes
 
 def atomic_path(final: Path) -> Path:
@@ -78,11 +147,14 @@ def _writer_is_gone(name: str, age_s: float) -> bool:
 
 
 def remove_stale_temporaries(folder: Path) -> list[Path]:
-    """Delete the temporary files and folders that killed runs left in `folder`; returns them."""
+    """Delete the temporary files and folders that killed runs left in `folder`; returns them. (Remote
+    outputs are written through local temporary files: nothing is left on the store.)"""
     import shutil
 
-    folder = Path(folder)
     removed = []
+    if is_remote(folder):
+        return removed
+    folder = Path(folder)
     if not folder.is_dir():
         return removed
     now = time.time()
@@ -101,6 +173,9 @@ def remove_stale_temporaries(folder: Path) -> list[Path]:
 
 
 def atomic_write_bytes(final: Path, data: bytes) -> None:
+    if is_remote(final):
+        final.write_bytes(data)     # one request: the object appears whole or not at all
+        return
     tmp = atomic_path(final)
     try:
         with open(tmp, "wb") as handle:
@@ -131,24 +206,29 @@ def write_parquet_stream(final: Path, schema: pa.Schema, provenance: Provenance,
     Parquet file of `schema`, atomically, with `provenance` in its key-value metadata. Every data page
     carries a CRC32 checksum (Parquet's own), which readers here verify."""
     schema = schema.with_metadata({**(schema.metadata or {}), **provenance.to_metadata()})
-    tmp = atomic_path(final)
+    tmp = local_temporary(final.name) if is_remote(final) else atomic_path(final)
     try:
         with pq.ParquetWriter(tmp, schema, compression=compression, write_statistics=True,
                               write_page_checksum=True) as writer:
             for table in tables:
                 writer.write_table(table if table.schema.equals(schema) else table.cast(schema),
                                    row_group_size=row_group_size)
-        with open(tmp, "rb+") as handle:
-            os.fsync(handle.fileno())
-        os.replace(tmp, final)
+        if is_remote(final):
+            publish(tmp, final)
+        else:
+            with open(tmp, "rb+") as handle:
+                os.fsync(handle.fileno())
+            os.replace(tmp, final)
     finally:
         tmp.unlink(missing_ok=True)
 
 
 def read_table(path: Path, columns: list[str] | None = None, **kwargs) -> pa.Table:
     """A Parquet file with its page checksums verified; an unreadable file is an error naming it."""
+    filesystem, name = arrow_filesystem(path)
     try:
-        return pq.read_table(path, columns=columns, page_checksum_verification=True, **kwargs)
+        return pq.read_table(name, columns=columns, page_checksum_verification=True, filesystem=filesystem,
+                             **kwargs)
     except (OSError, pa.ArrowException) as error:
         if isinstance(error, FileNotFoundError):
             raise FileNotFoundError(f"{path} not found") from None
@@ -161,23 +241,31 @@ class UnreadableFile(ValueError):
 
 def read_metadata(path: Path) -> Provenance:
     """How a Parquet file was made (its `videobert.*` key-value metadata; reads only the footer)."""
+    filesystem, name = arrow_filesystem(path)
     try:
-        return metadata.read(pq.read_schema(path))
+        return metadata.read(pq.read_schema(name, filesystem=filesystem))
     except (OSError, pa.ArrowException) as error:
         if isinstance(error, FileNotFoundError):
             raise FileNotFoundError(f"{path} not found") from None
         raise UnreadableFile(f"cannot read {path}: {one_line(error)}") from None
 
 
+def parquet_file(path) -> pq.ParquetFile:
+    """A Parquet file of either kind, opened for reading with its page checksums verified."""
+    if is_remote(path):
+        return pq.ParquetFile(path.open("rb"), page_checksum_verification=True)
+    return pq.ParquetFile(path, page_checksum_verification=True)
+
+
 def file_sha256(path: Path, chunk: int = 1 << 20) -> str:
     """sha256 of a file, or of a model folder's files (relative names and contents, in name order)."""
-    path = Path(path)
+    path = location(path) if isinstance(path, str) else path
     digest = hashlib.sha256()
     files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
     for file in files:
         if path.is_dir():
             digest.update(str(file.relative_to(path)).encode() + b"\0")
-        with open(file, "rb") as handle:
+        with open_binary(file) as handle:
             while block := handle.read(chunk):
                 digest.update(block)
     return digest.hexdigest()

@@ -17,7 +17,7 @@ from schemas.codebook import FILE_NAME, SIDECAR_NAME, Codebook, CorruptCodebook,
 def save(codebook: Codebook, folder: Path) -> tuple[Path, str]:
     """Write the tensors and the sidecar atomically; returns (path, sha256 of the tensors file)."""
     data = to_bytes(codebook)
-    path = Path(folder) / FILE_NAME
+    path = storage.location(folder) / FILE_NAME
     sha = hashlib.sha256(data).hexdigest()
     storage.atomic_write_bytes(path, data)
     storage.atomic_write_json(path.with_name(SIDECAR_NAME), sidecar(codebook, sha))
@@ -27,7 +27,7 @@ def save(codebook: Codebook, folder: Path) -> tuple[Path, str]:
 def load(path: Path) -> Codebook:
     """Load from the safetensors file or from the folder holding it (e.g. DIR/kmeans), checked against the
     sha256 its sidecar records."""
-    path = Path(path)
+    path = storage.location(path)
     if path.is_dir():
         path = path / FILE_NAME
     if not path.exists():

@@ -19,7 +19,9 @@ def part_name(shard_index: int) -> str:
 
 class WorkDir:
     def __init__(self, root: "str | Path | WorkDir"):
-        self.root = root.root if isinstance(root, WorkDir) else Path(root)
+        from pipeline.storage import location
+        # a local folder, or a folder on object storage (s3://bucket/run1): the same paths either way
+        self.root = root.root if isinstance(root, WorkDir) else location(root)
 
     def __repr__(self) -> str:
         return f"WorkDir({str(self.root)!r})"
@@ -116,8 +118,14 @@ class WorkDir:
         import os
         import uuid
 
-        self.state.mkdir(parents=True, exist_ok=True)
+        from pipeline.storage import is_remote
+
         probe = self.state / f".probe-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        if is_remote(self.root):
+            probe.write_bytes(b"\0")
+            probe.unlink(missing_ok=True)
+            return
+        self.state.mkdir(parents=True, exist_ok=True)
         try:
             with open(probe, "wb") as handle:
                 handle.write(b"\0" * 4096)

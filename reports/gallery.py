@@ -25,7 +25,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import pyarrow.parquet as pq
 from PIL import Image, ImageDraw, ImageFont
 
 import schemas.codebook as codebook_format
@@ -121,7 +120,7 @@ def feature_parts_checked(work_dir: Path, codebook: codebook_format.Codebook) ->
         raise FileNotFoundError(f"no current features shards under {WorkDir(work_dir).data_folder('features')}: "
                                 f"run the features stage first")
     for shard, path in parts:
-        footer = pq.read_metadata(path)
+        footer = storage.parquet_file(path).metadata
         if footer.num_rows:
             codebook_format.check_feature_provenance(
                 codebook, shard, metadata.read(footer.schema.to_arrow_schema()).feature_provenance_hash,
@@ -140,7 +139,7 @@ def nearest_clips(work_dir: Path, codebook: codebook_format.Codebook, nodes_by_l
     with Progress(total=len(parts), unit="shards", desc="gallery", quiet=quiet) as progress:
         for shard, path in parts:
             clips_in_shard = 0
-            for batch in pq.ParquetFile(path, page_checksum_verification=True).iter_batches(batch_size=READ_BATCH_ROWS,
+            for batch in storage.parquet_file(path).iter_batches(batch_size=READ_BATCH_ROWS,
                                                            columns=["video_id", "clip_index", "start_s", "feature"]):
                 if not batch.num_rows:
                     continue
@@ -179,7 +178,7 @@ def read_thumbnails(work_dir: Path, clips: list[tuple[int, str, int]]) -> dict[t
         path = WorkDir(work_dir).part("decode", shard)
         if not path.exists():
             raise FileNotFoundError(f"{path} not found: thumbnails come from the decode stage; run it first")
-        for batch in pq.ParquetFile(path, page_checksum_verification=True).iter_batches(batch_size=READ_BATCH_ROWS,
+        for batch in storage.parquet_file(path).iter_batches(batch_size=READ_BATCH_ROWS,
                                                        columns=["video_id", "clip_index", "thumbnail_jpeg"]):
             for row, key in enumerate(zip(batch.column(0).to_pylist(), batch.column(1).to_pylist())):
                 if key in keys:
@@ -258,7 +257,7 @@ def _png_bytes(image: Image.Image) -> bytes:
 def write_gallery(cfg: Config, work_dir: Path, *, level: int = 1, clusters: int = 12, per_cluster: int = 12,
                   node_ids: list[int] | None = None, quiet: bool = False) -> list[Path]:
     """Write the gallery pages of one level (see the module docstring); returns the paths written."""
-    work_dir = Path(work_dir)
+    work_dir = WorkDir(work_dir).root
     if per_cluster < 1:
         raise ValueError(f"gallery: --per-cluster must be >= 1, got {per_cluster}")
     codebook = visual_words.load(WorkDir(work_dir).codebook)

@@ -231,7 +231,7 @@ def training_log(work_dir: Path) -> list[dict]:
 
 def collect(cfg: Config, work_dir: Path) -> dict:
     """Every number the report shows (the content of DIR/report.json)."""
-    work_dir = Path(work_dir)
+    work_dir = WorkDir(work_dir).root
     return {"summary": summary.collect(work_dir), "stages": stage_runs(work_dir),
             "error_examples": error_examples(work_dir), "visual_words": visual_word_stats(work_dir),
             "text": text_stats(cfg, work_dir), "examples": example_segments(work_dir),

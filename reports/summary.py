@@ -8,7 +8,6 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from pipeline import storage
 from pipeline.lineage import Lineage, read_json
@@ -46,7 +45,7 @@ def collect(work_dir: Path) -> dict:
         entry = {"shards_complete": len(records), "shards_total": total_shards,
                  "seconds": round(sum(r.get("seconds", 0) for r in records), 1)}
         parts = _parts(work_dir, stage)
-        entry["rows"] = sum(pq.read_metadata(p).num_rows for p in parts)
+        entry["rows"] = sum(storage.parquet_file(p).metadata.num_rows for p in parts)
         summary["stages"][stage] = entry
     videos = _parts(work, "decode", "videos")
     if videos:

@@ -16,7 +16,6 @@ from collections import Counter
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 import schemas
 import schemas.codebook as codebook_format
@@ -33,7 +32,7 @@ class Invalid(Exception):
 
 def _check_schema(path: Path, schema: schemas.Schema) -> None:
     try:
-        found = pq.read_schema(path)
+        found = storage.parquet_file(path).schema_arrow
     except (OSError, pa.ArrowException) as error:
         raise Invalid(f"cannot read {path}: {storage.one_line(error)}") from None
     if not found.remove_metadata().equals(schema.arrow, check_metadata=False):

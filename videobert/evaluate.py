@@ -29,9 +29,10 @@ from pipeline.progress import Progress
 from pipeline.tokenizer import encode, load_tokenizer
 from pipeline.workdir import WorkDir
 from schemas.metadata import Provenance
+from videobert import checkpoints
 from videobert.data import VocabLayout, assemble, pad_examples, read_segments
 from videobert.model import VideoBert
-from videobert.train import autocast, checkpoints_dir, latest_checkpoint, resolve_device
+from videobert.train import autocast, resolve_device
 
 _EXTRA_COLUMNS = ("segment_index", "start_s", "end_s", "kind")
 
@@ -40,9 +41,10 @@ class _Evaluator:
     """A trained model in eval mode with its tokenizer, and batched forward passes."""
 
     def __init__(self, cfg: Config, work_dir: Path, checkpoint: str | Path | None):
-        path = Path(checkpoint) if checkpoint else latest_checkpoint(work_dir)
+        path = Path(checkpoint) if checkpoint else checkpoints.latest_checkpoint(
+            checkpoints.local_files(WorkDir(work_dir)))
         if path is None:
-            raise FileNotFoundError(f"no checkpoint in {checkpoints_dir(work_dir)}: run train first")
+            raise FileNotFoundError(f"no checkpoint in {WorkDir(work_dir).checkpoints}: run train first")
         if cfg.train.num_threads:
             torch.set_num_threads(cfg.train.num_threads)
         self.cfg, self.path = cfg, path
@@ -169,7 +171,7 @@ def _accuracy(rankings: list[list[str]], truths: list[str | None], words: list[s
 
 def zero_shot(cfg: Config, work_dir: Path, checkpoint: str | Path | None = None, quiet: bool = False) -> dict:
     """Zero-shot verb and noun classification per segment; returns the report written to zero_shot.json."""
-    work_dir = Path(work_dir)
+    work_dir = WorkDir(work_dir).root
     e = cfg.eval
     verbs, nouns = read_word_list(e.verbs, "eval.verbs"), read_word_list(e.nouns, "eval.nouns")
     labels = read_labels(e.labels) if e.labels else None
@@ -263,7 +265,7 @@ def format_zero_shot(report: dict) -> str:
 def extract_features(cfg: Config, work_dir: Path, checkpoint: str | Path | None = None) -> Path:
     """One 2*hidden vector per segment with visual tokens: [mean of visual-token states, mean of the
     template's masked-token states]; returns DIR/eval/features.parquet."""
-    work_dir = Path(work_dir)
+    work_dir = WorkDir(work_dir).root
     ev = _Evaluator(cfg, work_dir, checkpoint)
     template = ev.text_ids(cfg.eval.features_template)
     mask_at = torch.from_numpy(1 + np.flatnonzero(template == ev.layout.mask_id)).to(ev.device)
@@ -311,7 +313,7 @@ def predict_video(cfg: Config, work_dir: Path, sentences: list[str], checkpoint:
     visual_ids: codebook leaf ids, probs: each token's probability when it was filled)."""
     if not sentences:
         raise ValueError("predict-video needs at least one sentence")
-    work_dir = Path(work_dir)
+    work_dir = WorkDir(work_dir).root
     ev = _Evaluator(cfg, work_dir, checkpoint)
     slots = cfg.eval.predict_video_tokens
     layout = ev.layout

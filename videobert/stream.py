@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
 import numpy as np
-import pyarrow.parquet as pq
 import torch
+
+from pipeline import storage
 
 if TYPE_CHECKING:
     from videobert.data import DataParams, VocabLayout
@@ -39,7 +40,7 @@ _READ_BATCH_ROWS = 1024
 
 def training_shards(shards: list[Path]) -> list[Path]:
     """The shards holding at least one segment (an empty one would starve a stream)."""
-    kept = [path for path in shards if pq.ParquetFile(path).metadata.num_rows > 0]
+    kept = [path for path in shards if storage.parquet_file(path).metadata.num_rows > 0]
     if not kept:
         raise ValueError(f"the align shards ({len(shards)}) hold no segments")
     return kept
@@ -73,7 +74,7 @@ def read_segments(path: Path, layout: VocabLayout, columns: tuple[str, ...] = ()
                   start_row: int = 0) -> Iterator[tuple[Segment, dict]]:
     """Stream a shard's segments from row `start_row` on, one record batch at a time; `columns` are extra
     columns returned as a dict. Row groups before `start_row` are not read."""
-    file = pq.ParquetFile(path, page_checksum_verification=True)
+    file = storage.parquet_file(path)
     groups, skip, first = [], start_row, 0
     for index in range(file.metadata.num_row_groups):
         rows = file.metadata.row_group(index).num_rows

@@ -36,7 +36,7 @@ def write_synthetic(work_dir: Path, tokenizer, *, videos: int = 24, segments_per
     """Write the shards, the codebook and the label files; returns their paths and counts. Verb v owns
     visual word v and noun n word len(VERBS) + n; a segment's visual tokens alternate its verb's and its
     noun's word, each replaced by a random used word with probability `noise`."""
-    work_dir = Path(work_dir)
+    work_dir = WorkDir(work_dir).root
     rng = np.random.default_rng(seed)
     used_words = len(VERBS) + len(NOUNS)
     counts = np.zeros(K ** DEPTH, dtype=np.int64)

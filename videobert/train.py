@@ -41,12 +41,13 @@ from pipeline.lineage import InputNotReady, Lineage, explain
 from pipeline.progress import Progress
 from pipeline.tokenizer import load_tokenizer, vocabulary_sha256
 from pipeline.workdir import WorkDir
+from videobert import checkpoints
+from videobert.checkpoints import TRAINER_STATE_NAME, latest_checkpoint
 from videobert.data import (REGIMES, DataParams, ShardDataset, VocabLayout, replacement_text_ids, streams_per_rank,
                             training_shards)
 from videobert.metrics import Window, compute_losses, format_record, mix_line
 from videobert.model import INFO_NAME, VideoBert, build_model, count_parameters
 
-TRAINER_STATE_NAME = "trainer.pt"
 
 
 # ---------------------------------------------------------------- runtime
@@ -105,17 +106,6 @@ def _start_runtime(device_name: str, num_threads: int = 0) -> tuple[Runtime, boo
 
 
 # ---------------------------------------------------------------- checkpoints
-
-def checkpoints_dir(work_dir) -> Path:
-    return WorkDir(work_dir).checkpoints
-
-
-def latest_checkpoint(work_dir) -> Path | None:
-    """The newest complete checkpoint folder (temporary ones start with '.')."""
-    folder = checkpoints_dir(work_dir)
-    found = sorted(folder.glob("step-*")) if folder.exists() else []
-    return found[-1] if found else None
-
 
 def _rng_state(device: torch.device) -> dict:
     return {"torch": torch.get_rng_state(),
@@ -185,8 +175,15 @@ def identities(cfg: Config, videos: list[dict]) -> dict[str, str]:
 def train(cfg: Config, work_dir, *, resume: bool = False, restart: bool = False, quiet: bool = False) -> dict:
     """Pre-train VideoBERT on DIR/align shards with the DIR/kmeans codebook; returns the final stats."""
     runtime, started_group = _start_runtime(cfg.train.device, cfg.train.num_threads)
+    work = WorkDir(work_dir)
     try:
-        return _train(cfg, WorkDir(work_dir), runtime, resume, restart, quiet)
+        # checkpoints and the log are written on a local disk: the work dir's, or a mirror of a remote one
+        if int(os.environ.get("LOCAL_RANK", "0")) == 0:
+            files = checkpoints.local_files(work)
+        if runtime.distributed:
+            dist.barrier()
+        files = checkpoints.local_files(work) if int(os.environ.get("LOCAL_RANK", "0")) else files
+        return _train(cfg, work, files, runtime, resume, restart, quiet)
     finally:
         if started_group:
             dist.destroy_process_group()
@@ -220,8 +217,13 @@ def _checkpoint_matches(latest: Path, info: dict, lineage: dict) -> None:
                          f"`train --restart` moves the old run aside and trains anew")
 
 
-def _move_aside(work: WorkDir) -> Path:
+def _move_aside(work: WorkDir, files: WorkDir) -> Path:
     destination = work.state / "replaced" / f"train-{time.strftime('%Y%m%d-%H%M%S')}"
+    if storage.is_remote(work.root):
+        if work.train_folder.exists():
+            work.train_folder.fs.mv(work.train_folder.path, destination.path, recursive=True)
+        shutil.rmtree(files.train_folder, ignore_errors=True)
+        return destination
     destination.parent.mkdir(parents=True, exist_ok=True)
     os.replace(work.train_folder, destination)
     return destination
@@ -242,22 +244,22 @@ class Run:
     plan_states: dict          # this rank's data streams' latest saved positions, by stream
 
 
-def _open_checkpoint(work: WorkDir, runtime: Runtime, lineage: dict, resume: bool, restart: bool,
+def _open_checkpoint(work: WorkDir, files: WorkDir, runtime: Runtime, lineage: dict, resume: bool, restart: bool,
                      quiet: bool) -> tuple[Path | None, dict | None]:
     """(the checkpoint to continue and its trainer state, or None, None for a new run)."""
-    if restart and runtime.main and work.train_folder.exists():
-        moved = _move_aside(work)
+    if restart and runtime.main and (work.train_folder.exists() or files.train_folder.exists()):
+        moved = _move_aside(work, files)
         if not quiet:
             print(f"[train] the previous run was moved to {moved}", file=sys.stderr)
     if runtime.distributed:
         dist.barrier()
     if runtime.main:
-        storage.remove_stale_temporaries(work.checkpoints)   # a killed save's half-written folder
-    latest = latest_checkpoint(work)
+        storage.remove_stale_temporaries(files.checkpoints)   # a killed save's half-written folder
+    latest = latest_checkpoint(files)
     if latest is None:
         return None, None
     if not resume:
-        raise FileExistsError(f"{checkpoints_dir(work)} already holds {latest.name}: pass --resume to "
+        raise FileExistsError(f"{work.checkpoints} already holds {latest.name}: pass --resume to "
                               f"continue that run, or --restart to move it aside and train anew")
     _checkpoint_matches(latest, json.loads((latest / INFO_NAME).read_text()), lineage)
     return latest, torch.load(latest / TRAINER_STATE_NAME, map_location="cpu", weights_only=True)
@@ -379,11 +381,12 @@ def _train_step(run: Run, window: Window, cfg: Config, runtime: Runtime) -> tupl
     return tokens, lr
 
 
-def _train(cfg: Config, work: WorkDir, runtime: Runtime, resume: bool, restart: bool, quiet: bool) -> dict:
+def _train(cfg: Config, work: WorkDir, files: WorkDir, runtime: Runtime, resume: bool, restart: bool,
+           quiet: bool) -> dict:
     t = cfg.train
     # inputs (current align shards of this codebook) and the checkpoint to continue
     lineage, codebook, shards = training_inputs(cfg, work)
-    latest, state = _open_checkpoint(work, runtime, lineage, resume, restart, quiet)
+    latest, state = _open_checkpoint(work, files, runtime, lineage, resume, restart, quiet)
     start_step = state["step"] if state else 0
     if start_step >= t.max_steps:
         return {"step": start_step, "max_steps": t.max_steps, "finished": True, "steps_this_run": 0,
@@ -394,7 +397,7 @@ def _train(cfg: Config, work: WorkDir, runtime: Runtime, resume: bool, restart: 
     window = Window(runtime.device)
     if state is not None:
         window.load(state["ranks"][runtime.rank]["window"])
-    log_file = _open_log(cfg, work, runtime, run, start_step, shards, state is not None, quiet)
+    log_file = _open_log(cfg, files, runtime, run, start_step, shards, state is not None, quiet)
 
     step, last_record, checkpoint, started = start_step, None, latest, time.time()
     run.wrapped.train()
@@ -420,8 +423,10 @@ def _train(cfg: Config, work: WorkDir, runtime: Runtime, resume: bool, restart: 
                                      "micro_batches": step * t.grad_accum, "data_shape": run.data_shape}
                     rank_state = {"window": window.state(), "examples": run.examples.cpu(),
                                   "plan_states": run.plan_states}
-                    checkpoint = _save_checkpoint(work, step, run.model, run.info, trainer_state, rank_state,
+                    checkpoint = _save_checkpoint(files, step, run.model, run.info, trainer_state, rank_state,
                                                   runtime, t.keep_checkpoints)
+                    if runtime.main:
+                        checkpoints.push(files, work)   # a work dir on object storage gets it now
         # the realised regime mix of everything trained on so far, summed over ranks
         if runtime.distributed:
             dist.all_reduce(run.examples)
@@ -431,6 +436,7 @@ def _train(cfg: Config, work: WorkDir, runtime: Runtime, resume: bool, restart: 
     finally:
         if log_file is not None:
             log_file.close()
+            checkpoints.push(files, work)
     return {"step": step, "max_steps": t.max_steps, "finished": step >= t.max_steps,
             "steps_this_run": step - start_step, "checkpoint": str(checkpoint), "regime_mix": mix,
             "seconds": round(time.time() - started, 3), "last": last_record, "log": str(work.train_log)}

@@ -1,0 +1,128 @@
+"""Inputs and the work dir on object storage: the whole pipeline against an S3-compatible server started
+here on 127.0.0.1 (moto's server mode), endpoint and credentials from the standard AWS environment, writes
+the same shards as a run on the local disk, and trains reading its shards from the store."""
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from media_factory import make_video
+from pipeline import cli
+
+REPO = Path(__file__).resolve().parent.parent
+SETTINGS = ["features.weights=random", "decode.clip_frames=14", "decode.min_clip_frames=7", "kmeans.depth=1",
+            "kmeans.k=2", "shards.videos_per_shard=1", "features.decode_workers=0", "executor.workers=1",
+            "kmeans.workers=1"]
+TRAIN = ["train.init_checkpoint=random:tiny", "train.batch_size=4", "train.max_steps=4", "train.num_workers=0",
+         "train.checkpoint_every=2", "train.max_len=32", "train.num_threads=1"]
+STAGES = ("decode", "features", "kmeans", "quantize", "asr", "align")
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory):
+    """An S3-compatible server for this module, and the environment that points every client at it."""
+    pytest.importorskip("moto")
+    pytest.importorskip("s3fs")
+    port = _free_port()
+    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    env = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "testing",
+           "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
+    saved = {key: os.environ.get(key) for key in env}
+    os.environ.update(env)
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            time.sleep(0.2)
+    import fsspec
+    fs = fsspec.filesystem("s3", skip_instance_cache=True)
+    fs.mkdir("videobert")
+    yield fs, env
+    server.terminate()
+    server.wait(timeout=30)
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
+def _cli(capsys, *args) -> str:
+    """A command run in this process (its stderr returned); the environment already points at the server."""
+    code = cli.main([str(arg) for arg in args])
+    err = capsys.readouterr().err
+    assert code == 0, f"{args[0]} failed:\n{err[-3000:]}"
+    return err
+
+
+def _settings(extra=()):
+    return [part for setting in [*SETTINGS, *extra] for part in ("--set", setting)]
+
+
+def test_the_pipeline_on_object_storage_writes_the_shards_of_a_local_run(s3, tmp_path, capsys):
+    fs, _ = s3
+    videos = tmp_path / "videos"
+    videos.mkdir()
+    make_video(videos / "a.mp4", duration_s=2.0)
+    make_video(videos / "b.mp4", duration_s=3.1, audio=True)
+    (videos / "a.vtt").write_text("WEBVTT\n\n00:00:00.000 --> 00:00:01.500\nChop the onion.\n")
+    for path in videos.iterdir():
+        fs.put_file(str(path), f"videobert/videos/{path.name}")
+
+    local, remote = tmp_path / "local", "s3://videobert/run"
+    for work, source in ((local, videos), (remote, "s3://videobert/videos")):
+        _cli(capsys, "manifest", "--work-dir", work, "--input", source, *_settings(), "--quiet")
+        for stage in STAGES:
+            _cli(capsys, stage, "--work-dir", work, *_settings(), "--quiet")
+    assert "valid:" in _cli(capsys, "validate", "--work-dir", remote)
+
+    # every data file: byte for byte, but for the columns that name where a video was read from
+    local_files = sorted(str(path.relative_to(local)) for path in local.rglob("*.parquet")
+                         if not path.relative_to(local).parts[0].startswith("_"))
+    remote_files = sorted(name[len("videobert/run/"):] for name in fs.find("videobert/run")
+                          if name.endswith(".parquet") and not name.startswith("videobert/run/_"))
+    assert local_files == remote_files and any(name.startswith("align/") for name in local_files)
+    for name in local_files:
+        remote_bytes = fs.cat_file(f"videobert/run/{name}")
+        if name.startswith(("manifest/", "videos/")):
+            where = ["uri", "transcript_uri"]
+            local_table, remote_table = pq.read_table(local / name), pq.read_table(pa.BufferReader(remote_bytes))
+            keep = [column for column in local_table.column_names if column not in where]
+            assert local_table.select(keep).equals(remote_table.select(keep)), name
+        else:
+            assert (local / name).read_bytes() == remote_bytes, name
+    # completion records name the same content: the same sha256 for every data file
+    for stage in ("align", "quantize"):
+        for shard in (0, 1):
+            local_record = json.loads((local / "_state" / "done" / stage / f"part-{shard:05d}.json").read_text())
+            remote_record = json.loads(fs.cat_file(f"videobert/run/_state/done/{stage}/part-{shard:05d}.json"))
+            assert local_record["outputs"] == remote_record["outputs"]
+    # a second run finds every shard current on the store
+    assert "0 shard(s) run, 2 already current" in _cli(capsys, "align", "--work-dir", remote, *_settings())
+
+    # training reads its shards from the store, and its checkpoints go there (trainer.pt last)
+    _cli(capsys, "train", "--work-dir", remote, *_settings(TRAIN), "--quiet")
+    names = fs.find("videobert/run/train")
+    assert {"videobert/run/train/checkpoints/step-00000004/trainer.pt", "videobert/run/train/log.jsonl"} <= set(names)
+    shutil.rmtree(Path.home() / ".cache" / "videobert" / "train-mirrors", ignore_errors=True)   # a fresh machine
+    resumed = _cli(capsys, "train", "--work-dir", remote, *_settings([*TRAIN, "train.max_steps=6"]), "--resume")
+    assert '"step": 6' in resumed and '"steps_this_run": 2' in resumed
+    assert "videobert/run/train/checkpoints/step-00000006/trainer.pt" in fs.find("videobert/run/train")
