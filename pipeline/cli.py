@@ -24,11 +24,21 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_TOO_MANY_FAILED = 0, 1, 2, 3
 SHOWN_PROBLEMS = 5   # per stage run: failed or blocked shards listed one line each
 
 
-def _common(parser: argparse.ArgumentParser, work_dir_required: bool = True) -> None:
-    parser.add_argument("--config", help="YAML config (default: the built-in defaults, the paper's values)")
+CHECK_CONFIG_HELP = ("check the outputs against this config too: shards made with other values are stale, "
+                     "naming the key (default: only that the records agree with each other)")
+
+
+def _common(parser: argparse.ArgumentParser, work_dir_required: bool = True, config: str | None = "") -> None:
+    """--config/--work-dir/--set/--quiet. `config` is the help of --config and --set ("": a config that
+    shapes what the command makes; None: the command takes no config)."""
+    if config is not None:
+        parser.add_argument("--config", help=config or "YAML config (default: the built-in defaults, the paper's values)")
     parser.add_argument("--work-dir", required=work_dir_required, type=Path, help="where every stage writes")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="override a config value, e.g. --set decode.fps=25 (repeatable)")
+    if config is not None:
+        parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                            help="override a config value, e.g. --set decode.fps=25 (repeatable)")
+    else:
+        parser.set_defaults(config=None, set=[])
     parser.add_argument("--quiet", action="store_true", help="no progress bars or progress lines")
 
 
@@ -79,10 +89,11 @@ def build_parser() -> argparse.ArgumentParser:
     summary = commands.add_parser("summary", help="print and write DIR/summary.json")
     _common(summary)
 
-    status = commands.add_parser("status", help="per stage: shards current/stale/failed, failures, slowest shards")
-    _common(status)
+    status = commands.add_parser("status", help="per stage: shards current/stale/failed, failures, slowest shards "
+                                                "(with --config: also what that config would redo)")
+    _common(status, config=CHECK_CONFIG_HELP)
     errors = commands.add_parser("errors", help="list failed videos and crashed shards with their messages")
-    _common(errors)
+    _common(errors, config=None)
     errors.add_argument("--stage", help="only this stage's errors")
 
     submit = commands.add_parser("submit", help="write (and submit) a Slurm job array for a stage")
@@ -106,8 +117,9 @@ def build_parser() -> argparse.ArgumentParser:
     _common(report)
 
     validate = commands.add_parser("validate", help="check every output: schemas, checksums, lineage, invariants")
-    validate.add_argument("work_dir_positional", nargs="?", type=Path, metavar="DIR")
-    _common(validate, work_dir_required=False)
+    validate.add_argument("work_dir_positional", nargs="?", type=Path, metavar="DIR",
+                          help="the work dir, as --work-dir (kept for older scripts)")
+    _common(validate, work_dir_required=False, config=CHECK_CONFIG_HELP)
     return parser
 
 
@@ -252,7 +264,7 @@ def run_tool(args, cfg) -> int:
         print(summary.render(summary.write_summary(args.work_dir)))
     elif command == "status":
         from reports import status
-        print(status.status_text(args.work_dir))
+        print(status.status_text(args.work_dir, cfg if args.config or args.set else None))
     elif command == "errors":
         from reports import status
         print(status.errors_text(args.work_dir, args.stage))
@@ -295,9 +307,13 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     logging.getLogger("faiss").setLevel(logging.WARNING)   # its loader's INFO lines are noise here
     if args.command == "validate":
+        if args.work_dir and args.work_dir_positional and args.work_dir != args.work_dir_positional:
+            print(f"validate: two work dirs given ({args.work_dir_positional} and --work-dir {args.work_dir}): "
+                  f"give one", file=sys.stderr)
+            return EXIT_USAGE
         args.work_dir = args.work_dir or args.work_dir_positional
         if args.work_dir is None:
-            print("validate: give the work dir (python -m pipeline validate DIR)", file=sys.stderr)
+            print("validate: give the work dir (python -m pipeline validate --work-dir DIR)", file=sys.stderr)
             return EXIT_USAGE
     try:
         cfg = load_config(args.config, args.set)
