@@ -96,15 +96,19 @@ def build_parser() -> argparse.ArgumentParser:
     _common(errors, config=None)
     errors.add_argument("--stage", help="only this stage's errors")
 
-    submit = commands.add_parser("submit", help="write (and submit) a Slurm job array for a stage")
+    submit = commands.add_parser("submit", help="write (and submit) a Slurm job array for a stage; train on "
+                                                "executor.slurm_nodes nodes")
     submit.add_argument("stage", choices=tuple(name for name in registry.NAMES if name != "manifest"))
     _common(submit)
     submit.add_argument("--executor", choices=("slurm",), default="slurm")
-    submit.add_argument("--num-shards", type=int, required=True, help="array tasks")
+    submit.add_argument("--num-shards", type=int,
+                        help="array tasks (default: one per manifest shard); more than "
+                             "executor.slurm_max_array_size are submitted as several array jobs")
     submit.add_argument("--array-parallelism", type=int, help="at most this many tasks at once")
     submit.add_argument("--after", action="append", default=[], metavar="JOB_ID",
-                        help="start after this job succeeds (afterok; repeatable)")
-    submit.add_argument("--dry-run", action="store_true", help="print the sbatch script, submit nothing")
+                        help="start after this job succeeds (afterok; repeatable; ids joined by ':' as "
+                             "submit prints them)")
+    submit.add_argument("--dry-run", action="store_true", help="print the sbatch script(s), submit nothing")
 
     gallery = commands.add_parser("gallery", help="the visual words as thumbnail grids (HTML + PNG)")
     _common(gallery)
