@@ -86,8 +86,12 @@ def build_parser() -> argparse.ArgumentParser:
     info = commands.add_parser("codebook-info", help="levels, occupancy and the largest clusters")
     _common(info)
 
-    summary = commands.add_parser("summary", help="print and write DIR/summary.json")
+    summary = commands.add_parser("summary", help="print and write DIR/summary.json, and the dataset card")
     _common(summary)
+
+    card = commands.add_parser("card", help="write the dataset card of the align shards: DIR/README.md (Hugging "
+                                            "Face, so load_dataset(DIR) finds them) and DIR/dataset.json")
+    _common(card, config=None)
 
     status = commands.add_parser("status", help="per stage: shards current/stale/failed, failures, slowest shards "
                                                 "(with --config: also what that config would redo)")
@@ -264,8 +268,21 @@ def run_tool(args, cfg) -> int:
         from stages import kmeans
         print(kmeans.codebook_info(args.work_dir))
     elif command == "summary":
-        from reports import summary
+        from reports import card, summary
         print(summary.render(summary.write_summary(args.work_dir)))
+        try:   # the card stays current with the run the summary describes
+            path, _ = card.write_card(args.work_dir)
+            print(f"dataset card: {path}", file=sys.stderr)
+        except card.CardError as error:
+            print(f"dataset card not written: {error}", file=sys.stderr)
+    elif command == "card":
+        from reports import card
+        try:
+            for path in card.write_card(args.work_dir):
+                print(path)
+        except card.CardError as error:
+            print(f"card: {error}", file=sys.stderr)
+            return EXIT_FAILED
     elif command == "status":
         from reports import status
         print(status.status_text(args.work_dir, cfg if args.config or args.set else None))
@@ -290,7 +307,7 @@ def run_tool(args, cfg) -> int:
 
 # the commands that write into the work dir (submit writes only with sbatch present; validate, status and
 # errors only read)
-WRITING_COMMANDS = set(registry.NAMES) | {"eval", "summary", "gallery", "report"}
+WRITING_COMMANDS = set(registry.NAMES) | {"eval", "summary", "card", "gallery", "report"}
 COMMANDS = {"manifest": run_manifest, "kmeans": run_kmeans, "train": run_train, "eval": run_eval,
             "validate": run_validate, **{name: run_stage for name in registry.SHARD_STAGES}}
 

@@ -108,6 +108,10 @@ def status_text(work_dir, cfg=None) -> str:
         lines += ["", "shards not current (a rerun of the stage redoes them):"]
         for stage, shard, status, reason in problems:
             lines.append(f"  {stage} part {shard:05d} {status}: {reason}")
+    from reports.card import card_state
+    card = card_state(work)
+    if card is not None:
+        lines += ["", f"dataset card {work.card}: {card}"]
     return "\n".join(lines)
 
 
