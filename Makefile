@@ -10,7 +10,7 @@ STAMP  := $(VENV)/.installed
 RUN    := $(PY) -m pipeline
 
 .PHONY: install test demo pipeline samples clean \
-        manifest decode features kmeans quantize asr align validate summary train eval codebook-info \
+        manifest decode features kmeans quantize asr align validate summary card status train eval codebook-info \
         bench-decode bench-features bench-kmeans bench-asr bench-train bench-scale
 
 install: $(STAMP)
@@ -39,6 +39,7 @@ demo: $(STAMP)
 	$(RUN) report  --config configs/demo.yaml --work-dir $(DEMO_WORK)
 
 # manifest -> decode -> features -> kmeans -> quantize -> asr -> align -> validate, then the summary
+# and the dataset card (WORK/README.md, WORK/dataset.json)
 pipeline: $(STAMP)
 	$(RUN) manifest --config $(CONFIG) --work-dir $(WORK) --input $(INPUT) $(ARGS)
 	$(RUN) decode   --config $(CONFIG) --work-dir $(WORK) $(ARGS)
@@ -47,7 +48,7 @@ pipeline: $(STAMP)
 	$(RUN) quantize --config $(CONFIG) --work-dir $(WORK) $(ARGS)
 	$(RUN) asr      --config $(CONFIG) --work-dir $(WORK) $(ARGS)
 	$(RUN) align    --config $(CONFIG) --work-dir $(WORK) $(ARGS)
-	$(RUN) validate $(WORK)
+	$(RUN) validate --work-dir $(WORK)
 	$(RUN) summary  --config $(CONFIG) --work-dir $(WORK)
 
 manifest: $(STAMP)
@@ -57,9 +58,12 @@ decode features kmeans quantize asr align train: $(STAMP)
 eval: $(STAMP)
 	$(RUN) eval zero-shot --config $(CONFIG) --work-dir $(WORK) $(ARGS)
 validate: $(STAMP)
-	$(RUN) validate $(WORK)
+	$(RUN) validate --work-dir $(WORK)
 summary codebook-info: $(STAMP)
 	$(RUN) $@ --config $(CONFIG) --work-dir $(WORK)
+# the dataset card (summary writes it too); where the run stands
+card status: $(STAMP)
+	$(RUN) $@ --work-dir $(WORK)
 
 # Regenerates samples/ and tests/fixtures/speech/ (needs Debian's espeak-ng; the product does not).
 samples: $(STAMP)

@@ -24,12 +24,22 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_TOO_MANY_FAILED = 0, 1, 2, 3
 SHOWN_PROBLEMS = 5   # per stage run: failed or blocked shards listed one line each
 
 
-def _common(parser: argparse.ArgumentParser, work_dir_required: bool = True) -> None:
-    parser.add_argument("--config", help="YAML config (default: the built-in defaults, the paper's values)")
+CHECK_CONFIG_HELP = ("check the outputs against this config too: shards made with other values are stale, "
+                     "naming the key (default: only that the records agree with each other)")
+
+
+def _common(parser: argparse.ArgumentParser, work_dir_required: bool = True, config: str | None = "") -> None:
+    """--config/--work-dir/--set/--quiet. `config` is the help of --config and --set ("": a config that
+    shapes what the command makes; None: the command takes no config)."""
+    if config is not None:
+        parser.add_argument("--config", help=config or "YAML config (default: the built-in defaults, the paper's values)")
     parser.add_argument("--work-dir", required=work_dir_required,
                         help="where every stage writes: a folder, or a URL on object storage (s3://bucket/run1)")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="override a config value, e.g. --set decode.fps=25 (repeatable)")
+    if config is not None:
+        parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                            help="override a config value, e.g. --set decode.fps=25 (repeatable)")
+    else:
+        parser.set_defaults(config=None, set=[])
     parser.add_argument("--quiet", action="store_true", help="no progress bars or progress lines")
 
 
@@ -78,24 +88,33 @@ def build_parser() -> argparse.ArgumentParser:
     info = commands.add_parser("codebook-info", help="levels, occupancy and the largest clusters")
     _common(info)
 
-    summary = commands.add_parser("summary", help="print and write DIR/summary.json")
+    summary = commands.add_parser("summary", help="print and write DIR/summary.json, and the dataset card")
     _common(summary)
 
-    status = commands.add_parser("status", help="per stage: shards current/stale/failed, failures, slowest shards")
-    _common(status)
+    card = commands.add_parser("card", help="write the dataset card of the align shards: DIR/README.md (Hugging "
+                                            "Face, so load_dataset(DIR) finds them) and DIR/dataset.json")
+    _common(card, config=None)
+
+    status = commands.add_parser("status", help="per stage: shards current/stale/failed, failures, slowest shards "
+                                                "(with --config: also what that config would redo)")
+    _common(status, config=CHECK_CONFIG_HELP)
     errors = commands.add_parser("errors", help="list failed videos and crashed shards with their messages")
-    _common(errors)
+    _common(errors, config=None)
     errors.add_argument("--stage", help="only this stage's errors")
 
-    submit = commands.add_parser("submit", help="write (and submit) a Slurm job array for a stage")
+    submit = commands.add_parser("submit", help="write (and submit) a Slurm job array for a stage; train on "
+                                                "executor.slurm_nodes nodes")
     submit.add_argument("stage", choices=tuple(name for name in registry.NAMES if name != "manifest"))
     _common(submit)
     submit.add_argument("--executor", choices=("slurm",), default="slurm")
-    submit.add_argument("--num-shards", type=int, required=True, help="array tasks")
+    submit.add_argument("--num-shards", type=int,
+                        help="array tasks (default: one per manifest shard); more than "
+                             "executor.slurm_max_array_size are submitted as several array jobs")
     submit.add_argument("--array-parallelism", type=int, help="at most this many tasks at once")
     submit.add_argument("--after", action="append", default=[], metavar="JOB_ID",
-                        help="start after this job succeeds (afterok; repeatable)")
-    submit.add_argument("--dry-run", action="store_true", help="print the sbatch script, submit nothing")
+                        help="start after this job succeeds (afterok; repeatable; ids joined by ':' as "
+                             "submit prints them)")
+    submit.add_argument("--dry-run", action="store_true", help="print the sbatch script(s), submit nothing")
 
     gallery = commands.add_parser("gallery", help="the visual words as thumbnail grids (HTML + PNG)")
     _common(gallery)
@@ -108,8 +127,9 @@ def build_parser() -> argparse.ArgumentParser:
     _common(report)
 
     validate = commands.add_parser("validate", help="check every output: schemas, checksums, lineage, invariants")
-    validate.add_argument("work_dir_positional", nargs="?", metavar="DIR")
-    _common(validate, work_dir_required=False)
+    validate.add_argument("work_dir_positional", nargs="?", metavar="DIR",
+                          help="the work dir, as --work-dir (kept for older scripts)")
+    _common(validate, work_dir_required=False, config=CHECK_CONFIG_HELP)
     return parser
 
 
@@ -250,11 +270,24 @@ def run_tool(args, cfg) -> int:
         from stages import kmeans
         print(kmeans.codebook_info(args.work_dir))
     elif command == "summary":
-        from reports import summary
+        from reports import card, summary
         print(summary.render(summary.write_summary(args.work_dir)))
+        try:   # the card stays current with the run the summary describes
+            path, _ = card.write_card(args.work_dir)
+            print(f"dataset card: {path}", file=sys.stderr)
+        except card.CardError as error:
+            print(f"dataset card not written: {error}", file=sys.stderr)
+    elif command == "card":
+        from reports import card
+        try:
+            for path in card.write_card(args.work_dir):
+                print(path)
+        except card.CardError as error:
+            print(f"card: {error}", file=sys.stderr)
+            return EXIT_FAILED
     elif command == "status":
         from reports import status
-        print(status.status_text(args.work_dir))
+        print(status.status_text(args.work_dir, cfg if args.config or args.set else None))
     elif command == "errors":
         from reports import status
         print(status.errors_text(args.work_dir, args.stage))
@@ -276,7 +309,7 @@ def run_tool(args, cfg) -> int:
 
 # the commands that write into the work dir (submit writes only with sbatch present; validate, status and
 # errors only read)
-WRITING_COMMANDS = set(registry.NAMES) | {"eval", "summary", "gallery", "report"}
+WRITING_COMMANDS = set(registry.NAMES) | {"eval", "summary", "card", "gallery", "report"}
 COMMANDS = {"manifest": run_manifest, "kmeans": run_kmeans, "train": run_train, "eval": run_eval,
             "validate": run_validate, **{name: run_stage for name in registry.SHARD_STAGES}}
 
@@ -297,9 +330,13 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     logging.getLogger("faiss").setLevel(logging.WARNING)   # its loader's INFO lines are noise here
     if args.command == "validate":
+        if args.work_dir and args.work_dir_positional and args.work_dir != args.work_dir_positional:
+            print(f"validate: two work dirs given ({args.work_dir_positional} and --work-dir {args.work_dir}): "
+                  f"give one", file=sys.stderr)
+            return EXIT_USAGE
         args.work_dir = args.work_dir or args.work_dir_positional
         if args.work_dir is None:
-            print("validate: give the work dir (python -m pipeline validate DIR)", file=sys.stderr)
+            print("validate: give the work dir (python -m pipeline validate --work-dir DIR)", file=sys.stderr)
             return EXIT_USAGE
     try:
         cfg = load_config(args.config, args.set)

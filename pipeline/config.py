@@ -39,7 +39,14 @@ class ExecutorConfig:
     slurm_cpus_per_task: int = 4        # in [1, MAX_WORKERS]
     slurm_mem: str = "16G"              # a size: digits with an optional K, M, G or T
     slurm_gpus: int = 0                 # GPUs per array task for the stages that use one (features, asr)
-    slurm_array_parallelism: int | None = None
+    slurm_array_parallelism: int | None = None   # >= 1: at most this many array tasks at once
+    # in [1, 4000001]: the cluster's MaxArraySize (`scontrol show config`); Slurm's default 1001 allows
+    # indexes 0..1000: a longer array is submitted as several jobs, each task's index offset
+    slurm_max_array_size: int = 1001
+    # in [1, 4096]: nodes of a `submit train` job; more than one trains data-parallel over all of them
+    # (srun starts one torchrun per node, joined by a c10d rendezvous), slurm_gpus processes per node
+    slurm_nodes: int = 1
+    slurm_rdzv_port: int = 29400        # in [1024, 65535]: the rendezvous port on the job's first node
     # extra lines, verbatim: each must start with "#SBATCH " and hold no control character
     slurm_extra: list[str] = field(default_factory=list)
     slurm_gpu_stages: list[str] = field(default_factory=lambda: ["features", "asr", "train"])  # get slurm_gpus

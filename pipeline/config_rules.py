@@ -100,6 +100,9 @@ def _check_executor(ex: ExecutorConfig) -> None:
     _in_range(ex.slurm_cpus_per_task, 0, MAX_WORKERS, "executor.slurm_cpus_per_task", open_low=True)
     if ex.slurm_array_parallelism is not None:
         _positive(ex.slurm_array_parallelism, "executor.slurm_array_parallelism")
+    _in_range(ex.slurm_max_array_size, 1, 4_000_001, "executor.slurm_max_array_size")
+    _in_range(ex.slurm_nodes, 1, 4096, "executor.slurm_nodes")
+    _in_range(ex.slurm_rdzv_port, 1024, 65535, "executor.slurm_rdzv_port")
     for key, (pattern, form) in SLURM_VALUES.items():
         value = getattr(ex, key)
         if value is not None and not re.fullmatch(pattern, value, re.ASCII):

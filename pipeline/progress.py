@@ -1,17 +1,69 @@
-"""Progress for long work: a bar on a terminal, plain periodic log lines elsewhere (CI, batch jobs)."""
+"""Progress for long work: a bar on a terminal, plain periodic log lines elsewhere (CI, batch jobs).
+
+Off a terminal every line starts with its local ISO 8601 time, so a Slurm or Ray log says when each count
+was reached. Rates are written in the unit that gives a number of at least one ("41 shards/min", "1.2
+videos/s", "3.5 min/shard"), never in scientific notation."""
 
 from __future__ import annotations
 
+import datetime
 import sys
 import time
+
+
+def format_number(value: float) -> str:
+    """Three significant digits without an exponent, thousands separated: 0.0116, 7.5, 41.3, 1,560."""
+    if value != value or value in (float("inf"), float("-inf")):
+        return str(value)
+    if abs(value) >= 100:
+        return f"{value:,.0f}"
+    text = f"{value:.3g}"
+    if "e" in text:   # below 0.001: as many places as three significant digits need
+        text = f"{value:.{2 - int(f'{abs(value):e}'.split('e')[1])}f}"
+    return text
+
+
+def singular(unit: str) -> str:
+    return unit[:-1] if unit.endswith("s") and len(unit) > 1 else unit
+
+
+def format_rate(count: float, seconds: float, unit: str) -> str:
+    """`count` units in `seconds` as the readable rate: per second, per minute or per hour when that is at
+    least one, otherwise the time one unit takes ("12 h/shard"); "-" without any time."""
+    if seconds <= 0:
+        return "-"
+    if count <= 0:
+        return f"0 {unit}/s"
+    per_second = count / seconds
+    for name, factor in (("s", 1), ("min", 60), ("h", 3600)):
+        if per_second * factor >= 1:
+            return f"{format_number(per_second * factor)} {unit}/{name}"
+    return f"{format_number(seconds / count / 3600)} h/{singular(unit)}"
+
+
+def format_duration(seconds: float) -> str:
+    """42s, 7m05s, 3h12m, 2d04h."""
+    seconds = max(int(round(seconds)), 0)
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    if seconds < 86400:
+        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+    return f"{seconds // 86400}d{seconds % 86400 // 3600:02d}h"
+
+
+def timestamp(at: float) -> str:
+    """Local time in ISO 8601 with its UTC offset, to the second."""
+    return datetime.datetime.fromtimestamp(at).astimezone().isoformat(timespec="seconds")
 
 
 class Progress:
     """`with Progress(total=n, unit="videos") as bar: bar.update(1, clips=30)`.
 
     Counts a main unit (with rate and ETA) and any number of extra counters (their rates shown too).
-    Off a terminal it prints a line every `log_every_s` seconds, and on close the final count if it
-    printed any line before: work shorter than the interval stays silent."""
+    Off a terminal it prints a timestamped line every `log_every_s` seconds, and on close the final count
+    if it printed any line before: work shorter than the interval stays silent."""
 
     LOG_EVERY_S = 10.0
 
@@ -38,9 +90,9 @@ class Progress:
         self.close()
 
     def _rates(self) -> str:
-        elapsed = max(time.time() - self.started, 1e-9)
-        parts = [f"{self.count / elapsed:.3g} {self.unit}/s"]
-        parts += [f"{value / elapsed:.3g} {name}/s" for name, value in self.extra.items()]
+        elapsed = time.time() - self.started
+        parts = [format_rate(self.count, elapsed, self.unit)]
+        parts += [format_rate(value, elapsed, name) for name, value in self.extra.items()]
         return ", ".join(parts)
 
     def update(self, n: int = 1, **extra: float) -> None:
@@ -64,12 +116,14 @@ class Progress:
         print(self.line(), file=self.stream, flush=True)
 
     def line(self) -> str:
-        elapsed = time.time() - self.started
+        now = time.time()
+        elapsed = now - self.started
         done = f"{self.count}/{self.total}" if self.total else f"{self.count}"
         eta = ""
         if self.total and self.count:
-            eta = f", ETA {elapsed / self.count * (self.total - self.count):.0f}s"
-        return f"[{self.desc}] {done} {self.unit}, {self._rates()}{eta}, {elapsed:.0f}s elapsed"
+            eta = f", ETA {format_duration(elapsed / self.count * (self.total - self.count))}"
+        return (f"{timestamp(now)} [{self.desc}] {done} {self.unit}, {self._rates()}{eta}, "
+                f"{format_duration(elapsed)} elapsed")
 
     def close(self) -> None:
         if self._bar is not None:

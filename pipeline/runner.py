@@ -110,7 +110,7 @@ def run_one_shard(cfg: Config, work_dir, stage: str, shard_index: int, *, force:
         table = schemas.conform(result.tables[table_name], schema)
         path = work.part(stage, shard_index, table_name)
         storage.write_parquet(path, table, output_provenance(cfg, spec, schema, result.provenance),
-                              row_group_size=result.row_group_size)
+                              row_group_size=result.row_group_size, temporaries=work.temporaries)
         outputs.update(lineage.output_entry(work, path, table.num_rows))
     errors = [dict(row, stage=stage) for row in result.errors]
     error_table = schemas.conform(pa.Table.from_pylist(errors, schema=schemas.ERRORS.arrow)
@@ -173,7 +173,7 @@ def prepare_stage(cfg: Config, work_dir, stage: str) -> list[str]:
                 raise InputNotReady(f"{stage} needs the {upstream} stage's output, which is {state.status}"
                                     f"{f' ({state.reason})' if state.reason else ''}: run the {upstream} stage first")
     folders = [work.data_folder(stage, table) for table in spec.tables] + [work.records_folder(stage),
-                                                                          work.errors_folder]
+                                                                          work.errors_folder, work.temporaries]
     for folder in folders:
         storage.remove_stale_temporaries(folder)
     shards = set(checker.manifest_shards())

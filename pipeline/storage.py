@@ -114,15 +114,17 @@ def arrow_filesystem(path):
 
 # ---------------------------------------------------------------- atomic writes
 
-def atomic_path(final: Path) -> Path:
-    """A unique temporary sibling: two workers racing on one shard never write into the same file. The
-    `.partial` suffix and the leading dot keep a killed writer's leftover out of every `*.parquet`,
-    `*.json` or `step-*` glob."""
+def atomic_path(final: Path, folder: Path | None = None) -> Path:
+    """A unique temporary name for `final`: two workers racing on one shard never write into the same file.
+    The `.partial` suffix and the leading dot keep a killed writer's leftover out of every `*.parquet`,
+    `*.json` or `step-*` glob. By default a sibling of `final`; `folder` (on the same file system, so the
+    rename stays atomic) keeps it out of a data folder altogether, which some readers (Polars) list whole."""
     final = Path(final)
     final.parent.mkdir(parents=True, exist_ok=True)
+    folder = Path(folder) if folder is not None else final.parent
+    folder.mkdir(parents=True, exist_ok=True)
     host = socket.gethostname().replace("_", "-")
-    return final.with_name(f"{TEMPORARY_PREFIX}{os.getpid()}_{host}_{uuid.uuid4().hex[:8]}_{final.name}"
-                           f"{TEMPORARY_SUFFIX}")
+    return folder / f"{TEMPORARY_PREFIX}{os.getpid()}_{host}_{uuid.uuid4().hex[:8]}_{final.name}{TEMPORARY_SUFFIX}"
 
 
 def _writer_is_gone(name: str, age_s: float) -> bool:
@@ -193,20 +195,22 @@ def atomic_write_json(final: Path, value) -> None:
 
 # ---------------------------------------------------------------- Parquet
 
-def write_parquet(final: Path, table: pa.Table, provenance: Provenance, *,
-                  row_group_size: int | None = None, compression: str = "zstd") -> None:
+def write_parquet(final: Path, table: pa.Table, provenance: Provenance, *, row_group_size: int | None = None,
+                  compression: str = "zstd", temporaries: Path | None = None) -> None:
     """Write `table` atomically with its provenance in the file's key-value metadata."""
     write_parquet_stream(final, table.schema, provenance, [table], row_group_size=row_group_size,
-                         compression=compression)
+                         compression=compression, temporaries=temporaries)
 
 
 def write_parquet_stream(final: Path, schema: pa.Schema, provenance: Provenance, tables, *,
-                         row_group_size: int | None = None, compression: str = "zstd") -> None:
+                         row_group_size: int | None = None, compression: str = "zstd",
+                         temporaries: Path | None = None) -> None:
     """Write `tables` (an iterable, consumed one at a time: bounded memory) one after another into one
     Parquet file of `schema`, atomically, with `provenance` in its key-value metadata. Every data page
-    carries a CRC32 checksum (Parquet's own), which readers here verify."""
+    carries a CRC32 checksum (Parquet's own), which readers here verify. `temporaries`: the folder of the
+    file being written (see atomic_path)."""
     schema = schema.with_metadata({**(schema.metadata or {}), **provenance.to_metadata()})
-    tmp = local_temporary(final.name) if is_remote(final) else atomic_path(final)
+    tmp = local_temporary(final.name) if is_remote(final) else atomic_path(final, temporaries)
     try:
         with pq.ParquetWriter(tmp, schema, compression=compression, write_statistics=True,
                               write_page_checksum=True) as writer:

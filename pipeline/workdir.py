@@ -79,6 +79,11 @@ class WorkDir:
     def state(self) -> Path:
         return self.root / STATE
 
+    @property
+    def temporaries(self) -> Path:
+        """Files being written into a data folder, until they are complete and renamed into it."""
+        return self.state / "tmp"
+
     def records_folder(self, stage: str) -> Path:
         return self.state / "done" / stage
 
@@ -158,3 +163,16 @@ class WorkDir:
     @property
     def gallery(self) -> Path:
         return self.root / "gallery"
+
+    # ------------------------------------------------------------ the dataset card: beside the data folders
+    # (a file inside align/ would break reading the folder as a dataset)
+
+    @property
+    def card(self) -> Path:
+        """A Hugging Face dataset card: `load_dataset(DIR)` finds the align shards through its configs."""
+        return self.root / "README.md"
+
+    @property
+    def card_sidecar(self) -> Path:
+        """What the shards mean (tokenizer, vocabularies, codebook, feature provenance), as JSON."""
+        return self.root / "dataset.json"

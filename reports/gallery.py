@@ -12,7 +12,8 @@ Writes DIR/gallery/:
 - index.html (level 1) or level-<L>.html: a row per shown node (the largest N of the level by training
   members, or the ids asked for), labelled with its id, its path from the root and its member counts;
 - node-<L>-<id>.html for each shown node above the leaves: its k children, each a row the same way;
-- contact-level-<L>.png: the main page's rows as one image;
+- contact-level-<L>.png: the main page's rows as one image (linked from it); when the features come from
+  random S3D weights, a warning band across its top says so, and its PNG text chunk "Warning" too;
 - gallery.json: how they were made (codebook sha256, arguments, every clip shown with its distance).
 Pages are self-contained: thumbnails are embedded as data: URIs."""
 
@@ -26,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
+from PIL.PngImagePlugin import PngInfo
 
 import schemas.codebook as codebook_format
 from pipeline import storage, visual_words
@@ -37,6 +39,9 @@ from schemas import metadata
 
 READ_BATCH_ROWS = 8_192
 LABEL_WIDTH_PX = 190   # the contact sheet's label column
+LINE_PX = 14           # a line of the contact sheet's text
+WARNING_BACKGROUND, WARNING_INK = (255, 236, 204), (170, 68, 0)
+NOT_PRETRAINED = "NOT pretrained: features from random S3D weights, so these clusters are not semantic"
 
 PAGE_STYLE = """
 body { font: 14px/1.4 system-ui, sans-serif; margin: 1.5em; color: #222; background: #fff; }
@@ -188,13 +193,22 @@ def read_thumbnails(work_dir: Path, clips: list[tuple[int, str, int]]) -> dict[t
 
 # ---------------------------------------------------------------- rendering
 
+def _weights(codebook: codebook_format.Codebook) -> str:
+    return str(codebook.info.get("feature_provenance", {}).get("weights", "unknown"))
+
+
+def not_pretrained_warning(codebook: codebook_format.Codebook) -> str | None:
+    """The warning every picture of this codebook carries, when its features come from random weights."""
+    return NOT_PRETRAINED if _weights(codebook).startswith("random") else None
+
+
 def _codebook_note(codebook: codebook_format.Codebook) -> str:
     info = codebook.info
-    weights = str(info.get("feature_provenance", {}).get("weights", "unknown"))
+    weights = _weights(codebook)
     note = (f"codebook depth {codebook.depth}, k {codebook.k}: {codebook.num_leaves:,} leaves; fit on "
             f"{info.get('sample_size', 0):,} clips; sha256 {str(info.get('sha256', '?'))[:16]}; "
             f"S3D weights {html.escape(weights)}")
-    if weights.startswith("random"):
+    if not_pretrained_warning(codebook):
         note += '<br><span class="warning">features from random S3D weights: clusters are not semantic</span>'
     return f'<p class="provenance">{note}</p>'
 
@@ -222,21 +236,43 @@ def _row_html(codebook: codebook_format.Codebook, entry: NodeClips, thumbnails: 
             f'<div class="label">{label}</div><div class="thumbs">{"".join(figures)}</div></section>')
 
 
+def _wrap(draw: ImageDraw.ImageDraw, text: str, font, width: int) -> list[str]:
+    """`text` in lines no wider than `width` pixels (a word longer than that gets a line of its own)."""
+    lines, line = [], ""
+    for word in text.split():
+        candidate = f"{line} {word}".strip()
+        if line and draw.textlength(candidate, font=font) > width:
+            lines.append(line)
+            candidate = word
+        line = candidate
+    return lines + [line] if line else lines
+
+
 def contact_sheet(codebook: codebook_format.Codebook, entries: list[NodeClips], thumbnails: dict,
                   cell: int, per_row: int) -> Image.Image:
-    """The rows as one picture: a label column, then each node's nearest thumbnails, nearest first."""
+    """The rows as one picture: a label column, then each node's nearest thumbnails, nearest first; across
+    the top, the NOT-pretrained warning when the features come from random weights."""
     font = ImageFont.load_default(size=12)
     row_height = max(cell, 56) + 4
-    sheet = Image.new("RGB", (LABEL_WIDTH_PX + per_row * (cell + 2), max(len(entries), 1) * row_height), "white")
+    width = LABEL_WIDTH_PX + per_row * (cell + 2)
+    warning = not_pretrained_warning(codebook)
+    measure = ImageDraw.Draw(Image.new("RGB", (1, 1)))
+    warning_lines = _wrap(measure, warning, font, width - 8) if warning else []
+    band = len(warning_lines) * LINE_PX + 8 if warning_lines else 0
+    sheet = Image.new("RGB", (width, band + max(len(entries), 1) * row_height), "white")
     draw = ImageDraw.Draw(sheet)
+    if band:
+        draw.rectangle((0, 0, width - 1, band - 1), fill=WARNING_BACKGROUND)
+        for number, text in enumerate(warning_lines):
+            draw.text((4, 4 + LINE_PX * number), text, fill=WARNING_INK, font=font)
     for row, entry in enumerate(entries):
-        top = row * row_height
+        top = band + row * row_height
         members = int(codebook.counts[entry.level - 1][entry.node])
         lines = [f"L{entry.level} node {entry.node}",
                  f"path {codebook_format.path_label(codebook.k, entry.level, entry.node)}",
                  f"{members:,} members" if members else "empty"]
         for number, text in enumerate(lines):
-            draw.text((4, top + 4 + 14 * number), text, fill="black", font=font)
+            draw.text((4, top + 4 + LINE_PX * number), text, fill="black", font=font)
         for column, clip in enumerate(entry.nearest):
             jpeg = thumbnails.get((clip.shard, clip.video_id, clip.clip_index))
             if jpeg is None:
@@ -248,9 +284,13 @@ def contact_sheet(codebook: codebook_format.Codebook, entries: list[NodeClips], 
     return sheet
 
 
-def _png_bytes(image: Image.Image) -> bytes:
+def _png_bytes(image: Image.Image, text: dict[str, str] | None = None) -> bytes:
+    """PNG bytes, with `text` as tEXt chunks (what the picture says, for readers of its metadata)."""
+    info = PngInfo()
+    for key, value in (text or {}).items():
+        info.add_text(key, value)
     buffer = io.BytesIO()
-    image.save(buffer, format="PNG", optimize=False)
+    image.save(buffer, format="PNG", optimize=False, pnginfo=info)
     return buffer.getvalue()
 
 
@@ -284,17 +324,22 @@ def write_gallery(cfg: Config, work_dir: Path, *, level: int = 1, clusters: int 
     entries = [found[(level, node)] for node in shown]
     how = (f"up to {per_cluster} clips nearest each node's centroid; nodes: "
            + (f"ids {', '.join(map(str, shown))}" if node_ids else f"the {len(shown)} largest of level {level}"))
+    sheet_path = folder / f"contact-level-{level}.png"
     body = [f"<h1>Visual words: level {level} of {codebook.depth}</h1>", note,
             f'<p class="note">{html.escape(how)}; the number under a thumbnail is its squared distance to '
-            f'the centroid. Hover for the video and time. How this was made: gallery.json.</p>']
+            f'the centroid. Hover for the video and time. How this was made: gallery.json. These rows as one '
+            f'picture: <a href="{sheet_path.name}">{sheet_path.name}</a>.</p>']
     body += [_row_html(codebook, entry, thumbnails, child_name.get(entry.node)) for entry in entries]
     written = []
     main_page = folder / main_name
     storage.atomic_write_bytes(main_page, html_page(f"Visual words, level {level}", "\n".join(body)).encode())
     written.append(main_page)
-    sheet_path = folder / f"contact-level-{level}.png"
     sheet = contact_sheet(codebook, entries, thumbnails, cfg.decode.thumbnail_size, per_cluster)
-    storage.atomic_write_bytes(sheet_path, _png_bytes(sheet))
+    png_text = {"Title": f"Visual words: level {level} of {codebook.depth}",
+                "Source": f"codebook sha256 {codebook.info.get('sha256', '?')}; S3D weights {_weights(codebook)}"}
+    if not_pretrained_warning(codebook):
+        png_text["Warning"] = not_pretrained_warning(codebook)
+    storage.atomic_write_bytes(sheet_path, _png_bytes(sheet, png_text))
     written.append(sheet_path)
     for parent in parents:
         rows = [_row_html(codebook, found[(level + 1, child)], thumbnails, None) for child in children[parent]]

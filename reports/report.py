@@ -28,6 +28,7 @@ import pyarrow.compute as pc
 from pipeline import storage, visual_words
 from pipeline.config import Config
 from pipeline.lineage import Lineage
+from pipeline.progress import format_number, format_rate
 from pipeline.registry import SHARD_STAGES
 from pipeline.workdir import WorkDir
 from reports import summary
@@ -253,7 +254,7 @@ def _table(header: list[str], rows: list[list]) -> str:
 def _number(value) -> str:
     if value is None:
         return "-"
-    return f"{value:,}" if isinstance(value, int) else f"{value:,.3g}"
+    return f"{value:,}" if isinstance(value, int) else format_number(value)
 
 
 def _stages_html(data: dict) -> str:
@@ -265,12 +266,13 @@ def _stages_html(data: dict) -> str:
         if not counted or not entry:
             rows.append([stage, f"0/{run['shards']}", "-", "-", "-", "-", "-", "-", "not run"])
             continue
-        rate_name = "clips/s" if "clips_per_s" in entry else "videos/s"
-        rate = entry.get("clips_per_s", entry.get("videos_per_s"))
+        unit = "clips" if "clips_per_s" in entry else "videos"
+        done = entry.get(unit, 0)
         extra = f"{entry['realtime_factor']}x real time" if "realtime_factor" in entry else ""
         rows.append([stage, f"{counted['shards_complete']}/{counted['shards_total']}", _number(entry.get("videos")),
                      _number(counted["rows"]), _number(entry.get("errors", 0)), _number(entry["seconds"]),
-                     f"{_number(rate)} {rate_name}", f"{_number(entry.get('wall_rate'))} {rate_name}", extra])
+                     format_rate(done, entry["seconds"], unit), format_rate(done, entry["wall_seconds"] or 0, unit),
+                     extra])
     parts = ["<h2>Stages</h2>",
              _table(["stage", "shards", "videos", "rows out", "error rows", "shard-seconds",
                      "per worker", "over the run", "note"], rows),
@@ -350,11 +352,14 @@ def _text_html(text: dict) -> str:
         parts.append("<p>no aligned segments yet: run the align stage.</p>")
     if any(text["words_per_sentence"]):
         labels, values = _grouped(text["words_per_sentence"])
-        plots.append(svg_bars(labels, values, title="words per ASR sentence", x_label="words", y_label="sentences"))
+        # the caption names the open-ended bin only when the axis shows it
+        capped = f" ({MAX_SENTENCE_WORDS}+ = {MAX_SENTENCE_WORDS} or more)" if labels[-1].endswith("+") else ""
+        plots.append(svg_bars(labels, values, title="words per ASR sentence", x_label=f"words{capped}",
+                              y_label="sentences"))
     if any(text["wordpieces_per_text_segment"]):
         labels, values = _grouped(text["wordpieces_per_text_segment"])
-        plots.append(svg_bars(labels, values, title="WordPiece tokens per text segment",
-                              x_label=f"tokens (last bin: {text['wordpiece_cap']} = train.max_len or more)",
+        capped = f" ({text['wordpiece_cap']}+ = train.max_len or more)" if labels[-1].endswith("+") else ""
+        plots.append(svg_bars(labels, values, title="WordPiece tokens per text segment", x_label=f"tokens{capped}",
                               y_label="segments"))
     return "\n".join(parts) + '<div class="plots">' + "".join(plots) + "</div>"
 
@@ -390,7 +395,8 @@ def _train_html(records: list[dict]) -> str:
     return ("<h2>Training</h2>"
             f"<p>step {last['step']:,}, loss {last['loss']:.4g}, {_number(last.get('tokens_per_s'))} tokens/s</p>"
             + _table(["objective", "loss", "accuracy"], metrics)
-            + '<div class="plots">' + svg_line(steps, losses, title="training loss", x_label="step", y_label="loss")
+            + '<div class="plots">' + svg_line(steps, losses, title="training loss", x_label="step", y_label="loss",
+                                                integer_x=True)
             + "</div>")
 
 

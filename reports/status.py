@@ -14,6 +14,7 @@ from collections import Counter
 from pipeline import registry, storage
 from pipeline.lineage import CorruptFile, Lineage, read_json
 from pipeline.manifest import read_manifest
+from pipeline.progress import format_rate
 from pipeline.workdir import WorkDir
 
 SLOWEST_SHARDS = 3   # per stage
@@ -53,12 +54,16 @@ def _codebook_line(checker: Lineage) -> str:
             f"fit on {info.get('sample_size', 0):,} clips")
 
 
-def status_text(work_dir) -> str:
+def status_text(work_dir, cfg=None) -> str:
+    """With a config, shards made with other values than its own are stale (what a run with it would
+    redo); without, only the records' consistency with each other counts."""
     work = WorkDir(work_dir)
-    checker = Lineage(work)
+    checker = Lineage(work, cfg)
     manifest = checker.manifest_record()
     shards = checker.manifest_shards()
-    lines = [f"run {work.root}: {manifest.get('videos', 0):,} videos in {len(shards)} manifest shard(s)", "",
+    lines = [f"run {work.root}: {manifest.get('videos', 0):,} videos in {len(shards)} manifest shard(s)"
+             + ("; checked against the config given (stale: a run with it would redo the shard)" if cfg else ""),
+             "",
              f"{'stage':<9} {'shards current':>15} {'videos':>8} {'clips':>9} {'seconds':>9}  "
              f"videos failed, by error type; shards not current"]
     current, problems = {}, []
@@ -96,13 +101,17 @@ def status_text(work_dir) -> str:
         by_time = sorted(records.items(), key=lambda item: -item[1].get("seconds", 0.0))
         for shard_index, record in by_time[:SLOWEST_SHARDS]:
             seconds, clips = record.get("seconds", 0.0), record.get("clips")
-            rate = f", {clips / seconds:.1f} clips/s" if clips and seconds else ""
+            rate = f", {format_rate(clips, seconds, 'clips')}" if clips and seconds else ""
             lines.append(f"  {stage} part {shard_index}: {seconds:.1f} s, {record.get('videos', 0)} videos"
                          f"{f', {clips:,} clips' if clips is not None else ''}{rate} on {record.get('host', '?')}")
     if problems:
         lines += ["", "shards not current (a rerun of the stage redoes them):"]
         for stage, shard, status, reason in problems:
             lines.append(f"  {stage} part {shard:05d} {status}: {reason}")
+    from reports.card import card_state
+    card = card_state(work)
+    if card is not None:
+        lines += ["", f"dataset card {work.card}: {card}"]
     return "\n".join(lines)
 
 

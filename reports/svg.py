@@ -5,26 +5,40 @@ from __future__ import annotations
 import html
 import math
 
+from pipeline.progress import format_number
+
 CHART_W, CHART_H = 520, 250
 LEFT, RIGHT, TOP, BOTTOM = 64, 16, 30, 46
 
 
 def fmt_number(value: float) -> str:
+    """Tick labels: 1.5k, 20M; below a thousand three significant digits, never an exponent."""
     for size, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
         if abs(value) >= size:
-            return f"{value / size:g}{suffix}"
-    return f"{value:.3g}"
+            return f"{value / size:.3g}{suffix}"
+    return format_number(value)
 
 
 class _Axis:
-    """Maps data values to [0, 1] on a linear or log10 scale, with readable ticks."""
+    """Maps data values to [0, 1] on a linear or log10 scale, with readable ticks. `integer`: the values
+    are counts, so ticks are whole numbers; `headroom`: the axis ends on the first tick above `hi`, so
+    the largest value stays below the frame's top."""
 
-    def __init__(self, lo: float, hi: float, log: bool = False):
+    def __init__(self, lo: float, hi: float, log: bool = False, *, integer: bool = False, headroom: bool = False):
+        self.integer = integer and not log
+        self.step = 1.0
         if log:
             lo, hi = math.log10(max(lo, 1e-12)), math.log10(max(hi, 1e-12))
             lo, hi = math.floor(lo), max(math.ceil(hi), math.floor(lo) + 1)
-        elif hi <= lo:
-            hi = lo + 1
+        else:
+            if hi <= lo:
+                hi = lo + 1
+            span = hi - lo
+            step = 10 ** math.floor(math.log10(span / 5))
+            step *= next(m for m in (1, 2, 5, 10) if span / (step * m) <= 6)
+            self.step = max(step, 1) if self.integer else step
+            if headroom:
+                hi = (math.floor(hi / self.step + 1e-9) + 1) * self.step
         self.lo, self.hi, self.log = lo, hi, log
 
     def frac(self, value: float) -> float:
@@ -34,11 +48,11 @@ class _Axis:
     def ticks(self) -> list[float]:
         if self.log:
             return [10.0 ** e for e in range(int(self.lo), int(self.hi) + 1)]
-        span = self.hi - self.lo
-        step = 10 ** math.floor(math.log10(span / 5))
-        step *= next(m for m in (1, 2, 5, 10) if span / (step * m) <= 6)
-        first = math.ceil(self.lo / step) * step
-        return [first + i * step for i in range(int((self.hi - first) / step + 1e-9) + 1)]
+        step = self.step
+        first = math.ceil(self.lo / step - 1e-9) * step
+        ticks = [first + i * step for i in range(int((self.hi - first) / step + 1e-9) + 1)]
+        # whole steps written without float noise (0.30000000000000004), counts as integers
+        return [int(round(t)) if self.integer else round(t, 12) for t in ticks]
 
 
 def _svg(title: str, parts: list[str], width: int = CHART_W, height: int = CHART_H) -> str:
@@ -69,12 +83,13 @@ def _axes(x_axis: _Axis | None, y_axis: _Axis, x_label: str, y_label: str) -> li
 
 
 def svg_line(xs: list[float], ys: list[float], *, title: str, x_label: str, y_label: str,
-             log: bool = False) -> str:
-    """A line through (x, y) points, on log-log axes with `log`."""
+             log: bool = False, integer_x: bool = False) -> str:
+    """A line through (x, y) points, on log-log axes with `log`; `integer_x`: x counts (steps), so its
+    ticks are whole numbers."""
     if not xs:
         return _svg(title, ['<text x="50%" y="50%" text-anchor="middle">no data</text>'])
-    x_axis = _Axis(min(xs), max(xs), log)
-    y_axis = _Axis(0 if not log else min(ys), max(ys), log)
+    x_axis = _Axis(min(xs), max(xs), log, integer=integer_x)
+    y_axis = _Axis(0 if not log else min(ys), max(ys), log, headroom=True)
     plot_w, plot_h = CHART_W - LEFT - RIGHT, CHART_H - TOP - BOTTOM
     points = " ".join(f"{LEFT + plot_w * x_axis.frac(x):.1f},{TOP + plot_h * (1 - y_axis.frac(y)):.1f}"
                       for x, y in zip(xs, ys))
@@ -82,11 +97,13 @@ def svg_line(xs: list[float], ys: list[float], *, title: str, x_label: str, y_la
                 + [f'<polyline points="{points}" fill="none" stroke="#2a6fb0" stroke-width="1.5"/>'])
 
 
-def svg_bars(labels: list[str], values: list[float], *, title: str, x_label: str, y_label: str) -> str:
-    """Vertical bars, one per label (every n-th label written when they would crowd)."""
+def svg_bars(labels: list[str], values: list[float], *, title: str, x_label: str, y_label: str,
+             counts: bool = True) -> str:
+    """Vertical bars, one per label (every n-th label written when they would crowd). `counts`: the values
+    are counts (whole-number ticks). The axis ends on a tick above the tallest bar."""
     if not values or max(values) <= 0:
         return _svg(title, ['<text x="50%" y="50%" text-anchor="middle">no data</text>'])
-    y_axis = _Axis(0, max(values))
+    y_axis = _Axis(0, max(values), integer=counts, headroom=True)
     plot_w, plot_h = CHART_W - LEFT - RIGHT, CHART_H - TOP - BOTTOM
     slot = plot_w / len(values)
     label_every = max(1, math.ceil(len(values) * 34 / plot_w))
@@ -95,8 +112,8 @@ def svg_bars(labels: list[str], values: list[float], *, title: str, x_label: str
         height = plot_h * y_axis.frac(value)
         x = LEFT + index * slot
         parts.append(f'<rect x="{x + slot * 0.1:.1f}" y="{TOP + plot_h - height:.1f}" width="{slot * 0.8:.1f}" '
-                     f'height="{height:.1f}" fill="#2a6fb0"><title>{html.escape(label)}: {value:g}</title></rect>')
-        if index % label_every == 0:
+                     f'height="{height:.1f}" fill="#2a6fb0"><title>{html.escape(label)}: {format_number(value)}</title></rect>')
+        if (len(values) - 1 - index) % label_every == 0:    # counted from the last: its label is shown
             parts.append(f'<text x="{x + slot / 2:.1f}" y="{TOP + plot_h + 16}" text-anchor="middle">'
                          f'{html.escape(label)}</text>')
     return _svg(title, parts)

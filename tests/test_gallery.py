@@ -13,7 +13,7 @@ from PIL import Image
 
 from pipeline import cli
 from pipeline.config import load_config
-from reports.gallery import write_gallery
+from reports.gallery import WARNING_BACKGROUND, WARNING_INK, write_gallery
 from schemas.codebook import node_path
 
 IMG_SRC = re.compile(r'<img src="([^"]+)"')
@@ -93,9 +93,39 @@ def test_contact_sheet_has_a_row_per_cluster_in_thumbnail_colours(work, cfg):
     cell = factory.THUMBNAIL_SIZE
     assert sheet.size[0] == 190 + 3 * (cell + 2)
     row_height = max(cell, 56) + 4
-    assert sheet.size[1] == 2 * row_height
-    centre = np.asarray(sheet.getpixel((190 + cell // 2, 2 + cell // 2)))   # first thumbnail of row 1
+    band = sheet.size[1] - 2 * row_height          # the NOT-pretrained warning across the top
+    assert band > 0
+    centre = np.asarray(sheet.getpixel((190 + cell // 2, band + 2 + cell // 2)))   # first thumbnail of row 1
     assert np.abs(centre - factory.leaf_colour(7)).max() < 12
+
+
+def _warning_ink(image: Image.Image, top: int, bottom: int) -> int:
+    """Pixels of the warning's ink colour between two rows."""
+    pixels = np.asarray(image.convert("RGB"), dtype=int)[top:bottom]
+    return int((np.abs(pixels - WARNING_INK).max(axis=2) < 40).sum())
+
+
+def test_the_contact_sheet_of_random_weights_says_not_pretrained_and_the_index_links_it(work, cfg, tmp_path):
+    paths = write_gallery(cfg, work, level=1, per_cluster=3, quiet=True)
+    index, sheet_path = paths[0].read_text(), paths[1]
+    assert 'href="contact-level-1.png"' in index and sheet_path.name == "contact-level-1.png"
+    sheet = Image.open(sheet_path)
+    assert "NOT pretrained" in sheet.text["Warning"]          # in its metadata ...
+    band = sheet.size[1] - 3 * (max(factory.THUMBNAIL_SIZE, 56) + 4)
+    assert band > 0 and _warning_ink(sheet, 0, band) > 100     # ... and drawn across its top
+    assert _warning_ink(sheet, band, sheet.size[1]) == 0
+    assert np.asarray(sheet.convert("RGB"))[1, -2].tolist() == list(WARNING_BACKGROUND)
+
+    # the same gallery of pretrained weights: no band, no warning
+    pretrained = factory.make_work_dir(tmp_path)
+    info_path = pretrained / "kmeans" / "codebook.json"
+    info = json.loads(info_path.read_text())
+    info["feature_provenance"]["weights"] = "kinetics400 (sha256 0123)"
+    info_path.write_text(json.dumps(info))
+    paths = write_gallery(cfg, pretrained, level=1, per_cluster=3, quiet=True)
+    sheet = Image.open(paths[1])
+    assert "Warning" not in sheet.text and sheet.size[1] == 3 * (max(factory.THUMBNAIL_SIZE, 56) + 4)
+    assert _warning_ink(sheet, 0, sheet.size[1]) == 0 and "not semantic" not in paths[0].read_text()
 
 
 def test_pages_are_deterministic(work, cfg):

@@ -140,3 +140,66 @@ def test_report_renders_in_headless_chromium(report, tmp_path):
     assert probe["errors"] == []
     assert probe["images"] == probe["loaded"] == 4
     assert probe["plots"] == probe["drawn"] == 6
+
+
+# ---------------------------------------------------------------- charts that read right
+
+BAR = re.compile(r'<rect x="[\d.]+" y="([\d.]+)" width="[\d.]+" height="([\d.]+)" fill="#2a6fb0"><title>')
+Y_TICK = re.compile(r'<text x="60" y="[\d.]+" text-anchor="end">([^<]+)</text>')
+X_LABEL = re.compile(r'<text x="[\d.]+" y="244" text-anchor="middle">([^<]+)</text>')
+
+
+def _charts(page: str) -> list[str]:
+    return re.findall(r"<svg .*?</svg>", page, re.S)
+
+
+@pytest.mark.parametrize("values", [[1], [3, 1, 2], [13, 11, 7], [0, 4, 1560], [5, 5, 5, 5]])
+def test_count_bars_have_whole_number_ticks_and_room_above_the_tallest(values):
+    from reports.svg import TOP, svg_bars
+    chart = svg_bars([str(i) for i in range(len(values))], values, title="t", x_label="x", y_label="n")
+    ticks = Y_TICK.findall(chart)
+    assert ticks and all(re.fullmatch(r"\d+(\.\d+)?k?", tick) for tick in ticks), ticks
+    assert all(float(tick.rstrip("k")) * (1000 if tick.endswith("k") else 1) % 1 == 0 for tick in ticks)
+    tops = [float(y) for y, height in BAR.findall(chart) if float(height) > 0]
+    assert min(tops) > TOP + 1      # the tallest bar ends below the frame's top edge
+    if 1560 in values:
+        assert "2: 1,560</title>" in chart       # the bar's own value, as a reader writes it
+
+
+def test_report_charts_have_integer_count_ticks_headroom_and_matching_captions(report):
+    _, page, _ = report
+    from reports.svg import TOP
+    for chart in _charts(page):
+        title = re.search(r"<title>([^<]+)</title>", chart).group(1)
+        if BAR.search(chart):     # bar charts: every one counts something
+            assert all(re.fullmatch(r"\d+k?", tick) for tick in Y_TICK.findall(chart)), title
+            assert min(float(y) for y, _ in BAR.findall(chart)) > TOP + 1, title
+    assert "last bin" not in page and "e+" not in page and "e-0" not in page
+    # neither the words nor the WordPiece lengths reach their caps here: the captions say nothing of a cap
+    labels = X_LABEL.findall(page)
+    assert "words" in labels and "tokens" in labels
+    assert '<td class="num">7.75 clips/s</td>' in page      # decode: 31 clips in 4 shard-seconds
+
+
+def test_a_capped_length_histogram_names_its_last_bin_as_the_axis_shows_it():
+    from reports.report import _text_html
+    wordpieces = [0] * 65
+    wordpieces[5], wordpieces[64] = 3, 2           # two segments at train.max_len 64 or longer
+    text = {"asr_status": {"ok": 1}, "languages": {"en": 1}, "text_languages": ["en"],
+            "words_per_sentence": [0] * 61, "segments": {}, "coverage": {},
+            "wordpieces_per_text_segment": wordpieces, "wordpiece_cap": 64}
+    chart = _charts(_text_html(text))[-1]
+    shown = re.findall(r'<text x="[\d.]+" y="220" text-anchor="middle">([^<]+)</text>', chart)
+    assert shown[-1] == "63-64+" and X_LABEL.findall(chart) == ["tokens (64+ = train.max_len or more)"]
+
+
+def test_rates_in_the_stage_table_are_readable(tmp_path):
+    from reports.report import _stages_html
+    data = {"summary": {"shards": 1, "stages": {"decode": {"shards_complete": 1, "shards_total": 1, "rows": 1560}},
+                        "errors": {}},
+            "stages": {"decode": {"shards": 1, "seconds": 1.0, "wall_seconds": 90.0, "videos": 3, "clips": 1560,
+                                  "clips_per_s": 1560.0}}}
+    page = _stages_html(data)
+    assert '<td class="num">1,560 clips/s</td>' in page and '<td class="num">17.3 clips/s</td>' in page
+    data["stages"]["decode"].update(seconds=7200.0, wall_seconds=7200.0, clips=1)
+    assert '<td class="num">2 h/clip</td>' in _stages_html(data)

@@ -79,9 +79,12 @@ def test_sigkill_mid_run_then_rerun_gives_the_uninterrupted_outputs(tmp_path, vi
     process.wait()
     done_before = len(list(records.glob("part-*.json")))
     assert 1 <= done_before < 6, "the kill should land mid-run"
-    # every file present is complete: readable Parquet, never a partial one under the final name
+    # every file present is complete: readable Parquet, never a partial one under the final name; and the
+    # data folders hold nothing else (a half-written file waits under _state, so any reader lists them)
     for path in killed.rglob("*.parquet"):
         pq.read_metadata(path)
+    for folder in ("decode", "videos"):
+        assert all(path.name.startswith("part-") and path.suffix == ".parquet" for path in (killed / folder).iterdir())
     assert _cli("decode", "--work-dir", killed, "--workers", "1", "--quiet", *settings).wait() == 0
     assert not list(killed.rglob(".tmp_*"))   # the rerun removed what the killed writer left
     assert _outputs(killed) == _outputs(reference)

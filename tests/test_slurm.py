@@ -7,14 +7,16 @@ import os
 import shlex
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from media_factory import make_video
+from work_factory import write_manifest_rows
 
 from pipeline import cli
 from pipeline.config import ConfigError, load_config
 from pipeline.manifest import write_manifest
-from pipeline.slurm import REPO, ScriptError, sbatch_script
+from pipeline.slurm import REPO, ScriptError, sbatch_script, sbatch_scripts
 from pipeline.workdir import WorkDir
 
 
@@ -94,7 +96,9 @@ def fake_sbatch(tmp_path, monkeypatch):
     folder = tmp_path / "bin"
     folder.mkdir()
     calls = tmp_path / "sbatch-calls.txt"
-    (folder / "sbatch").write_text(f'#!/bin/bash\necho "$@" >> {shlex.quote(str(calls))}\necho "4242;cluster"\n')
+    # job ids 4242, 4243, ... one per call
+    (folder / "sbatch").write_text(f'#!/bin/bash\necho "$@" >> {shlex.quote(str(calls))}\n'
+                                   f'echo "$((4241 + $(wc -l < {shlex.quote(str(calls))})));cluster"\n')
     (folder / "sbatch").chmod(0o755)
     monkeypatch.setenv("PATH", f"{folder}{os.pathsep}{os.environ['PATH']}")
     return calls
@@ -270,3 +274,199 @@ def test_a_config_built_in_code_cannot_inject_a_directive_either(tmp_path):
     cfg.executor.slurm_extra = ["#SBATCH --account=vb\ntouch pwned"]
     with pytest.raises(ScriptError, match=r"executor.slurm_extra\[0\]"):
         sbatch_script(cfg, "decode", work_dir=tmp_path)
+
+
+# ---------------------------------------------------------------- logs, long arrays, multi-node training
+
+def _recorder(path, argv_file):
+    """A stand-in program that writes the arguments it was given, one per line, and exits 0."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f'#!/bin/bash\nprintf "%s\\n" "$@" > {shlex.quote(str(argv_file))}\n')
+    path.chmod(0o755)
+    return path
+
+
+def test_tasks_log_their_progress(tmp_path):
+    cfg = load_config(None, ["executor.slurm_gpus=2", "executor.slurm_nodes=2"])
+    for stage in ("decode", "kmeans", "train"):
+        assert "--quiet" not in _command(sbatch_script(cfg, stage, work_dir=tmp_path, num_shards=3)), stage
+
+
+def test_an_array_longer_than_max_array_size_is_split_and_its_jobs_run_every_task_once(tmp_path):
+    cfg = load_config(None, ["executor.slurm_max_array_size=3"])
+    python = _recorder(tmp_path / "bin" / "python", tmp_path / "argv.txt")
+    scripts = sbatch_scripts(cfg, "asr", work_dir=tmp_path / "work", num_shards=7, python=str(python))
+    assert [next(line for line in _directives(script) if "--array" in line) for script in scripts] == \
+        ["#SBATCH --array=0-2", "#SBATCH --array=0-2", "#SBATCH --array=0-0"]
+    tasks = []
+    for index, script in enumerate(scripts):
+        path = tmp_path / f"asr-{index}.sbatch"
+        path.write_text(script)
+        assert subprocess.run(["bash", "-n", str(path)]).returncode == 0
+        for array_index in range(3 if index < 2 else 1):
+            env = dict(os.environ, SLURM_ARRAY_TASK_ID=str(array_index), SLURM_ARRAY_TASK_COUNT="3",
+                       SLURM_CPUS_PER_TASK="2")
+            assert subprocess.run(["bash", str(path)], env=env, timeout=60).returncode == 0
+            argv = (tmp_path / "argv.txt").read_text().splitlines()
+            assert argv[argv.index("--num-shards") + 1] == "7" and argv[argv.index("--workers") + 1] == "2"
+            tasks.append(int(argv[argv.index("--shard") + 1]))
+    assert tasks == list(range(7))    # task t takes manifest shards s with s % 7 == t: every shard once
+    with pytest.raises(ScriptError, match="more than executor.slurm_max_array_size"):
+        sbatch_script(cfg, "asr", work_dir=tmp_path, num_shards=4)
+    assert len(sbatch_scripts(load_config(None), "asr", work_dir=tmp_path, num_shards=1001)) == 1   # 0..1000
+    assert len(sbatch_scripts(load_config(None), "asr", work_dir=tmp_path, num_shards=1002)) == 2
+
+
+def test_the_second_job_of_a_split_array_runs_its_shards_for_real(tmp_path):
+    videos = tmp_path / "videos"
+    videos.mkdir()
+    for index in range(4):
+        make_video(videos / f"v{index}.mp4", duration_s=1.0, fps=25)
+    overrides = ["shards.videos_per_shard=1", "executor.slurm_max_array_size=3"]
+    cfg = load_config(None, overrides)
+    work = tmp_path / "work"
+    write_manifest(cfg, videos, work)
+    first, second = sbatch_scripts(cfg, "decode", work_dir=work, overrides=overrides, num_shards=4)
+    path = tmp_path / "decode-2.sbatch"
+    path.write_text(second)
+    env = dict(os.environ, SLURM_ARRAY_TASK_ID="0", SLURM_ARRAY_TASK_COUNT="1", SLURM_CPUS_PER_TASK="1")
+    run = subprocess.run(["bash", str(path)], env=env, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert [s for s in range(4) if WorkDir(work).record("decode", s).exists()] == [3]
+    assert "decode: 1 shard(s) run" in run.stderr
+
+
+def test_submit_sends_each_job_of_a_split_array_and_prints_their_ids(tmp_path, fake_sbatch, capsys):
+    work = tmp_path / "work"
+    assert cli.main(["submit", "quantize", "--work-dir", str(work), "--num-shards", "5", "--after", "70:71",
+                     "--set", "executor.slurm_max_array_size=2"]) == 0
+    assert capsys.readouterr().out.strip() == "4242:4243:4244"   # what --after takes
+    calls = fake_sbatch.read_text().splitlines()
+    assert [call.split()[:-1] for call in calls] == [["--parsable"]] * 3   # no throttle: all at once
+    scripts = [Path(call.split()[-1]).read_text() for call in calls]
+    assert all("#SBATCH --dependency=afterok:70:71" in _directives(script) for script in scripts)
+    assert [_command(script)[_command(script).index("--shard") + 1] for script in scripts] == \
+        ["$SLURM_ARRAY_TASK_ID", "$((SLURM_ARRAY_TASK_ID + 2))", "$((SLURM_ARRAY_TASK_ID + 4))"]
+
+    # with a throttle, each job waits for the one before: at most 3 tasks at once over all of them
+    fake_sbatch.unlink()
+    assert cli.main(["submit", "quantize", "--work-dir", str(work), "--num-shards", "5", "--after", "70",
+                     "--array-parallelism", "3", "--set", "executor.slurm_max_array_size=2", "--quiet"]) == 0
+    assert capsys.readouterr().out.strip() == "4242:4243:4244"
+    calls = [call.split()[:-1] for call in fake_sbatch.read_text().splitlines()]
+    assert calls == [["--parsable"], ["--parsable", "--dependency=afterok:70,afterany:4242"],
+                     ["--parsable", "--dependency=afterok:70,afterany:4243"]]
+
+    assert cli.main(["submit", "quantize", "--work-dir", str(work), "--num-shards", "3", "--dry-run",
+                     "--set", "executor.slurm_max_array_size=2"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("#!/bin/bash") == 2 and "# ---- job 2 of 2: sbatch ----" in out
+
+
+def test_the_number_of_tasks_defaults_to_the_manifest_shards(tmp_path, capsys):
+    assert cli.main(["submit", "decode", "--work-dir", str(tmp_path), "--dry-run"]) == 2
+    assert "give --num-shards" in capsys.readouterr().err
+    write_manifest_rows(tmp_path, [{"video_id": f"v{i}", "uri": f"/v/{i}.mp4", "bytes": 1, "transcript_uri": None,
+                                    "shard": i // 2} for i in range(5)])
+    assert cli.main(["submit", "decode", "--work-dir", str(tmp_path), "--dry-run"]) == 0
+    assert "#SBATCH --array=0-2" in capsys.readouterr().out
+    assert cli.main(["submit", "train", "--work-dir", str(tmp_path), "--dry-run"]) == 0   # one job, no array
+    assert "--array" not in capsys.readouterr().out
+
+
+def _torchrun_args(command: list[str]):
+    """The torchrun part of a train command, parsed by torchrun's own parser."""
+    from torch.distributed.run import get_args_parser
+    start = command.index("torch.distributed.run") + 1
+    return get_args_parser().parse_args(command[start:])
+
+
+def test_multi_node_training_is_srun_with_one_torchrun_per_node_meeting_at_the_first_node(tmp_path):
+    cfg = load_config(None, ["executor.slurm_nodes=2", "executor.slurm_gpus=4", "executor.slurm_rdzv_port=29511",
+                             "executor.slurm_cpus_per_task=16"])
+    config = tmp_path / "my config.yaml"
+    python = tmp_path / "bin dir" / "python"
+    script = sbatch_script(cfg, "train", work_dir=tmp_path / "work", config=str(config), python=str(python))
+    directives = _directives(script)
+    for expected in ("--nodes=2", "--ntasks-per-node=1", "--gres=gpu:4", "--cpus-per-task=16", "--requeue"):
+        assert f"#SBATCH {expected}" in directives, expected
+    assert not any("--array" in line for line in directives)
+    command = _command(script)
+    assert command[0] == "srun" and "--ntasks-per-node=1" in command and "--kill-on-bad-exit=1" in command
+    assert command[command.index("-m") - 1] == str(python)            # the path with a space, one word
+    args = _torchrun_args(command)
+    assert (args.nnodes, args.nproc_per_node, args.rdzv_backend) == ("2", "4", "c10d")
+    assert (args.rdzv_endpoint, args.rdzv_id) == ("$MASTER_ADDR:29511", "$SLURM_JOB_ID")
+    assert not args.standalone and args.module and args.training_script == "pipeline"
+    assert args.training_script_args[0] == "train" and args.training_script_args[-1] == "--resume"
+    assert args.training_script_args[args.training_script_args.index("--config") + 1] == str(config)
+
+    # run it: scontrol names the job's nodes, srun records what it would start on each
+    bin_dir = tmp_path / "slurm-bin"
+    bin_dir.mkdir()
+    (bin_dir / "scontrol").write_text('#!/bin/bash\n[ "$1 $2 $3" = "show hostnames gpu-[07-08]" ] && '
+                                      'printf "gpu-07\\ngpu-08\\n"\n')
+    (bin_dir / "scontrol").chmod(0o755)
+    recorded = tmp_path / "srun.txt"
+    (bin_dir / "srun").write_text(f'#!/bin/bash\n{{ echo "MASTER_ADDR=$MASTER_ADDR MASTER_PORT=$MASTER_PORT"; '
+                                  f'printf "%s\\n" "$@"; }} > {shlex.quote(str(recorded))}\n')
+    (bin_dir / "srun").chmod(0o755)
+    path = tmp_path / "train.sbatch"
+    path.write_text(script)
+    env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}", SLURM_JOB_NODELIST="gpu-[07-08]",
+               SLURM_JOB_ID="9001", SLURM_CPUS_PER_TASK="16")
+    run = subprocess.run(["bash", str(path)], env=env, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    lines = recorded.read_text().splitlines()
+    assert lines[0] == "MASTER_ADDR=gpu-07 MASTER_PORT=29511"
+    srun_args = lines[1:]
+    assert "--cpus-per-task=16" in srun_args
+    torchrun = _torchrun_args(["srun", *srun_args])
+    assert (torchrun.rdzv_endpoint, torchrun.rdzv_id) == ("gpu-07:29511", "9001")
+
+    # without scontrol's answer the job stops with one line instead of a torchrun that waits forever
+    (bin_dir / "scontrol").write_text("#!/bin/bash\nexit 1\n")
+    run = subprocess.run(["bash", str(path)], env=env, capture_output=True, text=True, timeout=60)
+    assert run.returncode != 0 and "cannot read the first node" in run.stderr
+
+    single = load_config(None, ["executor.slurm_gpus=4"])   # one node: torchrun --standalone, no srun
+    assert _torchrun_args(_command(sbatch_script(single, "train", work_dir=tmp_path))).standalone
+
+
+RENDEZVOUS_CHECK = """
+import os, torch, torch.distributed as dist
+dist.init_process_group("gloo")
+total = torch.tensor([float(dist.get_rank() + 1)])
+dist.all_reduce(total)
+print(f"rank {os.environ['RANK']} of {os.environ['WORLD_SIZE']} local {os.environ['LOCAL_RANK']} sum {total.item():g}")
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.slow   # four Python processes importing torch (~15 s on 2 cores)
+def test_two_torchruns_with_the_scripts_options_form_one_job(tmp_path):
+    """The torchrun options the script writes, run for real as two "nodes" on this machine: the agents meet
+    in the c10d rendezvous and start a world of 2 x 1 processes."""
+    import socket
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    cfg = load_config(None, ["executor.slurm_nodes=2", "executor.slurm_gpus=1", f"executor.slurm_rdzv_port={port}"])
+    command = _command(sbatch_script(cfg, "train", work_dir=tmp_path))
+    start, end = command.index("torch.distributed.run") + 1, command.index("-m", command.index("torch.distributed.run"))
+    options = [word.replace("$MASTER_ADDR", "127.0.0.1").replace("$SLURM_JOB_ID", "9001") for word in command[start:end]]
+    check = tmp_path / "check.py"
+    check.write_text(RENDEZVOUS_CHECK)
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    agents = [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", *options, str(check)], env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outputs = [agent.communicate(timeout=180) for agent in agents]
+    assert [agent.returncode for agent in agents] == [0, 0], [err[-2000:] for _, err in outputs]
+    lines = sorted(line for out, _ in outputs for line in out.splitlines() if line.startswith("rank "))
+    assert lines == ["rank 0 of 2 local 0 sum 3", "rank 1 of 2 local 0 sum 3"]
+
+
+def test_array_size_and_node_counts_are_checked_at_load():
+    for key, value in (("slurm_max_array_size", 0), ("slurm_nodes", 0), ("slurm_rdzv_port", 80)):
+        with pytest.raises(ConfigError, match=f"executor.{key} must be"):
+            load_config(None, [f"executor.{key}={value}"])

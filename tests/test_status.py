@@ -152,3 +152,34 @@ def test_two_workers_racing_on_one_shard_leave_one_complete_correct_file(tmp_pat
     for shard_index in (0, 1):
         record = json.loads(WorkDir(raced).record("decode", shard_index).read_text())
         assert record["shard"] == shard_index and record["videos"] == 2
+
+
+def test_status_shows_the_codebook_from_its_sidecar(tmp_path):
+    import gallery_factory
+    work = gallery_factory.make_work_dir(tmp_path)
+    kmeans = next(line for line in status_text(work).splitlines() if line.startswith("kmeans "))
+    assert kmeans.split()[1:] == ["current", "codebook", "depth", "2,", "k", "3,", "fit", "on", "31", "clips"]
+
+
+def test_status_with_a_config_names_what_that_config_would_redo(decoded, capsys):
+    settings = ["--set", "shards.videos_per_shard=2"]
+    assert cli.main(["status", "--work-dir", str(decoded), *settings]) == 0
+    same = capsys.readouterr().out   # the config the run was made with: nothing to redo
+    assert "checked against the config given" in same and " stale" not in same.split("\n", 1)[1]
+    assert cli.main(["status", "--work-dir", str(decoded), *settings, "--set", "decode.fps=10"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "checked against the config given" in lines[0]
+    assert next(line for line in lines if line.startswith("decode ")).endswith("1 missing, 2 stale")
+    assert "  decode part 00000 stale: config decode.fps 20.0 -> 10.0" in lines
+
+
+def test_errors_takes_no_config_and_validate_takes_the_work_dir_either_way(decoded, capsys):
+    with pytest.raises(SystemExit) as refused:
+        cli.main(["errors", "--work-dir", str(decoded), "--set", "decode.fps=10"])
+    assert refused.value.code == 2 and "unrecognized arguments: --set" in capsys.readouterr().err
+    assert cli.main(["validate", "--work-dir", str(decoded)]) == 1      # shard 2 lost its record
+    by_option = capsys.readouterr().err
+    assert cli.main(["validate", str(decoded)]) == 1
+    assert capsys.readouterr().err == by_option and by_option.startswith("INVALID: ")
+    assert cli.main(["validate", str(decoded), "--work-dir", str(decoded / "other")]) == 2
+    assert "two work dirs given" in capsys.readouterr().err
