@@ -59,7 +59,7 @@ def decide_language(cfg: AsrConfig, multilingual: bool,
 
 def detection_windows(speech: np.ndarray, seconds: float) -> list[np.ndarray]:
     """The first `seconds` of `speech` in consecutive windows of at most 30 s (Whisper's input)."""
-    speech = speech[:int(round(seconds * SAMPLE_RATE))]
+    speech = speech[:round(seconds * SAMPLE_RATE)]
     step = WINDOW_S * SAMPLE_RATE
     return [speech[start:start + step] for start in range(0, len(speech), step)]
 
@@ -161,8 +161,8 @@ class FasterWhisperBackend:
         if not len(speech):
             return Recognition(words=[], language=None, language_prob=None)
         decision = decide_language(self.cfg, self.multilingual, lambda: self.language_probabilities(speech))
-        options = dict(language=decision.decode_as, beam_size=self.cfg.beam_size, word_timestamps=True,
-                       vad_filter=self.cfg.vad)
+        options = {"language": decision.decode_as, "beam_size": self.cfg.beam_size, "word_timestamps": True,
+                   "vad_filter": self.cfg.vad}
         if self.batched is not None:
             duration_s = len(samples) / SAMPLE_RATE
             # without the filter, the batched pipeline needs the windows given

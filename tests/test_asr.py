@@ -511,16 +511,16 @@ def test_spanish_sample_is_detected_as_spanish(backend):
 
 
 REALDATA_SPEECH = {   # ../shared/realdata/README.md's reference transcripts; WER measured with base: 0 to 0.19
-    "jfk.flac": ("And so my fellow Americans, ask not what your country can do for you, "
-                 "ask what you can do for your country.", 0.1),
+    "jfk.flac": (("And so my fellow Americans, ask not what your country can do for you, "
+                  "ask what you can do for your country."), 0.1),
     "librivox_sense_and_sensibility_01_austen_64kb-0870.wav": (
-        "and mister john dashwood had then leisure to consider how much there might be prudently in his "
-        "power to do for them", 0.15),
+        ("and mister john dashwood had then leisure to consider how much there might be prudently in his "
+         "power to do for them"), 0.15),
     "librivox_sense_and_sensibility_01_austen_64kb-0920.wav": (
         "had he married a more a amiable woman he might have been made still more respectable than he was", 0.15),
     "ljspeech_LJ050-0131.wav": (
-        "unless a system is established for the frequent formal review of activities thereunder. "
-        "in this regard", 0.3),
+        "unless a system is established for the frequent formal review of activities thereunder. in this regard",
+        0.3),
     "speech_recognition_english_one_two_three.wav": ("one two three", 0.0),
 }
 
