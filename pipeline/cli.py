@@ -216,7 +216,8 @@ def run_train(args, cfg) -> int:
 def run_eval(args, cfg) -> int:
     from videobert import evaluate
     if args.task == "zero-shot":
-        evaluate.zero_shot(cfg, args.work_dir, checkpoint=args.checkpoint, quiet=args.quiet)
+        from videobert import zero_shot
+        zero_shot.zero_shot(cfg, args.work_dir, checkpoint=args.checkpoint, quiet=args.quiet)
     elif args.task == "features":
         print(evaluate.extract_features(cfg, args.work_dir, checkpoint=args.checkpoint))
     else:
