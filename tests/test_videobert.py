@@ -347,3 +347,36 @@ def test_torchrun_data_parallel_on_cpu(tmp_path, tokenizer):
     assert examples == 16
     assert latest_checkpoint(tmp_path).name == "step-00000004"
     shutil.rmtree(tmp_path / "train")
+
+
+# ---------------------------------------------------------------- pre-training data size
+
+def test_training_on_a_seeded_subset_of_the_videos(tmp_path, tokenizer):
+    from videobert.subset import choose_videos, subset_videos
+
+    write_synthetic(tmp_path, tokenizer, videos=8, videos_per_shard=2)
+    every_video = sorted({row["video_id"] for shard in sorted((tmp_path / "align").glob("part-*.parquet"))
+                          for row in pq.read_table(shard, columns=["video_id"]).to_pylist()})
+    # one seed: smaller subsets lie inside larger ones; another seed draws others
+    assert set(choose_videos(every_video, 2, 7)) < set(choose_videos(every_video, 5, 7))
+    assert choose_videos(every_video, 3, 7) != choose_videos(every_video, 3, 8)
+    with pytest.raises(ValueError, match="subset_videos 9 exceeds the 8 videos"):
+        choose_videos(every_video, 9, 0)
+
+    summary = train(config(tmp_path, "train.subset_videos=3", "train.subset_seed=7", "train.max_steps=3"), tmp_path,
+                    quiet=True)
+    assert summary["finished"]
+    chosen = choose_videos(every_video, 3, 7)
+    assert subset_videos(tmp_path) == chosen
+    written = sorted((tmp_path / "train" / "subset").glob("part-*.parquet"))
+    trained_on = {row["video_id"] for shard in written for row in pq.read_table(shard, columns=["video_id"]).to_pylist()}
+    assert trained_on == set(chosen) and len(written) <= 3
+    # every segment of the chosen videos, nothing else
+    assert sum(pq.read_metadata(shard).num_rows for shard in written) == 6 * 3
+    _, info = VideoBert.load(latest_checkpoint(tmp_path))
+    assert info["config"]["train"]["subset_videos"] == 3 and info["lineage"]["config"]["train"]["subset_seed"] == 7
+    assert set(info["shards"]) == {shard.name for shard in written}
+    # the subset is part of what a run was trained on: another one is refused on resume
+    with pytest.raises(ValueError, match=r"train.subset_videos 3 -> 4"):
+        train(config(tmp_path, "train.subset_videos=4", "train.subset_seed=7", "train.max_steps=4"), tmp_path,
+              resume=True, quiet=True)
