@@ -416,7 +416,7 @@ def zero_shot(cfg: Config, work_dir: Path, checkpoint: str | Path | None = None,
     return report
 
 
-def _cell(value) -> str:
+def format_cell(value) -> str:
     return "     -" if value is None else f"{value:6.3f}"
 
 
@@ -434,14 +434,14 @@ def format_zero_shot(report: dict) -> str:
             sizes = report["candidates"][mode]
             what = "open vocabulary" if mode == "open" else "closed set"
             lines.append(f"{what}: {sizes['verb']:,} verb and {sizes['noun']:,} noun candidates")
-            lines.append(f"  {'':28}{'verb top-1':>11}{'verb top-5':>11}{'noun top-1':>11}{'noun top-5':>11}")
+            lines.append(f"  {'':30}{'verb top-1':>11}{'verb top-5':>11}{'noun top-1':>11}{'noun top-5':>11}")
             for key, title in titles.items():
                 row = report["results"][mode].get(key)
                 if row is None:
                     if key != "chance":
-                        lines.append(f"  {title:28}{'(not computed: see the notes)':>44}")
+                        lines.append(f"  {title:30}{'(not computed: see the notes)':>44}")
                     continue
-                lines.append(f"  {title:28}" + "".join(f"{_cell(row[part][top]):>11}" for part in PARTS
+                lines.append(f"  {title:30}" + "".join(f"{format_cell(row[part][top]):>11}" for part in PARTS
                                                       for top in ("top1", "top5")))
         counted = report["results"][report["rankings"][0]]["videobert"]
         lines.append(f"segments counted: verb {counted['verb']['n']}, noun {counted['noun']['n']} (those with a label "
