@@ -25,7 +25,14 @@ from pipeline import storage
 from pipeline.config import Config
 from pipeline.lineage import Lineage
 from pipeline.workdir import WorkDir
-from videobert.zero_shot import PARTS, TOP_K, format_cell, accuracy, read_labels, read_word_list
+from videobert.zero_shot import (
+    PARTS,
+    TOP_K,
+    accuracy,
+    format_cell,
+    read_labels,
+    read_word_list,
+)
 
 ROW = ("s3d_linear_probe", "S3D linear probe (supervised)")
 

