@@ -124,6 +124,10 @@ def test_lists_and_labels_from_the_captions_with_the_pos_tagger(tmp_path):
     full = youcook2.write_labels(load_config(None, []), SAMPLE, tmp_path / "full")
     assert (load_config(None, []).eval.list_verbs, load_config(None, []).eval.list_nouns) == (45, 100)
     assert len(full["verbs"]) == 9 and len(full["nouns"]) == 12
+    # through the command line: into DIR/eval/youcook2
+    assert cli.main(["youcook2-labels", "--work-dir", str(tmp_path / "work"), "--annotations", str(SAMPLE),
+                     "--set", "eval.list_verbs=3", "--quiet"]) == 0
+    assert (youcook2.labels_folder(tmp_path / "work") / "verbs.txt").read_text().split() == ["add", "boil", "bring"]
 
 
 # ---------------------------------------------------------------- annotated segments and zero-shot

@@ -67,18 +67,14 @@ def segment_features(work_dir, spans: dict[str, list[tuple[object, float, float]
     features' S3D weights."""
     from videobert.youcook2 import clips_in_span, video_clips
 
-    clips = video_clips(work_dir, "features", set(spans), ["start_s", "end_s", "feature"])
     weights = {storage.read_metadata(path).weights for _, path in Lineage(WorkDir(work_dir)).current_parts("features")}
     found = {}
-    for video_id, items in spans.items():
-        own = clips.get(video_id)
-        if own is None:
-            continue
-        vectors = np.stack(own["feature"]).astype(np.float32)
-        for key, start_s, end_s in items:
+    # one features part in memory at a time; only the segment means are kept
+    for video_id, own in video_clips(work_dir, "features", set(spans), ["start_s", "end_s", "feature"]):
+        for key, start_s, end_s in spans[video_id]:
             inside = clips_in_span(own["start_s"], own["end_s"], start_s, end_s, min_overlap)
             if inside.size:
-                found[key] = vectors[inside].mean(axis=0)
+                found[key] = own["feature"][inside].astype(np.float32).mean(axis=0)
     return found, sorted(str(w) for w in weights if w)
 
 

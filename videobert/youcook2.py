@@ -174,17 +174,27 @@ def clips_in_span(starts: np.ndarray, ends: np.ndarray, start_s: float, end_s: f
     return np.flatnonzero(overlap >= min_overlap * (ends - starts) - 1e-9)
 
 
-def video_clips(work_dir, stage: str, video_ids: set[str], columns: list[str]) -> dict[str, dict[str, np.ndarray]]:
-    """video_id -> column -> values (in clip order) of the current `stage` parts' clips of `video_ids`."""
-    gathered: dict[str, dict[str, list]] = {}
+def video_clips(work_dir, stage: str, video_ids: set[str], columns: list[str]):
+    """(video_id, column -> numpy array in clip order) of each video of `video_ids` in the current `stage`
+    parts, one part in memory at a time (a feature column becomes a (clips, dim) array)."""
+    wanted = pa.array(sorted(video_ids), pa.string())
     for _, path in Lineage(WorkDir(work_dir)).current_parts(stage):
         table = storage.read_table(path, columns=["video_id", "clip_index", *columns])
-        table = table.filter(pc.is_in(table["video_id"], value_set=pa.array(sorted(video_ids))))
-        for row in table.sort_by([("video_id", "ascending"), ("clip_index", "ascending")]).to_pylist():
-            entry = gathered.setdefault(row["video_id"], {name: [] for name in columns})
-            for name in columns:
-                entry[name].append(row[name])
-    return {video: {name: np.array(values) for name, values in entry.items()} for video, entry in gathered.items()}
+        table = table.filter(pc.is_in(table["video_id"], value_set=wanted))
+        if not table.num_rows:
+            continue
+        table = table.sort_by([("video_id", "ascending"), ("clip_index", "ascending")])
+        ids = np.array(table["video_id"].to_pylist(), dtype=object)
+        arrays = {}
+        for name in columns:
+            column = table[name].combine_chunks()
+            if pa.types.is_fixed_size_list(column.type):
+                arrays[name] = column.flatten().to_numpy(zero_copy_only=False).reshape(len(column), -1)
+            else:
+                arrays[name] = column.to_numpy(zero_copy_only=False)
+        bounds = [0, *(np.flatnonzero(ids[1:] != ids[:-1]) + 1).tolist(), len(ids)]
+        for start, end in zip(bounds[:-1], bounds[1:]):
+            yield str(ids[start]), {name: values[start:end] for name, values in arrays.items()}
 
 
 def annotated_segments(cfg: Config, work_dir, layout, codebook_sha256: str | None, subsets=None):
@@ -198,7 +208,7 @@ def annotated_segments(cfg: Config, work_dir, layout, codebook_sha256: str | Non
         if codebook_sha256 is not None and made_with != codebook_sha256:
             raise ValueError(f"{path} was made from codebook {str(made_with)[:12]}, but the model was trained "
                              f"with {str(codebook_sha256)[:12]}")
-    clips = video_clips(work_dir, "quantize", {v.video_id for v in videos}, ["start_s", "end_s", "token"])
+    clips = dict(video_clips(work_dir, "quantize", {v.video_id for v in videos}, ["start_s", "end_s", "token"]))
     for video in videos:
         own = clips.get(video.video_id)
         for annotation in video.annotations:
