@@ -4,7 +4,8 @@
                              [--shard I --num-shards N] [--force] [--executor local|ray] [--quiet]
 
 Stages, in run order: manifest (with --input), decode, features, kmeans, quantize, asr, align, train;
-then eval. A stage redoes what is stale (its inputs or config changed since it ran) and skips what is
+then eval (zero-shot, linear-probe, features, predict-video). YouCook II: youcook2-manifest (the manifest
+from its annotations file) and youcook2-labels (verb/noun lists and labels from its captions). A stage redoes what is stale (its inputs or config changed since it ran) and skips what is
 current. Exit codes: 0 done; 1 a shard failed or could not run, or a file is unreadable; 2 a usage or
 config error; 3 the input holds no videos, or more videos failed than executor.max_failed_share allows."""
 
@@ -80,10 +81,29 @@ def build_parser() -> argparse.ArgumentParser:
             sub.add_argument("--ray-address", help="Ray cluster address ('auto' joins a running one)")
 
     evaluate = commands.add_parser("eval", help="evaluate a trained VideoBERT")
-    evaluate.add_argument("task", choices=("zero-shot", "features", "predict-video"))
+    evaluate.add_argument("task", choices=("zero-shot", "linear-probe", "features", "predict-video"),
+                          help="zero-shot: verb/noun classification (the paper's Table 1); linear-probe: the "
+                               "supervised S3D row; features: downstream features; predict-video: visual words "
+                               "for --sentence")
     _common(evaluate)
     evaluate.add_argument("--checkpoint", type=Path, help="default: the latest under DIR/train")
     evaluate.add_argument("--sentence", action="append", default=[], help="predict-video: a sentence (repeatable)")
+
+    youcook_manifest = commands.add_parser(
+        "youcook2-manifest", help="the manifest of the videos of a YouCook II annotations file (video_id = YouTube id)")
+    _common(youcook_manifest)
+    youcook_manifest.add_argument("--annotations", required=True, type=Path,
+                                  help="youcookii_annotations_trainval.json (or a file in its format)")
+    youcook_manifest.add_argument("--videos", required=True, type=Path,
+                                  help="a folder holding the videos named by YouTube id (searched recursively)")
+    youcook_manifest.add_argument("--subset", action="append", choices=("training", "validation", "testing"),
+                                  help="only the videos of this subset (repeatable; default: all)")
+    youcook_manifest.add_argument("--force", action="store_true", help="assign every video a shard anew")
+    youcook_labels = commands.add_parser(
+        "youcook2-labels", help="verb and noun lists and per-segment labels from YouCook II captions (POS tagger)")
+    _common(youcook_labels)
+    youcook_labels.add_argument("--annotations", required=True, type=Path)
+    youcook_labels.add_argument("--out", type=Path, help="default: DIR/eval/youcook2")
 
     info = commands.add_parser("codebook-info", help="levels, occupancy and the largest clusters")
     _common(info)
@@ -238,7 +258,11 @@ def run_train(args, cfg) -> int:
 def run_eval(args, cfg) -> int:
     from videobert import evaluate
     if args.task == "zero-shot":
-        evaluate.zero_shot(cfg, args.work_dir, checkpoint=args.checkpoint, quiet=args.quiet)
+        from videobert import zero_shot
+        zero_shot.zero_shot(cfg, args.work_dir, checkpoint=args.checkpoint, quiet=args.quiet)
+    elif args.task == "linear-probe":
+        from videobert import probe
+        probe.linear_probe(cfg, args.work_dir, quiet=args.quiet)
     elif args.task == "features":
         print(evaluate.extract_features(cfg, args.work_dir, checkpoint=args.checkpoint))
     else:
@@ -246,6 +270,30 @@ def run_eval(args, cfg) -> int:
             print("eval predict-video: give at least one --sentence", file=sys.stderr)
             return EXIT_USAGE
         print(evaluate.predict_video(cfg, args.work_dir, args.sentence, checkpoint=args.checkpoint))
+    return EXIT_OK
+
+
+def run_youcook2(args, cfg) -> int:
+    from videobert import youcook2
+    if args.command == "youcook2-manifest":
+        path, table, found = youcook2.write_manifest(cfg, args.annotations, args.videos, args.work_dir,
+                                                     subsets=args.subset, incremental=not args.force)
+        line = (f"youcook2-manifest: {table.num_rows} of {found['annotated']} annotated videos in "
+                f"{len(set(table['shard'].to_pylist()))} shard(s) -> {path}")
+        if found["missing"]:
+            shown = ", ".join(found["missing"][:10]) + (" ..." if len(found["missing"]) > 10 else "")
+            line += f"; {len(found['missing'])} not in {args.videos}: {shown}"
+        print(line, file=sys.stderr)
+    else:
+        out = args.out or youcook2.labels_folder(args.work_dir)
+        summary = youcook2.write_labels(cfg, args.annotations, out)
+        print(f"youcook2-labels: {len(summary['verbs'])} verbs, {len(summary['nouns'])} nouns from the "
+              f"{', '.join(summary['list_subsets'])} captions, labels of {summary['segments']} segments -> {out}",
+              file=sys.stderr)
+        print(f"  verbs: {', '.join(list(summary['verbs'])[:15])}{' ...' if len(summary['verbs']) > 15 else ''}",
+              file=sys.stderr)
+        print(f"  nouns: {', '.join(list(summary['nouns'])[:15])}{' ...' if len(summary['nouns']) > 15 else ''}",
+              file=sys.stderr)
     return EXIT_OK
 
 
@@ -309,8 +357,10 @@ def run_tool(args, cfg) -> int:
 
 # the commands that write into the work dir (submit writes only with sbatch present; validate, status and
 # errors only read)
-WRITING_COMMANDS = set(registry.NAMES) | {"eval", "summary", "card", "gallery", "report"}
+WRITING_COMMANDS = set(registry.NAMES) | {"eval", "summary", "card", "gallery", "report", "youcook2-manifest",
+                                          "youcook2-labels"}
 COMMANDS = {"manifest": run_manifest, "kmeans": run_kmeans, "train": run_train, "eval": run_eval,
+            "youcook2-manifest": run_youcook2, "youcook2-labels": run_youcook2,
             "validate": run_validate, **{name: run_stage for name in registry.SHARD_STAGES}}
 
 
@@ -344,7 +394,7 @@ def main(argv: list[str] | None = None) -> int:
         print(error, file=sys.stderr)
         return EXIT_USAGE
     try:
-        if args.command not in ("manifest", "validate") and args.work_dir is not None:
+        if args.command not in ("manifest", "youcook2-manifest", "validate") and args.work_dir is not None:
             WorkDir(args.work_dir).check_layout()
         if args.command in WRITING_COMMANDS:
             WorkDir(args.work_dir).check_writable()

@@ -195,6 +195,11 @@ class TrainConfig:
     precision: str = "auto"             # auto (bf16 autocast on GPU, float32 on CPU) | float32 | bfloat16
     num_threads: int = 0                # in [0, MAX_WORKERS]: torch intra-op threads (train, eval); 0 = default
     seed: int = 0                       # in [0, MAX_SEED]
+    # >= 0: train on the align segments of this many videos only (0 = all), drawn by subset_seed from the
+    # videos of the align shards (a seeded permutation: the first N of the same seed, so smaller subsets are
+    # inside larger ones); the paper's pre-training data-size table
+    subset_videos: int = 0
+    subset_seed: int = 0                # in [0, MAX_SEED]
 
 
 @dataclass
@@ -203,7 +208,27 @@ class EvalConfig:
     features_template: str = "now let's [MASK] the [MASK] to the [MASK], and then [MASK] the [MASK]."
     verbs: str | None = None            # text file, one verb per line
     nouns: str | None = None            # text file, one noun per line
-    labels: str | None = None           # CSV/Parquet: video_id, segment_index, verb, noun
+    # CSV/Parquet: video_id, segment_index, verb, noun; a segment may have several verbs and nouns (words
+    # separated by | in a cell, a list column, or several rows): a prediction is right if it is any of them
+    labels: str | None = None
+    # zero-shot rankings reported, the first being the headline: open (every word of the vocabulary competes,
+    # as in the paper) and closed (only the eval.verbs / eval.nouns words)
+    rankings: list[str] = field(default_factory=lambda: ["open", "closed"])
+    # the segments evaluated: align (the align shards' segments) or a YouCook II annotations JSON (segments
+    # at its annotated times, their visual tokens from the quantize stage)
+    segments: str = "align"
+    subsets: list[str] = field(default_factory=lambda: ["validation"])   # annotations: the subsets evaluated
+    # youcook2-labels: the most frequent verb and noun lemmas of these subsets' captions (the paper: 45
+    # verbs and 100 nouns from the validation captions)
+    list_verbs: int = 45                # > 0
+    list_nouns: int = 100               # > 0
+    list_subsets: list[str] = field(default_factory=lambda: ["validation"])
+    # linear probe (the paper's supervised S3D row): trained on probe_train_subsets' segments (annotations),
+    # or on the videos not held out (align segments: probe_test_share of the videos, drawn by probe_seed)
+    probe_train_subsets: list[str] = field(default_factory=lambda: ["training"])
+    probe_test_share: float = 0.2       # in (0, 1)
+    probe_c: float = 1.0                # > 0: inverse L2 regularisation of the logistic regression
+    probe_seed: int = 0                 # in [0, MAX_SEED]
     batch_size: int = 32                # > 0
     predict_video_tokens: int = 8       # > 0
 

@@ -234,6 +234,8 @@ def _check_train(t: TrainConfig) -> None:
     if not (t.device in ("auto", "cpu", "cuda") or t.device.startswith("cuda:")):
         raise ConfigError(f"config error: train.device must be auto, cpu, cuda or cuda:N (got {t.device!r})")
     _one_of(t.precision, ("auto", "float32", "bfloat16"), "train.precision")
+    _non_negative(t.subset_videos, "train.subset_videos")
+    _in_range(t.subset_seed, 0, MAX_SEED, "train.subset_seed")
 
 
 def _check_eval(e: EvalConfig) -> None:
@@ -244,6 +246,22 @@ def _check_eval(e: EvalConfig) -> None:
         raise ConfigError(f"config error: eval.features_template must hold a [MASK] (got {e.features_template!r})")
     _positive(e.batch_size, "eval.batch_size")
     _positive(e.predict_video_tokens, "eval.predict_video_tokens")
+    if not e.rankings:
+        raise ConfigError("config error: eval.rankings must name at least one of open, closed")
+    for index, mode in enumerate(e.rankings):
+        _one_of(mode, ("open", "closed"), f"eval.rankings[{index}]")
+    if len(set(e.rankings)) != len(e.rankings):
+        raise ConfigError(f"config error: eval.rankings names a ranking twice (got {e.rankings!r})")
+    if e.segments != "align" and not e.segments.endswith(".json"):
+        raise ConfigError(f"config error: eval.segments must be align or a YouCook II annotations .json file "
+                          f"(got {e.segments!r})")
+    for key in ("list_verbs", "list_nouns"):
+        _positive(getattr(e, key), f"eval.{key}")
+    _in_range(e.probe_test_share, 0, 1, "eval.probe_test_share", open_low=True)
+    if e.probe_test_share >= 1:
+        raise ConfigError(f"config error: eval.probe_test_share must be < 1 (got {e.probe_test_share!r})")
+    _positive(e.probe_c, "eval.probe_c")
+    _in_range(e.probe_seed, 0, MAX_SEED, "eval.probe_seed")
 
 
 def check(cfg: Config) -> None:

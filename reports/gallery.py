@@ -22,6 +22,7 @@ from __future__ import annotations
 import base64
 import html
 import io
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -66,6 +67,16 @@ def html_page(title: str, body: str) -> str:
             f'<meta name="viewport" content="width=device-width, initial-scale=1">'
             f'<title>{html.escape(title)}</title><style>{PAGE_STYLE}</style></head>\n'
             f'<body>\n{body}\n</body></html>\n')
+
+
+def html_table(header: list[str], rows: list[list]) -> str:
+    """Numbers (with a unit, possibly) are right-aligned, text left-aligned."""
+    def cell(value) -> str:
+        numeric = bool(re.fullmatch(r"[-\d.,x/%]+( \S+)?", str(value)))
+        return f'<td class="{"num" if numeric else "text"}">{html.escape(str(value))}</td>'
+    head = "".join(f"<th>{html.escape(str(name))}</th>" for name in header)
+    body = "".join("<tr>" + "".join(cell(value) for value in row) + "</tr>" for row in rows)
+    return f"<table><tr>{head}</tr>{body}</table>"
 
 
 def jpeg_data_uri(jpeg: bytes) -> str:

@@ -9,7 +9,10 @@ number it shows.
 - text: ASR status and languages, the share of each video's clips inside a text segment, words per ASR
   sentence and WordPiece tokens per text segment;
 - a few text segments shown as their sentence next to the thumbnails of the clips giving its visual tokens;
-- the training loss, when DIR/train/log.jsonl exists.
+- the training loss, when DIR/train/log.jsonl exists;
+- the zero-shot table (DIR/eval/zero_shot.json: every row in every ranking, with the S3D linear probe of
+  DIR/eval/linear_probe.json beside the closed-set rows) and the predicted visual words
+  (DIR/eval/predict_video.parquet): per sentence, each predicted leaf shown by the clips nearest its centroid.
 
 Every input is read part by part, one column at a time: memory grows with the number of videos (coverage
 per video) and of leaves, never with the number of clips or sentences."""
@@ -19,7 +22,6 @@ from __future__ import annotations
 import html
 import json
 import math
-import re
 from pathlib import Path
 
 import numpy as np
@@ -32,7 +34,9 @@ from pipeline.progress import format_number, format_rate
 from pipeline.registry import SHARD_STAGES
 from pipeline.workdir import WorkDir
 from reports import summary
+from reports.evaluation import predicted_video, predicted_video_html, read_json, zero_shot_html
 from reports.gallery import html_page, jpeg_data_uri, read_thumbnails
+from reports.gallery import html_table as _table
 from reports.svg import fmt_number, svg_bars, svg_line, svg_share_bars
 
 EXAMPLE_SEGMENTS = 4           # text segments shown with their thumbnails, each from another video
@@ -47,6 +51,7 @@ svg { background: #fcfcfc; border: 1px solid #eee; }
 svg text { font: 11px system-ui, sans-serif; fill: #333; }
 .example { margin: 10px 0; padding: 6px 0; border-top: 1px solid #eee; }
 .example p { margin: 2px 0 6px; }
+.predicted figure img + img { margin-top: 2px; }
 td.text { text-align: left; } td.num { text-align: right; }
 """
 
@@ -233,23 +238,15 @@ def training_log(work_dir: Path) -> list[dict]:
 def collect(cfg: Config, work_dir: Path) -> dict:
     """Every number the report shows (the content of DIR/report.json)."""
     work_dir = WorkDir(work_dir).root
+    evaluation = WorkDir(work_dir).eval_folder
     return {"summary": summary.collect(work_dir), "stages": stage_runs(work_dir),
             "error_examples": error_examples(work_dir), "visual_words": visual_word_stats(work_dir),
             "text": text_stats(cfg, work_dir), "examples": example_segments(work_dir),
-            "train": training_log(work_dir)}
+            "train": training_log(work_dir), "zero_shot": read_json(evaluation / "zero_shot.json"),
+            "linear_probe": read_json(evaluation / "linear_probe.json"), "predicted_video": predicted_video(work_dir)}
 
 
 # ---------------------------------------------------------------- the page
-
-def _table(header: list[str], rows: list[list]) -> str:
-    """Numbers (with a unit, possibly) are right-aligned, text left-aligned."""
-    def cell(value) -> str:
-        numeric = bool(re.fullmatch(r"[-\d.,x/]+( \S+)?", str(value)))
-        return f'<td class="{"num" if numeric else "text"}">{html.escape(str(value))}</td>'
-    head = "".join(f"<th>{html.escape(str(name))}</th>" for name in header)
-    body = "".join("<tr>" + "".join(cell(value) for value in row) + "</tr>" for row in rows)
-    return f"<table><tr>{head}</tr>{body}</table>"
-
 
 def _number(value) -> str:
     if value is None:
@@ -408,7 +405,9 @@ def render(data: dict, thumbnails: dict, work_dir: Path) -> str:
     if (WorkDir(work_dir).gallery / "index.html").exists():
         body.append('<p><a href="gallery/index.html">the visual words as pictures (gallery)</a></p>')
     body += [_stages_html(data), _visual_words_html(data["visual_words"]), _text_html(data["text"]),
-             _examples_html(data["examples"], thumbnails), _train_html(data["train"])]
+             _examples_html(data["examples"], thumbnails), _train_html(data["train"]),
+             zero_shot_html(data.get("zero_shot"), data.get("linear_probe")),
+             predicted_video_html(data.get("predicted_video") or [], thumbnails)]
     return html_page("VideoBERT run report", "\n".join(body)).replace("</style>", REPORT_STYLE + "</style>", 1)
 
 
@@ -420,6 +419,8 @@ def write_report(cfg: Config, work_dir: Path) -> Path:
     data = collect(cfg, work_dir)
     wanted = [(clip["shard"], example["video_id"], clip["clip_index"])
               for example in data["examples"] for clip in example["clips"]]
+    wanted += [(clip["shard"], clip["video_id"], clip["clip_index"])
+               for sentence in data["predicted_video"] for token in sentence["tokens"] for clip in token["nearest"]]
     thumbnails = read_thumbnails(work_dir, wanted) if wanted else {}
     page = work.report
     storage.atomic_write_json(work.report_data, data)

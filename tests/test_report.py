@@ -203,3 +203,62 @@ def test_rates_in_the_stage_table_are_readable(tmp_path):
     assert '<td class="num">1,560 clips/s</td>' in page and '<td class="num">17.3 clips/s</td>' in page
     data["stages"]["decode"].update(seconds=7200.0, wall_seconds=7200.0, clips=1)
     assert '<td class="num">2 h/clip</td>' in _stages_html(data)
+
+
+def zero_shot_report(rows: dict) -> dict:
+    """DIR/eval/zero_shot.json as videobert/zero_shot.py writes it (the keys the report reads)."""
+    return {"step": 40, "segments": 8, "segment_source": "annotations.json", "verbs": 9, "nouns": 12,
+            "template": "now let me show you how to [MASK] the [MASK]", "precision": "float32",
+            "rankings": ["open", "closed"], "candidates": {"open": {"verb": 22501, "noun": 22502},
+                                                          "closed": {"verb": 9, "noun": 12}},
+            "results": rows, "notes": ["initial BERT prior: no MLM head weights"]}
+
+
+def test_zero_shot_table_and_predicted_visual_words(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    work = factory.make_work_dir(tmp_path)
+    evaluation = work / "eval"
+    evaluation.mkdir()
+
+    def row(top1):
+        return {"verb": {"top1": top1, "top5": 0.5, "n": 8}, "noun": {"top1": top1 / 2, "top5": 0.75, "n": 8}}
+    rows = {mode: {"videobert": row(0.25), "text_only_prior": row(0.125), "initial_bert_prior": row(0.0)}
+            for mode in ("open", "closed")}
+    rows["closed"]["chance"] = row(0.111)
+    (evaluation / "zero_shot.json").write_text(json.dumps(zero_shot_report(rows)))
+    (evaluation / "linear_probe.json").write_text(json.dumps({
+        "results": {"s3d_linear_probe": row(0.375)}, "segments": {"train": 8, "test": 8}, "split": "subsets",
+        "classifier": "multinomial logistic regression", "feature": "mean S3D vector", "notes": []}))
+    predicted = [{"sentence": "chop the onion", "visual_ids": [1, 4, 4], "probs": [0.5, 0.25, 0.125]},
+                 {"sentence": "an older file", "visual_ids": [factory.EMPTY_LEAF], "probs": [0.9]}]
+    pq.write_table(pa.Table.from_pylist(predicted), evaluation / "predict_video.parquet")
+    page = write_report(load_config(None, []), work).read_text()
+    data = json.loads((work / "report.json").read_text())
+
+    tables = re.findall(r"<h3>([^<]+)</h3><table>(.*?)</table>", page.replace("\n", ""))
+    assert [title for title, _ in tables] == ["open vocabulary: 22,501 verb and 22,502 noun candidates",
+                                              "closed set (the label lists): 9 verb and 12 noun candidates"]
+    names = [re.findall(r'<tr><td class="text">([^<]*)</td>', table) for _, table in tables]
+    assert names == [["VideoBERT (video + text)", "VideoBERT text-only prior", "initial BERT prior"],
+                     ["VideoBERT (video + text)", "VideoBERT text-only prior", "initial BERT prior",
+                      "S3D linear probe (supervised)", "chance (random ranking)"]]
+    assert '<td class="num">37.5%</td><td class="num">50.0%</td><td class="num">18.8%</td>' in tables[1][1]
+    assert "no MLM head weights" in page
+
+    strip = data["predicted_video"]
+    assert [[token["leaf"] for token in sentence["tokens"]] for sentence in strip] == [[1, 4, 4], [factory.EMPTY_LEAF]]
+    section = page[page.index("<h2>Predicted visual words</h2>"):]
+    images = re.findall(r'<img src="data:image/jpeg;base64,([^"]+)" alt="leaf (\d+): (\w+) clip (\d+)', section)
+    # up to the 3 nearest clips of each of the 3 predicted words
+    shown = [len(token["nearest"]) for token in strip[0]["tokens"]]
+    assert len(images) == sum(shown) and all(1 <= n <= 3 for n in shown) and sum(shown) > 3
+    exact = set(factory.EXACT_CLIP.values())
+    for encoded, leaf, video, clip in images:
+        colour = Image.open(io.BytesIO(base64.b64decode(encoded))).convert("RGB").getpixel((24, 24))
+        # each thumbnail is a clip of that leaf (its colour), but for the clips placed on a level-1 centroid
+        if (video, int(clip)) not in exact:
+            assert all(abs(a - b) <= 8 for a, b in zip(colour, factory.leaf_colour(int(leaf)))), (leaf, colour)
+    assert "v1 0.50" in section and f"v{factory.EMPTY_LEAF} 0.90 (empty leaf)" in section
+    assert strip[1]["tokens"][0]["nearest"] == [] and strip[1]["tokens"][0]["empty"]

@@ -128,7 +128,8 @@ def test_sigkill_in_the_middle_of_a_stage_then_a_rerun_gives_the_uninterrupted_o
         pq.read_metadata(path)    # whatever is there under a final name is complete
     rerun = _cli(stage, "--work-dir", killed, "--workers", "1", "--quiet", *settings)
     assert rerun.wait() == 0, rerun.stderr.read()
-    assert "1 shard(s) run, 1 already current" in rerun.stderr.read()
+    err = rerun.stderr.read()
+    assert "1 shard(s) run, 1 already current" in err, err
     assert not list(killed.rglob(".tmp_*"))   # the rerun removed what the killed writer left
     assert _outputs(killed) == _outputs(reference)
 

@@ -21,7 +21,7 @@ from pipeline import lineage, visual_words
 from pipeline.config import load_config
 from pipeline.tokenizer import load_tokenizer
 from pipeline.workdir import WorkDir
-from videobert import evaluate
+from videobert import evaluate, zero_shot
 from videobert.checkpoints import latest_checkpoint
 from videobert.data import VocabLayout
 from videobert.model import VideoBert, build_model, visual_embedding_rows
@@ -260,17 +260,22 @@ def test_training_learns_from_video(trained_dir):
 @pytest.mark.slow
 def test_zero_shot_beats_the_text_only_prior(trained_dir):
     work_dir, cfg, _ = trained_dir
-    report = evaluate.zero_shot(cfg, work_dir, quiet=True)
+    report = zero_shot.zero_shot(cfg, work_dir, quiet=True)
     saved = json.loads((work_dir / "eval" / "zero_shot.json").read_text())
-    assert saved["model"] == report["model"] and report["segments"] == saved["segments"] > 100
+    assert saved["results"] == report["results"] and report["segments"] == saved["segments"] > 100
+    closed, opened = report["results"]["closed"], report["results"]["open"]
     for part in ("verb", "noun"):
-        assert report["model"][part]["top1"] > report["text_only_prior"][part]["top1"] + 0.2
-        assert report["model"][part]["top5"] == 1.0               # 4 words: the label is always in the top 5
+        assert closed["videobert"][part]["top1"] > closed["text_only_prior"][part]["top1"] + 0.2
+        assert closed["videobert"][part]["top5"] == 1.0               # 4 words: the label is always in the top 5
+        # over the whole vocabulary too, and the video helps there as well
+        assert opened["videobert"][part]["top1"] > opened["text_only_prior"][part]["top1"] + 0.2
+        # the initial BERT (random weights with pre-training heads) knows nothing of these videos
+        assert closed["initial_bert_prior"][part]["n"] == closed["videobert"][part]["n"]
     predictions = pq.read_table(report["predictions"]).to_pylist()
     assert len(predictions) == report["segments"]
-    assert set(predictions[0]["verb_top5"]) == set(VERBS) and set(predictions[0]["noun_top5"]) == set(NOUNS)
-    table = evaluate.format_zero_shot(report)
-    assert "VideoBERT" in table and "text-only prior" in table
+    assert set(predictions[0]["verb_top5_closed"]) == set(VERBS) and set(predictions[0]["noun_top5_closed"]) == set(NOUNS)
+    table = zero_shot.format_zero_shot(report)
+    assert "VideoBERT (video + text)" in table and "text-only prior" in table and "initial BERT prior" in table
 
 
 @pytest.mark.slow
@@ -280,23 +285,12 @@ def test_zero_shot_without_labels_writes_predictions(trained_dir, tmp_path):
     verbs.write_text("cut\nwhisk\nmix\n")               # whisk is split by WordPiece
     cfg = load_config(None, ["train.num_threads=1", "train.max_len=48", f"eval.verbs={verbs}",
                              f"eval.nouns={cfg.eval.nouns}"])
-    report = evaluate.zero_shot(cfg, work_dir, quiet=True)
-    assert "model" not in report and report["segments"] == 144
-    assert any("'whisk' is split into" in note and "first piece" in note for note in report["notes"])
+    report = zero_shot.zero_shot(cfg, work_dir, quiet=True)
+    assert "results" not in report and report["segments"] == 144
+    assert any("'whisk' is split into" in note and "jointly with 3 [MASK]" in note for note in report["notes"])
     rows = pq.read_table(report["predictions"]).to_pylist()
-    assert len(rows) == 144 and rows[0]["verb"] is None and len(rows[0]["verb_top5"]) == 3
-
-
-def test_labels_are_read_from_csv_or_parquet(tmp_path):
-    rows = {"video_id": ["a", "b"], "segment_index": [0, 3], "verb": ["Cut", "mix"], "noun": ["onion ", "egg"]}
-    csv_path, parquet_path = tmp_path / "labels.csv", tmp_path / "labels.parquet"
-    csv_path.write_text("video_id,segment_index,verb,noun\na,0,Cut,onion \nb,3,mix,egg\n")
-    pq.write_table(pa.table(rows), parquet_path)
-    expected = {("a", 0): ("cut", "onion"), ("b", 3): ("mix", "egg")}
-    assert evaluate.read_labels(str(csv_path)) == evaluate.read_labels(str(parquet_path)) == expected
-    (tmp_path / "bad.csv").write_text("video_id,verb\na,cut\n")
-    with pytest.raises(ValueError, match=r"missing \['segment_index', 'noun'\]"):
-        evaluate.read_labels(str(tmp_path / "bad.csv"))
+    assert len(rows) == 144 and rows[0]["verbs"] == [] and len(rows[0]["verb_top5_closed"]) == 3
+    assert "whisk" in rows[0]["verb_top5_closed"]
 
 
 @pytest.mark.slow
@@ -354,3 +348,36 @@ def test_torchrun_data_parallel_on_cpu(tmp_path, tokenizer):
     assert examples == 16
     assert latest_checkpoint(tmp_path).name == "step-00000004"
     shutil.rmtree(tmp_path / "train")
+
+
+# ---------------------------------------------------------------- pre-training data size
+
+def test_training_on_a_seeded_subset_of_the_videos(tmp_path, tokenizer):
+    from videobert.subset import choose_videos, subset_videos
+
+    write_synthetic(tmp_path, tokenizer, videos=8, videos_per_shard=2)
+    every_video = sorted({row["video_id"] for shard in sorted((tmp_path / "align").glob("part-*.parquet"))
+                          for row in pq.read_table(shard, columns=["video_id"]).to_pylist()})
+    # one seed: smaller subsets lie inside larger ones; another seed draws others
+    assert set(choose_videos(every_video, 2, 7)) < set(choose_videos(every_video, 5, 7))
+    assert choose_videos(every_video, 3, 7) != choose_videos(every_video, 3, 8)
+    with pytest.raises(ValueError, match="subset_videos 9 exceeds the 8 videos"):
+        choose_videos(every_video, 9, 0)
+
+    summary = train(config(tmp_path, "train.subset_videos=3", "train.subset_seed=7", "train.max_steps=3"), tmp_path,
+                    quiet=True)
+    assert summary["finished"]
+    chosen = choose_videos(every_video, 3, 7)
+    assert subset_videos(tmp_path) == chosen
+    written = sorted((tmp_path / "train" / "subset").glob("part-*.parquet"))
+    trained_on = {row["video_id"] for shard in written for row in pq.read_table(shard, columns=["video_id"]).to_pylist()}
+    assert trained_on == set(chosen) and len(written) <= 3
+    # every segment of the chosen videos, nothing else
+    assert sum(pq.read_metadata(shard).num_rows for shard in written) == 6 * 3
+    _, info = VideoBert.load(latest_checkpoint(tmp_path))
+    assert info["config"]["train"]["subset_videos"] == 3 and info["lineage"]["config"]["train"]["subset_seed"] == 7
+    assert set(info["shards"]) == {shard.name for shard in written}
+    # the subset is part of what a run was trained on: another one is refused on resume
+    with pytest.raises(ValueError, match=r"train.subset_videos 3 -> 4"):
+        train(config(tmp_path, "train.subset_videos=4", "train.subset_seed=7", "train.max_steps=4"), tmp_path,
+              resume=True, quiet=True)

@@ -47,6 +47,7 @@ from videobert.data import (REGIMES, DataParams, ShardDataset, VocabLayout, repl
                             training_shards)
 from videobert.metrics import Window, compute_losses, format_record, mix_line
 from videobert.model import INFO_NAME, VideoBert, build_model, count_parameters
+from videobert.subset import subset_shards
 
 
 
@@ -387,6 +388,10 @@ def _train(cfg: Config, work: WorkDir, files: WorkDir, runtime: Runtime, resume:
     # inputs (current align shards of this codebook) and the checkpoint to continue
     lineage, codebook, shards = training_inputs(cfg, work)
     latest, state = _open_checkpoint(work, files, runtime, lineage, resume, restart, quiet)
+    # train.subset_videos: the segments of a seeded subset of the videos only (written by rank 0)
+    shards = subset_shards(cfg, work, shards, write=runtime.main)
+    if runtime.distributed and cfg.train.subset_videos:
+        dist.barrier()
     start_step = state["step"] if state else 0
     if start_step >= t.max_steps:
         return {"step": start_step, "max_steps": t.max_steps, "finished": True, "steps_this_run": 0,
