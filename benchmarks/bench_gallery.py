@@ -30,15 +30,16 @@ from PIL import Image
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import machine  # noqa: E402
-from work_factory import MADE_BY, write_manifest_rows, write_part  # noqa: E402
 
 import schemas  # noqa: E402
 import schemas.codebook as codebook_format  # noqa: E402
-from pipeline import lineage, visual_words  # noqa: E402
+from pipeline import lineage, storage, visual_words  # noqa: E402
 from pipeline.config import load_config  # noqa: E402
 from reports.gallery import READ_BATCH_ROWS, nearest_clips, write_gallery  # noqa: E402
 from pipeline.lineage import Lineage  # noqa: E402
+from pipeline.manifest import write_manifest_table  # noqa: E402
 from pipeline.workdir import WorkDir  # noqa: E402
+from schemas.metadata import Provenance  # noqa: E402
 
 K, DEPTH, DIM = 12, 4, schemas.FEATURE_DIM
 PROVENANCE_HASH = "bench000bench000"
@@ -71,13 +72,27 @@ def make_work_dir(work: Path, shards: int, clips_per_shard: int) -> None:
                 "end_s": clip_index * 1.5 + 1.5}
         flat = pa.array(vectors.astype(np.float16).reshape(-1), type=pa.float16())
         features = pa.table(dict(keys, feature=pa.FixedSizeListArray.from_arrays(flat, DIM)))
-        write_part(work, "features", shard, features, schemas.FEATURES, record={"clips": clips_per_shard},
-                   feature_provenance_hash=PROVENANCE_HASH)
+        write_part(work, "features", shard, features, schemas.FEATURES, feature_provenance_hash=PROVENANCE_HASH)
         decode = pa.table(dict(keys, n_real_frames=pa.array(np.full(clips_per_shard, 30), pa.int32()),
                                padded=np.zeros(clips_per_shard, bool),
                                thumbnail_jpeg=pa.array([thumbnail] * clips_per_shard, pa.binary())))
-        write_part(work, "decode", shard, decode, schemas.DECODE_CLIPS, record={"clips": clips_per_shard})
+        write_part(work, "decode", shard, decode, schemas.DECODE_CLIPS)
     write_manifest_rows(work, manifest_rows(shards, clips_per_shard))
+
+
+MADE_BY = "benchmarks.bench_gallery"
+
+
+def write_part(work: Path, stage: str, shard: int, table: pa.Table, schema: schemas.Schema, **provenance) -> None:
+    """A hand-made part of `stage` with its completion record (it names no inputs: made here)."""
+    storage.write_parquet(WorkDir(work).part(stage, shard), schemas.conform(table, schema),
+                          Provenance(stage=stage, schema=schema.tag, **provenance))
+    lineage.record_external(work, stage, shard, MADE_BY)
+
+
+def write_manifest_rows(work: Path, rows: list[dict]) -> None:
+    write_manifest_table(work, pa.Table.from_pylist(rows, schema=schemas.MANIFEST.arrow),
+                         lineage.external_lineage(MADE_BY), Provenance(schema=schemas.MANIFEST.tag))
 
 
 def manifest_rows(shards: int, clips_per_shard: int) -> list[dict]:

@@ -305,67 +305,86 @@ def _png_bytes(image: Image.Image, text: dict[str, str] | None = None) -> bytes:
     return buffer.getvalue()
 
 
-def write_gallery(cfg: Config, work_dir: Path, *, level: int = 1, clusters: int = 12, per_cluster: int = 12,
-                  node_ids: list[int] | None = None, quiet: bool = False) -> list[Path]:
-    """Write the gallery pages of one level (see the module docstring); returns the paths written."""
-    work_dir = WorkDir(work_dir).root
-    if per_cluster < 1:
-        raise ValueError(f"gallery: --per-cluster must be >= 1, got {per_cluster}")
-    codebook = visual_words.load(WorkDir(work_dir).codebook)
+@dataclass
+class GalleryView:
+    """The nodes a gallery level shows, and for each shown node the children its own page lists."""
+    level: int
+    shown: list[int]
+    children: dict[int, list[int]]     # parent -> its k children (empty ones included)
+
+    @property
+    def parents(self) -> list[int]:
+        return list(self.children)
+
+
+def plan_view(codebook: codebook_format.Codebook, level: int, clusters: int, node_ids: list[int] | None) -> GalleryView:
+    """The nodes to show and, below each non-empty one above the leaves, the children for its page."""
     shown = choose_nodes(codebook, level, clusters, node_ids)
-    counts = codebook.counts
-    # below each shown non-empty node (above the leaves): its non-empty children, for its own page
-    parents = [node for node in shown if level < codebook.depth and counts[level - 1][node] > 0]
-    children = {parent: list(range(parent * codebook.k, (parent + 1) * codebook.k)) for parent in parents}
-    nodes_by_level = {level: shown}
-    if parents:
-        nodes_by_level[level + 1] = [child for group in children.values() for child in group
-                                     if counts[level][child] > 0]
+    parents = [node for node in shown if level < codebook.depth and codebook.counts[level - 1][node] > 0]
+    return GalleryView(level, shown, {parent: list(range(parent * codebook.k, (parent + 1) * codebook.k))
+                                      for parent in parents})
+
+
+def gather_clips(work_dir, codebook, view: GalleryView, per_cluster: int, *,
+                 quiet: bool) -> tuple[dict[tuple[int, int], NodeClips], dict]:
+    """The nearest clips of every shown node and child (one scan of the features), and their thumbnails."""
+    nodes_by_level = {view.level: view.shown}
+    if view.parents:
+        nodes_by_level[view.level + 1] = [child for group in view.children.values() for child in group
+                                          if codebook.counts[view.level][child] > 0]
     found = nearest_clips(work_dir, codebook, nodes_by_level, per_cluster, quiet=quiet)
-    for child in (child for group in children.values() for child in group):
+    for child in (child for group in view.children.values() for child in group):
         # empty children were not searched: they are shown as empty rows
-        found.setdefault((level + 1, child), NodeClips(level + 1, child, per_cluster))
+        found.setdefault((view.level + 1, child), NodeClips(view.level + 1, child, per_cluster))
     every_clip = [clip for entry in found.values() for clip in entry.nearest]
     thumbnails = read_thumbnails(work_dir, [(clip.shard, clip.video_id, clip.clip_index) for clip in every_clip])
+    return found, thumbnails
 
-    folder = WorkDir(work_dir).gallery
-    main_name = "index.html" if level == 1 else f"level-{level}.html"
-    child_name = {parent: f"node-{level}-{parent}.html" for parent in parents}
-    note = _codebook_note(codebook)
-    entries = [found[(level, node)] for node in shown]
+
+def _level_page(codebook, view: GalleryView, found, thumbnails, per_cluster: int, node_ids, main_name: str,
+                sheet_name: str) -> str:
     how = (f"up to {per_cluster} clips nearest each node's centroid; nodes: "
-           + (f"ids {', '.join(map(str, shown))}" if node_ids else f"the {len(shown)} largest of level {level}"))
-    sheet_path = folder / f"contact-level-{level}.png"
-    body = [f"<h1>Visual words: level {level} of {codebook.depth}</h1>", note,
+           + (f"ids {', '.join(map(str, view.shown))}" if node_ids else
+              f"the {len(view.shown)} largest of level {view.level}"))
+    child_page = {parent: _child_page_name(view.level, parent) for parent in view.parents}
+    body = [f"<h1>Visual words: level {view.level} of {codebook.depth}</h1>", _codebook_note(codebook),
             f'<p class="note">{html.escape(how)}; the number under a thumbnail is its squared distance to '
             f'the centroid. Hover for the video and time. How this was made: gallery.json. These rows as one '
-            f'picture: <a href="{sheet_path.name}">{sheet_path.name}</a>.</p>']
-    body += [_row_html(codebook, entry, thumbnails, child_name.get(entry.node)) for entry in entries]
-    written = []
-    main_page = folder / main_name
-    storage.atomic_write_bytes(main_page, html_page(f"Visual words, level {level}", "\n".join(body)).encode())
-    written.append(main_page)
-    sheet = contact_sheet(codebook, entries, thumbnails, cfg.decode.thumbnail_size, per_cluster)
-    png_text = {"Title": f"Visual words: level {level} of {codebook.depth}",
+            f'picture: <a href="{sheet_name}">{sheet_name}</a>.</p>']
+    body += [_row_html(codebook, found[(view.level, node)], thumbnails, child_page.get(node)) for node in view.shown]
+    return html_page(f"Visual words, level {view.level}", "\n".join(body))
+
+
+def _child_page_name(level: int, parent: int) -> str:
+    return f"node-{level}-{parent}.html"
+
+
+def _child_page(codebook, view: GalleryView, parent: int, found, thumbnails, main_name: str) -> str:
+    level = view.level
+    rows = [_row_html(codebook, found[(level + 1, child)], thumbnails, None) for child in view.children[parent]]
+    body = [f'<p><a href="{main_name}">&larr; level {level}</a></p>',
+            f"<h1>Node {parent} (path {codebook_format.path_label(codebook.k, level, parent)}) and its "
+            f"{codebook.k} children at level {level + 1}</h1>", _codebook_note(codebook),
+            _row_html(codebook, found[(level, parent)], thumbnails, None), "<h2>Children</h2>", *rows]
+    return html_page(f"Visual words, node {level}-{parent}", "\n".join(body))
+
+
+def _sheet_png(cfg: Config, codebook, view: GalleryView, found, thumbnails, per_cluster: int) -> bytes:
+    """The level's rows as one picture, with its provenance (and the NOT-pretrained warning) in its text."""
+    sheet = contact_sheet(codebook, [found[(view.level, node)] for node in view.shown], thumbnails,
+                          cfg.decode.thumbnail_size, per_cluster)
+    png_text = {"Title": f"Visual words: level {view.level} of {codebook.depth}",
                 "Source": f"codebook sha256 {codebook.info.get('sha256', '?')}; S3D weights {_weights(codebook)}"}
     if not_pretrained_warning(codebook):
         png_text["Warning"] = not_pretrained_warning(codebook)
-    storage.atomic_write_bytes(sheet_path, _png_bytes(sheet, png_text))
-    written.append(sheet_path)
-    for parent in parents:
-        rows = [_row_html(codebook, found[(level + 1, child)], thumbnails, None) for child in children[parent]]
-        page_body = [f'<p><a href="{main_name}">&larr; level {level}</a></p>',
-                     f"<h1>Node {parent} (path {codebook_format.path_label(codebook.k, level, parent)}) and its "
-                     f"{codebook.k} children at level {level + 1}</h1>", note,
-                     _row_html(codebook, found[(level, parent)], thumbnails, None),
-                     "<h2>Children</h2>", *rows]
-        page = folder / child_name[parent]
-        storage.atomic_write_bytes(page, html_page(f"Visual words, node {level}-{parent}", "\n".join(page_body)).encode())
-        written.append(page)
+    return _png_bytes(sheet, png_text)
 
+
+def _sidecar(codebook, found, thumbnails, written: list[Path], *, level: int, clusters: int, per_cluster: int,
+             node_ids) -> dict:
+    every_clip = [clip for entry in found.values() for clip in entry.nearest]
     missing = sum(1 for clip in every_clip if (clip.shard, clip.video_id, clip.clip_index) not in thumbnails)
-    sidecar = folder / "gallery.json"
-    storage.atomic_write_json(sidecar, {
+    return {
         "level": level, "clusters": clusters, "per_cluster": per_cluster, "node_ids": node_ids,
         "codebook_sha256": codebook.info.get("sha256"),
         "feature_provenance_hash": codebook.info.get("feature_provenance_hash"),
@@ -374,10 +393,37 @@ def write_gallery(cfg: Config, work_dir: Path, *, level: int = 1, clusters: int 
         "pages": [path.name for path in written],
         "nodes": [{"level": entry.level, "node": entry.node,
                    "path": codebook_format.node_path(codebook.k, entry.level, entry.node),
-                   "training_members": int(counts[entry.level - 1][entry.node]), "clips": entry.clips,
+                   "training_members": int(codebook.counts[entry.level - 1][entry.node]), "clips": entry.clips,
                    "nearest": [{"video_id": clip.video_id, "clip_index": clip.clip_index, "start_s": clip.start_s,
                                 "shard": clip.shard, "distance": clip.distance} for clip in entry.nearest]}
                   for entry in sorted(found.values(), key=lambda e: (e.level, e.node))],
-    })
-    written.append(sidecar)
-    return written
+    }
+
+
+def write_gallery(cfg: Config, work_dir: Path, *, level: int = 1, clusters: int = 12, per_cluster: int = 12,
+                  node_ids: list[int] | None = None, quiet: bool = False) -> list[Path]:
+    """Write the gallery pages of one level (see the module docstring); returns the paths written."""
+    work = WorkDir(work_dir)
+    if per_cluster < 1:
+        raise ValueError(f"gallery: --per-cluster must be >= 1, got {per_cluster}")
+    codebook = visual_words.load(work.codebook)
+    # which nodes, then their nearest clips and thumbnails (one scan of the features)
+    view = plan_view(codebook, level, clusters, node_ids)
+    found, thumbnails = gather_clips(work.root, codebook, view, per_cluster, quiet=quiet)
+    # the level's page, its contact sheet, a page per shown node's children, and how it was all made
+    folder = work.gallery
+    main_name = "index.html" if level == 1 else f"level-{level}.html"
+    sheet = folder / f"contact-level-{level}.png"
+    pages = {folder / main_name: _level_page(codebook, view, found, thumbnails, per_cluster, node_ids, main_name,
+                                             sheet.name).encode(),
+             sheet: _sheet_png(cfg, codebook, view, found, thumbnails, per_cluster)}
+    for parent in view.parents:
+        pages[folder / _child_page_name(level, parent)] = _child_page(codebook, view, parent, found, thumbnails,
+                                                                      main_name).encode()
+    for path, data in pages.items():
+        storage.atomic_write_bytes(path, data)
+    written = list(pages)
+    storage.atomic_write_json(folder / "gallery.json", _sidecar(codebook, found, thumbnails, written, level=level,
+                                                                clusters=clusters, per_cluster=per_cluster,
+                                                                node_ids=node_ids))
+    return written + [folder / "gallery.json"]

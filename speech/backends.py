@@ -19,7 +19,7 @@ from typing import Callable, Protocol
 
 import numpy as np
 
-from pipeline import models
+from pipeline import devices, models
 from pipeline.audio import SAMPLE_RATE
 from pipeline.config import AsrConfig
 from speech.transcripts import Word
@@ -96,11 +96,6 @@ class Backend(Protocol):
 CONDITION_ON_PREVIOUS_TEXT = False
 
 
-def _cuda_available_ctranslate2() -> bool:
-    import ctranslate2
-    return ctranslate2.get_cuda_device_count() > 0
-
-
 def _vad_speech_chunks(samples: np.ndarray) -> list[dict]:
     """Silero VAD's speech spans (sample indices), faster-whisper's default options."""
     from faster_whisper.vad import VadOptions, get_speech_timestamps
@@ -126,7 +121,7 @@ class FasterWhisperBackend:
         import faster_whisper
         logging.getLogger("faster_whisper").setLevel(logging.WARNING)   # per-file INFO lines drown progress
         resolved = models.resolve(cfg.model)
-        self.device = cfg.device if cfg.device != "auto" else ("cuda" if _cuda_available_ctranslate2() else "cpu")
+        self.device = devices.resolve_name(cfg.device)
         self.compute_type = cfg.compute_type if cfg.compute_type != "auto" else (
             "float16" if self.device == "cuda" else "int8")
         self.cfg = cfg
@@ -187,7 +182,7 @@ class OpenAIWhisperBackend:
         import torch
         import whisper
         resolved = models.resolve(cfg.model)
-        self.device = cfg.device if cfg.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
+        self.device = devices.resolve_name(cfg.device)
         self.fp16 = cfg.compute_type == "float16" or (cfg.compute_type == "auto" and self.device == "cuda")
         if self.fp16 and self.device == "cpu":
             raise ValueError("asr.compute_type float16 needs asr.device cuda with the whisper backend")

@@ -35,7 +35,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader
 
 import schemas.codebook as codebook_format
-from pipeline import storage, visual_words
+from pipeline import devices, storage, visual_words
 from pipeline.config import Config
 from pipeline.lineage import InputNotReady, Lineage, explain
 from pipeline.progress import Progress
@@ -68,24 +68,13 @@ class Runtime:
         return self.world_size > 1
 
 
-def resolve_device(name: str, local_rank: int = 0) -> torch.device:
-    if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "cpu"
-    if name == "cuda":
-        name = f"cuda:{local_rank}"
-    device = torch.device(name)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError(f"device {name} was asked for, but CUDA is not available on this machine")
-    return device
+resolve_device = devices.resolve
 
 
 def autocast(device: torch.device, precision: str):
-    """bf16 autocast on GPU by default; float32 on CPU (where bf16 matmuls are slow)."""
-    if precision == "auto":
-        precision = "bfloat16" if device.type == "cuda" else "float32"
-    if precision == "float32":
-        return contextlib.nullcontext()
-    return torch.autocast(device.type, dtype=torch.bfloat16)
+    """Training's autocast: bf16 on GPU by default, float32 on CPU (pipeline/devices.py)."""
+    dtype = devices.autocast_dtype(precision, device, cpu_auto="float32")
+    return contextlib.nullcontext() if dtype is None else torch.autocast(device.type, dtype=dtype)
 
 
 def _start_runtime(device_name: str, num_threads: int = 0) -> tuple[Runtime, bool]:

@@ -1,0 +1,43 @@
+"""Devices and precisions, resolved one way for every part that runs a model (S3D features, the speech
+backends, the trainer): `auto` is a GPU when this machine has one, else the CPU.
+
+`precision: auto` means, everywhere, the fastest precision measured to keep a part's results: bf16
+autocast on a GPU for every model; on the CPU, bf16 for S3D's inference (3-4x faster, features within
+cosine 0.9999 of float32) and float32 for training (bf16 matmuls in the backward pass are slower there)."""
+
+from __future__ import annotations
+
+
+def cuda_available() -> bool:
+    import torch
+    return torch.cuda.is_available()
+
+
+def resolve(name: str, local_rank: int = 0):
+    """`auto`, `cpu`, `cuda` or `cuda:N` as a torch.device; plain `cuda` is this process's local rank's GPU.
+    A GPU asked for on a machine without one is an error naming the setting's value."""
+    import torch
+
+    if name == "auto":
+        name = "cuda" if cuda_available() else "cpu"
+    if name == "cuda":
+        name = f"cuda:{local_rank}"
+    device = torch.device(name)
+    if device.type == "cuda" and not cuda_available():
+        raise RuntimeError(f"device {name} was asked for, but CUDA is not available on this machine")
+    return device
+
+
+def resolve_name(name: str) -> str:
+    """`auto` as `cuda` or `cpu`, for libraries that take a device by name (CTranslate2)."""
+    return ("cuda" if cuda_available() else "cpu") if name == "auto" else name
+
+
+def autocast_dtype(precision: str, device, *, cpu_auto: str):
+    """The autocast dtype (None: float32) of `precision` on `device`; `cpu_auto` is what auto means on the
+    CPU for the caller's kind of work (see the module docstring)."""
+    import torch
+
+    if precision == "auto":
+        precision = "bfloat16" if device.type == "cuda" else cpu_auto
+    return {"float32": None, "bfloat16": torch.bfloat16, "float16": torch.float16}[precision]
