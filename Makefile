@@ -11,7 +11,7 @@ RUN    := $(PY) -m pipeline
 
 .PHONY: install test demo youcook2 pipeline samples clean \
         manifest decode features kmeans quantize asr align validate summary card status train eval codebook-info \
-        bench-decode bench-features bench-kmeans bench-asr bench-train bench-scale
+        bench-decode bench-features bench-kmeans bench-asr bench-train bench-scale bench-lineage bench-gallery
 
 install: $(STAMP)
 
@@ -111,6 +111,10 @@ bench-train: $(STAMP)
 	$(PY) benchmarks/bench_train.py $(ARGS)
 bench-scale: $(STAMP)
 	$(PY) benchmarks/bench_scale.py $(ARGS)
+bench-lineage: $(STAMP)
+	$(PY) benchmarks/bench_lineage.py $(ARGS)
+bench-gallery: $(STAMP)
+	$(PY) benchmarks/bench_gallery.py $(ARGS)
 
 clean:
 	rm -rf work .pytest_cache
