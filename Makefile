@@ -15,15 +15,15 @@ RUN    := $(PY) -m pipeline
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	@command -v $(PYTHON_SYSTEM) >/dev/null || { echo "needs $(PYTHON_SYSTEM)"; exit 1; }
 	test -x $(PY) || $(PYTHON_SYSTEM) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	# openai-whisper ships only a source archive whose setup.py needs pkg_resources, which setuptools 81 and
 	# later no longer have: it is built here with an older setuptools instead of pip's latest
 	$(PY) -m pip install --quiet "setuptools>=68,<81" wheel
-	$(PY) -m pip install --quiet --no-build-isolation "openai-whisper>=20240930"
-	$(PY) -m pip install --quiet -e ".[dev,ray,whisper]"
+	$(PY) -m pip install --quiet --no-build-isolation -c constraints.txt openai-whisper
+	$(PY) -m pip install --quiet -c constraints.txt -e ".[dev,ray,whisper]"
 	touch $(STAMP)
 
 test: $(STAMP)
