@@ -36,6 +36,9 @@ class Split:
     # resource roles (executor.ray_resources) of a producer task and of an encoder actor
     actors: Callable         # (cfg) -> int
     roles: tuple[str, str]
+    # (cfg) -> how local producer processes start: None (the platform's default, fork on Linux) or
+    # "spawn" (a fresh process, which reads LD_LIBRARY_PATH and such anew)
+    start_method: Callable | None = None     # None: the platform's default for every config
 
 
 class Encoder:
@@ -77,7 +80,8 @@ def run_local(ctx, split: Split, cfg=None):
     pinned = encoder.device.type == "cuda"
     loader = DataLoader(_Streams(split, cfg, ctx.videos), batch_size=None, num_workers=workers,
                         pin_memory=pinned and workers > 0, prefetch_factor=4 if workers else None,
-                        persistent_workers=False)
+                        persistent_workers=False,
+                        multiprocessing_context=split.start_method(cfg) if workers and split.start_method else None)
     metas, arrays = [], []
     queued = None     # (meta, handle) of the batch on the device while the next one is fetched
     with ctx.progress(total=len(ctx.videos)) as progress:

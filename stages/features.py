@@ -342,8 +342,12 @@ def gpu_decoding(cfg: Config) -> bool:
 
 def settle(cfg: Config, device: torch.device) -> Config:
     """The automatic sizes for an encoder on `device`: a GPU takes batches of 128 clips and every core
-    but one decoding for it; a CPU batches of 8 and one decode worker."""
+    but one decoding for it; a CPU batches of 8 and one decode worker. With torchcodec, decode worker
+    processes started from here on find FFmpeg's libraries (pipeline/ffmpeg_libs.py)."""
     import dataclasses
+    if cfg.decode.backend == "torchcodec":
+        from pipeline import ffmpeg_libs
+        ffmpeg_libs.prepare_children()     # decode worker processes load torchcodec on PyAV's FFmpeg
     f = cfg.features
     gpu = device.type == "cuda"
     batch = f.batch_size or (GPU_BATCH if gpu else CPU_BATCH)
@@ -358,6 +362,11 @@ def streams(cfg: Config, n_videos: int) -> int:
 
 def actors(cfg: Config) -> int:
     return 0 if gpu_decoding(cfg) else cfg.executor.ray_feature_models
+
+
+def start_method(cfg: Config) -> str | None:
+    """torchcodec's decode workers start afresh ("spawn"), so that they load FFmpeg from LD_LIBRARY_PATH."""
+    return "spawn" if cfg.decode.backend == "torchcodec" else None
 
 
 def produce(cfg: Config, videos: list[dict]):
@@ -445,7 +454,8 @@ def finish(ctx: ShardContext, cfg: Config, metas: list[dict], arrays: list, stat
 
 
 SPLIT = split.Split(settle=settle, streams=streams, produce=produce, encoder=encoder_for, finish=finish,
-                    actors=actors, roles=("features_decode", "features_model"))
+                    actors=actors, roles=("features_decode", "features_model"),
+                    start_method=start_method)
 
 
 def run_shard(ctx: ShardContext) -> ShardResult:
