@@ -38,10 +38,10 @@ demo: $(STAMP)
 	$(RUN) gallery --config configs/demo.yaml --work-dir $(DEMO_WORK) --quiet
 	$(RUN) report  --config configs/demo.yaml --work-dir $(DEMO_WORK)
 
-# manifest -> decode -> features -> kmeans -> quantize -> asr -> align -> validate, then the summary
+# manifest -> features -> kmeans -> quantize -> asr -> align -> validate, then the summary. The features
+# pass reads each video once and also writes the decode stage's outputs (clip index, thumbnails, videos)
 pipeline: $(STAMP)
 	$(RUN) manifest --config $(CONFIG) --work-dir $(WORK) --input $(INPUT) $(ARGS)
-	$(RUN) decode   --config $(CONFIG) --work-dir $(WORK) $(ARGS)
 	$(RUN) features --config $(CONFIG) --work-dir $(WORK) $(ARGS)
 	$(RUN) kmeans   --config $(CONFIG) --work-dir $(WORK) $(ARGS)
 	$(RUN) quantize --config $(CONFIG) --work-dir $(WORK) $(ARGS)
