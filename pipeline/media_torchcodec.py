@@ -12,6 +12,7 @@ is decoded by PyAV instead (the fallback); a stream that fails mid-way keeps the
 
 from __future__ import annotations
 
+import logging
 import math
 from typing import Iterator
 
@@ -20,6 +21,8 @@ import torch
 from pipeline import ffmpeg_libs
 from pipeline.config import DecodeConfig
 from pipeline.media import Clip, ClipReader, StreamTruncated, is_truncated, open_target
+
+log = logging.getLogger("pipeline.media")
 
 # added to each output time: a frame whose timestamp is exactly on an output slot is shown in it
 SLOT_EPSILON_S = 1e-6
@@ -36,7 +39,9 @@ def open_torchcodec_reader(uri: str, cfg: DecodeConfig):
     header = ClipReader(uri, cfg)              # raises VideoDecodeError for inputs that cannot be opened
     try:
         return TorchcodecClipReader(header, uri, cfg)
-    except Exception:  # noqa: BLE001 - any video torchcodec cannot take is decoded by PyAV
+    except Exception as error:  # noqa: BLE001 - any video torchcodec cannot take is decoded by PyAV
+        log.warning("%s: decoded by PyAV, not torchcodec (%s)", uri, str(error).strip().splitlines()[0][:200]
+                    if str(error).strip() else type(error).__name__)
         return header
 
 
