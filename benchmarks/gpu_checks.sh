@@ -6,7 +6,8 @@
 #   features-gpudec    the features stage decoding on the GPU (torchcodec, NVDEC), against model-only
 #   train              VideoBERT at BERT-large size in bf16
 # That machine has torch/torchvision/transformers/pyarrow but not PyAV or torchcodec: carry their wheels in
-# .whl/ (pip download av torchcodec --no-deps --python-version 3.12 --only-binary=:all: -d .whl). torchcodec
+# .whl/ (pip download av torchcodec pytest pluggy iniconfig --no-deps --python-version 3.12 --only-binary=:all: -d .whl)
+# (pytest for the GPU tests, where the machine lacks it). torchcodec
 # loads PyAV's FFmpeg through pipeline/ffmpeg_libs.py. To add a check: one more `check NAME SECONDS COMMAND`.
 set -u
 OUT=${OUT:-gpu-results}; mkdir -p "$OUT"
