@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # The GPU checks, one command on a lent GPU machine (the device tool), about 8 minutes in all; each check
 # writes its lines to $OUT/<name>.txt (or ./gpu-results) and the machine to $OUT/machine.txt:
-#   features-model     S3D alone in bf16 on uint8 batches from pinned memory (model-only clips/s)
-#   features-pyav      the features stage with PyAV decode worker processes feeding the GPU, against model-only
-#   features-gpudec    the features stage decoding on the GPU (torchcodec, NVDEC), against model-only
-#   train              VideoBERT at BERT-large size in bf16
+#   features-pyav        720p decode cost before/after the single pass; S3D alone in bf16 on uint8 batches
+#                        from pinned memory (model-only) against the stage with PyAV decode worker processes
+#   features-gpudec      model-only against the stage decoding on the GPU (torchcodec, NVDEC)
+#   features-gpudec-test the GPU tests: torchcodec on the GPU against PyAV, uint8 frames normalised on the GPU
+#   train                VideoBERT at BERT-large size in bf16
 # That machine has torch/torchvision/transformers/pyarrow but not PyAV or torchcodec: carry their wheels in
-# .whl/ (pip download av torchcodec pytest pluggy iniconfig --no-deps --python-version 3.12 --only-binary=:all: -d .whl)
-# (pytest for the GPU tests, where the machine lacks it). torchcodec
-# loads PyAV's FFmpeg through pipeline/ffmpeg_libs.py. To add a check: one more `check NAME SECONDS COMMAND`.
+# .whl/ (pip download av torchcodec pytest pluggy iniconfig --no-deps --python-version 3.12
+# --only-binary=:all: -d .whl; pytest for the GPU tests, where the machine lacks it). torchcodec loads
+# PyAV's FFmpeg through pipeline/ffmpeg_libs.py. To add a check: one more `check NAME SECONDS COMMAND`.
 set -u
 OUT=${OUT:-gpu-results}; mkdir -p "$OUT"
 if ls .whl/*.whl >/dev/null 2>&1; then
