@@ -157,3 +157,15 @@ def test_task_resources_come_from_the_config_over_the_defaults():
         load_config(None, ["executor.ray_resources={asr: {gpus: 1}}"])
     assert task_options(load_config(None, ["executor.ray_resources={decode: {num_cpus: 0.25}}"]),
                         "decode")["num_cpus"] == 0.25
+
+
+def test_the_ray_executor_names_no_stage():
+    """Split stages come to it through their registry record (pipeline/split.py): it branches on no stage's
+    name and knows nothing of features or decode (k-means subtrees keep their resource role for `map`)."""
+    import re
+
+    from pipeline import ray_executor, registry
+    source = Path(ray_executor.__file__).read_text()
+    assert not re.search(r"stage *(==|!=|in) ", source)
+    assert [name for name in registry.NAMES if re.search(rf"[\"']{name}[\"']", source)] == ["kmeans"]
+    assert "feature" not in source.lower().replace("ray_feature_models", "") and "s3d" not in source.lower()
