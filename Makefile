@@ -57,7 +57,7 @@ YC2_EVAL = --set eval.segments=$(YC2_ANNOTATIONS) --set eval.verbs=$(YC2_WORK)/e
            --set eval.nouns=$(YC2_WORK)/eval/youcook2/nouns.txt --set eval.labels=$(YC2_WORK)/eval/youcook2/labels.csv
 youcook2: $(STAMP)
 	$(RUN) youcook2-manifest $(YC2_RUN) --annotations $(YC2_ANNOTATIONS) --videos $(YC2_VIDEOS) $(ARGS)
-	for stage in decode features kmeans quantize asr align; do \
+	for stage in features kmeans quantize asr align; do \
 	  HF_HUB_OFFLINE=1 $(RUN) $$stage $(YC2_RUN) $(ARGS) || exit $$?; done
 	$(RUN) validate $(YC2_WORK)
 	HF_HUB_OFFLINE=1 $(RUN) train $(YC2_RUN) --resume $(ARGS)
@@ -68,11 +68,11 @@ youcook2: $(STAMP)
 	  --sentence "pour the sauce over the pasta" $(ARGS)
 	$(RUN) report $(YC2_RUN)
 
-# manifest -> decode -> features -> kmeans -> quantize -> asr -> align -> validate, then the summary
-# and the dataset card (WORK/README.md, WORK/dataset.json)
+# manifest -> features -> kmeans -> quantize -> asr -> align -> validate, then the summary and the dataset
+# card (WORK/README.md, WORK/dataset.json). The features pass reads each video once and also writes the
+# decode stage's outputs (clip index, thumbnails, videos).
 pipeline: $(STAMP)
 	$(RUN) manifest --config $(CONFIG) --work-dir $(WORK) --input $(INPUT) $(ARGS)
-	$(RUN) decode   --config $(CONFIG) --work-dir $(WORK) $(ARGS)
 	$(RUN) features --config $(CONFIG) --work-dir $(WORK) $(ARGS)
 	$(RUN) kmeans   --config $(CONFIG) --work-dir $(WORK) $(ARGS)
 	$(RUN) quantize --config $(CONFIG) --work-dir $(WORK) $(ARGS)

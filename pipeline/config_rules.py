@@ -137,6 +137,12 @@ def _check_decode(d: DecodeConfig) -> None:
     _count(d.decode_threads, "decode.decode_threads")
     _in_range(d.io_timeout_s, 0, 3600, "decode.io_timeout_s", open_low=True)
     _in_range(d.max_gap_s, 0, 86_400, "decode.max_gap_s", open_low=True)
+    _one_of(d.backend, ("pyav", "torchcodec"), "decode.backend")
+    if not re.fullmatch(r"cpu|cuda(:\d+)?", d.device):
+        raise ConfigError(f"config error: decode.device must be cpu, cuda or cuda:N (got {d.device!r})")
+    if d.device != "cpu" and d.backend != "torchcodec":
+        raise ConfigError(f"config error: decode.device={d.device} needs decode.backend=torchcodec (PyAV decodes "
+                          f"on the CPU)")
 
 
 def _check_features(f: FeaturesConfig) -> None:
@@ -145,8 +151,9 @@ def _check_features(f: FeaturesConfig) -> None:
     _one_of(f.precision, ("auto", "float32", "bfloat16", "float16"), "features.precision")
     if not (f.device in ("auto", "cpu", "cuda") or f.device.startswith("cuda:")):
         raise ConfigError(f"config error: features.device must be auto, cpu, cuda or cuda:N (got {f.device!r})")
-    _in_range(f.batch_size, 0, 1024, "features.batch_size", open_low=True)
-    _count(f.decode_workers, "features.decode_workers")
+    _in_range(f.batch_size, 0, 1024, "features.batch_size")
+    if f.decode_workers is not None:
+        _count(f.decode_workers, "features.decode_workers")
     _count(f.num_threads, "features.num_threads")
 
 

@@ -12,10 +12,13 @@ node sees at the same path (NFS, Lustre, a mounted bucket), and every node needs
 - Progress across the cluster: shards done/total and clips/s, from the shards' completion stats.
 - `map(fn, items)` runs a global stage's parts (k-means subtree fits) as Ray tasks.
 
-features with `executor.ray_feature_models` > 0: decoding runs in CPU tasks that stream batches of clips
-through the object store to a pool of S3D model actors (one GPU each by default), so a GPU never waits on
-a decode and decoding scales over CPU nodes. The batches are cut exactly as the local stage's DataLoader
-cuts them (the same clip streams, the same batch size), so the vectors are bit-identical to a local run."""
+A stage that declares a split (pipeline/split.py: a producer and an encoder, named in its registry record)
+and asks for encoder actors (`Split.actors(cfg)`, a value of its config) runs
+its producers as CPU tasks that stream batches through the object store to a pool of encoder actors (one
+GPU each by default), so a GPU never waits on a decode and decoding scales over CPU nodes. Producers cut
+their batches themselves, exactly as in the local run, so the outputs are byte-identical to it. The
+executor knows no stage by name: the roles of the tasks and actors (executor.ray_resources) come from the
+stage's split."""
 
 from __future__ import annotations
 
@@ -33,7 +36,7 @@ from typing import Callable, Iterable, Iterator
 
 import numpy as np
 
-from pipeline import runner, storage
+from pipeline import registry, runner, storage
 from pipeline.config import Config
 from pipeline.lineage import CorruptFile, InputNotReady, Lineage
 from pipeline.progress import Progress
@@ -42,13 +45,13 @@ from pipeline.workdir import WorkDir
 log = logging.getLogger("pipeline.ray")
 
 LOG_TAIL_LINES = 30              # of a failed shard's log, in its failure report
-MODEL_BATCHES_IN_FLIGHT = 4      # per features shard: batches sent to the model actors and not yet back
-SHARDS_PER_MODEL = 2             # features shards decoding at once per model actor, at least
+ENCODER_BATCHES_IN_FLIGHT = 4    # per shard of a split stage: batches sent to the encoder actors, not yet back
+SHARDS_PER_ACTOR = 2             # shards producing at once per encoder actor, at least
 ATTEMPT_STARTED, ATTEMPT_FAILED = ": attempt on ", ": attempt failed"   # markers in the shard logs
 
 
 def task_options(cfg: Config, role: str) -> dict:
-    """Ray options for one task of `role` (a stage, or features_decode / features_model): the config's
+    """Ray options for one task of `role` (a stage, or a split stage's producer / encoder role): the config's
     resources (merged over the built-in defaults key by key at load)."""
     resources = cfg.executor.ray_resources.get(role, {})
     options = {"num_cpus": resources.get("num_cpus", 1), "num_gpus": resources.get("num_gpus", 0)}
@@ -65,7 +68,7 @@ def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
 
 
 def _run_shard_task(cfg: Config, work_dir: Path, stage: str, shard_index: int, force: bool,
-                    feature_models: list | None) -> dict:
+                    actors: list | None) -> dict:
     """One attempt at one shard, in a Ray worker. Its log lines and any traceback go to the shard's log."""
     path = WorkDir(work_dir).shard_log(stage, shard_index)
     # on object storage nothing appends: the attempt logs to a local file, added to the shard's log after
@@ -79,7 +82,8 @@ def _run_shard_task(cfg: Config, work_dir: Path, stage: str, shard_index: int, f
     root.setLevel(logging.INFO)
     try:
         log.info("%s part %d%s%s (pid %d)", stage, shard_index, ATTEMPT_STARTED, socket.gethostname(), os.getpid())
-        compute = partial(features_with_model_actors, models=feature_models) if feature_models else None
+        split_path = registry.stage(stage).split
+        compute = partial(split_with_actors, split_path=split_path, actors=actors) if actors else None
         stats = runner.run_one_shard(cfg, work_dir, stage, shard_index, force=force, quiet=True, compute=compute)
         log.info("%s part %d: done (%s)", stage, shard_index, "already current" if stats.get("skipped") else
                  f"{stats.get('seconds', 0):.1f} s")
@@ -117,84 +121,86 @@ def _failure(work_dir: Path, stage: str, shard_index: int, error: BaseException,
     return {**failure, "attempts": attempts, "log": str(path)}
 
 
-# ------------------------------------------------------------------ features: decode tasks -> model actors
+# ------------------------------------------------------------------ split stages: producer tasks -> encoder actors
 
-def clip_batches(videos: list[dict], cfg: Config) -> Iterator:
-    """A Ray streaming task: one clip stream of a features shard, cut into batches of
-    `features.batch_size` stream items exactly as the local stage's DataLoader cuts it. Yields each batch's
-    description (clip keys, error rows, videos done, has_frames), then its frames if it has clips."""
-    from stages import features
-
-    stream = iter(features.ClipStream(videos, cfg))
-    while items := list(itertools.islice(stream, cfg.features.batch_size)):
-        batch = features.collate_clips(items)
-        frames = batch.pop("frames")
-        batch["has_frames"] = frames is not None
-        yield batch
-        if frames is not None:
-            yield frames.numpy()
+def _produce(split_path: str, cfg: Config, videos: list[dict]) -> Iterator:
+    """A Ray streaming task: one producer stream of a shard. Yields each batch's meta (with `has_payload`),
+    then its payload as a NumPy array when it has one."""
+    split = _split(split_path)
+    for batch in split.produce(cfg, videos):
+        payload = batch["payload"]
+        yield {**batch["meta"], "has_payload": payload is not None}
+        if payload is not None:
+            yield payload.cpu().numpy()
 
 
-class S3DModel:
-    """A Ray actor holding the S3D encoder on its device (the GPU Ray gave it, when it asked for one)."""
+def _split(path: str):
+    import importlib
+    module, name = path.split(":")
+    return getattr(importlib.import_module(module), name)
 
-    def __init__(self, cfg: Config):
-        import torch
 
-        from stages import features
-        if cfg.features.num_threads:
-            torch.set_num_threads(cfg.features.num_threads)
-        self.encoder = features.S3DEncoder(cfg)
-        # frames arrive as read-only views of the object store; the encoder only reads them
+class EncoderActor:
+    """A Ray actor holding a split stage's encoder on its device (the GPU Ray gave it, when it asked for one)."""
+
+    def __init__(self, split_path: str, cfg: Config):
+        self.encoder = _split(split_path).encoder(cfg)
+        # payloads arrive as read-only views of the object store; the encoder only reads them
         warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
 
-    def encode(self, frames: np.ndarray) -> np.ndarray:
+    def encode(self, payload: np.ndarray) -> np.ndarray:
         import torch
-        return self.encoder(torch.from_numpy(frames)).numpy()
+        return self.encoder.submit(torch.from_numpy(payload)).result()
 
     def describe(self) -> dict:
-        return {"device": str(self.encoder.device), "precision": str(self.encoder.dtype or "float32")}
+        return self.encoder.describe()
 
 
-def features_with_model_actors(ctx: runner.ShardContext, models: list) -> runner.ShardResult:
-    """The features stage's result for one shard, computed by decode tasks feeding `models` (S3DModel
-    actors). As in stages.features.run_shard, `features.decode_workers` clip streams split the videos
-    (every n-th), and the model sees the same batches, so the vectors come out bit-identical."""
+def split_with_actors(ctx: runner.ShardContext, split_path: str, actors: list) -> runner.ShardResult:
+    """A split stage's result for one shard, computed by producer tasks feeding `actors` (EncoderActor).
+    The producer streams split the videos as the local DataLoader's workers do (every n-th), and each cuts
+    its own batches, so the encoder sees the same batches and the files come out byte-identical."""
     import ray
 
-    from stages import features
+    from pipeline.split import stream_videos
 
-    cfg = ctx.cfg
-    n_streams = max(1, min(cfg.features.decode_workers, len(ctx.videos)))
-    decode = ray.remote(clip_batches).options(
+    split = _split(split_path)
+    info = ray.get(actors[0].describe.remote())
+    cfg = split.settle(ctx.cfg, _device(info["device"]))
+    n_streams = max(1, min(split.streams(cfg, len(ctx.videos)), len(ctx.videos)))
+    produce = ray.remote(_produce).options(
         num_returns="streaming", max_retries=0,   # a failed stream fails the shard task, which is retried
-        _generator_backpressure_num_objects=2 * MODEL_BATCHES_IN_FLIGHT, **task_options(cfg, "features_decode"))
-    streams = [decode.remote(ctx.videos[worker::n_streams], cfg) for worker in range(n_streams)]
-    first = ctx.shard_index % len(models)   # shards start their round-robin on different actors
-    model_cycle = itertools.cycle(models[first:] + models[:first])
-    rows, vector_refs, errors, in_flight = [], [], [], []
+        _generator_backpressure_num_objects=2 * ENCODER_BATCHES_IN_FLIGHT, **task_options(cfg, split.roles[0]))
+    streams = [produce.remote(split_path, cfg, videos) for videos in stream_videos(ctx.videos, n_streams)]
+    first = ctx.shard_index % len(actors)   # shards start their round-robin on different actors
+    actor_cycle = itertools.cycle(actors[first:] + actors[:first])
+    metas, array_refs, in_flight = [], [], []
     active = list(streams)
     while active:
         ready, _ = ray.wait(active, num_returns=1)
         stream = ready[0]
         try:
-            batch = ray.get(next(stream))
+            meta = ray.get(next(stream))
         except StopIteration:
             active.remove(stream)
             continue
-        errors += batch["errors"]
-        if not batch["has_frames"]:
+        metas.append(meta)
+        if not meta.pop("has_payload"):
+            array_refs.append(None)
             continue
-        if len(in_flight) >= MODEL_BATCHES_IN_FLIGHT:
-            # memory stays bounded: decoded batches wait in their tasks, not in the object store
-            _, in_flight = ray.wait(in_flight, num_returns=len(in_flight) - MODEL_BATCHES_IN_FLIGHT + 1)
-        vectors = next(model_cycle).encode.remote(next(stream))
-        rows += batch["clips"]
-        vector_refs.append(vectors)
-        in_flight.append(vectors)
-    model = ray.get(models[0].describe.remote())
-    return features.shard_result(cfg, rows, ray.get(vector_refs), errors,
-                                 {**model, "model_actors": len(models), "decode_streams": n_streams})
+        if len(in_flight) >= ENCODER_BATCHES_IN_FLIGHT:
+            # memory stays bounded: produced batches wait in their tasks, not in the object store
+            _, in_flight = ray.wait(in_flight, num_returns=len(in_flight) - ENCODER_BATCHES_IN_FLIGHT + 1)
+        array = next(actor_cycle).encode.remote(next(stream))
+        array_refs.append(array)
+        in_flight.append(array)
+    arrays = [ray.get(ref) if ref is not None else None for ref in array_refs]
+    return split.finish(ctx, cfg, metas, arrays, {**info, "encoder_actors": len(actors), "producer_streams": n_streams})
+
+
+def _device(name: str):
+    import torch
+    return torch.device(name)
 
 
 # ------------------------------------------------------------------ the executor
@@ -220,19 +226,28 @@ class RayExecutor:
         return (f"ray: {len(self._ray.nodes())} node(s), {resources.get('CPU', 0):g} CPUs, "
                 f"{resources.get('GPU', 0):g} GPUs")
 
-    def _feature_models(self) -> list:
+    def _encoder_actors(self, stage: str) -> list:
+        """The encoder actors of a split stage that asks for them (none otherwise)."""
+        spec = registry.stage(stage)
+        if not spec.split:
+            return []
+        split = spec.function("split")
+        count = split.actors(self.cfg)
+        if not count:
+            return []
         ex = self.cfg.executor
-        actor = self._ray.remote(S3DModel).options(
-            max_restarts=ex.max_retries, max_task_retries=ex.max_retries, **task_options(self.cfg, "features_model"))
-        return [actor.remote(self.cfg) for _ in range(ex.ray_feature_models)]
+        actor = self._ray.remote(EncoderActor).options(
+            max_restarts=ex.max_retries, max_task_retries=ex.max_retries, **task_options(self.cfg, split.roles[1]))
+        return [actor.remote(spec.split, self.cfg) for _ in range(count)]
 
-    def _feature_shards_in_flight(self, n_models: int) -> int:
-        """Shards decoding at once: enough decode tasks to fill the cluster's CPUs (a GPU eats clips far
-        faster than one CPU decodes them), and at least SHARDS_PER_MODEL per model actor."""
+    def _shards_in_flight(self, stage: str, n_actors: int) -> int:
+        """Shards producing at once: enough producer tasks to fill the cluster's CPUs (a GPU eats clips far
+        faster than one CPU decodes them), and at least SHARDS_PER_ACTOR per encoder actor."""
+        split = registry.stage(stage).function("split")
         cpus = self._ray.cluster_resources().get("CPU", 1.0)
-        cpus_per_shard = max(1, self.cfg.features.decode_workers) * \
-            max(task_options(self.cfg, "features_decode")["num_cpus"], 0.01)
-        return max(SHARDS_PER_MODEL * n_models, math.ceil(cpus / cpus_per_shard))
+        streams = max(1, split.streams(split.settle(self.cfg, _device("cpu")), 1 << 30))
+        cpus_per_shard = streams * max(task_options(self.cfg, split.roles[0])["num_cpus"], 0.01)
+        return max(SHARDS_PER_ACTOR * n_actors, math.ceil(cpus / cpus_per_shard))
 
     def run_shards(self, work_dir: Path, stage: str, shards: list[int], *, force: bool = False,
                    quiet: bool = False) -> list[dict]:
@@ -244,11 +259,10 @@ class RayExecutor:
         # complete shards are answered here: no task, no model actor for a finished stage
         checker = Lineage(work_dir, cfg)
         pending = [s for s in shards if force or not checker.state(stage, s, verify=True).current]
-        split_features = stage == "features" and cfg.executor.ray_feature_models > 0 and bool(pending)
-        models = self._feature_models() if split_features else None
-        if split_features:
-            options = {"num_cpus": 0}   # the shard task only coordinates: decode tasks and models do the work
-            max_in_flight = self._feature_shards_in_flight(len(models))
+        actors = self._encoder_actors(stage) if pending else []
+        if actors:
+            options = {"num_cpus": 0}   # the shard task only coordinates: producers and encoders do the work
+            max_in_flight = self._shards_in_flight(stage, len(actors))
         else:
             options = task_options(cfg, stage)
             max_in_flight = len(pending)
@@ -265,7 +279,7 @@ class RayExecutor:
             while queue or in_flight:
                 while queue and len(in_flight) < max_in_flight:
                     shard_index = queue.popleft()
-                    in_flight[task.remote(cfg, work_dir, stage, shard_index, force, models)] = shard_index
+                    in_flight[task.remote(cfg, work_dir, stage, shard_index, force, actors)] = shard_index
                 # block for one, then take every other one that is done too
                 ready, waiting = ray.wait(list(in_flight), num_returns=1)
                 if waiting:
@@ -277,8 +291,8 @@ class RayExecutor:
                     except ray.exceptions.RayError as error:
                         stats = _failure(work_dir, stage, shard_index, error, attempts)
                     finish(shard_index, stats)
-        for model in models or ():
-            ray.kill(model)
+        for actor in actors:
+            ray.kill(actor)
         return [results[s] for s in shards]
 
     def map(self, fn: Callable, items: Iterable) -> list:

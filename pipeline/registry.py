@@ -32,8 +32,15 @@ class Stage:
     operational_keys: tuple[str, ...] = ()
     max_parallel_shards: int = 0         # > 0: at most this many shards at once on one machine
     uses_gpu: bool = False
+    # per-shard stages whose outputs this stage makes in the same pass (their tables come back in its
+    # ShardResult.also): the runner writes them as those stages' shards, with their own records
+    also_makes: tuple[str, ...] = ()
+    # "module:attribute": the stage's pipeline.split.Split (a CPU producer and a device encoder), which
+    # executors may run apart (the Ray executor: producer tasks feeding encoder actors)
+    split: str = ""
 
     def function(self, which: str = "run") -> Callable:
+        """The code a "module:name" field names (a function, or for `split` the Split record)."""
         module, name = getattr(self, which).split(":")
         return getattr(importlib.import_module(module), name)
 
@@ -41,14 +48,19 @@ class Stage:
 STAGES: tuple[Stage, ...] = (
     Stage("manifest", "list the input videos and assign them to shards", reads=(),
           config_sections=("shards",), per_shard=False, writes="manifest/manifest.parquet"),
-    Stage("decode", "the clip index (20 fps, 30-frame clips), a thumbnail per clip, per-video metadata",
+    # made by the features stage's pass (one read of each video); run alone, the same files on CPUs only
+    Stage("decode", "the clip index (20 fps, 30-frame clips), a thumbnail per clip, per-video metadata "
+          "(the features stage makes them in its pass; alone: without S3D)",
           reads=("manifest",), config_sections=("decode",), per_shard=True,
           writes="decode/part-*.parquet (clips), videos (per video)",
           tables={"": schemas.DECODE_CLIPS, "videos": schemas.DECODE_VIDEOS}, run="stages.decode:run_shard"),
-    Stage("features", "one 1024-d S3D vector per clip", reads=("manifest",),
-          config_sections=("decode", "features"), per_shard=True, writes="features/part-*.parquet",
+    Stage("features", "one 1024-d S3D vector per clip, and the decode stage's outputs from the same read",
+          reads=("manifest",), config_sections=("decode", "features"), per_shard=True,
+          writes="features/part-*.parquet, and decode's decode/ and videos/ parts",
           tables={"": schemas.FEATURES}, run="stages.features:run_shard",
-          identities="stages.features:identities",
+          identities="stages.features:identities", also_makes=("decode",), split="stages.features:SPLIT",
+          operational_keys=("features.device", "features.batch_size", "features.decode_workers",
+                            "features.num_threads"),
           # one shard at a time already uses every core (decode workers + torch threads)
           max_parallel_shards=1, uses_gpu=True),
     Stage("kmeans", "fit the visual-word codebook (hierarchical k-means) on a sample of the features",

@@ -38,6 +38,9 @@ class ShardResult:
     stats: dict = field(default_factory=dict)          # counts for status/summary (videos, clips, ...)
     provenance: Provenance = field(default_factory=Provenance)   # what shaped it (hashes of inputs ...)
     row_group_size: int | None = None                  # Parquet row groups (None: pyarrow's default)
+    # other stages' results made in the same pass (registry: `also_makes`): written as those stages'
+    # outputs of this shard, with their own completion records, unless they are current already
+    also: dict[str, "ShardResult"] = field(default_factory=dict)
 
 
 @dataclass
@@ -85,7 +88,9 @@ def run_one_shard(cfg: Config, work_dir, stage: str, shard_index: int, *, force:
     """Run one stage on one manifest shard unless it is current. Returns its stats (`skipped` when it
     was current; `redone` with the reason when a stale or corrupt shard was made again).
     `compute` replaces the stage's run function with an executor's own way to the same result (the Ray
-    executor's features: decode tasks feeding shared model actors); the files are written the same way."""
+    executor's producer tasks feeding encoder actors); the files are written the same way. The results of
+    stages made in the same pass (`also_makes`) are written as those stages' shards, each with its own
+    record, unless that shard is current (and not forced)."""
     work = WorkDir(work_dir)
     spec = registry.stage(stage)
     checker = Lineage(work, cfg)
@@ -103,6 +108,21 @@ def run_one_shard(cfg: Config, work_dir, stage: str, shard_index: int, *, force:
     started = time.time()
     result: ShardResult = (compute or spec.function("run"))(ctx)
     elapsed = time.time() - started
+    for other in spec.also_makes:
+        if force or not checker.state(other, shard_index, verify=True).current:
+            _write_shard(cfg, work, checker, registry.stage(other), shard_index, result.also[other], elapsed,
+                         len(ctx.videos))
+    stats = _write_shard(cfg, work, checker, spec, shard_index, result, elapsed, len(ctx.videos), expected)
+    if redone:
+        stats["redone"] = redone
+    return stats
+
+
+def _write_shard(cfg: Config, work: WorkDir, checker: Lineage, spec: registry.Stage, shard_index: int,
+                 result: ShardResult, elapsed: float, n_videos: int, expected: dict | None = None) -> dict:
+    """One stage's tables, error rows and completion record for one shard, each atomically."""
+    stage = spec.name
+    expected = expected if expected is not None else checker.expected(stage, shard_index)
     # the old record goes first and the new one last: no moment where a record vouches for other files
     work.record(stage, shard_index).unlink(missing_ok=True)
     outputs = {}
@@ -119,14 +139,12 @@ def run_one_shard(cfg: Config, work_dir, stage: str, shard_index: int, *, force:
     storage.write_parquet(errors_path, error_table, Provenance(stage=stage, schema=schemas.ERRORS.tag))
     outputs.update(lineage.output_entry(work, errors_path, error_table.num_rows))
     stats = dict(result.stats)
-    stats.update(videos=len(ctx.videos), errors=len(errors), failed_videos=len({row["video_id"] for row in errors}),
+    stats.update(videos=n_videos, errors=len(errors), failed_videos=len({row["video_id"] for row in errors}),
                  error_types=_count([row["error_type"] for row in errors]), seconds=round(elapsed, 3),
                  host=socket.gethostname(), python=platform.python_version(), finished_at=time.time())
     lineage.write_record(work, stage, shard_index, expected, outputs, stats)
     work.failure(stage, shard_index).unlink(missing_ok=True)
     stats.update(stage=stage, shard=shard_index)
-    if redone:
-        stats["redone"] = redone
     return stats
 
 
@@ -162,7 +180,11 @@ def record_failure(work: WorkDir, stage: str, shard_index: int, error: str, trac
 def prepare_stage(cfg: Config, work_dir, stage: str) -> list[str]:
     """Before a per-shard stage runs (once per invocation, not per shard): its whole-collection inputs
     must be current (the codebook for quantize), temporary files of killed runs are removed and outputs
-    of shards no longer in the manifest are deleted. Returns notes to print."""
+    of shards no longer in the manifest are deleted, for the stage and those it makes in the same pass.
+    Returns notes to print."""
+    notes = []
+    for other in registry.stage(stage).also_makes:
+        notes += prepare_stage(cfg, work_dir, other)
     work = WorkDir(work_dir)
     checker = Lineage(work, cfg)
     spec = registry.stage(stage)
@@ -177,7 +199,6 @@ def prepare_stage(cfg: Config, work_dir, stage: str) -> list[str]:
     for folder in folders:
         storage.remove_stale_temporaries(folder)
     shards = set(checker.manifest_shards())
-    notes = []
     found = {int(path.stem.split("-")[1]) for path in work.records_folder(stage).glob("part-*.json")}
     for table in spec.tables:
         found |= {int(path.stem.split("-")[1]) for path in work.data_folder(stage, table).glob("part-*.parquet")}

@@ -38,6 +38,8 @@ MANIFEST = Schema("manifest", 1, pa.schema([
     pa.field("shard", pa.int32(), nullable=False),
 ]))
 
+# decode's two tables are made by the features stage's pass (one read per video) or by the decode stage run
+# alone; the same columns and meaning either way, so their versions stay
 DECODE_CLIPS = Schema("decode", 1, pa.schema(_clip_key + [
     pa.field("n_real_frames", pa.int32(), nullable=False),   # frames before padding
     pa.field("padded", pa.bool_(), nullable=False),

@@ -1,9 +1,17 @@
 """decode: the clip index of every video (20 fps, 30-frame clips), a JPEG thumbnail per clip, and
-per-video metadata. Frames never touch the disk; the features stage decodes again, the same way."""
+per-video metadata.
+
+In a run of the pipeline these tables come out of the features stage's pass (stages/features.py): each
+video is read and decoded once, for its clips' pixels, the clip index, the thumbnails and the per-video
+row, and the features run writes them as this stage's outputs with this stage's completion record. Run
+alone (`python -m pipeline decode`), the stage makes exactly the same files on CPUs without S3D: the
+clip index of a collection whose features are not wanted (yet). Both go through `VideoPass`, so the
+clips and thumbnails are the same whichever made them."""
 
 from __future__ import annotations
 
 import io
+from typing import Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -21,7 +29,7 @@ def thumbnail_jpeg(frame: np.ndarray, size: int, quality: int) -> bytes:
     return buffer.getvalue()
 
 
-def _video_row(video: dict, status: str, reader: media.ClipReader | None, n_clips: int) -> dict:
+def _video_row(video: dict, status: str, reader, n_clips: int) -> dict:
     info = reader.info if reader else None
     return {
         "video_id": video["video_id"], "uri": video["uri"], "status": status,
@@ -35,34 +43,73 @@ def _video_row(video: dict, status: str, reader: media.ClipReader | None, n_clip
     }
 
 
+class VideoPass:
+    """One read of one video: iterate `clips()` for its clips (with their frames, or with only the middle
+    frame when `with_frames` is False); afterwards `clip_rows` (the clip index with thumbnails), `video_row`
+    and `errors` hold what the decode stage writes of it."""
+
+    def __init__(self, video: dict, cfg, *, with_frames: bool = True):
+        self.video, self.cfg, self.with_frames = video, cfg, with_frames
+        self.clip_rows: list[dict] = []
+        self.video_row: dict | None = None
+        self.errors: list[dict] = []
+
+    def clips(self) -> Iterator[media.Clip]:
+        video, decode = self.video, self.cfg.decode
+        video_id = video["video_id"]
+        try:
+            reader = media.open_clip_reader(video["uri"], decode)
+        except media.VideoDecodeError as error:
+            self.video_row, self.errors = _video_row(video, "error", None, 0), [error_row(video_id, error)]
+            return
+        with reader:
+            try:
+                for clip in reader.clips(with_frames=self.with_frames):
+                    middle = clip.frames[(clip.n_real_frames - 1) // 2] if self.with_frames else clip.frames[0]
+                    self.clip_rows.append({
+                        "video_id": video_id, "clip_index": clip.clip_index, "start_s": clip.start_s,
+                        "end_s": clip.end_s, "n_real_frames": clip.n_real_frames, "padded": clip.padded,
+                        "thumbnail_jpeg": thumbnail_jpeg(media.to_numpy(middle), decode.thumbnail_size,
+                                                         decode.thumbnail_quality)})
+                    yield clip
+            except media.VideoDecodeError as error:   # raised before the first clip (a first frame too large)
+                self.clip_rows = []
+                self.video_row, self.errors = _video_row(video, "error", reader, 0), [error_row(video_id, error)]
+                return
+        if reader.error is not None:
+            status = "partial"
+            self.errors.append(error_row(video_id, *reader.stop_reason()))
+        elif not self.clip_rows:
+            status = "too_short"
+        else:
+            status = "ok"
+        if status == "partial" and not self.clip_rows and reader.n_frames == 0:
+            status = "error"
+        self.video_row = _video_row(video, status, reader, len(self.clip_rows))
+
+
 def decode_video(video: dict, cfg) -> tuple[list[dict], dict, list[dict]]:
     """(clip rows, video row, error rows) for one manifest row."""
-    video_id = video["video_id"]
-    try:
-        reader = media.ClipReader(video["uri"], cfg.decode)
-    except media.VideoDecodeError as error:
-        return [], _video_row(video, "error", None, 0), [error_row(video_id, error)]
-    clips, errors = [], []
-    with reader:
-        try:
-            for clip in reader.clips(with_frames=False):
-                middle = clip.frames[0]
-                clips.append({"video_id": video_id, "clip_index": clip.clip_index, "start_s": clip.start_s,
-                              "end_s": clip.end_s, "n_real_frames": clip.n_real_frames, "padded": clip.padded,
-                              "thumbnail_jpeg": thumbnail_jpeg(middle, cfg.decode.thumbnail_size,
-                                                               cfg.decode.thumbnail_quality)})
-        except media.VideoDecodeError as error:
-            return [], _video_row(video, "error", reader, 0), [error_row(video_id, error)]
-    if reader.error is not None:
-        status = "partial"
-        errors.append(error_row(video_id, *reader.stop_reason()))
-    elif not clips:
-        status = "too_short"
-    else:
-        status = "ok"
-    if status == "partial" and not clips and reader.n_frames == 0:
-        status = "error"
-    return clips, _video_row(video, status, reader, len(clips)), errors
+    one = VideoPass(video, cfg, with_frames=False)
+    for _ in one.clips():
+        pass
+    return one.clip_rows, one.video_row, one.errors
+
+
+def shard_result(clip_rows: list[dict], video_rows: list[dict], errors: list[dict], stats: dict | None = None
+                 ) -> ShardResult:
+    """The stage's result from its rows, in any order (sorted here, so that every way of making them,
+    this stage alone or the features pass in parallel streams, gives the same files)."""
+    clip_rows = sorted(clip_rows, key=lambda row: (row["video_id"], row["clip_index"]))
+    video_rows = sorted(video_rows, key=lambda row: row["video_id"])
+    statuses = [row["status"] for row in video_rows]
+    return ShardResult(
+        tables={"": pa.Table.from_pylist(clip_rows, schema=schemas.DECODE_CLIPS.arrow),
+                "videos": pa.Table.from_pylist(video_rows, schema=schemas.DECODE_VIDEOS.arrow)},
+        errors=sorted(errors, key=lambda row: row["video_id"]),
+        stats={"clips": len(clip_rows), **{f"videos_{s}": statuses.count(s) for s in schemas.VIDEO_STATUSES},
+               **(stats or {})},
+    )
 
 
 def run_shard(ctx: ShardContext) -> ShardResult:
@@ -74,11 +121,4 @@ def run_shard(ctx: ShardContext) -> ShardResult:
             video_rows.append(video_row)
             errors += video_errors
             progress.update(1, clips=len(clips))
-    clip_rows.sort(key=lambda row: (row["video_id"], row["clip_index"]))
-    statuses = [row["status"] for row in video_rows]
-    return ShardResult(
-        tables={"": pa.Table.from_pylist(clip_rows, schema=schemas.DECODE_CLIPS.arrow),
-                "videos": pa.Table.from_pylist(video_rows, schema=schemas.DECODE_VIDEOS.arrow)},
-        errors=errors,
-        stats={"clips": len(clip_rows), **{f"videos_{s}": statuses.count(s) for s in schemas.VIDEO_STATUSES}},
-    )
+    return shard_result(clip_rows, video_rows, errors)

@@ -1,18 +1,25 @@
 """The whole pipeline through the CLI on three of the bundled samples: narrated English, narrated Spanish
 and music without speech, with the default multilingual speech model. Checks the main output against the
-known narration, and that the Spanish video is detected as Spanish and keeps no text."""
+known narration, that the Spanish video is detected as Spanish and keeps no text, and the visual path: the
+features stage reads each video once (bytes read, counted with strace where it can run), its pass writes the
+decode stage's clip index and thumbnails as the decode stage alone makes them, and its (calibrated random)
+features are numbers with spread between clips."""
 
 import json
 import re
 import shutil
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
+import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
+from pipeline.config import load_config
 from stages.align import load_tokenizer
+from stages.decode import decode_video
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLES = REPO / "samples"
@@ -23,11 +30,37 @@ def _words(text):
     return re.sub(r"[^a-z' ]", " ", text.lower()).split()
 
 
-def _cli(*args):
-    result = subprocess.run([sys.executable, "-m", "pipeline", *map(str, args)], cwd=REPO,
+def _cli(*args, prefix=()):
+    result = subprocess.run([*prefix, sys.executable, "-m", "pipeline", *map(str, args)], cwd=REPO,
                             capture_output=True, text=True)
     assert result.returncode == 0, f"{args[0]} failed:\n{result.stderr[-3000:]}"
     return result
+
+
+READ = re.compile(r"^(?:read|pread64|readv|preadv|preadv2)\((\d+)<([^>]*)>.*\)\s+=\s+(\d+)")
+
+
+def _traced(args, trace_dir: Path):
+    """Run the CLI under strace (every process and thread, read calls only) when strace can trace here;
+    returns the bytes read per file, or None where it cannot (no strace, ptrace not allowed)."""
+    if shutil.which("strace") is None:
+        _cli(*args)
+        return None
+    trace_dir.mkdir()
+    prefix = ["strace", "-ff", "-qq", "-y", "-e", "trace=read,pread64,readv,preadv,preadv2",
+              "-o", str(trace_dir / "trace")]
+    probe = subprocess.run([*prefix, "true"], capture_output=True)
+    if probe.returncode != 0:
+        _cli(*args)
+        return None
+    _cli(*args, prefix=prefix)
+    counts: Counter = Counter()
+    for path in trace_dir.glob("trace.*"):
+        for line in path.read_text(errors="replace").splitlines():
+            match = READ.match(line)
+            if match:
+                counts[match.group(2)] += int(match.group(3))
+    return counts
 
 
 @pytest.fixture(scope="module")
@@ -41,9 +74,47 @@ def run(tmp_path_factory):
     settings = ["--config", REPO / "configs" / "demo.yaml", "--work-dir", work, "--quiet",
                 "--set", "shards.videos_per_shard=3", "--set", "features.decode_workers=0"]
     _cli("manifest", "--input", videos, *settings)
-    for stage in ("decode", "features", "kmeans", "quantize", "asr", "align"):
+    # no decode stage: the features pass makes its outputs
+    reads = _traced(["features", *settings], root / "strace")
+    for stage in ("kmeans", "quantize", "asr", "align"):
         _cli(stage, *settings)
+    (root / "reads.json").write_text(json.dumps(reads))
     return work
+
+
+VIDEOS = ("cooking_pasta.mp4", "cooking_spanish.mp4", "music_only.mp4")
+
+
+def test_the_visual_path_reads_each_video_once(run):
+    reads = json.loads((run.parent / "reads.json").read_text())
+    if reads is None:
+        pytest.skip("strace cannot trace here")
+    for name in VIDEOS:
+        path = run.parent / "videos" / name
+        ratio = reads.get(str(path), 0) / path.stat().st_size
+        assert 0.99 <= ratio <= 1.3, (name, ratio)    # container probing included
+
+
+def test_the_features_pass_writes_the_clip_index_and_thumbnails_the_decode_stage_makes(run):
+    cfg = load_config(REPO / "configs" / "demo.yaml")
+    record = json.loads((run / "_state" / "done" / "decode" / "part-00000.json").read_text())
+    assert record["made_by"] == "features"
+    clips = _rows(run, "decode")
+    videos = {row["video_id"]: row for row in _rows(run, "videos")}
+    for manifest_row in pq.read_table(run / "manifest" / "manifest.parquet").to_pylist():
+        alone, video_row, errors = decode_video(manifest_row, cfg)     # the decode stage's own code
+        assert _video(clips, manifest_row["video_id"]) == alone and len(alone) > 10
+        assert videos[manifest_row["video_id"]] == video_row and errors == []
+
+
+def test_calibrated_random_features_are_normal_numbers_with_spread_between_clips(run):
+    vectors = np.array([row["feature"] for row in _rows(run, "features")], dtype=np.float16)
+    assert len(vectors) == len(_rows(run, "decode")) > 30
+    normal = np.abs(vectors) >= np.finfo(np.float16).tiny
+    assert normal.mean() > 0.95                       # an uncalibrated random S3D gave none
+    wide = vectors.astype(np.float64)
+    spread = np.linalg.norm(wide - wide.mean(0), axis=1) / np.linalg.norm(wide, axis=1)
+    assert 0.1 < np.median(spread) < 2 and len(np.unique(vectors)) > 1000
 
 
 def _rows(work, stage):

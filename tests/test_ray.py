@@ -1,6 +1,6 @@
 """The Ray executor on a local Ray instance: outputs byte-identical to the local executor's (decode, and
-features with decode tasks feeding a model actor), retries, the report of a shard that keeps failing, and
-the k-means subtrees as Ray tasks."""
+features, a split stage, with producer tasks feeding an encoder actor; its one pass also writes decode's
+outputs), retries, the report of a shard that keeps failing, and the k-means subtrees as Ray tasks."""
 
 import json
 import os
@@ -48,8 +48,8 @@ def test_decode_and_features_are_byte_identical_to_the_local_executor(tmp_path, 
     make_video(videos / "b.mp4", duration_s=0.8, fps=30)    # one
     make_video(videos / "c.mp4", duration_s=1.0, fps=24)    # one
     (videos / "broken.mp4").write_text("not a video")       # an error row in both stages
-    # features on Ray: the shard's two clip streams (decode_workers=2) are decode tasks feeding one model
-    # actor (on CPU here; on a cluster it asks for a GPU)
+    # features on Ray: the shard's two producer streams (decode_workers=2) are decode tasks feeding one
+    # encoder actor (on CPU here; on a cluster it asks for a GPU)
     cfg = load_config(None, TINY_FEATURES + ["executor.ray_feature_models=1",
                                              "executor.ray_resources={features_model: {num_gpus: 0}}"])
     local, distributed = tmp_path / "local", tmp_path / "ray"
@@ -58,17 +58,26 @@ def test_decode_and_features_are_byte_identical_to_the_local_executor(tmp_path, 
     shards = Lineage(local).manifest_shards()
     assert shards == [0, 1]
     executor = RayExecutor(cfg)
-    for stage in ("decode", "features"):
-        LocalExecutor(cfg, workers=1).run_shards(local, stage, shards, quiet=True)
-        results = executor.run_shards(distributed, stage, shards, quiet=True)
-        assert [r["shard"] for r in results] == shards and not any(r.get("failed") for r in results)
-    assert results[0]["model_actors"] == 1 and results[0]["decode_streams"] == 2
+    # features alone: its pass makes decode's outputs too, on either executor
+    LocalExecutor(cfg, workers=1).run_shards(local, "features", shards, quiet=True)
+    results = executor.run_shards(distributed, "features", shards, quiet=True)
+    assert [r["shard"] for r in results] == shards and not any(r.get("failed") for r in results)
+    assert results[0]["encoder_actors"] == 1 and results[0]["producer_streams"] == 2
     assert results[0]["clips"] + results[1]["clips"] == 4
     assert _outputs(distributed) == _outputs(local)
     # the manifest; per shard: decode's clips and videos, features, each stage's error table
     assert len(_outputs(local)) == 1 + 2 * 5
-    # a rerun finds every shard complete and starts no task
+    # a rerun finds every shard complete and starts no task; so does decode, made by the features pass
     assert all(r["skipped"] for r in executor.run_shards(distributed, "features", shards, quiet=True))
+    assert all(r["skipped"] for r in executor.run_shards(distributed, "decode", shards, quiet=True))
+    # decode alone on Ray makes the same files as locally
+    for work in (local, distributed):
+        for shard in shards:
+            WorkDir(work).record("decode", shard).unlink()
+    LocalExecutor(cfg, workers=1).run_shards(local, "decode", shards, quiet=True)
+    assert not any(r.get("failed") or r.get("skipped") for r in executor.run_shards(distributed, "decode", shards,
+                                                                                      quiet=True))
+    assert _outputs(distributed) == _outputs(local)
 
 
 def test_a_shard_that_keeps_failing_is_reported_with_its_log_and_the_others_complete(tmp_path, ray_instance, capsys):
@@ -148,3 +157,15 @@ def test_task_resources_come_from_the_config_over_the_defaults():
         load_config(None, ["executor.ray_resources={asr: {gpus: 1}}"])
     assert task_options(load_config(None, ["executor.ray_resources={decode: {num_cpus: 0.25}}"]),
                         "decode")["num_cpus"] == 0.25
+
+
+def test_the_ray_executor_names_no_stage():
+    """Split stages come to it through their registry record (pipeline/split.py): it branches on no stage's
+    name and knows nothing of features or decode (k-means subtrees keep their resource role for `map`)."""
+    import re
+
+    from pipeline import ray_executor, registry
+    source = Path(ray_executor.__file__).read_text()
+    assert not re.search(r"stage *(==|!=|in) ", source)
+    assert [name for name in registry.NAMES if re.search(rf"[\"']{name}[\"']", source)] == ["kmeans"]
+    assert "feature" not in source.lower().replace("ray_feature_models", "") and "s3d" not in source.lower()
