@@ -30,6 +30,11 @@ class ConfigError(ValueError):
     """A config mistake; its message is one line that names the key."""
 
 
+# S3D's limits, as torchvision's S3D_Weights.KINETICS400_V1 states them (meta["min_temporal_size"], the
+# transform's crop); kept here so that loading a config needs no torch, and held equal by a test
+S3D_MIN_FRAMES = 14
+S3D_MIN_CROP = 224
+
 # Worker and thread counts: 0 means "the library's or the machine's choice"; more than this is a typo (no
 # node has that many cores, and a pool that size would run out of processes or memory before any work)
 MAX_WORKERS = 1024
@@ -125,11 +130,11 @@ def _check_executor(ex: ExecutorConfig) -> None:
 def _check_decode(d: DecodeConfig) -> None:
     _in_range(d.fps, 0, 120, "decode.fps", open_low=True)
     # S3D's temporal stride is 8 and its last pool spans 2 steps: shorter clips have no output
-    _in_range(d.clip_frames, 14, 1024, "decode.clip_frames", why="for S3D")
+    _in_range(d.clip_frames, S3D_MIN_FRAMES, 1024, "decode.clip_frames", why="for S3D")
     _in_range(d.min_clip_frames, 1, d.clip_frames, "decode.min_clip_frames",
               why="(the clip length, decode.clip_frames)")
     # S3D downsamples space by 32 and ends with a 7x7 pool; the crop is cut from the resized frame
-    _in_range(d.crop, 224, 1024, "decode.crop", why="for S3D")
+    _in_range(d.crop, S3D_MIN_CROP, 1024, "decode.crop", why="for S3D")
     _in_range(d.resize, d.crop, 1024, "decode.resize", why="(decode.crop is cut from it)")
     _in_range(d.thumbnail_size, 16, 512, "decode.thumbnail_size")
     _in_range(d.thumbnail_quality, 1, 100, "decode.thumbnail_quality")

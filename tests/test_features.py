@@ -61,6 +61,20 @@ def _cpu_float32_normalise(frames_uint8):
     return (x - mean) / std
 
 
+def test_the_s3d_limits_and_defaults_are_torchvisions():
+    """Config checks and defaults are typed without torch (a config loads fast): held equal to the weights'."""
+    from torchvision.models.video import S3D_Weights
+
+    from pipeline import config_rules
+    from pipeline.config import DecodeConfig
+    weights = S3D_Weights.KINETICS400_V1
+    assert config_rules.S3D_MIN_FRAMES == weights.meta["min_temporal_size"]
+    assert [config_rules.S3D_MIN_CROP] * 2 == list(weights.transforms().crop_size)
+    assert [DecodeConfig().crop] * 2 == list(weights.transforms().crop_size)
+    assert [DecodeConfig().resize] * 2 == list(weights.transforms().resize_size)
+    assert list(features.KINETICS_MEAN) == list(weights.transforms().mean)
+
+
 def test_stage_vector_equals_torchvision_s3d_forward(clip_frames):
     cfg = load_config(None, ["features.weights=random", "features.precision=auto"])
     encoder = features.S3DEncoder(cfg, torch.device("cpu"))
