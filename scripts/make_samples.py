@@ -541,12 +541,8 @@ def main() -> None:
                 "length with espeak's trailing silence trimmed; scenes: the visual step shown",
         "videos": videos,
     })
-    # the Spanish video ships its captions, as YouTube videos do: the manifest picks up a sidecar
-    # <name>.vtt, whose Language header lets align drop non-English text (an English-only Whisper
-    # model such as the bundled tiny.en cannot tell Spanish from English)
-    spanish = videos["cooking_spanish.mp4"]["sentences"]
-    write_text(SAMPLES_DIR / "cooking_spanish.vtt",
-               vtt_text([(s["start_s"], s["end_s"], s["text"]) for s in spanish], header="WEBVTT\nLanguage: es"))
+    # the Spanish video ships no captions: the multilingual Whisper detects its language, and align
+    # keeps no text from it (tests/test_asr.py and tests/test_pipeline_e2e.py check both)
     speech_fixtures()
     for name, v in videos.items():
         print(f"{name}: {v['duration_s']:.2f} s, audio={v['has_audio']}, lang={v['language']}, "
