@@ -10,7 +10,8 @@ import av
 import numpy as np
 
 from pipeline.config import DecodeConfig
-from pipeline.media import input_timeout, is_truncated, open_input
+from pipeline.inputs import input_timeout, open_input
+from pipeline.media import is_truncated
 
 SAMPLE_RATE = 16_000           # what Whisper models take
 
@@ -36,7 +37,7 @@ def decode_audio(uri: str, io_timeout_s: float = DecodeConfig.io_timeout_s) -> A
     so memory holds only the 64 KB per second of output, never the source's decoded channels. Other
     streams' packets are read (the file is read whole anyway) but not decoded: where every stream ends
     tells a cut-off file, which FFmpeg reads to its end without an error, from one whose audio is short.
-    Opened by media.open_input, as the decode stage opens it: a FIFO or a device is refused unopened, and
+    Opened by inputs.open_input, as the decode stage opens it: a FIFO or a device is refused unopened, and
     waiting longer than io_timeout_s (decode.io_timeout_s) to open it or for its next packet is InputTimeout."""
     try:
         container = open_input(uri, io_timeout_s)

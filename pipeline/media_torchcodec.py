@@ -20,7 +20,8 @@ import torch
 
 from pipeline import ffmpeg_libs
 from pipeline.config import DecodeConfig
-from pipeline.media import Clip, ClipReader, StreamTruncated, is_truncated, open_target
+from pipeline.inputs import open_target
+from pipeline.media import Clip, ClipReader, StreamTruncated, is_truncated
 
 log = logging.getLogger("pipeline.media")
 

@@ -18,7 +18,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.media import is_object_storage, open_target
+from pipeline.inputs import is_object_storage, open_target
 from pipeline.storage import location
 
 

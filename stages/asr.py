@@ -37,7 +37,7 @@ import schemas
 from pipeline import manifest, models
 from pipeline.audio import AudioDecodeError, decode_audio
 from pipeline.config import AsrConfig, DecodeConfig
-from pipeline.media import InputError, is_object_storage
+from pipeline.inputs import InputError, is_object_storage
 from pipeline.runner import ShardContext, ShardResult, error_row
 from schemas.metadata import Provenance
 from speech import transcripts

@@ -19,6 +19,7 @@ from PIL import Image
 
 import schemas
 from pipeline import media
+from pipeline.inputs import InputError
 from pipeline.runner import ShardContext, ShardResult, error_row
 
 
@@ -59,7 +60,7 @@ class VideoPass:
         video_id = video["video_id"]
         try:
             reader = media.open_clip_reader(video["uri"], decode)
-        except media.VideoDecodeError as error:
+        except (media.VideoDecodeError, InputError) as error:
             self.video_row, self.errors = _video_row(video, "error", None, 0), [error_row(video_id, error)]
             return
         with reader:
@@ -72,7 +73,7 @@ class VideoPass:
                         "thumbnail_jpeg": thumbnail_jpeg(media.to_numpy(middle), decode.thumbnail_size,
                                                          decode.thumbnail_quality)})
                     yield clip
-            except media.VideoDecodeError as error:   # raised before the first clip (a first frame too large)
+            except (media.VideoDecodeError, InputError) as error:   # before the first clip (a first frame too large)
                 self.clip_rows = []
                 self.video_row, self.errors = _video_row(video, "error", reader, 0), [error_row(video_id, error)]
                 return

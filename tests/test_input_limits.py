@@ -16,11 +16,12 @@ import pytest
 from bad_input_corpus import make_speech_video
 from media_factory import make_video
 
-from pipeline import audio, media, runner
+from pipeline import audio, inputs, runner
 from pipeline.config import load_config
+from pipeline.inputs import InputTimeout, NotARegularFile
 from pipeline.lineage import Lineage
 from pipeline.manifest import read_manifest, write_manifest
-from pipeline.media import ClipReader, InputTimeout, NotARegularFile
+from pipeline.media import ClipReader
 from pipeline.workdir import WorkDir
 
 REPO = Path(__file__).resolve().parent.parent
@@ -95,7 +96,7 @@ def unix_socket(tmp_path):
 def test_non_regular_inputs_are_refused_by_the_one_opener(tmp_path, unix_socket, kind):
     path = {"a socket": unix_socket, "a folder": tmp_path, "a character device": Path("/dev/null")}[kind]
     for uri in (str(path), "file://" + str(path)):
-        for open_it in (lambda uri: media.open_input(uri, 60.0), lambda uri: ClipReader(uri, load_config(None).decode),
+        for open_it in (lambda uri: inputs.open_input(uri, 60.0), lambda uri: ClipReader(uri, load_config(None).decode),
                         audio.decode_audio):
             with pytest.raises(NotARegularFile, match=re.escape(f"{uri} is {kind}, not a regular file")):
                 open_it(uri)
