@@ -29,17 +29,15 @@ import pyarrow.parquet as pq
 from PIL import Image
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import machine  # noqa: E402
+from common import clip_keys, features_table, machine, manifest_rows, write_manifest_rows, write_part  # noqa: E402
 
 import schemas  # noqa: E402
 import schemas.codebook as codebook_format  # noqa: E402
-from pipeline import lineage, storage, visual_words  # noqa: E402
+from pipeline import lineage, visual_words  # noqa: E402
 from pipeline.config import load_config  # noqa: E402
 from reports.gallery import READ_BATCH_ROWS, nearest_clips, write_gallery  # noqa: E402
 from pipeline.lineage import Lineage  # noqa: E402
-from pipeline.manifest import write_manifest_table  # noqa: E402
 from pipeline.workdir import WorkDir  # noqa: E402
-from schemas.metadata import Provenance  # noqa: E402
 
 K, DEPTH, DIM = 12, 4, schemas.FEATURE_DIM
 PROVENANCE_HASH = "bench000bench000"
@@ -66,39 +64,17 @@ def make_work_dir(work: Path, shards: int, clips_per_shard: int) -> None:
     for shard in range(shards):
         leaves = rng.integers(0, K ** DEPTH, clips_per_shard)
         vectors = codebook.centroids[-1][leaves] + rng.normal(0, 0.2, (clips_per_shard, DIM)).astype(np.float32)
-        clip_index = np.arange(clips_per_shard) % 600
-        keys = {"video_id": [f"s{shard}v{i // 600:04d}" for i in range(clips_per_shard)],
-                "clip_index": pa.array(clip_index, pa.int32()), "start_s": clip_index * 1.5,
-                "end_s": clip_index * 1.5 + 1.5}
-        flat = pa.array(vectors.astype(np.float16).reshape(-1), type=pa.float16())
-        features = pa.table(dict(keys, feature=pa.FixedSizeListArray.from_arrays(flat, DIM)))
-        write_part(work, "features", shard, features, schemas.FEATURES, feature_provenance_hash=PROVENANCE_HASH)
+        keys = clip_keys(shard, clips_per_shard)
+        write_part(work, "features", shard, features_table(keys, vectors), schemas.FEATURES, MADE_BY,
+                   feature_provenance_hash=PROVENANCE_HASH)
         decode = pa.table(dict(keys, n_real_frames=pa.array(np.full(clips_per_shard, 30), pa.int32()),
                                padded=np.zeros(clips_per_shard, bool),
                                thumbnail_jpeg=pa.array([thumbnail] * clips_per_shard, pa.binary())))
-        write_part(work, "decode", shard, decode, schemas.DECODE_CLIPS)
-    write_manifest_rows(work, manifest_rows(shards, clips_per_shard))
+        write_part(work, "decode", shard, decode, schemas.DECODE_CLIPS, MADE_BY)
+    write_manifest_rows(work, manifest_rows(shards, clips_per_shard), MADE_BY)
 
 
 MADE_BY = "benchmarks.bench_gallery"
-
-
-def write_part(work: Path, stage: str, shard: int, table: pa.Table, schema: schemas.Schema, **provenance) -> None:
-    """A hand-made part of `stage` with its completion record (it names no inputs: made here)."""
-    storage.write_parquet(WorkDir(work).part(stage, shard), schemas.conform(table, schema),
-                          Provenance(stage=stage, schema=schema.tag, **provenance))
-    lineage.record_external(work, stage, shard, MADE_BY)
-
-
-def write_manifest_rows(work: Path, rows: list[dict]) -> None:
-    write_manifest_table(work, pa.Table.from_pylist(rows, schema=schemas.MANIFEST.arrow),
-                         lineage.external_lineage(MADE_BY), Provenance(schema=schemas.MANIFEST.tag))
-
-
-def manifest_rows(shards: int, clips_per_shard: int) -> list[dict]:
-    return [{"video_id": f"s{shard}v{video:04d}", "uri": f"/videos/s{shard}v{video:04d}.mp4", "bytes": 1,
-             "transcript_uri": None, "shard": shard}
-            for shard in range(shards) for video in range((clips_per_shard + 599) // 600)]
 
 
 def one_shard_copy(work: Path, destination: Path, clips_per_shard: int) -> Path:
@@ -108,7 +84,7 @@ def one_shard_copy(work: Path, destination: Path, clips_per_shard: int) -> Path:
         WorkDir(destination).part(stage, 0).parent.mkdir(parents=True)
         WorkDir(destination).part(stage, 0).symlink_to(WorkDir(work).part(stage, 0))
         lineage.record_external(destination, stage, 0, MADE_BY)
-    write_manifest_rows(destination, manifest_rows(1, clips_per_shard))
+    write_manifest_rows(destination, manifest_rows(1, clips_per_shard), MADE_BY)
     return destination
 
 

@@ -14,20 +14,17 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import machine  # noqa: E402
+from common import clip_keys, features_table, machine, manifest_rows, write_manifest_rows, write_part  # noqa: E402
 
 import numpy as np  # noqa: E402
-import pyarrow as pa  # noqa: E402
 
 import schemas  # noqa: E402
-from pipeline import lineage, runner, storage  # noqa: E402
+from pipeline import runner, storage  # noqa: E402
 from pipeline.config import load_config  # noqa: E402
 from pipeline.executors import LocalExecutor  # noqa: E402
 from pipeline.lineage import Lineage  # noqa: E402
-from pipeline.manifest import write_manifest_table  # noqa: E402
 from pipeline.workdir import WorkDir  # noqa: E402
 from reports.validate import validate_work_dir  # noqa: E402
-from schemas.metadata import Provenance  # noqa: E402
 from stages import kmeans  # noqa: E402
 
 MADE_BY = "benchmarks.bench_lineage"
@@ -38,23 +35,11 @@ SETTINGS = ["kmeans.depth=2", "kmeans.k=8", "kmeans.niter=5", "kmeans.max_fit_ve
 def make_work_dir(work: Path, shards: int, clips: int) -> None:
     """Features parts of random vectors (600 clips per video) with their records and a manifest."""
     rng = np.random.default_rng(0)
-    rows = []
     for shard in range(shards):
         vectors = rng.normal(0, 1, (clips, schemas.FEATURE_DIM)).astype(np.float16)
-        clip_index = np.arange(clips) % 600
-        videos = [f"s{shard}v{i // 600:04d}" for i in range(clips)]
-        table = pa.table({"video_id": videos, "clip_index": pa.array(clip_index, pa.int32()),
-                          "start_s": clip_index * 1.5, "end_s": clip_index * 1.5 + 1.5,
-                          "feature": pa.FixedSizeListArray.from_arrays(pa.array(vectors.reshape(-1)),
-                                                                        schemas.FEATURE_DIM)})
-        storage.write_parquet(WorkDir(work).part("features", shard), schemas.conform(table, schemas.FEATURES),
-                              Provenance(stage="features", schema=schemas.FEATURES.tag,
-                                         feature_provenance_hash="bench", feature_provenance="{}"))
-        lineage.record_external(work, "features", shard, MADE_BY)
-        rows += [{"video_id": video, "uri": f"/videos/{video}.mp4", "bytes": 1, "transcript_uri": None,
-                  "shard": shard} for video in sorted(set(videos))]
-    write_manifest_table(work, pa.Table.from_pylist(rows, schema=schemas.MANIFEST.arrow),
-                         lineage.external_lineage(MADE_BY), Provenance(schema=schemas.MANIFEST.tag))
+        write_part(work, "features", shard, features_table(clip_keys(shard, clips), vectors), schemas.FEATURES,
+                   MADE_BY, feature_provenance_hash="bench", feature_provenance="{}")
+    write_manifest_rows(work, manifest_rows(shards, clips), MADE_BY)
 
 
 def per_shard(fn, shards: int) -> float:
