@@ -80,6 +80,11 @@ def is_url(text: str) -> bool:
 
 def relative_name(root, path) -> str:
     """`path`'s name inside `root` ("a/b.json"), the same for local and remote locations."""
+    if not is_remote(root):   # by parts: a root of "." holds "a/b.json", whose text does not start with "./"
+        try:
+            return Path(path).relative_to(Path(root)).as_posix()
+        except ValueError:
+            raise ValueError(f"{path} is not inside {root}") from None
     root_text, text = str(root).rstrip("/"), str(path)
     if not text.startswith(root_text + "/"):
         raise ValueError(f"{path} is not inside {root}")

@@ -83,3 +83,18 @@ def test_manifest_records_the_folder_transcripts_are_confined_to(tmp_path):
     for input_path in (tmp_path / "link", tmp_path / "link" / "list.csv"):
         path, _, _ = write_manifest(cfg, input_path, tmp_path / "work")
         assert storage.read_metadata(path).transcript_root == str(videos.resolve())
+
+
+def test_the_current_folder_as_work_dir(tmp_path, monkeypatch):
+    """`--work-dir .`: records name their files inside the work dir whatever way its root is spelled."""
+    from pipeline.lineage import Lineage
+    videos = tmp_path / "videos"
+    _touch(videos / "a.mp4")
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    write_manifest(load_config(None, []), videos, ".")
+    checker = Lineage(".")
+    assert checker.manifest_shards() == [0]
+    assert checker.verified("manifest", None, checker.work.manifest) == checker.work.manifest   # its sha256 matches
+    assert storage.relative_name(".", "manifest/manifest.parquet") == "manifest/manifest.parquet"
