@@ -28,7 +28,8 @@ class Split:
     # (cfg, device) -> cfg with the stage's automatic sizes (batch size, producer streams) settled for an
     # encoder on `device`: producers and encoders then work from the same values
     settle: Callable
-    streams: Callable        # (cfg, n_videos) -> producer streams for one shard (0: in the encoder's process)
+    streams: Callable        # (cfg) -> producer streams for one shard (0: in the encoder's process); the
+                             # executors start no more than the shard has videos
     produce: Callable        # (cfg, videos) -> Iterator[{"meta": dict, "payload": Tensor | None}]
     encoder: Callable        # (cfg) -> an Encoder (below), loaded once per process
     finish: Callable         # (ctx, cfg, metas, arrays, stats) -> ShardResult
@@ -76,7 +77,7 @@ def run_local(ctx, split: Split, cfg=None):
     cfg = cfg or ctx.cfg
     encoder = split.encoder(cfg)
     cfg = split.settle(cfg, encoder.device)
-    workers = min(split.streams(cfg, len(ctx.videos)), len(ctx.videos))
+    workers = min(split.streams(cfg), len(ctx.videos))
     pinned = encoder.device.type == "cuda"
     loader = DataLoader(_Streams(split, cfg, ctx.videos), batch_size=None, num_workers=workers,
                         pin_memory=pinned and workers > 0, prefetch_factor=4 if workers else None,

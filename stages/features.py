@@ -70,17 +70,13 @@ def calibration_videos() -> list[Path]:
     return videos
 
 
-@functools.lru_cache(maxsize=4)
-def _calibration_digest(stamps: tuple) -> str:
-    digest = hashlib.sha256(CALIBRATION_RECIPE.encode())
-    for path, _size, _mtime in stamps:
-        digest.update(Path(path).name.encode() + storage.file_sha256(path).encode())
-    return digest.hexdigest()[:16]
-
-
 def calibration_digest() -> str:
-    """The identity of the calibration set: the sample files' contents and the recipe."""
-    return _calibration_digest(tuple((str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in calibration_videos()))
+    """The identity of the calibration set: the sample files' contents (each hashed once per process while
+    unchanged) and the recipe."""
+    digest = hashlib.sha256(CALIBRATION_RECIPE.encode())
+    for path in calibration_videos():
+        digest.update(path.name.encode() + _file_sha256(str(path)).encode())
+    return digest.hexdigest()[:16]
 
 
 def calibration_clips() -> torch.Tensor:
@@ -139,10 +135,6 @@ def provenance_hash(provenance: dict) -> str:
     return storage.text_sha256(json.dumps(provenance, sort_keys=True))[:16]
 
 
-def _cache_folder() -> Path:
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "videobert-pipeline"
-
-
 @functools.lru_cache(maxsize=2)
 def calibrated_random_state(seed: int, digest: str) -> dict:
     """The state of a seeded random S3D whose BatchNorm running statistics are those of the calibration
@@ -151,7 +143,7 @@ def calibrated_random_state(seed: int, digest: str) -> dict:
     network; a lock makes processes that start together wait for the first one."""
     import fcntl
 
-    folder = _cache_folder()
+    folder = storage.user_cache("s3d")
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"s3d-random-seed{seed}-{digest}-torch{torch.__version__.split('+')[0]}.pt"
     with open(folder / f"{path.name}.lock", "w") as lock:
@@ -341,12 +333,8 @@ def gpu_decoding(cfg: Config) -> bool:
 
 def settle(cfg: Config, device: torch.device) -> Config:
     """The automatic sizes for an encoder on `device`: a GPU takes batches of 128 clips and every core
-    but one decoding for it; a CPU batches of 8 and one decode worker. With torchcodec, decode worker
-    processes started from here on find FFmpeg's libraries (pipeline/ffmpeg_libs.py)."""
+    but one decoding for it; a CPU batches of 8 and one decode worker."""
     import dataclasses
-    if cfg.decode.backend == "torchcodec":
-        from pipeline import ffmpeg_libs
-        ffmpeg_libs.prepare_children()     # decode worker processes load torchcodec on PyAV's FFmpeg
     f = cfg.features
     gpu = device.type == "cuda"
     batch = f.batch_size or (GPU_BATCH if gpu else CPU_BATCH)
@@ -354,9 +342,9 @@ def settle(cfg: Config, device: torch.device) -> Config:
     return dataclasses.replace(cfg, features=dataclasses.replace(f, batch_size=batch, decode_workers=workers))
 
 
-def streams(cfg: Config, n_videos: int) -> int:
+def streams(cfg: Config) -> int:
     """Decode worker processes for a shard: none when the GPU decodes (frames stay on the device)."""
-    return 0 if gpu_decoding(cfg) else min(cfg.features.decode_workers or 0, n_videos)
+    return 0 if gpu_decoding(cfg) else cfg.features.decode_workers or 0
 
 
 def actors(cfg: Config) -> int:
@@ -364,8 +352,13 @@ def actors(cfg: Config) -> int:
 
 
 def start_method(cfg: Config) -> str | None:
-    """torchcodec's decode workers start afresh ("spawn"), so that they load FFmpeg from LD_LIBRARY_PATH."""
-    return "spawn" if cfg.decode.backend == "torchcodec" else None
+    """torchcodec's decode workers start afresh ("spawn") with PyAV's FFmpeg on LD_LIBRARY_PATH
+    (pipeline/ffmpeg_libs.py), which the dynamic linker reads at process start."""
+    if cfg.decode.backend != "torchcodec":
+        return None
+    from pipeline import ffmpeg_libs
+    ffmpeg_libs.prepare_children()
+    return "spawn"
 
 
 def produce(cfg: Config, videos: list[dict]):
@@ -422,9 +415,10 @@ def check_values(vectors16: np.ndarray, label: str) -> None:
 
 
 def feature_table(rows: list[dict], vectors: np.ndarray) -> pa.Table:
+    """The part's table, in (video, clip) order; `vectors` are float16 already."""
     order = sorted(range(len(rows)), key=lambda i: (rows[i]["video_id"], rows[i]["clip_index"]))
     rows = [rows[i] for i in order]
-    flat = pa.array(vectors[order].astype(np.float16).reshape(-1), type=pa.float16())
+    flat = pa.array(vectors[order].reshape(-1), type=pa.float16())
     return pa.table({
         "video_id": pa.array([r["video_id"] for r in rows], pa.string()),
         "clip_index": pa.array([r["clip_index"] for r in rows], pa.int32()),
@@ -437,15 +431,14 @@ def feature_table(rows: list[dict], vectors: np.ndarray) -> pa.Table:
 def finish(ctx: ShardContext, cfg: Config, metas: list[dict], arrays: list, stats: dict) -> ShardResult:
     """The shard's features and, from the same pass, the decode stage's tables."""
     rows = [key for meta in metas for key in meta["clips"]]
-    matrix = split.concatenate(arrays, schemas.FEATURE_DIM)
-    check_values(matrix.astype(np.float16), f"features part {ctx.shard_index:05d}")
-    errors = sorted((row for meta in metas for row in meta["errors"]), key=lambda row: row["video_id"])
+    matrix = split.concatenate(arrays, schemas.FEATURE_DIM).astype(np.float16)
+    check_values(matrix, f"features part {ctx.shard_index:05d}")
     provenance = feature_provenance(cfg)
     made = decode.shard_result([row for meta in metas for row in meta["decode_clips"]],
-                               [row for meta in metas for row in meta["decode_videos"]], errors,
-                               {"made_by": "features"})
+                               [row for meta in metas for row in meta["decode_videos"]],
+                               [row for meta in metas for row in meta["errors"]], {"made_by": "features"})
     return ShardResult(
-        tables={"": feature_table(rows, matrix)}, errors=errors,
+        tables={"": feature_table(rows, matrix)}, errors=made.errors,
         stats={"clips": len(rows), **stats},
         provenance=Provenance(feature_provenance=json.dumps(provenance, sort_keys=True),
                               feature_provenance_hash=provenance_hash(provenance), weights=provenance["weights"]),
