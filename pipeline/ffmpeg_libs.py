@@ -32,8 +32,8 @@ def link_folder() -> Path | None:
     source = pyav_libs()
     if source is None:
         return None
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "videobert-pipeline"
-    folder = cache / f"ffmpeg-{hashlib.sha256(str(source).encode()).hexdigest()[:12]}"
+    from pipeline.storage import user_cache
+    folder = user_cache("ffmpeg") / f"{hashlib.sha256(str(source).encode()).hexdigest()[:12]}"
     for path in source.iterdir():
         match = re.fullmatch(r"lib(\w+)-[0-9a-f]{8}\.so\.(\d+)(\.[\d.]+)?", path.name)
         if not match or match.group(1) not in LIBRARIES:

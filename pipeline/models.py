@@ -59,12 +59,8 @@ PART = re.compile(r"(?P<name>.+)\.part(?P<index>\d+)")
 
 
 def cache_root() -> Path:
-    """Where assembled models live: $VIDEOBERT_CACHE/models, else $XDG_CACHE_HOME/videobert/models, else
-    ~/.cache/videobert/models. Outside the repository and the work dir: one copy per user and machine."""
-    if os.environ.get("VIDEOBERT_CACHE"):
-        return Path(os.environ["VIDEOBERT_CACHE"]).expanduser() / "models"
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base).expanduser() / "videobert" / "models"
+    """Where assembled models live (storage.user_cache)."""
+    return storage.user_cache("models")
 
 
 def location(spec: str) -> str:

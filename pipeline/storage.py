@@ -91,6 +91,15 @@ def relative_name(root, path) -> str:
     return text[len(root_text) + 1:]
 
 
+def user_cache(name: str) -> Path:
+    """This user's cache folder `name` (models, calibrated weights, library links, training mirrors):
+    $VIDEOBERT_CACHE/name, else $XDG_CACHE_HOME/videobert/name, else ~/.cache/videobert/name. Outside the
+    repository and the work dir: one copy per user and machine."""
+    if os.environ.get("VIDEOBERT_CACHE"):
+        return Path(os.environ["VIDEOBERT_CACHE"]).expanduser() / name
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache").expanduser() / "videobert" / name
+
+
 def local_temporary(name: str) -> Path:
     """A fresh local file for a remote output (or input) to be written through; the caller removes it."""
     import tempfile

@@ -10,7 +10,6 @@ last, and a pull takes only folders that have one, so a half-uploaded checkpoint
 from __future__ import annotations
 
 import hashlib
-import os
 from pathlib import Path
 
 from pipeline import storage
@@ -28,8 +27,7 @@ def latest_checkpoint(files) -> Path | None:
 
 def mirror_root(work: WorkDir) -> Path:
     """The local folder standing in for a remote work dir's train/ (its path names the URL)."""
-    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "videobert" / "train-mirrors"
-    return cache / hashlib.sha256(str(work.root).encode()).hexdigest()[:16]
+    return storage.user_cache("train-mirrors") / hashlib.sha256(str(work.root).encode()).hexdigest()[:16]
 
 
 def local_files(work: WorkDir) -> WorkDir:
