@@ -70,6 +70,18 @@ def is_truncated(data_end_s: float, declared_s: float) -> bool:
     return declared_s - data_end_s > duration_tolerance(declared_s)
 
 
+def truncation(first_frame_s: float, n_frames: int, fps: float, declared_s: float | None) -> StreamTruncated | None:
+    """The error of a video stream whose `n_frames` frames (at `fps`, from `first_frame_s` on the container
+    clock) end well before the duration its header declares; None when they do not, or nothing is known."""
+    if not (n_frames and declared_s):
+        return None
+    ends_s = first_frame_s + n_frames / fps
+    if not is_truncated(ends_s, declared_s):
+        return None
+    return StreamTruncated(f"the stream ends at {ends_s:.2f} s of the {declared_s:.2f} s its header states: "
+                           f"the file is truncated")
+
+
 @dataclass
 class VideoInfo:
     duration_s: float | None
@@ -273,12 +285,8 @@ class ClipReader:
                 yield from self._emit(pending, end_slot - pending_slot)
             except (av.error.FFmpegError, ValueError) as error:
                 self.error = self.error or error
-        duration = self._video_duration_s
-        if self.error is None and self.n_frames and duration:
-            ends_s = self.first_frame_s + self.n_frames / self.cfg.fps   # on the container clock
-            if is_truncated(ends_s, duration):
-                self.error = StreamTruncated(f"the stream ends at {ends_s:.2f} s of the {duration:.2f} s its "
-                                             f"header states: the file is truncated")
+        if self.error is None:
+            self.error = truncation(self.first_frame_s, self.n_frames, self.cfg.fps, self._video_duration_s)
 
     def _timed_frames(self) -> Iterator[av.VideoFrame]:
         """The stream's decoded frames that carry a timestamp, in presentation order."""

@@ -21,7 +21,7 @@ import torch
 from pipeline import ffmpeg_libs
 from pipeline.config import DecodeConfig
 from pipeline.inputs import open_target
-from pipeline.media import Clip, ClipReader, StreamTruncated, is_truncated
+from pipeline.media import Clip, ClipReader, truncation
 
 log = logging.getLogger("pipeline.media")
 
@@ -125,10 +125,6 @@ class TorchcodecClipReader:
             kept = frames if with_frames else frames[(n_real - 1) // 2][None]
             yield Clip(clip_index, round(start, 6), round(start + n_real / cfg.fps, 6),
                        kept.cpu().numpy() if kept.device.type == "cpu" else kept, n_real, n_real < cfg.clip_frames)
-        duration = self.header._video_duration_s
-        if self.error is None and self.n_frames and duration:
-            ends_s = self.first_frame_s + self.n_frames / cfg.fps
-            if is_truncated(ends_s, duration):
-                self.error = StreamTruncated(f"the stream ends at {ends_s:.2f} s of the {duration:.2f} s its "
-                                             f"header states: the file is truncated")
+        if self.error is None:
+            self.error = truncation(self.first_frame_s, self.n_frames, cfg.fps, self.header._video_duration_s)
 
