@@ -96,24 +96,32 @@ class Backend(Protocol):
 CONDITION_ON_PREVIOUS_TEXT = False
 
 
-def _vad_speech_chunks(samples: np.ndarray) -> list[dict]:
-    """Silero VAD's speech spans (sample indices), faster-whisper's default options."""
-    from faster_whisper.vad import VadOptions, get_speech_timestamps
-    return get_speech_timestamps(samples, VadOptions())
+def _vad(samples: np.ndarray, vad: bool) -> tuple[np.ndarray, list[dict] | None]:
+    """The speech Silero VAD finds (faster-whisper's default options), joined, and its spans in sample
+    indices; without the filter all of `samples` and None. Run once per video: language detection and
+    recognition both take the joined speech, whose word times the spans map back."""
+    if not vad:
+        return samples, None
+    from faster_whisper.vad import VadOptions, collect_chunks, get_speech_timestamps
+    chunks = get_speech_timestamps(samples, VadOptions())
+    return np.concatenate(collect_chunks(samples, chunks)[0]), chunks
 
 
 def _speech(samples: np.ndarray, vad: bool) -> np.ndarray:
     """What the language is detected on: the speech the voice-activity filter finds (joined), or all of it."""
-    if not vad:
-        return samples
-    from faster_whisper.vad import collect_chunks
-    chunks = _vad_speech_chunks(samples)
-    return np.concatenate(collect_chunks(samples, chunks)[0]) if chunks else np.zeros(0, np.float32)
+    return _vad(samples, vad)[0]
 
 
-def _warn_once(note: str, multilingual: bool, cfg: AsrConfig) -> None:
+def _describe(kind: str, cfg: AsrConfig, resolved: models.ResolvedModel, multilingual: bool,
+              **settings: str) -> tuple[str, dict]:
+    """A backend's `source` and output metadata; says on stderr when no language will be detected."""
+    note = language_note(cfg, multilingual, resolved.label)
     if not multilingual and not cfg.language:
         print(f"asr: {note.removeprefix('none: ')}", file=sys.stderr)
+    metadata = {"backend": kind, "asr_model": cfg.model, **settings, "language_detection": note}
+    if resolved.sha256:
+        metadata["asr_model_sha256"] = resolved.sha256
+    return f"{kind}:{resolved.label}", metadata
 
 
 class FasterWhisperBackend:
@@ -129,15 +137,10 @@ class FasterWhisperBackend:
                                                  compute_type=self.compute_type, cpu_threads=cfg.num_threads)
         self.multilingual = bool(self.model.model.is_multilingual)
         self.batched = faster_whisper.BatchedInferencePipeline(self.model) if cfg.batch_size else None
-        self.source = f"faster-whisper:{resolved.label}"
-        note = language_note(cfg, self.multilingual, resolved.label)
-        self.metadata = {"backend": "faster-whisper", "asr_model": cfg.model,
-                         "device": self.device, "compute_type": self.compute_type,
-                         "batch_size": str(cfg.batch_size), "language_detection": note,
-                         "faster_whisper_version": faster_whisper.__version__}
-        if resolved.sha256:
-            self.metadata["asr_model_sha256"] = resolved.sha256
-        _warn_once(note, self.multilingual, cfg)
+        self.source, self.metadata = _describe(
+            "faster-whisper", cfg, resolved, self.multilingual, device=self.device, compute_type=self.compute_type,
+            batch_size=str(cfg.batch_size))
+        self.metadata["faster_whisper_version"] = faster_whisper.__version__
 
     def language_probabilities(self, speech: np.ndarray) -> dict[str, float]:
         """Whisper's language probabilities on the first asr.language_detection_s seconds of `speech`."""
@@ -152,13 +155,13 @@ class FasterWhisperBackend:
     def recognise(self, samples: np.ndarray, seed: int) -> Recognition:
         import ctranslate2
         ctranslate2.set_random_seed(seed)   # the temperature fallback samples
-        speech = _speech(samples, self.cfg.vad)
+        speech, chunks = _vad(samples, self.cfg.vad)
         if not len(speech):
             return Recognition(words=[], language=None, language_prob=None)
         decision = decide_language(self.cfg, self.multilingual, lambda: self.language_probabilities(speech))
-        options = {"language": decision.decode_as, "beam_size": self.cfg.beam_size, "word_timestamps": True,
-                   "vad_filter": self.cfg.vad}
-        if self.batched is not None:
+        options = {"language": decision.decode_as, "beam_size": self.cfg.beam_size, "word_timestamps": True}
+        if self.batched is not None:   # its own filter, with the batched pipeline's options
+            options["vad_filter"] = self.cfg.vad
             duration_s = len(samples) / SAMPLE_RATE
             # without the filter, the batched pipeline needs the windows given
             windows = None if self.cfg.vad else [
@@ -166,9 +169,12 @@ class FasterWhisperBackend:
                 for start in range(0, math.ceil(duration_s), WINDOW_S)]
             segments, _ = self.batched.transcribe(samples, batch_size=self.cfg.batch_size,
                                                   clip_timestamps=windows, **options)
-        else:
-            segments, _ = self.model.transcribe(samples, condition_on_previous_text=CONDITION_ON_PREVIOUS_TEXT,
-                                                **options)
+        else:   # the speech found above, its times mapped back as faster-whisper's own filter does
+            from faster_whisper.transcribe import restore_speech_timestamps
+            segments, _ = self.model.transcribe(speech, condition_on_previous_text=CONDITION_ON_PREVIOUS_TEXT,
+                                                vad_filter=False, **options)
+            if chunks:
+                segments = restore_speech_timestamps(segments, chunks, SAMPLE_RATE)
         words = [Word(text=w.word, start_s=float(w.start), end_s=float(w.end), prob=float(w.probability))
                  for segment in segments for w in (segment.words or [])]
         return Recognition(words=words, language=decision.language, language_prob=decision.language_prob)
@@ -197,14 +203,10 @@ class OpenAIWhisperBackend:
             self.model = self.model.half()
         self.cfg = cfg
         self.multilingual = bool(self.model.is_multilingual)
-        self.source = f"whisper:{resolved.label}"
-        note = language_note(cfg, self.multilingual, resolved.label)
-        self.metadata = {"backend": "whisper", "asr_model": cfg.model, "device": self.device,
-                         "compute_type": "float16" if self.fp16 else "float32", "language_detection": note,
-                         "whisper_version": whisper.__version__}
-        if resolved.sha256:
-            self.metadata["asr_model_sha256"] = resolved.sha256
-        _warn_once(note, self.multilingual, cfg)
+        self.source, self.metadata = _describe(
+            "whisper", cfg, resolved, self.multilingual, device=self.device,
+            compute_type="float16" if self.fp16 else "float32")
+        self.metadata["whisper_version"] = whisper.__version__
 
     def language_probabilities(self, speech: np.ndarray) -> dict[str, float]:
         """Whisper's language probabilities on the first asr.language_detection_s seconds of `speech`."""
@@ -220,15 +222,10 @@ class OpenAIWhisperBackend:
     def recognise(self, samples: np.ndarray, seed: int) -> Recognition:
         import torch
         import whisper
-        from faster_whisper.vad import SpeechTimestampsMap, collect_chunks
+        from faster_whisper.vad import SpeechTimestampsMap
         torch.manual_seed(seed)   # the temperature fallback samples
-        timestamps = None
-        if self.cfg.vad:
-            chunks = _vad_speech_chunks(samples)
-            if not chunks:
-                return Recognition(words=[], language=None, language_prob=None)
-            samples = np.concatenate(collect_chunks(samples, chunks)[0])
-            timestamps = SpeechTimestampsMap(chunks, SAMPLE_RATE)
+        samples, chunks = _vad(samples, self.cfg.vad)
+        timestamps = SpeechTimestampsMap(chunks, SAMPLE_RATE) if chunks else None
         if not len(samples):
             return Recognition(words=[], language=None, language_prob=None)
         decision = decide_language(self.cfg, self.multilingual, lambda: self.language_probabilities(samples))
