@@ -92,9 +92,10 @@ def _parse_json(path, data: bytes) -> dict:
     return value
 
 
-def output_entry(work: WorkDir, path: Path, rows: int | None = None) -> dict:
-    """What a record says of one file it wrote."""
-    entry = {"sha256": storage.file_sha256(path), "bytes": path.stat().st_size}
+def output_entry(work: WorkDir, path: Path, rows: int | None = None, written: dict | None = None) -> dict:
+    """What a record says of one file it wrote (`written`: its {"sha256", "bytes"} as the writer saw them;
+    else read back)."""
+    entry = dict(written) if written else {"sha256": storage.file_sha256(path), "bytes": path.stat().st_size}
     if rows is not None:
         entry["rows"] = rows
     return {relative(work, path): entry}
@@ -372,15 +373,7 @@ class Lineage:
     def current_parts(self, stage: str, table: str = "") -> list[tuple[int, Path]]:
         """(shard, path) of the current outputs of a per-shard stage, in shard order: what readers use
         (a killed run's file without a record, or a stale one, does not count)."""
-        try:
-            shards = self.manifest_shards()
-        except InputNotReady:
-            return []
-        parts = []
-        for shard in shards:
-            if self.state(stage, shard).current:
-                parts.append((shard, self.work.part(stage, shard, table)))
-        return parts
+        return [(shard, self.work.part(stage, shard, table)) for shard in self.current_records(stage)]
 
     def current_records(self, stage: str) -> dict[int, dict]:
         """shard -> record of the current shards of a per-shard stage (for status, summary, report)."""

@@ -105,10 +105,10 @@ def collect(work_dir) -> dict:
     they disagree."""
     work = WorkDir(work_dir)
     checker = Lineage(work)
-    parts = checker.current_parts("align")
-    if not parts:
-        raise CardError(f"no current align shards in {work.data_folder('align')}: run the align stage first")
     records = checker.current_records("align")
+    if not records:
+        raise CardError(f"no current align shards in {work.data_folder('align')}: run the align stage first")
+    parts = [(shard, work.part("align", shard)) for shard in records]
     carried: dict[str, dict[str, object]] = {name: {} for name in CARRIED}
     files, kinds = [], {}
     for shard, path in parts:

@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow.compute as pc
 
 from pipeline import storage
-from pipeline.lineage import Lineage, read_json
+from pipeline.lineage import Lineage, parquet_rows, read_json
 from pipeline.registry import SHARD_STAGES
 from pipeline.workdir import WorkDir
 
@@ -45,7 +45,7 @@ def collect(work_dir: Path) -> dict:
         entry = {"shards_complete": len(records), "shards_total": total_shards,
                  "seconds": round(sum(r.get("seconds", 0) for r in records), 1)}
         parts = _parts(work_dir, stage)
-        entry["rows"] = sum(storage.parquet_file(p).metadata.num_rows for p in parts)
+        entry["rows"] = sum(parquet_rows(p) for p in parts)
         summary["stages"][stage] = entry
     videos = _parts(work, "decode", "videos")
     if videos:
