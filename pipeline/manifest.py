@@ -263,10 +263,10 @@ def write_manifest_table(work_dir, table: pa.Table, lineage_record: dict, proven
     digests = shard_digests(table)
     work.record("manifest").unlink(missing_ok=True)
     # rows are in shard order: row groups of a few shards let a shard task read just its own
-    storage.write_parquet(work.manifest, table, provenance, row_group_size=row_group_size,
-                          temporaries=work.temporaries)
+    written = storage.write_parquet(work.manifest, table, provenance, row_group_size=row_group_size,
+                                    temporaries=work.temporaries)
     lineage.write_record(work, "manifest", None, lineage_record,
-                         lineage.output_entry(work, work.manifest, table.num_rows),
+                         lineage.output_entry(work, work.manifest, table.num_rows, written),
                          {"videos": table.num_rows, "shards": digests})
     return digests
 

@@ -129,15 +129,15 @@ def _write_shard(cfg: Config, work: WorkDir, checker: Lineage, spec: registry.St
     for table_name, schema in spec.tables.items():
         table = schemas.conform(result.tables[table_name], schema)
         path = work.part(stage, shard_index, table_name)
-        storage.write_parquet(path, table, output_provenance(cfg, spec, schema, result.provenance),
-                              row_group_size=result.row_group_size, temporaries=work.temporaries)
-        outputs.update(lineage.output_entry(work, path, table.num_rows))
+        written = storage.write_parquet(path, table, output_provenance(cfg, spec, schema, result.provenance),
+                                        row_group_size=result.row_group_size, temporaries=work.temporaries)
+        outputs.update(lineage.output_entry(work, path, table.num_rows, written))
     errors = [dict(row, stage=stage) for row in result.errors]
     error_table = schemas.conform(pa.Table.from_pylist(errors, schema=schemas.ERRORS.arrow)
                                   if errors else schemas.empty(schemas.ERRORS), schemas.ERRORS)
     errors_path = work.errors(stage, shard_index)
-    storage.write_parquet(errors_path, error_table, Provenance(stage=stage, schema=schemas.ERRORS.tag))
-    outputs.update(lineage.output_entry(work, errors_path, error_table.num_rows))
+    written = storage.write_parquet(errors_path, error_table, Provenance(stage=stage, schema=schemas.ERRORS.tag))
+    outputs.update(lineage.output_entry(work, errors_path, error_table.num_rows, written))
     stats = dict(result.stats)
     stats.update(videos=n_videos, errors=len(errors), failed_videos=len({row["video_id"] for row in errors}),
                  error_types=_count([row["error_type"] for row in errors]), seconds=round(elapsed, 3),

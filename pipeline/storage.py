@@ -210,19 +210,21 @@ def atomic_write_json(final: Path, value) -> None:
 # ---------------------------------------------------------------- Parquet
 
 def write_parquet(final: Path, table: pa.Table, provenance: Provenance, *, row_group_size: int | None = None,
-                  compression: str = "zstd", temporaries: Path | None = None) -> None:
-    """Write `table` atomically with its provenance in the file's key-value metadata."""
-    write_parquet_stream(final, table.schema, provenance, [table], row_group_size=row_group_size,
+                  compression: str = "zstd", temporaries: Path | None = None) -> dict:
+    """Write `table` atomically with its provenance in the file's key-value metadata; returns the
+    written file's {"sha256", "bytes"}."""
+    return write_parquet_stream(final, table.schema, provenance, [table], row_group_size=row_group_size,
                          compression=compression, temporaries=temporaries)
 
 
 def write_parquet_stream(final: Path, schema: pa.Schema, provenance: Provenance, tables, *,
                          row_group_size: int | None = None, compression: str = "zstd",
-                         temporaries: Path | None = None) -> None:
+                         temporaries: Path | None = None) -> dict:
     """Write `tables` (an iterable, consumed one at a time: bounded memory) one after another into one
     Parquet file of `schema`, atomically, with `provenance` in its key-value metadata. Every data page
     carries a CRC32 checksum (Parquet's own), which readers here verify. `temporaries`: the folder of the
-    file being written (see atomic_path)."""
+    file being written (see atomic_path). Returns the file's {"sha256", "bytes"}, taken from the local
+    file before it is published: a record of it needs no second read (nor a download)."""
     schema = schema.with_metadata({**(schema.metadata or {}), **provenance.to_metadata()})
     tmp = local_temporary(final.name) if is_remote(final) else atomic_path(final, temporaries)
     try:
@@ -231,6 +233,7 @@ def write_parquet_stream(final: Path, schema: pa.Schema, provenance: Provenance,
             for table in tables:
                 writer.write_table(table if table.schema.equals(schema) else table.cast(schema),
                                    row_group_size=row_group_size)
+        written = {"sha256": file_sha256(tmp), "bytes": tmp.stat().st_size}
         if is_remote(final):
             publish(tmp, final)
         else:
@@ -239,6 +242,7 @@ def write_parquet_stream(final: Path, schema: pa.Schema, provenance: Provenance,
             os.replace(tmp, final)
     finally:
         tmp.unlink(missing_ok=True)
+    return written
 
 
 def read_table(path: Path, columns: list[str] | None = None, **kwargs) -> pa.Table:
