@@ -30,12 +30,17 @@ def mirror_root(work: WorkDir) -> Path:
     return storage.user_cache("train-mirrors") / hashlib.sha256(str(work.root).encode()).hexdigest()[:16]
 
 
+def mirror_of(work: WorkDir) -> WorkDir:
+    """The work dir whose train/ training reads and writes, as it is: `work` on a local disk, else its mirror."""
+    return WorkDir(mirror_root(work)) if storage.is_remote(work.root) else work
+
+
 def local_files(work: WorkDir) -> WorkDir:
     """The work dir whose train/ training reads and writes: `work` itself on a local disk, else a local
     mirror brought up to date with the remote train/ (complete checkpoints and the log)."""
     if not storage.is_remote(work.root):
         return work
-    mirror = WorkDir(mirror_root(work))
+    mirror = mirror_of(work)
     remote = work.train_folder
     pulled = set()
     if remote.exists():

@@ -167,12 +167,12 @@ def train(cfg: Config, work_dir, *, resume: bool = False, restart: bool = False,
     runtime, started_group = _start_runtime(cfg.train.device, cfg.train.num_threads)
     work = WorkDir(work_dir)
     try:
-        # checkpoints and the log are written on a local disk: the work dir's, or a mirror of a remote one
-        if int(os.environ.get("LOCAL_RANK", "0")) == 0:
-            files = checkpoints.local_files(work)
+        # checkpoints and the log are written on a local disk: the work dir's, or a mirror of a remote one,
+        # which each node's first rank brings up to date while the others wait
+        local_first = int(os.environ.get("LOCAL_RANK", "0")) == 0
+        files = checkpoints.local_files(work) if local_first else checkpoints.mirror_of(work)
         if runtime.distributed:
             dist.barrier()
-        files = checkpoints.local_files(work) if int(os.environ.get("LOCAL_RANK", "0")) else files
         return _train(cfg, work, files, runtime, resume, restart, quiet)
     finally:
         if started_group:
