@@ -79,6 +79,17 @@ def location(spec: str) -> str:
     return str(folder)
 
 
+def identity(spec: str) -> str:
+    """What lineage records of a model: "label:sha256" (its location where it has no local files). A split
+    model's recorded sha256 is its identity: nothing is assembled (or hashed) to name it, so `status` and
+    the drivers of a cluster run never build the model."""
+    split = SPLIT_MODELS.get(spec[len("pkg:"):]) if spec.startswith("pkg:") else None
+    if split:
+        return f"{split.label}:{split.sha256}"
+    model = resolve(spec)
+    return f"{model.label}:{model.sha256 or model.location}"
+
+
 def resolve(spec: str) -> ResolvedModel:
     """`spec` located, labelled and (when local) identified by content; hashed once per process and
     cache folder (a changed $VIDEOBERT_CACHE resolves anew)."""

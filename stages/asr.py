@@ -71,8 +71,7 @@ def identities(cfg, videos: list[dict]) -> dict[str, str]:
     is recognised), the seed of the sampling fallback, and each imported transcript's content."""
     result = {"seed": str(cfg.seed)}
     if any(not video.get("transcript_uri") for video in videos):
-        model = models.resolve(cfg.asr.model)
-        result["speech model"] = f"{cfg.asr.backend}:{model.label}:{model.sha256 or model.location}"
+        result["speech model"] = f"{cfg.asr.backend}:{models.identity(cfg.asr.model)}"
     transcripts = {video["video_id"]: transcript_identity(video["transcript_uri"], cfg.asr.max_transcript_bytes)
                    for video in videos if video.get("transcript_uri")}
     if transcripts:
