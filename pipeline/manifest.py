@@ -130,12 +130,6 @@ def input_folder(input_path: str | Path) -> str:
     return str(folder).rstrip("/") if storage.is_remote(folder) else os.path.realpath(folder)
 
 
-def input_name(input_path: str | Path) -> str:
-    """The input as recorded: a URL as given, a local path absolute."""
-    place = storage.location(input_path)
-    return str(place) if storage.is_remote(place) else str(Path(place).resolve())
-
-
 def recorded_transcript_root(work_dir) -> str | None:
     """The transcript folder the manifest stage recorded; None for a manifest made without one."""
     return storage.read_metadata(WorkDir(work_dir).manifest).transcript_root
@@ -238,11 +232,12 @@ def write_manifest(cfg: Config, input_path: str | Path, work_dir, *, incremental
     if not changed and old.get("lineage", {}).get("config") == config and work.manifest.exists():
         changes["unchanged"] = True
         return work.manifest, table, changes
+    input_name = storage.canonical(input_path)   # a URL as given, a local path absolute
     provenance = Provenance(stage="manifest", schema=schemas.MANIFEST.tag, config=cfg.section_json("shards"),
-                            config_hash=cfg.section_hash("shards"), input=input_name(input_path),
+                            config_hash=cfg.section_hash("shards"), input=input_name,
                             transcript_root=input_folder(input_path))
     write_manifest_table(work, table, {"version": lineage.VERSION, "config": config,
-                                       "input": input_name(input_path)},
+                                       "input": input_name},
                          provenance, row_group_size=cfg.shards.videos_per_shard * 16)
     return work.manifest, table, changes
 

@@ -100,12 +100,6 @@ def array_parts(num_shards: int, max_array_size: int) -> list[tuple[int, int]]:
     return [(first, min(max_array_size, num_shards - first)) for first in range(0, num_shards, max_array_size)]
 
 
-def work_dir_argument(work_dir) -> str:
-    """The work dir as every task names it: a local folder made absolute, a URL (object storage) as it is."""
-    place = storage.location(str(work_dir))
-    return str(place) if storage.is_remote(place) else str(Path(place).resolve())
-
-
 def slurm_home(work_dir) -> WorkDir:
     """Where the sbatch scripts and Slurm's job logs go: DIR/_state/slurm; Slurm writes its logs to a file
     system, so for a work dir on object storage a folder of the submitting directory stands in
@@ -122,7 +116,7 @@ def pipeline_command(stage: str, *, work_dir: Path, config: str | None, override
                      nodes: int = 1, rdzv_port: int = 29400) -> str:
     """The command line every task of the job runs (shell syntax; the task id, the job id and the first
     node's address are read at run time)."""
-    common = ["--work-dir", work_dir_argument(work_dir)]
+    common = ["--work-dir", storage.canonical(work_dir)]
     if config:
         common += ["--config", str(Path(config).resolve())]
     for assignment in overrides:
@@ -169,7 +163,7 @@ def sbatch_script(cfg: Config, stage: str, *, work_dir: Path, config: str | None
     all of them by default); ScriptError names the argument or key of a value that cannot go in."""
     if stage not in SUBMIT_STAGES:
         raise ScriptError(f"the stage must be one of {', '.join(SUBMIT_STAGES)} (got {stage!r})")
-    work_dir = _one_line(work_dir_argument(work_dir), "--work-dir")
+    work_dir = _one_line(storage.canonical(work_dir), "--work-dir")
     if config:
         _one_line(str(Path(config).resolve()), "--config")
     for assignment in overrides:

@@ -78,6 +78,13 @@ def is_url(text: str) -> bool:
     return "://" in text and not text.startswith("file://")
 
 
+def canonical(value) -> str:
+    """A location as every process and record names it: a URL (object storage) as given, a local path
+    made absolute."""
+    place = location(str(value))
+    return str(place) if is_remote(place) else str(Path(place).resolve())
+
+
 def relative_name(root, path) -> str:
     """`path`'s name inside `root` ("a/b.json"), the same for local and remote locations."""
     if not is_remote(root):   # by parts: a root of "." holds "a/b.json", whose text does not start with "./"
@@ -111,11 +118,6 @@ def local_temporary(name: str) -> Path:
 def publish(local: Path, final) -> None:
     """Upload a finished local file to its remote location in one request: readers never see half of it."""
     final.fs.put_file(str(local), final.path)
-
-
-def open_binary(path):
-    """A file of either kind, opened for reading bytes."""
-    return path.open("rb") if is_remote(path) else open(path, "rb")
 
 
 def arrow_filesystem(path):
@@ -281,13 +283,13 @@ def parquet_file(path) -> pq.ParquetFile:
 
 def file_sha256(path: Path, chunk: int = 1 << 20) -> str:
     """sha256 of a file, or of a model folder's files (relative names and contents, in name order)."""
-    path = location(path) if isinstance(path, str) else path
+    path = location(path)
     digest = hashlib.sha256()
     files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
     for file in files:
         if path.is_dir():
             digest.update(str(file.relative_to(path)).encode() + b"\0")
-        with open_binary(file) as handle:
+        with file.open("rb") as handle:   # a Path or a UPath alike
             while block := handle.read(chunk):
                 digest.update(block)
     return digest.hexdigest()
