@@ -179,7 +179,7 @@ def _size_category(rows: int) -> str:
     return next((name for limit, name in SIZE_CATEGORIES if rows < limit), "n>1B")
 
 
-def yaml_header(data: dict, work: WorkDir) -> dict:
+def yaml_header(data: dict) -> dict:
     """The card's YAML metadata: configs whose data_files are the folders that hold parts, the default
     (align) config's features."""
     configs = [{"config_name": config, **({"default": True} if config == "default" else {}),
@@ -198,7 +198,7 @@ def markdown(data: dict, work: WorkDir) -> str:
     """The card: the YAML header, then what the shards are, how to load them and what their ids mean."""
     root = str(work.root)
     kinds = ", ".join(f"{count:,} {kind}" for kind, count in data["segments_by_kind"].items())
-    lines = ["---", yaml.safe_dump(yaml_header(data, work), sort_keys=False, allow_unicode=True).rstrip(), "---", "",
+    lines = ["---", yaml.safe_dump(yaml_header(data), sort_keys=False, allow_unicode=True).rstrip(), "---", "",
              "# VideoBERT training segments", "",
              f"{data['rows']:,} segments ({kinds}) in {data['shards']['current']} Parquet shard(s), "
              f"`{data['data_files']['default']}`, made by the VideoBERT token pipeline (`python -m pipeline`); "

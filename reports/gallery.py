@@ -204,18 +204,19 @@ def read_thumbnails(work_dir: Path, clips: list[tuple[int, str, int]]) -> dict[t
 
 # ---------------------------------------------------------------- rendering
 
-def _weights(codebook: codebook_format.Codebook) -> str:
+def s3d_weights(codebook: codebook_format.Codebook) -> str:
+    """The S3D weights the codebook's features were made with, as its provenance records them."""
     return str(codebook.info.get("feature_provenance", {}).get("weights", "unknown"))
 
 
 def not_pretrained_warning(codebook: codebook_format.Codebook) -> str | None:
     """The warning every picture of this codebook carries, when its features come from random weights."""
-    return NOT_PRETRAINED if _weights(codebook).startswith("random") else None
+    return NOT_PRETRAINED if s3d_weights(codebook).startswith("random") else None
 
 
 def _codebook_note(codebook: codebook_format.Codebook) -> str:
     info = codebook.info
-    weights = _weights(codebook)
+    weights = s3d_weights(codebook)
     note = (f"codebook depth {codebook.depth}, k {codebook.k}: {codebook.num_leaves:,} leaves; fit on "
             f"{info.get('sample_size', 0):,} clips; sha256 {str(info.get('sha256', '?'))[:16]}; "
             f"S3D weights {html.escape(weights)}")
@@ -295,10 +296,10 @@ def contact_sheet(codebook: codebook_format.Codebook, entries: list[NodeClips], 
     return sheet
 
 
-def _png_bytes(image: Image.Image, text: dict[str, str] | None = None) -> bytes:
+def _png_bytes(image: Image.Image, text: dict[str, str]) -> bytes:
     """PNG bytes, with `text` as tEXt chunks (what the picture says, for readers of its metadata)."""
     info = PngInfo()
-    for key, value in (text or {}).items():
+    for key, value in text.items():
         info.add_text(key, value)
     buffer = io.BytesIO()
     image.save(buffer, format="PNG", optimize=False, pnginfo=info)
@@ -374,9 +375,9 @@ def _sheet_png(cfg: Config, codebook, view: GalleryView, found, thumbnails, per_
     sheet = contact_sheet(codebook, [found[(view.level, node)] for node in view.shown], thumbnails,
                           cfg.decode.thumbnail_size, per_cluster)
     png_text = {"Title": f"Visual words: level {view.level} of {codebook.depth}",
-                "Source": f"codebook sha256 {codebook.info.get('sha256', '?')}; S3D weights {_weights(codebook)}"}
-    if not_pretrained_warning(codebook):
-        png_text["Warning"] = not_pretrained_warning(codebook)
+                "Source": f"codebook sha256 {codebook.info.get('sha256', '?')}; S3D weights {s3d_weights(codebook)}"}
+    if warning := not_pretrained_warning(codebook):
+        png_text["Warning"] = warning
     return _png_bytes(sheet, png_text)
 
 

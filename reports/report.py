@@ -35,7 +35,7 @@ from pipeline.registry import SHARD_STAGES
 from pipeline.workdir import WorkDir
 from reports import summary
 from reports.evaluation import predicted_video, predicted_video_html, read_json, zero_shot_html
-from reports.gallery import html_page, jpeg_data_uri, read_thumbnails
+from reports.gallery import html_page, jpeg_data_uri, read_thumbnails, s3d_weights
 from reports.gallery import html_table as _table
 from reports.svg import fmt_number, svg_bars, svg_line, svg_share_bars
 
@@ -139,7 +139,7 @@ def visual_word_stats(work_dir: Path) -> dict | None:
     return {
         "depth": codebook.depth, "k": codebook.k, "leaves": codebook.num_leaves,
         "codebook_sha256": codebook.info.get("sha256"), "sample_size": codebook.info.get("sample_size"),
-        "weights": str(codebook.info.get("feature_provenance", {}).get("weights", "unknown")),
+        "weights": s3d_weights(codebook),
         "levels": [{"level": level, "nodes": int(len(counts)), "empty": int((counts == 0).sum()),
                     "size_bins": dict(zip(*_size_bins(counts)))}
                    for level, counts in enumerate(codebook.counts, start=1)],

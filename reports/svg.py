@@ -97,13 +97,12 @@ def svg_line(xs: list[float], ys: list[float], *, title: str, x_label: str, y_la
                 + [f'<polyline points="{points}" fill="none" stroke="#2a6fb0" stroke-width="1.5"/>'])
 
 
-def svg_bars(labels: list[str], values: list[float], *, title: str, x_label: str, y_label: str,
-             counts: bool = True) -> str:
-    """Vertical bars, one per label (every n-th label written when they would crowd). `counts`: the values
-    are counts (whole-number ticks). The axis ends on a tick above the tallest bar."""
+def svg_bars(labels: list[str], values: list[float], *, title: str, x_label: str, y_label: str) -> str:
+    """Vertical bars of counts, one per label (every n-th label written when they would crowd), on
+    whole-number ticks; the axis ends on a tick above the tallest bar."""
     if not values or max(values) <= 0:
         return _svg(title, ['<text x="50%" y="50%" text-anchor="middle">no data</text>'])
-    y_axis = _Axis(0, max(values), integer=counts, headroom=True)
+    y_axis = _Axis(0, max(values), integer=True, headroom=True)
     plot_w, plot_h = CHART_W - LEFT - RIGHT, CHART_H - TOP - BOTTOM
     slot = plot_w / len(values)
     label_every = max(1, math.ceil(len(values) * 34 / plot_w))
