@@ -77,6 +77,26 @@ def speech_clips(folder: Path) -> tuple[list[Clip], str]:
             f"{folder} absent: the English samples' synthetic narration instead")
 
 
+def stream_of(clips: list[Clip], seconds: float) -> tuple[np.ndarray, int]:
+    """The clips joined and repeated to at least `seconds` (none for 0), and the repeats: long audio, whose
+    full windows give the rate to plan with."""
+    joined = np.concatenate([clip.samples for clip in clips])
+    repeats = max(1, int(np.ceil(seconds * audio.SAMPLE_RATE / len(joined)))) if seconds else 0
+    return np.tile(joined, repeats), repeats
+
+
+def file_scores(clips: list[Clip], recognitions: list[backends.Recognition]) -> tuple[dict, int, int]:
+    """Per file its word error rate, language and text; and the word errors and reference words of all."""
+    files, errors, words = {}, 0, 0
+    for clip, recognition in zip(clips, recognitions):
+        reference = normalise(clip.reference)
+        distance = edit_distance(reference, normalise(text_of(recognition)))
+        errors, words = errors + distance, words + len(reference)
+        files[clip.name] = {"wer": round(distance / len(reference), 4), "language": recognition.language,
+                            "language_prob": recognition.language_prob, "text": text_of(recognition).strip()}
+    return files, errors, words
+
+
 def text_of(recognition: backends.Recognition) -> str:
     return "".join(w.text for w in recognition.words)
 
@@ -130,8 +150,7 @@ def main() -> None:
     for backend in loaded:   # first-call costs: VAD session, allocator
         backend.recognise(clips[0].samples[: 5 * audio.SAMPLE_RATE], seed=0)
 
-    repeats = max(1, int(np.ceil(args.stream_s / audio_s))) if args.stream_s else 0
-    stream = np.tile(np.concatenate([clip.samples for clip in clips]), repeats)
+    stream, repeats = stream_of(clips, args.stream_s)
     stream_s = len(stream) / audio.SAMPLE_RATE
     best = [float("inf")] * len(loaded)
     best_stream = [float("inf")] * len(loaded)
@@ -197,9 +216,7 @@ def main() -> None:
                       "rtf": round(seconds / audio_s, 4), "wer": round(sum(errs) / total_words, 4),
                       "seconds_stream": round(streamed, 3) if repeats else None,
                       "rtf_stream": round(streamed / stream_s, 4) if repeats else None,
-                      "files": {clip.name: {"wer": round(e / len(ref), 4), "language": r.language,
-                                            "language_prob": r.language_prob, "text": text_of(r).strip()}
-                                for clip, e, ref, r in zip(clips, errs, reference_words, results)},
+                      "files": file_scores(clips, results)[0],
                       "samples": {name: {"language": r.language, "language_prob": r.language_prob}
                                   for (name, _), r in zip(samples, langs)}}
                      for cfg, backend, name, seconds, streamed, errs, results, langs

@@ -22,14 +22,12 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-import numpy as np
-from bench_asr import REALDATA, speech_clips, text_of
+from bench_asr import REALDATA, file_scores, speech_clips, stream_of
 from common import machine
 
 from pipeline import audio
 from pipeline.config import AsrConfig
 from speech import backends
-from speech.wer import edit_distance, normalise
 
 
 def cuda_devices() -> int:
@@ -74,9 +72,7 @@ def main() -> int:
         return 0
 
     clips, what = speech_clips(args.audio_dir)
-    joined = np.concatenate([clip.samples for clip in clips])
-    repeats = max(1, int(np.ceil(args.minutes * 60 * audio.SAMPLE_RATE / len(joined))))
-    stream = np.tile(joined, repeats)
+    stream, repeats = stream_of(clips, args.minutes * 60)
     stream_s = len(stream) / audio.SAMPLE_RATE
 
     base = AsrConfig(model=args.model, device=args.device, compute_type=args.compute_type, beam_size=args.beam_size)
@@ -99,14 +95,7 @@ def main() -> int:
         print(f"  {name:10s} batch {backend.cfg.batch_size:3d}: {best:7.2f} s   RTF {best / stream_s:.4f}   "
               f"{stream_s / best:7.1f}x real time")
 
-    files, errors, words = {}, 0, 0
-    for clip in clips:
-        recognition = batched.recognise(clip.samples, seed=0)
-        reference = normalise(clip.reference)
-        distance = edit_distance(reference, normalise(text_of(recognition)))
-        errors, words = errors + distance, words + len(reference)
-        files[clip.name] = {"wer": round(distance / len(reference), 4), "language": recognition.language,
-                            "language_prob": recognition.language_prob, "text": text_of(recognition).strip()}
+    files, errors, words = file_scores(clips, [batched.recognise(clip.samples, seed=0) for clip in clips])
     print(f"  WER (batched, all files): {errors / words:.3f} ({errors}/{words}); speedup batched / sequential "
           f"{timings['sequential'] / timings['batched']:.2f}x")
 
