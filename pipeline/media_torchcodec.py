@@ -114,17 +114,19 @@ class TorchcodecClipReader:
                 break
             times = [self.begin_s + (first + n) / cfg.fps + SLOT_EPSILON_S for n in range(n_real)]
             try:
-                frames = self._scaled(self.decoder.get_frames_played_at(times).data)
+                decoded = self.decoder.get_frames_played_at(times).data
+                # without frames only the middle one is kept: it alone is scaled (frame by frame, the same pixels)
+                frames = self._scaled(decoded if with_frames else decoded[(n_real - 1) // 2][None])
             except Exception as error:  # noqa: BLE001 - the clips before it are kept (partial)
                 self.error = error
                 break
             self.n_frames += n_real
-            if n_real < cfg.clip_frames:
+            if with_frames and n_real < cfg.clip_frames:
                 frames = torch.cat([frames, frames[-1:].expand(cfg.clip_frames - n_real, *frames.shape[1:])])
             start = self.first_frame_s + clip_index * clip_s
-            kept = frames if with_frames else frames[(n_real - 1) // 2][None]
             yield Clip(clip_index, round(start, 6), round(start + n_real / cfg.fps, 6),
-                       kept.cpu().numpy() if kept.device.type == "cpu" else kept, n_real, n_real < cfg.clip_frames)
+                       frames.cpu().numpy() if frames.device.type == "cpu" else frames, n_real,
+                       n_real < cfg.clip_frames)
         if self.error is None:
             self.error = truncation(self.first_frame_s, self.n_frames, cfg.fps, self.header._video_duration_s)
 

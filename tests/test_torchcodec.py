@@ -38,9 +38,13 @@ for path in sys.argv[2:]:
     with media.open_clip_reader(path, torchcodec) as reader:
         kind = type(reader).__name__
         a = [(c.start_s, c.end_s, c.n_real_frames, c.padded, media.to_numpy(c.frames)) for c in reader.clips()]
+    with media.open_clip_reader(path, torchcodec) as reader:   # the decode stage's pass: middle frames only
+        middles = [media.to_numpy(c.frames) for c in reader.clips(with_frames=False)]
     with media.ClipReader(path, pyav) as reader:
         b = [(c.start_s, c.end_s, c.n_real_frames, c.padded, c.frames) for c in reader.clips()]
     out[path] = {"reader": kind, "clips": [len(a), len(b)], "keys_equal": [x[:4] for x in a] == [y[:4] for y in b],
+                 "middles_equal": len(middles) == len(a) and all(
+                     m.shape[0] == 1 and np.array_equal(m[0], x[4][(x[2] - 1) // 2]) for m, x in zip(middles, a)),
                  "mae": float(np.mean([np.abs(x[4].astype(int) - y[4].astype(int)).mean() for x, y in zip(a, b)]))}
 print(json.dumps(out))
 """
@@ -60,6 +64,7 @@ def test_torchcodec_on_the_cpu_gives_pyavs_clips_on_the_samples():
         assert one["reader"] == "TorchcodecClipReader", path       # torchcodec decoded it, no fallback
         assert one["clips"][0] == one["clips"][1] > 10 and one["keys_equal"], (path, one)
         assert one["mae"] <= MAX_MAE, (path, one)
+        assert one["middles_equal"], path     # a pass without frames keeps each clip's middle frame, as is
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU (NVDEC)")
@@ -67,6 +72,7 @@ def test_torchcodec_on_the_gpu_gives_pyavs_clips_on_the_samples():
     for path, one in _compare("cuda", SAMPLES).items():
         assert one["clips"][0] == one["clips"][1] and one["keys_equal"], (path, one)
         assert one["mae"] <= MAX_MAE, (path, one)
+        assert one["middles_equal"], path     # a pass without frames keeps each clip's middle frame, as is
 
 
 def test_a_process_without_ffmpeg_libraries_is_told_how_to_start(tmp_path):
