@@ -300,21 +300,21 @@ def run(cfg: Config, work_dir, executor, *, force: bool = False, quiet: bool = F
     shards = [(shard, checker.verified("features", shard, work.part("features", shard)))
               for shard in checker.manifest_shards()]
     provenance_hash, provenance = feature_provenance(shards)
-    map_fn = executor.map
+    pool = executor
     if storage.is_remote(work.root):
         # the fit reads its sample memory-mapped from a local disk: with the work dir on object storage it
         # lives in a local temporary file, which only this machine's processes can read
         sample_path = storage.local_temporary(SAMPLE_NAME)
         if not hasattr(executor, "workers"):
             from pipeline.executors import LocalExecutor
-            map_fn = LocalExecutor(cfg, cfg.kmeans.workers or None).map
+            pool = LocalExecutor(cfg, cfg.kmeans.workers or None)
     else:
         sample_path = storage.atomic_path(work.kmeans_folder / SAMPLE_NAME)
     try:
         sample_stats = write_fit_sample(shards, kcfg.max_fit_vectors, kcfg.seed, sample_path, quiet=quiet)
         sampled_at = time.time()
-        fit = fit_tree(sample_path, kcfg, map_fn, sample_size=sample_stats["sample_size"],
-                       threads_per_task=threads_per_task(getattr(executor, "workers", None), kcfg.k))
+        fit = fit_tree(sample_path, kcfg, pool.map, sample_size=sample_stats["sample_size"],
+                       threads_per_task=threads_per_task(getattr(pool, "workers", None), kcfg.k))
     finally:
         sample_path.unlink(missing_ok=True)
     fitted_at = time.time()
