@@ -250,7 +250,8 @@ class RayExecutor:
         results: dict[int, dict] = {}
         # complete shards are answered here: no task, no model actor for a finished stage
         checker = Lineage(work_dir, cfg)
-        pending = [s for s in shards if force or not checker.state(stage, s, verify=True).current]
+        states = {} if force else {s: checker.state(stage, s, verify=True) for s in shards}
+        pending = [s for s in shards if force or not states[s].current]
         actors = self._encoder_actors(stage) if pending else []
         encoder_info = ray.get(actors[0].describe.remote()) if actors else None   # asked once, not per shard
         if actors:
@@ -267,7 +268,7 @@ class RayExecutor:
                 progress.update(1, clips=stats.get("clips", 0) if not stats.get("skipped") else 0)
 
             for shard_index in sorted(set(shards) - set(pending)):
-                finish(shard_index, dict(checker.state(stage, shard_index).record, skipped=True))
+                finish(shard_index, dict(states[shard_index].record, skipped=True))
             queue, in_flight = collections.deque(pending), {}
             while queue or in_flight:
                 while queue and len(in_flight) < max_in_flight:
