@@ -20,6 +20,7 @@ from pipeline import cli
 from pipeline.config import ConfigError, load_config
 from pipeline.tokenizer import load_tokenizer
 from pipeline.workdir import WorkDir
+from reports import validate
 from videobert import checkpoints, evaluate
 from videobert import train as train_module
 from videobert.checkpoints import CorruptCheckpoint, TrainingDiverged, TrainingLocked, latest_checkpoint
@@ -108,6 +109,9 @@ def test_flipped_bits_are_refused_by_resume_and_eval(two_checkpoints, capsys):
     with pytest.raises(CorruptCheckpoint, match=rf"pass --checkpoint {earlier}"):
         evaluate.Evaluator(config(work_dir), work_dir, None)
     assert evaluate.Evaluator(config(work_dir), work_dir, earlier).info["step"] == 3
+    # and `validate` names it
+    assert any(problem.startswith(f"{newest}: {newest / 'model.safetensors'} does not match the sha256")
+               for problem in validate.validate_work_dir(work_dir))
     # with the damaged folder moved aside, as the message says, the run continues from step 3
     newest.rename(work_dir / "damaged-step-6")
     assert train(config(work_dir, "train.max_steps=9"), work_dir, resume=True, quiet=True)["step"] == 9
