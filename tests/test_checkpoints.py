@@ -13,7 +13,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 from test_videobert import TOKENIZER_SPEC, tiny_checkpoint, train_records
 
 from pipeline import cli
@@ -191,13 +190,13 @@ def test_a_nan_init_checkpoint_stops_at_step_one(tmp_path, tokenizer):
     assert latest_checkpoint(tmp_path) is None
 
 
-def test_a_nan_batch_stops_the_run_and_keeps_the_newest_checkpoint(tmp_path, tokenizer, monkeypatch, capsys):
+def test_a_nan_loss_mid_run_stops_it_and_keeps_the_newest_checkpoint(tmp_path, tokenizer, monkeypatch, capsys):
     write_synthetic(tmp_path, tokenizer, videos=8, videos_per_shard=2)
     real = train_module.compute_losses
     calls = []
 
     def nan_at_step_5(model, batch, weights):
-        # a batch whose loss is NaN (as from features that overflowed upstream) at the fifth step
+        # the fifth step's loss made NaN, as a batch of bad data would make it
         loss, metrics = real(model, batch, weights)
         calls.append(1)
         return (loss * float("nan") if len(calls) == 5 else loss), metrics
