@@ -374,6 +374,7 @@ def main(argv: list[str] | None = None) -> int:
     from pipeline.manifest import ManifestError, NoVideos
     from pipeline.workdir import LayoutError, WorkDir
     from schemas.codebook import CorruptCodebook
+    from videobert.checkpoints import TrainingDiverged, TrainingLocked
 
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO,
@@ -402,6 +403,12 @@ def main(argv: list[str] | None = None) -> int:
     except NoVideos as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_TOO_MANY_FAILED
+    except ConfigError as error:          # found when a command starts (train's init checkpoint)
+        print(error, file=sys.stderr)
+        return EXIT_USAGE
+    except (TrainingDiverged, TrainingLocked) as error:
+        print(f"{args.command}: {error}", file=sys.stderr)
+        return EXIT_FAILED
     except (InputNotReady, CorruptFile, CorruptCodebook, storage.UnreadableFile, LayoutError, ManifestError) as error:
         print(f"{args.command}: cannot run: {error}", file=sys.stderr)
         return EXIT_FAILED
@@ -412,7 +419,7 @@ def main(argv: list[str] | None = None) -> int:
         hint = storage.disk_error_hint(error)
         if hint is None and not isinstance(error, FileNotFoundError):
             raise
-        where = f" {error.filename}" if error.filename else ""
-        print(f"{args.command}: error:{where}: {error.strerror or error}" + (f" ({hint})" if hint else ""),
+        where = f"{error.filename}: " if error.filename else ""
+        print(f"{args.command}: error: {where}{error.strerror or error}" + (f" ({hint})" if hint else ""),
               file=sys.stderr)
         return EXIT_FAILED

@@ -209,6 +209,10 @@ def _check_training(work: WorkDir, checker: Lineage) -> list[str]:
     if not checkpoints:
         return []
     latest = checkpoints[-1]
+    from videobert.checkpoints import problem_of    # its files against their recorded sha256 first
+    damaged = problem_of(latest)
+    if damaged:
+        return [f"{latest}: {damaged}"]
     try:
         info = read_json(latest / "model.json") or {}
     except CorruptFile as problem:

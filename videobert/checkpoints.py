@@ -1,7 +1,12 @@
 """Where training keeps its checkpoints and log: DIR/train/, written on a local disk.
 
-A checkpoint folder `train/checkpoints/step-NNNNNNNN/` holds model.safetensors, model.json and trainer.pt;
-it is written under a temporary name and renamed, so a folder with that name is always complete.
+A checkpoint folder `train/checkpoints/step-NNNNNNNN/` holds model.safetensors, model.json, trainer.pt and
+checksums.json (the sha256 and size of the other three); it is written under a temporary name and renamed,
+so a folder with that name is always complete, and every opening checks its files against the record
+first (`verify`): a damaged checkpoint is refused in one line that offers the previous verified one.
+A folder without checksums.json (written by an earlier version) is accepted with a note: refusing it would
+strand every run made before, and loading still refuses a file that does not parse or non-finite weights.
+Training holds DIR/_state/train.lock (`train_lock`) while it runs.
 
 For a work dir on object storage, training writes into a local mirror of train/ (under the user's cache
 folder), pulled before the run and pushed after every checkpoint: each folder's trainer.pt is uploaded
@@ -9,10 +14,18 @@ last, and a pull takes only folders that have one, so a half-uploaded checkpoint
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
+import json
+import os
+import shutil
+import socket
+import time
 from pathlib import Path
 
 from pipeline import storage
+from pipeline.lineage import CorruptFile
 from pipeline.workdir import WorkDir
 
 TRAINER_STATE_NAME = "trainer.pt"
@@ -84,3 +97,177 @@ def push(files: WorkDir, work: WorkDir) -> None:
         for folder in work.checkpoints.glob("step-*"):
             if folder.name not in kept:
                 folder.fs.rm(folder.path, recursive=True)
+
+
+# ---------------------------------------------------------------- checksums, verified opening, rotation
+
+CHECKSUMS_NAME = "checksums.json"
+
+
+class CorruptCheckpoint(CorruptFile):
+    """A checkpoint whose files are missing, truncated or not what its checksums record says; one line naming
+    the file, and the previous complete, verified checkpoint to use instead."""
+
+
+def write_checksums(folder: Path) -> dict:
+    """Record the sha256 and size of every file of a checkpoint folder (before it is renamed into place)."""
+    folder = Path(folder)
+    files = {path.name: {"sha256": storage.file_sha256(path), "bytes": path.stat().st_size}
+             for path in sorted(folder.iterdir()) if path.is_file() and path.name != CHECKSUMS_NAME}
+    record = {"format": 1, "files": files}
+    storage.atomic_write_json(folder / CHECKSUMS_NAME, record)
+    return record
+
+
+def problem_of(folder: Path) -> str | None:
+    """What is wrong with a checkpoint's files (one phrase naming the file), or None when every file its
+    checksums record names is there with its size and sha256. A folder without the record (written before
+    checksums were recorded) gives None too: see `unverified`."""
+    folder = Path(folder)
+    record_path = folder / CHECKSUMS_NAME
+    if not folder.is_dir():
+        return f"{folder} is missing"
+    if not record_path.exists():
+        return None
+    try:
+        record = json.loads(record_path.read_text())
+        files = record["files"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return f"{record_path} cannot be read"
+    for name, expected in sorted(files.items()):
+        path = folder / name
+        if not path.is_file():
+            return f"{path} is missing"
+        size = path.stat().st_size
+        if size != expected["bytes"]:
+            return f"{path} is truncated or overwritten ({size:,} bytes, its record says {expected['bytes']:,})"
+        if storage.file_sha256(path) != expected["sha256"]:
+            return f"{path} does not match the sha256 recorded when it was written (damaged on disk or in transfer)"
+    return None
+
+
+def unverified(folder: Path) -> bool:
+    """Whether a checkpoint predates checksums: accepted, its files unchecked (loading still refuses a
+    truncated file or non-finite weights)."""
+    return not (Path(folder) / CHECKSUMS_NAME).exists()
+
+
+def previous_verified(folder: Path) -> Path | None:
+    """The newest checkpoint before `folder` in its checkpoints folder that has a checksums record and
+    matches it."""
+    folder = Path(folder)
+    earlier = [path for path in sorted(folder.parent.glob("step-*")) if path.name < folder.name]
+    for path in reversed(earlier):
+        if not unverified(path) and problem_of(path) is None:
+            return path
+    return None
+
+
+def damaged(folder: Path, problem: str, *, resuming: bool) -> CorruptCheckpoint:
+    """The one-line error for a damaged checkpoint, offering the previous complete, verified one."""
+    folder = Path(folder)
+    previous = previous_verified(folder)
+    if previous is None:
+        fix = ("no earlier verified checkpoint: `train --restart` moves the run aside and trains anew" if resuming
+               else "no earlier verified checkpoint to evaluate instead")
+    elif resuming:
+        fix = (f"the previous complete, verified checkpoint is {previous}: move {folder.name} out of "
+               f"{folder.parent} and run `train --resume` again to continue from {previous.name}")
+    else:
+        fix = f"the previous complete, verified checkpoint is {previous}: pass --checkpoint {previous}"
+    return CorruptCheckpoint(f"checkpoint {folder.name} is damaged: {problem}; {fix}")
+
+
+def verify(folder: Path, *, resuming: bool) -> list[str]:
+    """Check a checkpoint's files against its checksums record before anything is loaded from it: raises
+    CorruptCheckpoint naming the file, or returns notes (an older checkpoint without the record)."""
+    problem = problem_of(folder)
+    if problem is not None:
+        raise damaged(folder, problem, resuming=resuming)
+    if unverified(folder):
+        return [f"{folder} has no {CHECKSUMS_NAME} (written by an earlier version): its files are not "
+                f"verified, only that they load and its weights are finite"]
+    return []
+
+
+def load_model(folder: Path, device="cpu", *, resuming: bool):
+    """(model, info) of a verified checkpoint folder; a file that cannot be read or weights that are not
+    finite are a CorruptCheckpoint too."""
+    from videobert.model import WEIGHTS_NAME, VideoBert
+
+    try:
+        model, info = VideoBert.load(folder, device)
+    except Exception as error:   # safetensors, JSON and shape errors alike: the folder cannot be used
+        raise damaged(folder, f"{Path(folder) / WEIGHTS_NAME} or its model.json cannot be loaded "
+                              f"({storage.one_line(error)})", resuming=resuming) from None
+    bad = [name for name, tensor in model.state_dict().items()
+           if tensor.is_floating_point() and not bool(tensor.isfinite().all())]
+    if bad:
+        raise damaged(folder, f"{Path(folder) / WEIGHTS_NAME} holds non-finite weights ({bad[0]}"
+                              f"{f' and {len(bad) - 1} more' if len(bad) > 1 else ''})", resuming=resuming)
+    return model, info
+
+
+def load_trainer_state(folder: Path, *, resuming: bool = True) -> dict:
+    """The trainer state (optimiser, scheduler, data position, RNG states) of a verified checkpoint."""
+    import torch
+
+    path = Path(folder) / TRAINER_STATE_NAME
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as error:   # a truncated zip, a pickle error: one line, not a traceback
+        raise damaged(folder, f"{path} cannot be loaded ({storage.one_line(error)})", resuming=resuming) from None
+
+
+def rotate(folder: Path, keep: int) -> list[Path]:
+    """Delete all but the newest `keep` checkpoints (at least the newest one is always kept: only finite
+    states are saved, so the newest checkpoint is the newest finite one); returns those deleted."""
+    found = sorted(Path(folder).glob("step-*"))
+    removed = found[:-max(keep, 1)]
+    for old in removed:
+        shutil.rmtree(old)
+    return removed
+
+
+# ---------------------------------------------------------------- the errors a run stops with
+
+class TrainingDiverged(ArithmeticError):
+    """A non-finite loss, gradient norm or weight: the run stops at that step without saving the state."""
+
+    def __init__(self, step: int, what: str):
+        super().__init__(f"stopped at step {step}: {what}")
+        self.step, self.what = step, what
+
+
+class TrainingLocked(RuntimeError):
+    """Another `train` holds the work dir's lock."""
+
+
+def lock_path(work: WorkDir) -> Path:
+    """The lock of a work dir's training: in its _state (a remote work dir's: in the local mirror)."""
+    return mirror_of(work).state / "train.lock"
+
+
+@contextlib.contextmanager
+def train_lock(work: WorkDir):
+    """Hold the work dir's training lock for the run, or refuse at once naming its holder. An flock: the
+    kernel releases it when its process ends however it ends, so a dead run's lock is simply taken over."""
+    path = lock_path(work)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(descriptor, 4096, 0).decode(errors="replace").strip() or "a process"
+        os.close(descriptor)
+        raise TrainingLocked(f"another train is running on {work.root} ({holder}, lock {path}): wait for it "
+                             f"to end, or stop it, then run train --resume") from None
+    try:
+        os.ftruncate(descriptor, 0)
+        os.pwrite(descriptor, f"pid {os.getpid()} on {socket.gethostname()} since "
+                              f"{time.strftime('%Y-%m-%d %H:%M:%S')}\n".encode(), 0)
+        yield path
+    finally:
+        os.ftruncate(descriptor, 0)
+        fcntl.flock(descriptor, fcntl.LOCK_UN)
+        os.close(descriptor)

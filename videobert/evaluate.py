@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import contextlib
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -45,7 +46,11 @@ class Evaluator:
             torch.set_num_threads(cfg.train.num_threads)
         self.cfg, self.path, self.work_dir = cfg, path, WorkDir(work_dir).root
         self.device = resolve_device(cfg.train.device)
-        self.model, self.info = VideoBert.load(path, self.device)
+        # its files against the sha256 recorded when it was written (an older checkpoint: a note)
+        self.notes = checkpoints.verify(path, resuming=False)
+        for note in self.notes:
+            print(f"[eval] {note}", file=sys.stderr)
+        self.model, self.info = checkpoints.load_model(path, self.device, resuming=False)
         self.model.eval()
         self.layout: VocabLayout = self.model.layout
         self.tokenizer = load_tokenizer(cfg.align.tokenizer)

@@ -5,8 +5,8 @@ Outputs in DIR/train/:
 - checkpoints/step-NNNNNNNN/: model.safetensors + model.json (how the model was made) + trainer.pt
   (optimiser, scheduler, the data position, and per rank its RNG states, open log window and examples per
   regime so far); written under
-  a temporary name and renamed, so a checkpoint folder is always complete; the newest
-  `train.keep_checkpoints` are kept;
+  a temporary name and renamed, so a checkpoint folder is always complete, with checksums.json (the sha256
+  of its files, verified on every opening); the newest `train.keep_checkpoints` are kept;
 - log.jsonl: a start/resume record, then per `train.log_every` steps the loss, masked accuracy and
   alignment accuracy per regime, the examples of each regime and their share (the realised mix), learning
   rate and tokens/s. A run ends by printing the mix of all examples trained on so far.
@@ -15,12 +15,17 @@ Outputs in DIR/train/:
 never stopped: every data stream continues from its saved state (see videobert/data.py; nothing is
 replayed, so resuming costs the same at step 500k as at step 5) and the RNG states, optimiser and scheduler
 are restored. `train.steps_per_run` stops a run early with a checkpoint, for
-time-limited batch jobs chained with --resume."""
+time-limited batch jobs chained with --resume.
+
+A step whose loss or gradient norm is not finite, or a checkpoint whose weights are not, stops the run
+(TrainingDiverged) before that state is applied or saved: every checkpoint on disk is finite, and the
+newest is always kept. One run per work dir: rank 0 holds DIR/_state/train.lock for the whole run."""
 
 from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import shutil
 import sys
@@ -36,13 +41,13 @@ from torch.utils.data import DataLoader
 
 import schemas.codebook as codebook_format
 from pipeline import devices, storage, visual_words
-from pipeline.config import Config
+from pipeline.config import Config, ConfigError
 from pipeline.lineage import InputNotReady, Lineage, explain
 from pipeline.progress import Progress
 from pipeline.tokenizer import load_tokenizer, vocabulary_sha256
 from pipeline.workdir import WorkDir
 from videobert import checkpoints
-from videobert.checkpoints import TRAINER_STATE_NAME, latest_checkpoint
+from videobert.checkpoints import CorruptCheckpoint, TrainingDiverged, latest_checkpoint
 from videobert.data import (REGIMES, DataParams, ShardDataset, VocabLayout, replacement_text_ids, streams_per_rank,
                             training_shards)
 from videobert.metrics import Window, compute_losses, format_record, mix_line
@@ -110,7 +115,9 @@ def _set_rng_state(state: dict, device: torch.device) -> None:
 
 def _save_checkpoint(work: WorkDir, step: int, model: VideoBert, info: dict, trainer_state: dict,
                      rank_state: dict, runtime: Runtime, keep: int) -> Path:
-    """`trainer_state` is the same on every rank; `rank_state` (with the RNG states added) is each rank's."""
+    """`trainer_state` is the same on every rank; `rank_state` (with the RNG states added) is each rank's.
+    Weights that are not finite are never saved (the same on every rank: DDP keeps them equal)."""
+    _stop_on_non_finite_weights(model, step)
     rank_state = dict(rank_state, rng=_rng_state(runtime.device))
     rank_states = [rank_state]
     if runtime.distributed:
@@ -122,13 +129,53 @@ def _save_checkpoint(work: WorkDir, step: int, model: VideoBert, info: dict, tra
         tmp = storage.atomic_path(final)
         tmp.mkdir()
         model.save(tmp, dict(info, step=step))
-        torch.save(dict(trainer_state, step=step, ranks=rank_states), tmp / TRAINER_STATE_NAME)
+        torch.save(dict(trainer_state, step=step, ranks=rank_states), tmp / checkpoints.TRAINER_STATE_NAME)
+        checkpoints.write_checksums(tmp)         # inside the folder before it has its final name
         os.replace(tmp, final)
-        for old in sorted(root.glob("step-*"))[:-keep]:
-            shutil.rmtree(old)
+        checkpoints.rotate(root, keep)
     if runtime.distributed:
         dist.barrier()
     return final
+
+
+def _stop_on_non_finite_weights(model: VideoBert, step: int) -> None:
+    bad = [name for name, tensor in model.state_dict().items()
+           if tensor.is_floating_point() and not bool(tensor.isfinite().all())]
+    if bad:
+        raise TrainingDiverged(step, f"the weights hold non-finite values after the update ({bad[0]}"
+                                     f"{f' and {len(bad) - 1} more' if len(bad) > 1 else ''})")
+
+
+def _stop_if_not_finite(run: "Run", loss: torch.Tensor, grad_norm: torch.Tensor, runtime: Runtime) -> None:
+    """Stop before the optimiser step when this step's loss or gradient norm is not finite, whatever the
+    cause (data, learning rate, weights): an update from it would make every later step NaN. Summed over
+    ranks, so that every rank stops at the same step."""
+    values = torch.stack([loss.detach().float(), grad_norm.detach().float().to(loss.device)])
+    if runtime.distributed:
+        dist.all_reduce(values)
+    loss_value, norm_value = values.tolist()
+    if math.isfinite(loss_value) and math.isfinite(norm_value):
+        return
+    what = "the loss" if not math.isfinite(loss_value) else "the gradient norm"
+    raise TrainingDiverged(run.scheduler.last_epoch + 1,
+                           f"{what} is {loss_value if what == 'the loss' else norm_value} (loss {loss_value}, "
+                           f"gradient norm {norm_value}, learning rate {run.scheduler.get_last_lr()[0]})")
+
+
+def _on_rank_zero(runtime: Runtime, check) -> list[str]:
+    """Run `check` (which returns notes or raises CorruptCheckpoint) on rank 0 only, e.g. hashing a
+    checkpoint's files once rather than once per process, and give every rank its verdict."""
+    verdict: list = [None, []]
+    if runtime.main:
+        try:
+            verdict[1] = check()
+        except CorruptCheckpoint as error:
+            verdict[0] = str(error)
+    if runtime.distributed:
+        dist.broadcast_object_list(verdict, src=0)
+    if verdict[0] is not None:
+        raise CorruptCheckpoint(verdict[0])
+    return verdict[1]
 
 
 # ---------------------------------------------------------------- the loop
@@ -167,16 +214,53 @@ def train(cfg: Config, work_dir, *, resume: bool = False, restart: bool = False,
     runtime, started_group = _start_runtime(cfg.train.device, cfg.train.num_threads)
     work = WorkDir(work_dir)
     try:
-        # checkpoints and the log are written on a local disk: the work dir's, or a mirror of a remote one,
-        # which each node's first rank brings up to date while the others wait
-        local_first = int(os.environ.get("LOCAL_RANK", "0")) == 0
-        files = checkpoints.local_files(work) if local_first else checkpoints.mirror_of(work)
-        if runtime.distributed:
-            dist.barrier()
-        return _train(cfg, work, files, runtime, resume, restart, quiet)
+        with _locked(work, runtime):
+            # checkpoints and the log are written on a local disk: the work dir's, or a mirror of a remote
+            # one, which each node's first rank brings up to date while the others wait
+            local_first = int(os.environ.get("LOCAL_RANK", "0")) == 0
+            files = checkpoints.local_files(work) if local_first else checkpoints.mirror_of(work)
+            if runtime.distributed:
+                dist.barrier()
+            try:
+                return _train(cfg, work, files, runtime, resume, restart, quiet)
+            except TrainingDiverged as error:
+                raise _stopped(files, work, runtime, error) from None
     finally:
         if started_group:
             dist.destroy_process_group()
+
+
+@contextlib.contextmanager
+def _locked(work: WorkDir, runtime: Runtime):
+    """One run per work dir: rank 0 holds the lock (DIR/_state/train.lock) for the whole run; when it is
+    taken, every rank refuses at once."""
+    with contextlib.ExitStack() as stack:
+        refusal = [None]
+        if runtime.main:
+            try:
+                stack.enter_context(checkpoints.train_lock(work))
+            except checkpoints.TrainingLocked as error:
+                refusal[0] = str(error)
+        if runtime.distributed:
+            dist.broadcast_object_list(refusal, src=0)
+        if refusal[0] is not None:
+            raise checkpoints.TrainingLocked(refusal[0])
+        yield
+
+
+def _stopped(files: WorkDir, work: WorkDir, runtime: Runtime, error: TrainingDiverged) -> TrainingDiverged:
+    """The one-line stop of a diverged run, naming the checkpoint it keeps; a `stopped` record in the log."""
+    kept = latest_checkpoint(files)
+    fix = (f"nothing of this step was saved; the newest checkpoint {kept.name} is kept: lower train.lr or check "
+           f"the data and the init checkpoint, then train --resume (or --restart)" if kept is not None else
+           "nothing was saved: lower train.lr or check the data and train.init_checkpoint, then train again")
+    stopped = TrainingDiverged(error.step, f"{error.what}; {fix}")
+    if runtime.main and files.train_log.exists():
+        with open(files.train_log, "a") as log_file:
+            log_file.write(json.dumps({"event": "stopped", "step": error.step, "time": time.time(),
+                                       "reason": error.what, "checkpoint": str(kept) if kept else None}) + "\n")
+        checkpoints.push(files, work)
+    return stopped
 
 
 def training_inputs(cfg: Config, work: WorkDir) -> tuple[dict, codebook_format.Codebook, list[Path]]:
@@ -251,8 +335,17 @@ def _open_checkpoint(work: WorkDir, files: WorkDir, runtime: Runtime, lineage: d
     if not resume:
         raise FileExistsError(f"{work.checkpoints} already holds {latest.name}: pass --resume to "
                               f"continue that run, or --restart to move it aside and train anew")
-    _checkpoint_matches(latest, json.loads((latest / INFO_NAME).read_text()), lineage)
-    return latest, torch.load(latest / TRAINER_STATE_NAME, map_location="cpu", weights_only=True)
+    # its files against the sha256 recorded when it was written, before anything is read from it
+    for note in _on_rank_zero(runtime, lambda: checkpoints.verify(latest, resuming=True)):
+        if runtime.main and not quiet:
+            print(f"[train] {note}", file=sys.stderr)
+    try:
+        info = json.loads((latest / INFO_NAME).read_text())
+    except (OSError, ValueError) as error:
+        raise checkpoints.damaged(latest, f"{latest / INFO_NAME} cannot be read ({storage.one_line(error)})",
+                                  resuming=True) from None
+    _checkpoint_matches(latest, info, lineage)
+    return latest, checkpoints.load_trainer_state(latest)
 
 
 def _model(cfg: Config, layout: VocabLayout, codebook, lineage: dict, shards: list[Path], latest: Path | None,
@@ -260,7 +353,7 @@ def _model(cfg: Config, layout: VocabLayout, codebook, lineage: dict, shards: li
     """(model, info, notes): loaded from the checkpoint when resuming, else initialised as the paper does."""
     t = cfg.train
     if state is not None:
-        model, info = VideoBert.load(latest)
+        model, info = checkpoints.load_model(latest, resuming=True)
         if model.layout != layout:
             raise ValueError(f"{latest} was trained with vocabulary {model.layout.to_dict()}, but this tokenizer "
                              f"and codebook give {layout.to_dict()}")
@@ -270,13 +363,38 @@ def _model(cfg: Config, layout: VocabLayout, codebook, lineage: dict, shards: li
             raise ValueError(f"cannot resume {latest} exactly: (saved, now) differ for {changed}; resume with "
                              f"the same ranks, train.num_workers and train.batch_size")
         return model, info, [f"resumed from {latest}"]
-    model, notes = build_model(t.init_checkpoint, layout, codebook.centroids[-1], codebook.counts[-1],
-                               max_len=t.max_len, seed=t.seed)
+    model, notes = _initial_model(cfg, layout, codebook)
     info = {"init_checkpoint": t.init_checkpoint, "tokenizer": cfg.align.tokenizer,
             "codebook_sha256": codebook.info.get("sha256"), "init_notes": notes, "lineage": lineage,
             "config": json.loads(cfg.section_json("train", "align")),
             "config_hash": cfg.section_hash("train", "align"), "shards": [path.name for path in shards]}
     return model, info, notes
+
+
+def _initial_model(cfg: Config, layout: VocabLayout, codebook) -> tuple[VideoBert, list[str]]:
+    """`build_model` with its config errors (those naming a train.* key: an init checkpoint that cannot be
+    loaded, a vocabulary or length it cannot take) as ConfigError."""
+    t = cfg.train
+    try:
+        return build_model(t.init_checkpoint, layout, codebook.centroids[-1], codebook.counts[-1],
+                           max_len=t.max_len, seed=t.seed)
+    except (OSError, ValueError) as error:
+        if not str(error).startswith("train."):
+            raise
+        raise ConfigError(f"config error: {storage.one_line(error).split(': ', 1)[1]}") from None
+
+
+def _restart_checks(cfg: Config, work: WorkDir, runtime: Runtime, codebook, shards: list[Path]) -> None:
+    """What `--restart` checks before it moves the old run aside: the new run's batch shape, subset and
+    initial model can be made (a ConfigError naming the key otherwise; the inputs were checked before)."""
+    t = cfg.train
+    try:
+        _micro_batch_size(t.batch_size, t.grad_accum, runtime.world_size)
+        subset_shards(cfg, work, shards, write=False)
+    except ValueError as error:
+        raise ConfigError(f"config error: {error}") from None
+    layout = VocabLayout.from_tokenizer(load_tokenizer(cfg.align.tokenizer), codebook.num_leaves)
+    _initial_model(cfg, layout, codebook)       # built and dropped: _setup builds it again, from the same seed
 
 
 def _setup(cfg: Config, runtime: Runtime, shards: list[Path], codebook, lineage: dict, latest: Path | None,
@@ -344,6 +462,7 @@ def _train_step(run: Run, window: Window, cfg: Config, runtime: Runtime) -> tupl
     """One optimiser step over `grad_accum` micro-batches; returns (tokens, the learning rate it used)."""
     t = cfg.train
     tokens = 0
+    step_loss = torch.zeros((), device=runtime.device)
     for micro in range(t.grad_accum):
         batch = next(run.batches)
         if "plan_state" in batch:            # its stream's position, for the next checkpoint
@@ -359,9 +478,14 @@ def _train_step(run: Run, window: Window, cfg: Config, runtime: Runtime) -> tupl
             (loss / t.grad_accum).backward()
         window.metrics += metrics
         window.loss_sum += loss.detach() / t.grad_accum
+        step_loss += loss.detach() / t.grad_accum
         run.examples += metrics[:len(REGIMES), -1]
+    trainable = [p for p in run.model.parameters() if p.requires_grad]
     if t.grad_clip > 0:
-        torch.nn.utils.clip_grad_norm_([p for p in run.model.parameters() if p.requires_grad], t.grad_clip)
+        grad_norm = torch.nn.utils.clip_grad_norm_(trainable, t.grad_clip)
+    else:
+        grad_norm = torch.nn.utils.get_total_norm([p.grad for p in trainable if p.grad is not None])
+    _stop_if_not_finite(run, step_loss, grad_norm, runtime)
     lr = run.scheduler.get_last_lr()[0]
     run.optimizer.step()
     run.scheduler.step()
@@ -376,6 +500,8 @@ def _train(cfg: Config, work: WorkDir, files: WorkDir, runtime: Runtime, resume:
     t = cfg.train
     # inputs (current align shards of this codebook) and the checkpoint to continue
     lineage, codebook, shards = training_inputs(cfg, work)
+    if restart:
+        _restart_checks(cfg, work, runtime, codebook, shards)
     latest, state = _open_checkpoint(work, files, runtime, lineage, resume, restart, quiet)
     # train.subset_videos: the segments of a seeded subset of the videos only (written by rank 0)
     shards = subset_shards(cfg, work, shards, write=runtime.main)
