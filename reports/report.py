@@ -62,6 +62,7 @@ svg text { font: 11px system-ui, sans-serif; fill: #333; }
 .predicted figure img + img { margin-top: 2px; }
 td.text { text-align: left; } td.num { text-align: right; }
 table.videos td, table.predictions td { overflow-wrap: anywhere; }
+table.videos th, table.predictions th { text-align: left; }
 table.videos tr.flagged td { background: #fff4e5; }
 ul.warnings li { margin: 4px 0; }
 """
@@ -554,7 +555,7 @@ def _train_html(records: list[dict], validation: list[dict] | None = None, heade
                        if validation else []), metrics)]
     if validation:
         videos = validation[-1].get("videos")
-        parts.append(f"<p>validation: the objectives on {_number(videos)} held-out videos"
+        parts.append(f"<p>validation: the objectives on {_number(videos)} held-out video{'' if videos == 1 else 's'}"
                      + (f" ({html.escape(', '.join(held_out[:10]))}{', ...' if len(held_out) > 10 else ''})"
                         if held_out else "")
                      + f" at {len(validation)} step(s); the training curves are each logging window's mean.</p>")

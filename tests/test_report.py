@@ -317,7 +317,7 @@ def test_training_and_validation_curves_per_objective_side_by_side(tmp_path):
     # one loss axis for the two: the same top tick
     assert Y_TICK.findall(charts["training loss by objective"])[-1] == \
         Y_TICK.findall(charts["validation loss by objective"])[-1]
-    assert "validation loss (step 20)" in page and "1 held-out videos (v1)" in page
+    assert "validation loss (step 20)" in page and "1 held-out video (v1)" in page
     assert "AUC 0.600" in page
     section = page[page.index("<h2>Warnings</h2>"):page.index("<h2>Stages</h2>")]
     assert "3 of 5 text segments repeat one sentence" in section
