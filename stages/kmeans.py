@@ -398,8 +398,7 @@ def run(cfg: Config, work_dir, executor, *, force: bool = False, quiet: bool = F
              "empty_leaves": empty_nodes[-1], "small_nodes": sum(small_nodes),
              "sample_seconds": round(sampled_at - started, 3), "fit_seconds": round(fitted_at - sampled_at, 3)}
     lineage.write_record(work, "kmeans", None, expected, outputs, stats)
-    return {"stage": "kmeans", **stats, **({"redone": redone} if redone else {}),
-            **({"warnings": info["warnings"]} if warning else {})}
+    return {"stage": "kmeans", **stats, **({"redone": redone} if redone else {})}
 
 
 def codebook_info(work_dir, top: int = 10) -> str:
