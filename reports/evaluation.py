@@ -135,33 +135,33 @@ def _words(ranked: list, labels: list[str]) -> str:
 
 
 def zero_shot_predictions_html(predictions: dict | None) -> str:
+    """One table per ranking: a sample of segments with their text, labels and top-5 verbs and nouns."""
     if not predictions or not predictions["sample"]:
         return ""
-    mode = predictions["rankings"][0]
-    same = predictions["same_as_text_only_prior"].get(mode)
-    parts = [f"<h3>Predictions for {len(predictions['sample'])} of {predictions['segments']:,} segments "
-             f"({html.escape(_mode_title(mode))})</h3>",
-             '<p class="note">top-5 verbs and nouns with their probabilities (a word of several WordPiece pieces: '
-             'the product of its pieces\'); a word among the segment\'s labels is bold. All segments are in '
-             'zero_shot_predictions.parquet.</p>']
-    prior = predictions["text_only_prior"].get(mode)
-    if prior:
-        parts.append("<p>text-only prior (the same for every segment): verbs "
-                     f"{html.escape(', '.join(prior['verb']))}; nouns {html.escape(', '.join(prior['noun']))}."
-                     + (f" Segments whose top-5 equals it: verbs {same['verb']:,}, nouns {same['noun']:,} of "
-                        f"{predictions['segments']:,}." if same else "") + "</p>")
+    parts = ['<p class="note">top-5 verbs and nouns with their probabilities (a word of several WordPiece '
+             'pieces: the product of its pieces\'); a word among the segment\'s labels is bold. Every segment is '
+             'in zero_shot_predictions.parquet.</p>']
     labelled = any(row["verbs"] or row["nouns"] for row in predictions["sample"])
-    head = ["segment", "text"] + (["labels"] if labelled else []) + ["verb top-5", "noun top-5"]
-    body = []
-    for row in predictions["sample"]:
-        cells = [f'{html.escape(row["video_id"])} #{row["segment_index"]} {row["start_s"]:.1f}-{row["end_s"]:.1f} s',
-                 html.escape(row["text"] or "-")]
-        if labelled:
-            cells.append(html.escape(" | ".join(row["verbs"]) + " / " + " | ".join(row["nouns"])))
-        cells += [_words(row[f"verb_top5_{mode}"], row["verbs"]), _words(row[f"noun_top5_{mode}"], row["nouns"])]
-        body.append("<tr>" + "".join(f'<td class="text">{cell}</td>' for cell in cells) + "</tr>")
-    head_html = "".join(f"<th>{html.escape(name)}</th>" for name in head)
-    parts.append(f'<table class="predictions"><tr>{head_html}</tr>{"".join(body)}</table>')
+    for mode in predictions["rankings"]:
+        parts.append(f"<h3>Predictions for {len(predictions['sample'])} of {predictions['segments']:,} segments "
+                     f"({html.escape(_mode_title(mode))})</h3>")
+        prior, same = predictions["text_only_prior"].get(mode), predictions["same_as_text_only_prior"].get(mode)
+        if prior:
+            parts.append("<p>text-only prior (the same for every segment): verbs "
+                         f"{html.escape(', '.join(prior['verb']))}; nouns {html.escape(', '.join(prior['noun']))}."
+                         + (f" Segments whose top-5 equals it: verbs {same['verb']:,}, nouns {same['noun']:,} of "
+                            f"{predictions['segments']:,}." if same else "") + "</p>")
+        head = ["segment", "text"] + (["labels"] if labelled else []) + ["verb top-5", "noun top-5"]
+        body = []
+        for row in predictions["sample"]:
+            cells = [html.escape(f'{row["video_id"]} #{row["segment_index"]} {row["start_s"]:.1f}-{row["end_s"]:.1f} s'),
+                     html.escape(row["text"] or "-")]
+            if labelled:
+                cells.append(html.escape(f"verbs {', '.join(row['verbs']) or '-'}; nouns {', '.join(row['nouns']) or '-'}"))
+            cells += [_words(row[f"verb_top5_{mode}"], row["verbs"]), _words(row[f"noun_top5_{mode}"], row["nouns"])]
+            body.append("<tr>" + "".join(f'<td class="text">{cell}</td>' for cell in cells) + "</tr>")
+        head_html = "".join(f"<th>{html.escape(name)}</th>" for name in head)
+        parts.append(f'<table class="predictions"><tr>{head_html}</tr>{"".join(body)}</table>')
     return "\n".join(parts)
 
 

@@ -570,11 +570,10 @@ def _train_html(records: list[dict], validation: list[dict] | None = None, heade
     if any(f"{name}_loss" in record for record in records for name in OBJECTIVES):
         top = _loss_top(records + validation)       # one loss axis for training and validation
         train_loss, train_acc = _objective_charts(records, "training", top)
-        rows = [[train_loss], [train_acc]]
-        if validation:
+        rows = [charts + [train_loss, train_acc]]
+        if validation:                              # each training chart beside its validation chart
             validation_loss, validation_acc = _objective_charts(validation, "validation", top)
-            rows = [[train_loss, validation_loss], [train_acc, validation_acc]]
-        parts.append('<div class="plots">' + "".join(charts) + "</div>")
+            rows = [charts, [train_loss, validation_loss], [train_acc, validation_acc]]
         parts += ['<div class="plots">' + "".join(row) + "</div>" for row in rows]
     else:
         parts.append('<div class="plots">' + "".join(charts) + "</div>")

@@ -331,6 +331,8 @@ def test_without_validation_records_no_validation_curve_is_drawn(tmp_path):
     titles = _titles(page)
     assert "training loss by objective" in titles and "training accuracy by objective" in titles
     assert not any(title.startswith("validation") for title in titles)
+    rows = [_titles(row) for row in re.findall(r'<div class="plots">((?:<svg .*?</svg>)+)</div>', page, re.S)]
+    assert ["training loss", "training loss by objective", "training accuracy by objective"] in rows
     assert "no held-out videos" in page and "<h2>Warnings</h2>" not in page
     assert json.loads((work / "report.json").read_text())["summary"]["warnings"] == []
 
