@@ -1,8 +1,9 @@
 """The evaluation parts of the run report (reports/report.py): the zero-shot table of DIR/eval/zero_shot.json
 (every row in every ranking; the S3D linear probe of DIR/eval/linear_probe.json beside the closed-set rows),
 a sample of its per-segment top-5 predictions (DIR/eval/zero_shot_predictions.parquet, labels or not) with
-a note wherever VideoBERT's answers are exactly the text-only prior's (the video changed nothing), and the predicted visual words of DIR/eval/predict_video.parquet, each shown by the clips of this run nearest
-its leaf centroid (reports/gallery.py's search), like the paper's figure of video predicted from text."""
+a note wherever VideoBERT's answers are exactly the text-only prior's (the video changed nothing), and the
+predicted visual words of DIR/eval/predict_video.parquet, each shown by the clips of this run nearest its leaf
+centroid (reports/gallery.py's search), like the paper's figure of video predicted from text."""
 
 from __future__ import annotations
 
@@ -128,9 +129,14 @@ def _mode_title(mode: str) -> str:
     return "open vocabulary" if mode == "open" else "closed set"
 
 
+def _percent(prob: float) -> str:
+    """A probability as a percentage a reader can compare: whole percents from 10%, two digits below."""
+    return f"{100 * prob:.0f}%" if prob >= 0.1 else f"{100 * prob:.2g}%"
+
+
 def _words(ranked: list, labels: list[str]) -> str:
     """Top-5 words with probabilities; a word among the segment's labels is bold."""
-    return ", ".join((f"<b>{html.escape(word)}</b>" if word in labels else html.escape(word)) + f" {100 * prob:.0f}%"
+    return ", ".join((f"<b>{html.escape(word)}</b>" if word in labels else html.escape(word)) + f" {_percent(prob)}"
                      for word, prob in ranked)
 
 
@@ -154,10 +160,12 @@ def zero_shot_predictions_html(predictions: dict | None) -> str:
         head = ["segment", "text"] + (["labels"] if labelled else []) + ["verb top-5", "noun top-5"]
         body = []
         for row in predictions["sample"]:
-            cells = [html.escape(f'{row["video_id"]} #{row["segment_index"]} {row["start_s"]:.1f}-{row["end_s"]:.1f} s'),
+            span = f'{row["video_id"]} #{row["segment_index"]} {row["start_s"]:.1f}-{row["end_s"]:.1f} s'
+            cells = [html.escape(span),
                      html.escape(row["text"] or "-")]
             if labelled:
-                cells.append(html.escape(f"verbs {', '.join(row['verbs']) or '-'}; nouns {', '.join(row['nouns']) or '-'}"))
+                labels = f"verbs {', '.join(row['verbs']) or '-'}; nouns {', '.join(row['nouns']) or '-'}"
+                cells.append(html.escape(labels))
             cells += [_words(row[f"verb_top5_{mode}"], row["verbs"]), _words(row[f"noun_top5_{mode}"], row["nouns"])]
             body.append("<tr>" + "".join(f'<td class="text">{cell}</td>' for cell in cells) + "</tr>")
         head_html = "".join(f"<th>{html.escape(name)}</th>" for name in head)

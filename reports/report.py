@@ -341,7 +341,8 @@ def video_table(work_dir: Path, limit: int = MAX_VIDEO_ROWS) -> dict:
                     entry["text_segments"] = entry["video_only_segments"] = 0
         for stage, shards in error_stages.items():
             if shard in shards and work.errors(stage, shard).exists():
-                for row in storage.read_table(work.errors(stage, shard), columns=["video_id", "error_type"]).to_pylist():
+                errors = storage.read_table(work.errors(stage, shard), columns=["video_id", "error_type"])
+                for row in errors.to_pylist():
                     if row["video_id"] in videos:
                         videos[row["video_id"]]["errors"].append(f"{stage}: {row['error_type']}")
         total += len(videos)

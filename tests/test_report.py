@@ -401,7 +401,7 @@ def test_zero_shot_predictions_are_shown_without_labels(tmp_path):
     table = re.search(r'<table class="predictions">(.*?)</table>', section).group(1)
     cells = re.findall(r'<tr><td class="text">v0 #0 0.0-6.0 s</td><td class="text">([^<]*)</td>'
                        r'<td class="text">([^<]*)</td>', table)
-    assert cells == [("cut the onions into thin slices.", "stir 61%, mix 37%, add 14%, fry 5%, cut 2%")]
+    assert cells == [("cut the onions into thin slices.", "stir 61%, mix 37%, add 14%, fry 5%, cut 1.8%")]
     assert "labels</th>" not in table                       # no labels: no labels column
     assert "Segments whose top-5 equals it: verbs 1, nouns 1 of 3." in section
     assert "exactly the text-only prior" not in page        # 2 of 3 segments differ: no note
