@@ -158,10 +158,12 @@ def suggested_shape(clips: int, depth: int) -> tuple[int, int]:
     raise AssertionError("unreachable")
 
 
-def size_warning(clips: int, depth: int, k: int, empty_leaves: int | None = None) -> str | None:
+def size_warning(clips: int, depth: int, k: int, empty_leaves: int | None = None,
+                 features_rows: int | None = None) -> str | None:
     """The warning for a codebook most of whose leaves stay empty, or None: before the fit when the fit
     clips are fewer than half the k**depth leaves (each clip fills one leaf at most), after it when the
-    fit left more than half of them empty (`empty_leaves`)."""
+    fit left more than half of them empty (`empty_leaves`). `features_rows` above `clips`: the sample
+    was capped (kmeans.max_fit_vectors), which the warning says."""
     leaves = k ** depth
     if empty_leaves is None:
         if 2 * clips >= leaves:
@@ -174,7 +176,9 @@ def size_warning(clips: int, depth: int, k: int, empty_leaves: int | None = None
     new_depth, new_k = suggested_shape(clips, depth)
     return (f"codebook depth {depth}, k {k} is too large for {clips:,} fit clips: {what}; for this many clips "
             f"use kmeans.depth={new_depth}, kmeans.k={new_k} ({new_k ** new_depth:,} leaves), or fit on at least "
-            f"{SUGGESTED_CLIPS_PER_LEAF * leaves:,} clips")
+            f"{SUGGESTED_CLIPS_PER_LEAF * leaves:,} clips"
+            + (f" (kmeans.max_fit_vectors sampled {clips:,} of the {features_rows:,})"
+               if features_rows and features_rows > clips else ""))
 
 
 # ---------------------------------------------------------------- the tree
@@ -351,7 +355,8 @@ def run(cfg: Config, work_dir, executor, *, force: bool = False, quiet: bool = F
         sample_stats = write_fit_sample(shards, kcfg.max_fit_vectors, kcfg.seed, sample_path, quiet=quiet)
         sampled_at = time.time()
         # said before the fit when it is certain, so a run can be stopped before it spends the time
-        warning = size_warning(sample_stats["sample_size"], kcfg.depth, kcfg.k)
+        warning = size_warning(sample_stats["sample_size"], kcfg.depth, kcfg.k,
+                               features_rows=sample_stats["features_rows"])
         if warning:
             log.warning("kmeans: %s", warning)
         fit = fit_tree(sample_path, kcfg, pool.map, sample_size=sample_stats["sample_size"],
@@ -365,7 +370,8 @@ def run(cfg: Config, work_dir, executor, *, force: bool = False, quiet: bool = F
     sample_size = sample_stats["sample_size"]
     empty_nodes = [int((counts == 0).sum()) for counts in fit.counts]
     if warning is None:
-        warning = size_warning(sample_size, kcfg.depth, kcfg.k, empty_leaves=empty_nodes[-1])
+        warning = size_warning(sample_size, kcfg.depth, kcfg.k, empty_leaves=empty_nodes[-1],
+                               features_rows=sample_stats["features_rows"])
         if warning:
             log.warning("kmeans: %s", warning)
     small_nodes = [int(((counts > 0) & (counts < kcfg.k)).sum()) for counts in fit.counts]

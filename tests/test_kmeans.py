@@ -282,3 +282,10 @@ def test_the_suggested_codebook_has_about_two_clips_per_leaf(clips, depth, shape
     assert kmeans.suggested_shape(clips, depth) == shape
     new_depth, k = shape
     assert k ** new_depth <= max(clips / 2, 2)
+
+
+def test_a_capped_sample_is_named_in_the_warning():
+    assert kmeans.size_warning(100, 3, 12, features_rows=5_000).endswith(
+        "or fit on at least 3,456 clips (kmeans.max_fit_vectors sampled 100 of the 5,000)")
+    assert kmeans.size_warning(100, 3, 12, features_rows=100).endswith("or fit on at least 3,456 clips")
+    assert kmeans.size_warning(2_000, 3, 12) is None
