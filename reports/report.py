@@ -61,7 +61,8 @@ svg text { font: 11px system-ui, sans-serif; fill: #333; }
 .example p { margin: 2px 0 6px; }
 .predicted figure img + img { margin-top: 2px; }
 td.text { text-align: left; } td.num { text-align: right; }
-table.videos td, table.predictions td { overflow-wrap: anywhere; }
+table.videos td { white-space: nowrap; }
+table.videos td:first-child, table.predictions td { white-space: normal; overflow-wrap: anywhere; }
 table.videos th, table.predictions th { text-align: left; }
 table.videos tr.flagged td { background: #fff4e5; }
 ul.warnings li { margin: 4px 0; }
