@@ -150,21 +150,23 @@ def svg_lines(series: list[tuple[str, list[float], list[float | None]]], *, titl
     """Several lines on one pair of axes (x: steps), one colour each, named in a legend below the frame.
     A None y is a gap; few points are also marked, so a single one shows. `y_max` fixes the axis's top
     (accuracies: 1; two charts to compare: the same top), else it ends on the tick above the largest y."""
-    drawn = [(name, [(x, y) for x, y in zip(xs, ys) if y is not None and math.isfinite(y)])
-             for name, xs, ys in series]
-    drawn = [(name, points) for name, points in drawn if points]
+    # a series keeps its colour by its place in `series`, drawn or not: the same name, the same colour in
+    # charts drawn side by side
+    drawn = [(name, SERIES_COLOURS[index % len(SERIES_COLOURS)],
+              [(x, y) for x, y in zip(xs, ys) if y is not None and math.isfinite(y)])
+             for index, (name, xs, ys) in enumerate(series)]
+    drawn = [entry for entry in drawn if entry[2]]
     legend_h = 18
     if not drawn:
         return _svg(title, ['<text x="50%" y="50%" text-anchor="middle">no data</text>'])
-    all_x = [x for _, points in drawn for x, _ in points]
-    top = max(y for _, points in drawn for _, y in points)
+    all_x = [x for _, _, points in drawn for x, _ in points]
+    top = max(y for _, _, points in drawn for _, y in points)
     x_axis = _Axis(min(all_x), max(all_x), integer=True)
     y_axis = _Axis(0, y_max, headroom=False) if y_max is not None else _Axis(0, top, headroom=True)
     plot_w, plot_h = CHART_W - LEFT - RIGHT, CHART_H - TOP - BOTTOM
     parts = _axes(x_axis, y_axis, x_label, y_label)
     legend_x, legend_row = LEFT, 0
-    for index, (name, points) in enumerate(drawn):
-        colour = SERIES_COLOURS[index % len(SERIES_COLOURS)]
+    for name, colour, points in drawn:
         xy = [(LEFT + plot_w * x_axis.frac(x), TOP + plot_h * (1 - y_axis.frac(y))) for x, y in points]
         parts.append(f'<polyline points="{" ".join(f"{x:.1f},{y:.1f}" for x, y in xy)}" fill="none" '
                      f'stroke="{colour}" stroke-width="1.5"><title>{html.escape(name)}</title></polyline>')

@@ -478,3 +478,14 @@ def test_long_video_names_are_not_cut_in_charts():
     width = float(re.search(r'<svg [^>]*width="(\d+)"', chart).group(1))
     label_w = float(re.search(r'<rect x="([\d.]+)"', chart).group(1))
     assert label_w >= 6 * len(name) and width > label_w
+
+
+def test_a_series_without_values_is_left_out_and_the_others_keep_their_colours():
+    from reports.svg import SERIES_COLOURS, svg_lines
+
+    chart = svg_lines([("a", [1, 2], [None, None]), ("b", [1, 2], [0.5, float("nan")]), ("c", [1, 2], [1.0, 2.0])],
+                      title="t", x_label="step", y_label="loss")
+    lines = re.findall(r'<polyline [^>]*stroke="([^"]+)"[^>]*><title>([^<]+)</title>', chart)
+    assert lines == [(SERIES_COLOURS[1], "b"), (SERIES_COLOURS[2], "c")]
+    assert chart.count("<circle") == 3                      # b's one point is still shown
+    assert ">no data<" in svg_lines([("a", [1], [None])], title="t", x_label="step", y_label="loss")
