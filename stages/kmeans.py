@@ -147,10 +147,11 @@ def write_fit_sample(shards: list[tuple[int, Path]], max_vectors: int, seed: int
 
 # ---------------------------------------------------------------- a codebook too large for its data
 
-def suggested_shape(clips: int, depth: int) -> tuple[int, int]:
-    """(depth, k) of a codebook with about SUGGESTED_CLIPS_PER_LEAF fit clips per leaf: the configured depth
-    when k can stay >= SUGGESTED_MIN_K there, else the deepest shallower tree that can (k >= 2 at depth 1)."""
-    leaves = max(clips / SUGGESTED_CLIPS_PER_LEAF, 2)
+def suggested_shape(clips: int, depth: int, max_leaves: int | None = None) -> tuple[int, int]:
+    """(depth, k) of a codebook with about SUGGESTED_CLIPS_PER_LEAF fit clips per leaf (and at most
+    `max_leaves`): the configured depth when k can stay >= SUGGESTED_MIN_K there, else the deepest
+    shallower tree that can (k >= 2 at depth 1)."""
+    leaves = max(min(clips / SUGGESTED_CLIPS_PER_LEAF, max_leaves or math.inf), 2)
     for levels in range(depth, 0, -1):
         k = int(math.floor(leaves ** (1 / levels) + 1e-9))
         if k >= SUGGESTED_MIN_K or levels == 1:
@@ -165,20 +166,24 @@ def size_warning(clips: int, depth: int, k: int, empty_leaves: int | None = None
     fit left more than half of them empty (`empty_leaves`). `features_rows` above `clips`: the sample
     was capped (kmeans.max_fit_vectors), which the warning says."""
     leaves = k ** depth
+    capped = f" (kmeans.max_fit_vectors sampled {clips:,} of the {features_rows:,})" \
+        if features_rows and features_rows > clips else ""
     if empty_leaves is None:
         if 2 * clips >= leaves:
             return None
-        what = f"at least {leaves - clips:,} of its {leaves:,} leaves stay empty"
-    elif 2 * empty_leaves > leaves:
-        what = f"{empty_leaves:,} of its {leaves:,} leaves are empty"
-    else:
+        new_depth, new_k = suggested_shape(clips, depth)
+        return (f"codebook depth {depth}, k {k} is too large for {clips:,} fit clips: at least {leaves - clips:,} "
+                f"of its {leaves:,} leaves stay empty; for this many clips use kmeans.depth={new_depth}, "
+                f"kmeans.k={new_k} ({new_k ** new_depth:,} leaves), or fit on at least "
+                f"{SUGGESTED_CLIPS_PER_LEAF * leaves:,} clips{capped}")
+    if 2 * empty_leaves <= leaves:
         return None
-    new_depth, new_k = suggested_shape(clips, depth)
-    return (f"codebook depth {depth}, k {k} is too large for {clips:,} fit clips: {what}; for this many clips "
-            f"use kmeans.depth={new_depth}, kmeans.k={new_k} ({new_k ** new_depth:,} leaves), or fit on at least "
-            f"{SUGGESTED_CLIPS_PER_LEAF * leaves:,} clips"
-            + (f" (kmeans.max_fit_vectors sampled {clips:,} of the {features_rows:,})"
-               if features_rows and features_rows > clips else ""))
+    # enough clips, but too alike (near-duplicates) to spread over the leaves: more of them would not help
+    filled = leaves - empty_leaves
+    new_depth, new_k = suggested_shape(clips, depth, max_leaves=filled)
+    return (f"codebook depth {depth}, k {k} is too large for its {clips:,} fit clips: {empty_leaves:,} of its "
+            f"{leaves:,} leaves are empty (the clips are alike enough to fill only {filled:,}); for these clips "
+            f"use kmeans.depth={new_depth}, kmeans.k={new_k} ({new_k ** new_depth:,} leaves){capped}")
 
 
 # ---------------------------------------------------------------- the tree
@@ -354,9 +359,9 @@ def run(cfg: Config, work_dir, executor, *, force: bool = False, quiet: bool = F
     try:
         sample_stats = write_fit_sample(shards, kcfg.max_fit_vectors, kcfg.seed, sample_path, quiet=quiet)
         sampled_at = time.time()
+        capped_rows = sample_stats["features_rows"] if sample_stats["features_rows"] > kcfg.max_fit_vectors else None
         # said before the fit when it is certain, so a run can be stopped before it spends the time
-        warning = size_warning(sample_stats["sample_size"], kcfg.depth, kcfg.k,
-                               features_rows=sample_stats["features_rows"])
+        warning = size_warning(sample_stats["sample_size"], kcfg.depth, kcfg.k, features_rows=capped_rows)
         if warning:
             log.warning("kmeans: %s", warning)
         fit = fit_tree(sample_path, kcfg, pool.map, sample_size=sample_stats["sample_size"],
@@ -371,7 +376,7 @@ def run(cfg: Config, work_dir, executor, *, force: bool = False, quiet: bool = F
     empty_nodes = [int((counts == 0).sum()) for counts in fit.counts]
     if warning is None:
         warning = size_warning(sample_size, kcfg.depth, kcfg.k, empty_leaves=empty_nodes[-1],
-                               features_rows=sample_stats["features_rows"])
+                               features_rows=capped_rows)
         if warning:
             log.warning("kmeans: %s", warning)
     small_nodes = [int(((counts > 0) & (counts < kcfg.k)).sum()) for counts in fit.counts]
