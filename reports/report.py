@@ -518,16 +518,19 @@ def _examples_html(examples: list[dict], thumbnails: dict) -> str:
 OBJECTIVES = ("mlm_text", "mlm_video", "mlm_text_video", "alignment")
 
 
-def _objective_charts(records: list[dict], what: str, loss_top: float | None) -> tuple[str, str]:
-    """(loss chart, accuracy chart) of the four objectives over `records` (train or validation)."""
+def _objective_charts(records: list[dict], what: str, loss_top: float | None,
+                      steps_range: tuple[int, int]) -> tuple[str, str]:
+    """(loss chart, accuracy chart) of the four objectives over `records` (train or validation), on the
+    loss axis ending at `loss_top` and the step axis `steps_range`."""
     steps = [record["step"] for record in records]
     losses = [(name, steps, [record.get(f"{name}_loss") for record in records]) for name in OBJECTIVES]
     accuracies = [(name, steps, [record.get(f"{name}_acc") for record in records]) for name in OBJECTIVES]
     if any(record.get("alignment_auc") is not None for record in records):
         accuracies.append(("alignment AUC", steps, [record.get("alignment_auc") for record in records]))
-    return (svg_lines(losses, title=f"{what} loss by objective", x_label="step", y_label="loss", y_max=loss_top),
+    return (svg_lines(losses, title=f"{what} loss by objective", x_label="step", y_label="loss", y_max=loss_top,
+                      x_range=steps_range),
             svg_lines(accuracies, title=f"{what} accuracy by objective", x_label="step", y_label="accuracy",
-                      y_max=1.0))
+                      y_max=1.0, x_range=steps_range))
 
 
 def _loss_top(records: list[dict]) -> float | None:
@@ -570,11 +573,13 @@ def _train_html(records: list[dict], validation: list[dict] | None = None, heade
                      'loss only, which says nothing of what generalises.</p>')
     charts = [svg_line(steps, losses, title="training loss", x_label="step", y_label="loss", integer_x=True)]
     if any(f"{name}_loss" in record for record in records for name in OBJECTIVES):
-        top = _loss_top(records + validation)       # one loss axis for training and validation
-        train_loss, train_acc = _objective_charts(records, "training", top)
+        top = _loss_top(records + validation)       # one loss axis and one step axis for training and validation
+        every_step = [record["step"] for record in records + validation]
+        steps_range = (min(every_step), max(every_step))
+        train_loss, train_acc = _objective_charts(records, "training", top, steps_range)
         rows = [charts + [train_loss, train_acc]]
         if validation:                              # each training chart beside its validation chart
-            validation_loss, validation_acc = _objective_charts(validation, "validation", top)
+            validation_loss, validation_acc = _objective_charts(validation, "validation", top, steps_range)
             rows = [charts, [train_loss, validation_loss], [train_acc, validation_acc]]
         parts += ['<div class="plots">' + "".join(row) + "</div>" for row in rows]
     else:

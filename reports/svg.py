@@ -146,10 +146,11 @@ def svg_share_bars(labels: list[str], shares: list[float], *, title: str) -> str
 
 
 def svg_lines(series: list[tuple[str, list[float], list[float | None]]], *, title: str, x_label: str,
-              y_label: str, y_max: float | None = None) -> str:
+              y_label: str, y_max: float | None = None, x_range: tuple[float, float] | None = None) -> str:
     """Several lines on one pair of axes (x: steps), one colour each, named in a legend below the frame.
     A None y is a gap; few points are also marked, so a single one shows. `y_max` fixes the axis's top
-    (accuracies: 1; two charts to compare: the same top), else it ends on the tick above the largest y."""
+    (accuracies: 1; two charts to compare: the same top), else it ends on the tick above the largest y;
+    `x_range` likewise fixes the x axis (charts side by side: the same steps)."""
     # a series keeps its colour by its place in `series`, drawn or not: the same name, the same colour in
     # charts drawn side by side
     drawn = [(name, SERIES_COLOURS[index % len(SERIES_COLOURS)],
@@ -161,7 +162,7 @@ def svg_lines(series: list[tuple[str, list[float], list[float | None]]], *, titl
         return _svg(title, ['<text x="50%" y="50%" text-anchor="middle">no data</text>'])
     all_x = [x for _, _, points in drawn for x, _ in points]
     top = max(y for _, _, points in drawn for _, y in points)
-    x_axis = _Axis(min(all_x), max(all_x), integer=True)
+    x_axis = _Axis(*(x_range or (min(all_x), max(all_x))), integer=True)
     y_axis = _Axis(0, y_max, headroom=False) if y_max is not None else _Axis(0, top, headroom=True)
     plot_w, plot_h = CHART_W - LEFT - RIGHT, CHART_H - TOP - BOTTOM
     parts = _axes(x_axis, y_axis, x_label, y_label)

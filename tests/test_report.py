@@ -314,9 +314,12 @@ def test_training_and_validation_curves_per_objective_side_by_side(tmp_path):
         assert lines == ["mlm_text", "mlm_video", "mlm_text_video", "alignment"], title
     assert "alignment AUC" in charts["validation accuracy by objective"]
     assert "alignment AUC" not in charts["training accuracy by objective"]
-    # one loss axis for the two: the same top tick
+    # one loss axis and one step axis for the two: the same top tick, the same step ticks
     assert Y_TICK.findall(charts["training loss by objective"])[-1] == \
         Y_TICK.findall(charts["validation loss by objective"])[-1]
+    step_ticks = [re.findall(r'<text x="[\d.]+" y="220" text-anchor="middle">([^<]+)</text>', charts[title])
+                  for title in ("training loss by objective", "validation loss by objective")]
+    assert step_ticks[0] == step_ticks[1] and step_ticks[0][0] == "5" and step_ticks[0][-1] == "20"
     assert "validation loss (step 20)" in page and "1 held-out video (v1)" in page
     assert "AUC 0.600" in page
     section = page[page.index("<h2>Warnings</h2>"):page.index("<h2>Stages</h2>")]
