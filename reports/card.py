@@ -9,9 +9,9 @@ any loader, at the work dir's root and never inside a data folder (a file in ali
   `configs` whose `data_files` point at the shards (`default`: align/part-*.parquet; the other stages'
   folders as further configs), so `load_dataset(DIR)` finds them; its text says what the ids mean.
 - `DIR/dataset.json`: the same as JSON: schema and version, tokenizer (name, vocabulary size and
-  sha256), visual vocabulary size, codebook (sha256, depth, k), feature provenance (S3D weights, frame
-  rate, clip length; whether the weights are pretrained), the align config, and every shard with its
-  rows and sha256.
+  sha256), visual vocabulary size, codebook (sha256, depth, k, and its sidecar's `warnings` as
+  `codebook_warnings`), feature provenance (S3D weights, frame rate, clip length; whether the weights are
+  pretrained), the align config, and every shard with its rows and sha256.
 
 Both are made from the current align parts' metadata and completion records, and written by
 `python -m pipeline card` and at the end of `python -m pipeline summary`; `status` says when a later align
@@ -158,6 +158,8 @@ def collect(work_dir) -> dict:
         "feature_provenance": provenance,
         "weights": weights,
         "pretrained": None if weights is None else not weights.startswith("random"),
+        # data that cannot teach, said where the shards' readers look (e.g. most visual words never used)
+        "codebook_warnings": list(codebook.get("warnings") or []) if same_codebook else [],
         "vocabulary_layout": {
             "text_ids": "WordPiece ids in [0, tokenizer_vocab_size)",
             "visual_ids": "codebook leaf ids in [0, visual_vocab_size): the bundled trainer's vocabulary puts "
@@ -209,6 +211,10 @@ def markdown(data: dict, work: WorkDir) -> str:
         lines += [f"> **NOT pretrained**: the visual words come from S3D features with random weights "
                   f"(`{data['weights']}`): they are not semantic. Use these shards to test code, not to train a "
                   f"model you mean to use.", ""]
+    lines += [f"> **Codebook**: {warning}." if not warning.endswith(".") else f"> **Codebook**: {warning}"
+              for warning in data.get("codebook_warnings") or []]
+    if data.get("codebook_warnings"):
+        lines.append("")
     lines += ["## Loading", "", "```python",
               "from datasets import load_dataset",
               f"segments = load_dataset({root!r}, split=\"train\")   # this card's default config: the align shards",

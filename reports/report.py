@@ -9,7 +9,12 @@ number it shows.
 - text: ASR status and languages, the share of each video's clips inside a text segment, words per ASR
   sentence and WordPiece tokens per text segment;
 - a few text segments shown as their sentence next to the thumbnails of the clips giving its visual tokens;
-- the training loss, when DIR/train/log.jsonl exists;
+- warnings: data that cannot teach (the codebook sidecar's, the training log's start record's);
+- one row per video: decode status and clips, ASR language and its probability, kept and rejected
+  sentences, segments of each kind, error rows (a too-short or broken video is named here);
+- training, when DIR/train/log.jsonl exists: the total loss and, per objective (mlm_text, mlm_video,
+  mlm_text_video, alignment), the losses and accuracies of the training windows beside those of the
+  `validation` records on held-out videos (nothing drawn for them when the log has none);
 - the zero-shot table (DIR/eval/zero_shot.json: every row in every ranking, with the S3D linear probe of
   DIR/eval/linear_probe.json beside the closed-set rows) and the predicted visual words
   (DIR/eval/predict_video.parquet): per sentence, each predicted leaf shown by the clips nearest its centroid.
@@ -34,14 +39,17 @@ from pipeline.progress import format_number, format_rate
 from pipeline.registry import SHARD_STAGES
 from pipeline.workdir import WorkDir
 from reports import summary
-from reports.evaluation import predicted_video, predicted_video_html, read_json, zero_shot_html
+from reports.evaluation import (predicted_video, predicted_video_html, read_json, zero_shot_html,
+                                zero_shot_predictions, zero_shot_predictions_html)
 from reports.gallery import html_page, jpeg_data_uri, read_thumbnails, s3d_weights
 from reports.gallery import html_table as _table
-from reports.svg import fmt_number, svg_bars, svg_line, svg_share_bars
+from reports.svg import axis_top as svg_axis_top
+from reports.svg import fmt_number, svg_bars, svg_line, svg_lines, svg_share_bars
 
 EXAMPLE_SEGMENTS = 4           # text segments shown with their thumbnails, each from another video
 ERROR_EXAMPLES = 20
 MAX_VIDEO_BARS = 50            # more videos than this: coverage is shown as a histogram
+MAX_VIDEO_ROWS = 300           # videos listed in the per-video table (those to look at first)
 MAX_SENTENCE_WORDS = 60        # longer sentences are counted in the last bin
 RANK_POINTS = 400              # points drawn on the rank-frequency curve (log-spaced ranks)
 
@@ -53,6 +61,11 @@ svg text { font: 11px system-ui, sans-serif; fill: #333; }
 .example p { margin: 2px 0 6px; }
 .predicted figure img + img { margin-top: 2px; }
 td.text { text-align: left; } td.num { text-align: right; }
+table.videos td { white-space: nowrap; }
+table.videos td:first-child, table.predictions td { white-space: normal; overflow-wrap: anywhere; }
+table.videos th, table.predictions th { text-align: left; }
+table.videos tr.flagged td { background: #fff4e5; }
+ul.warnings li { margin: 4px 0; }
 """
 
 
@@ -227,22 +240,142 @@ def example_segments(work_dir: Path, limit: int = EXAMPLE_SEGMENTS) -> list[dict
     return examples
 
 
-def training_log(work_dir: Path) -> list[dict]:
+def _log_records(work_dir: Path) -> list[dict]:
+    """The training log's records of the latest run: from its last start record on (a resume continues
+    the run, a start begins another); a line cut off by a killed run is skipped."""
     path = WorkDir(work_dir).train_log
     if not path.exists():
         return []
-    return [record for line in path.read_text().splitlines() if line.strip()
-            for record in [json.loads(line)] if record.get("event") == "train"]
+    records = []
+    for line in path.read_text().splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(record, dict):
+            continue
+        if record.get("event") == "start":
+            records = []
+        records.append(record)
+    return records
+
+
+def training_log(work_dir: Path) -> list[dict]:
+    return [record for record in _log_records(work_dir) if record.get("event") == "train"]
+
+
+def validation_log(work_dir: Path) -> list[dict]:
+    """The `validation` records (the objectives on held-out videos every train.validation_every steps)."""
+    return [record for record in _log_records(work_dir) if record.get("event") == "validation"]
+
+
+def training_header(work_dir: Path) -> dict | None:
+    """The latest start or resume record: notes, warnings, the held-out videos."""
+    headers = [record for record in _log_records(work_dir) if record.get("event") in ("start", "resume")]
+    if not headers:
+        return None
+    last = headers[-1]
+    return {key: last.get(key) for key in ("event", "step", "notes", "warnings", "validation_videos")}
+
+
+def _rows(path: Path | None, columns: list[str]) -> list[dict]:
+    return storage.read_table(path, columns=columns).to_pylist() if path is not None else []
+
+
+def video_table(work_dir: Path, limit: int = MAX_VIDEO_ROWS) -> dict:
+    """One row per manifest video: decode status and clips, ASR language, kept and rejected sentences (a
+    sentence whose `rejected` is set; asr parts without that field keep every sentence), segments of each
+    kind, error rows. Read one shard at a time. Past `limit` videos, those with something to see (a status
+    other than ok, an error, no text segment) come first and the rest are only counted."""
+    work = WorkDir(work_dir)
+    checker = Lineage(work_dir)
+    parts = {stage: dict(checker.current_parts(stage, table)) for stage, table in
+             (("decode", "videos"), ("asr", ""), ("align", ""))}
+    error_stages = {stage: set(checker.current_records(stage)) for stage in SHARD_STAGES}
+    rows, total = [], 0
+    for shard in checker.manifest_shards():
+        videos = {row["video_id"]: {"video_id": row["video_id"], "shard": shard, "status": None, "clips": None,
+                                    "duration_s": None, "asr_status": None, "language": None,
+                                    "language_prob": None, "sentences_kept": None, "sentences_rejected": None,
+                                    "rejected_by_reason": {}, "text_segments": None, "video_only_segments": None,
+                                    "errors": []}
+                  for row in checker.shard_videos(shard)}
+        for row in _rows(parts["decode"].get(shard), ["video_id", "status", "n_clips", "duration_s"]):
+            if row["video_id"] in videos:
+                videos[row["video_id"]].update(status=row["status"], clips=row["n_clips"],
+                                               duration_s=row["duration_s"])
+        asr_path = parts["asr"].get(shard)
+        if asr_path is not None:
+            table = storage.read_table(asr_path, columns=["video_id", "status", "language", "language_prob",
+                                                          "sentences"])
+            has_rejected = "rejected" in {field.name for field in table.schema.field("sentences").type.value_type}
+            for index, video_id in enumerate(table["video_id"].to_pylist()):
+                if video_id not in videos:
+                    continue
+                sentences = table["sentences"][index].values
+                count = 0 if sentences is None else len(sentences)
+                reasons = (pc.struct_field(sentences, "rejected").to_pylist() if has_rejected and count
+                           else [None] * count)
+                by_reason: dict[str, int] = {}
+                for reason in reasons:
+                    if reason is not None:
+                        by_reason[reason] = by_reason.get(reason, 0) + 1
+                probability = table["language_prob"][index].as_py()
+                videos[video_id].update(asr_status=table["status"][index].as_py(),
+                                        language=table["language"][index].as_py(),
+                                        language_prob=None if probability is None else round(probability, 4),
+                                        sentences_kept=sum(reason is None for reason in reasons),
+                                        sentences_rejected=sum(by_reason.values()),
+                                        rejected_by_reason=dict(sorted(by_reason.items())))
+        align_path = parts["align"].get(shard)
+        if align_path is not None:
+            for row in _rows(align_path, ["video_id", "kind"]):
+                entry = videos.get(row["video_id"])
+                if entry is None:
+                    continue
+                key = "text_segments" if row["kind"] == "text_video" else "video_only_segments"
+                entry["text_segments"] = entry["text_segments"] or 0
+                entry["video_only_segments"] = entry["video_only_segments"] or 0
+                entry[key] += 1
+            for entry in videos.values():
+                if entry["text_segments"] is None:
+                    entry["text_segments"] = entry["video_only_segments"] = 0
+        for stage, shards in error_stages.items():
+            if shard in shards and work.errors(stage, shard).exists():
+                errors = storage.read_table(work.errors(stage, shard), columns=["video_id", "error_type"])
+                for row in errors.to_pylist():
+                    if row["video_id"] in videos:
+                        videos[row["video_id"]]["errors"].append(f"{stage}: {row['error_type']}")
+        total += len(videos)
+        rows += videos.values()
+        if len(rows) > 2 * limit:      # memory stays bounded: keep the ones to show first
+            rows = sorted(rows, key=_video_order)[:limit]
+    if total > limit:
+        rows = sorted(rows, key=_video_order)[:limit]
+    return {"videos": total, "rows": rows, "not_listed": total - len(rows)}
+
+
+def _needs_a_look(row: dict) -> bool:
+    return (row["status"] not in ("ok", None) or bool(row["errors"]) or row["text_segments"] == 0
+            or bool(row["sentences_rejected"]))
+
+
+def _video_order(row: dict) -> tuple:
+    return (not _needs_a_look(row), row["shard"], row["video_id"])
 
 
 def collect(cfg: Config, work_dir: Path) -> dict:
     """Every number the report shows (the content of DIR/report.json)."""
     work_dir = WorkDir(work_dir).root
     evaluation = WorkDir(work_dir).eval_folder
+    zero_shot = read_json(evaluation / "zero_shot.json")
     return {"summary": summary.collect(work_dir), "stages": stage_runs(work_dir),
             "error_examples": error_examples(work_dir), "visual_words": visual_word_stats(work_dir),
             "text": text_stats(cfg, work_dir), "examples": example_segments(work_dir),
-            "train": training_log(work_dir), "zero_shot": read_json(evaluation / "zero_shot.json"),
+            "videos": video_table(work_dir),
+            "train": training_log(work_dir), "validation": validation_log(work_dir),
+            "train_header": training_header(work_dir), "zero_shot": zero_shot,
+            "zero_shot_predictions": zero_shot_predictions(work_dir, zero_shot),
             "linear_probe": read_json(evaluation / "linear_probe.json"), "predicted_video": predicted_video(work_dir)}
 
 
@@ -382,19 +515,120 @@ def _examples_html(examples: list[dict], thumbnails: dict) -> str:
     return "\n".join(parts)
 
 
-def _train_html(records: list[dict]) -> str:
+OBJECTIVES = ("mlm_text", "mlm_video", "mlm_text_video", "alignment")
+
+
+def _objective_charts(records: list[dict], what: str, loss_top: float | None,
+                      steps_range: tuple[int, int]) -> tuple[str, str]:
+    """(loss chart, accuracy chart) of the four objectives over `records` (train or validation), on the
+    loss axis ending at `loss_top` and the step axis `steps_range`."""
+    steps = [record["step"] for record in records]
+    losses = [(name, steps, [record.get(f"{name}_loss") for record in records]) for name in OBJECTIVES]
+    accuracies = [(name, steps, [record.get(f"{name}_acc") for record in records]) for name in OBJECTIVES]
+    if any(record.get("alignment_auc") is not None for record in records):
+        accuracies.append(("alignment AUC", steps, [record.get("alignment_auc") for record in records]))
+    return (svg_lines(losses, title=f"{what} loss by objective", x_label="step", y_label="loss", y_max=loss_top,
+                      x_range=steps_range),
+            svg_lines(accuracies, title=f"{what} accuracy by objective", x_label="step", y_label="accuracy",
+                      y_max=1.0, x_range=steps_range))
+
+
+def _loss_top(records: list[dict]) -> float | None:
+    values = [record.get(f"{name}_loss") for record in records for name in OBJECTIVES]
+    values = [value for value in values if value is not None and math.isfinite(value)]
+    if not values:
+        return None
+    return svg_axis_top(max(values))
+
+
+def _train_html(records: list[dict], validation: list[dict] | None = None, header: dict | None = None) -> str:
     if not records:
         return ""
+    validation = validation or []
+    header = header or {}
     last = records[-1]
     steps, losses = [r["step"] for r in records], [r["loss"] for r in records]
     metrics = [[name, _number(last.get(f"{name}_loss")), _number(last.get(f"{name}_acc"))]
-               for name in ("mlm_text", "mlm_video", "mlm_text_video", "alignment") if f"{name}_loss" in last]
-    return ("<h2>Training</h2>"
-            f"<p>step {last['step']:,}, loss {last['loss']:.4g}, {_number(last.get('tokens_per_s'))} tokens/s</p>"
-            + _table(["objective", "loss", "accuracy"], metrics)
-            + '<div class="plots">' + svg_line(steps, losses, title="training loss", x_label="step", y_label="loss",
-                                                integer_x=True)
-            + "</div>")
+               + ([_number(validation[-1].get(f"{name}_loss")), _number(validation[-1].get(f"{name}_acc"))]
+                  if validation else [])
+               for name in OBJECTIVES if f"{name}_loss" in last]
+    held_out = header.get("validation_videos")
+    parts = ["<h2>Training</h2>",
+             f"<p>step {last['step']:,}, loss {last['loss']:.4g}, {_number(last.get('tokens_per_s'))} tokens/s</p>",
+             _table(["objective", "loss", "accuracy"]
+                    + ([f"validation loss (step {validation[-1]['step']:,})", "validation accuracy"]
+                       if validation else []), metrics)]
+    if validation:
+        videos = validation[-1].get("videos")
+        parts.append(f"<p>validation: the objectives on {_number(videos)} held-out video{'' if videos == 1 else 's'}"
+                     + (f" ({html.escape(', '.join(held_out[:10]))}{', ...' if len(held_out) > 10 else ''})"
+                        if held_out else "")
+                     + f" at {len(validation)} step(s); the training curves are each logging window's mean.</p>")
+        if validation[-1].get("alignment_auc") is not None:
+            parts.append(f"<p>validation alignment AUC {validation[-1]['alignment_auc']:.3f} (0.5 = chance).</p>")
+    elif held_out is not None:
+        parts.append("<p>no validation records yet (train.validation_every).</p>")
+    else:
+        parts.append('<p class="note">no held-out videos (train.validation_videos): the curves are training '
+                     'loss only, which says nothing of what generalises.</p>')
+    charts = [svg_line(steps, losses, title="training loss", x_label="step", y_label="loss", integer_x=True)]
+    if any(f"{name}_loss" in record for record in records for name in OBJECTIVES):
+        top = _loss_top(records + validation)       # one loss axis and one step axis for training and validation
+        every_step = [record["step"] for record in records + validation]
+        steps_range = (min(every_step), max(every_step))
+        train_loss, train_acc = _objective_charts(records, "training", top, steps_range)
+        rows = [charts + [train_loss, train_acc]]
+        if validation:                              # each training chart beside its validation chart
+            validation_loss, validation_acc = _objective_charts(validation, "validation", top, steps_range)
+            rows = [charts, [train_loss, validation_loss], [train_acc, validation_acc]]
+        parts += ['<div class="plots">' + "".join(row) + "</div>" for row in rows]
+    else:
+        parts.append('<div class="plots">' + "".join(charts) + "</div>")
+    return "\n".join(parts)
+
+
+def _warnings_html(warnings: list[dict]) -> str:
+    if not warnings:
+        return ""
+    return ('<h2>Warnings</h2><ul class="warnings">'
+            + "".join(f'<li><span class="warning">{html.escape(w["stage"])}</span>: {html.escape(w["message"])}</li>'
+                      for w in warnings) + "</ul>")
+
+
+def _rejected(row: dict) -> str:
+    if row["sentences_rejected"] is None:
+        return "-"
+    reasons = ", ".join(f"{reason} {count}" for reason, count in row["rejected_by_reason"].items())
+    return f"{row['sentences_rejected']}" + (f" ({reasons})" if reasons else "")
+
+
+def _videos_html(videos: dict) -> str:
+    if not videos["rows"]:
+        return ""
+    head = ["video", "shard", "decode status", "duration", "clips", "ASR", "language", "sentences kept",
+            "rejected", "text segments", "video-only segments", "errors"]
+    body = []
+    for row in videos["rows"]:
+        language = "-" if row["language"] is None else (
+            row["language"] + ("" if row["language_prob"] is None else f" {row['language_prob']:.2f}"))
+        cells = [("text", row["video_id"]), ("num", row["shard"]),
+                 ("text", row["status"] or "not decoded"),
+                 ("num", "-" if row["duration_s"] is None else f"{row['duration_s']:.1f} s"),
+                 ("num", _number(row["clips"])), ("text", row["asr_status"] or "-"), ("text", language),
+                 ("num", _number(row["sentences_kept"])), ("text", _rejected(row)),
+                 ("num", _number(row["text_segments"])), ("num", _number(row["video_only_segments"])),
+                 ("text", "; ".join(row["errors"]) or "-")]
+        flagged = ' class="flagged"' if _needs_a_look(row) else ""
+        body.append(f"<tr{flagged}>" + "".join(f'<td class="{kind}">{html.escape(str(value))}</td>'
+                                              for kind, value in cells) + "</tr>")
+    listed = len(videos["rows"])
+    note = (f'<p class="note">{listed:,} of {videos["videos"]:,} videos listed, those to look at first; the '
+            f'other {videos["not_listed"]:,} decoded, have text and no error.</p>' if videos["not_listed"] else "")
+    return ("<h2>Videos</h2>"
+            '<p class="note">one row per video of the manifest; highlighted: a decode status other than ok, '
+            'an error, rejected sentences, or no text segment.</p>' + note
+            + '<table class="videos"><tr>' + "".join(f"<th>{html.escape(name)}</th>" for name in head) + "</tr>"
+            + "".join(body) + "</table>")
 
 
 def render(data: dict, thumbnails: dict, work_dir: Path) -> str:
@@ -404,9 +638,11 @@ def render(data: dict, thumbnails: dict, work_dir: Path) -> str:
             f'{run["shards"]} shard(s). Every number here is in report.json.</p>']
     if (WorkDir(work_dir).gallery / "index.html").exists():
         body.append('<p><a href="gallery/index.html">the visual words as pictures (gallery)</a></p>')
-    body += [_stages_html(data), _visual_words_html(data["visual_words"]), _text_html(data["text"]),
-             _examples_html(data["examples"], thumbnails), _train_html(data["train"]),
-             zero_shot_html(data.get("zero_shot"), data.get("linear_probe")),
+    body += [_warnings_html(run.get("warnings") or []), _stages_html(data), _videos_html(data["videos"]),
+             _visual_words_html(data["visual_words"]), _text_html(data["text"]),
+             _examples_html(data["examples"], thumbnails),
+             _train_html(data["train"], data.get("validation"), data.get("train_header")),
+             zero_shot_html(data.get("zero_shot"), data.get("linear_probe"), data.get("zero_shot_predictions")),
              predicted_video_html(data.get("predicted_video") or [], thumbnails)]
     return html_page("VideoBERT run report", "\n".join(body)).replace("</style>", REPORT_STYLE + "</style>", 1)
 

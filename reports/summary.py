@@ -1,9 +1,12 @@
 """The run summary: what went in, what came out, what failed. `DIR/summary.json` and a printed table.
 
-It reads only the stages' output files (through their schemas' columns), one column at a time."""
+It reads only the stages' output files (through their schemas' columns), one column at a time, and the
+`warnings` of the codebook sidecar (when the codebook is current) and of the training log's latest start or
+resume record: data that cannot teach, said where the run is summed up."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +32,36 @@ def token_counts(work_dir: Path, num_leaves: int = 0) -> np.ndarray:
         part_counts = np.bincount(storage.read_table(path, columns=["token"])["token"].to_numpy(), minlength=len(counts))
         counts = np.pad(counts, (0, len(part_counts) - len(counts))) + part_counts
     return counts
+
+
+def train_header(work_dir: Path) -> dict | None:
+    """The training log's latest start or resume record (None without one); a line cut off by a killed run
+    is skipped."""
+    path = WorkDir(work_dir).train_log
+    if not path.exists():
+        return None
+    header = None
+    for line in path.read_text().splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict) and record.get("event") in ("start", "resume"):
+            header = record
+    return header
+
+
+def warnings(work_dir: Path) -> list[dict]:
+    """[{"stage": "kmeans" | "train", "message"}]: the current codebook's sidecar warnings, then those of
+    the latest training run (its log's start or resume record; absent from older logs)."""
+    work = WorkDir(work_dir)
+    found = []
+    if work.codebook_sidecar.exists() and Lineage(work).current("kmeans"):
+        sidecar = read_json(work.codebook_sidecar) or {}
+        found += [{"stage": "kmeans", "message": str(message)} for message in sidecar.get("warnings") or []]
+    header = train_header(work_dir) or {}
+    found += [{"stage": "train", "message": str(message)} for message in header.get("warnings") or []]
+    return found
 
 
 def collect(work_dir: Path) -> dict:
@@ -83,6 +116,7 @@ def collect(work_dir: Path) -> dict:
                 errors.setdefault(stage, {}).setdefault(error_type, 0)
                 errors[stage][error_type] += 1
     summary["errors"] = errors
+    summary["warnings"] = warnings(work_dir)
     return summary
 
 
@@ -114,4 +148,6 @@ def render(summary: dict) -> str:
             lines.append(f"    {stage}: " + ", ".join(f"{name} x{count}" for name, count in counts.items()))
     else:
         lines.append("  errors: none")
+    for warning in summary.get("warnings", []):
+        lines.append(f"  warning ({warning['stage']}): {warning['message']}")
     return "\n".join(lines)

@@ -9,6 +9,9 @@ from pipeline.progress import format_number
 
 CHART_W, CHART_H = 520, 250
 LEFT, RIGHT, TOP, BOTTOM = 64, 16, 30, 46
+LABEL_CHAR_W = 6.4         # px per character of an 11 px label, a little over the average
+SERIES_COLOURS = ("#2a6fb0", "#d9822b", "#2f9e44", "#c92a2a", "#7048e8")
+MARKED_POINTS = 40         # lines of at most this many points also mark each point
 
 
 def fmt_number(value: float) -> str:
@@ -53,6 +56,11 @@ class _Axis:
         ticks = [first + i * step for i in range(int((self.hi - first) / step + 1e-9) + 1)]
         # whole steps written without float noise (0.30000000000000004), counts as integers
         return [int(round(t)) if self.integer else round(t, 12) for t in ticks]
+
+
+def axis_top(value: float) -> float:
+    """The top of a linear axis from 0 that holds `value` with room above it (the first tick above)."""
+    return _Axis(0, value, headroom=True).hi
 
 
 def _svg(title: str, parts: list[str], width: int = CHART_W, height: int = CHART_H) -> str:
@@ -119,17 +127,60 @@ def svg_bars(labels: list[str], values: list[float], *, title: str, x_label: str
 
 
 def svg_share_bars(labels: list[str], shares: list[float], *, title: str) -> str:
-    """Horizontal bars of shares in [0, 1], one row per label."""
+    """Horizontal bars of shares in [0, 1], one row per label; the label column is as wide as the longest
+    label needs (a video id is never cut)."""
     row = 16
-    label_w = 220
-    plot_w = CHART_W - label_w - RIGHT - 40
+    label_w = max(220, int(LABEL_CHAR_W * max((len(label) for label in labels), default=0)) + 12)
+    plot_w = CHART_W - 220 - RIGHT - 40
+    width = label_w + plot_w + RIGHT + 40
     height = TOP + row * len(labels) + 24
     parts = []
     for index, (label, share) in enumerate(zip(labels, shares)):
         y = TOP + index * row
-        parts.append(f'<text x="{label_w - 6}" y="{y + 12}" text-anchor="end">{html.escape(label[:34])}</text>'
+        parts.append(f'<text x="{label_w - 6}" y="{y + 12}" text-anchor="end">{html.escape(label)}</text>'
                      f'<rect x="{label_w}" y="{y + 2}" width="{plot_w}" height="{row - 4}" fill="#eee"/>'
                      f'<rect x="{label_w}" y="{y + 2}" width="{plot_w * share:.1f}" height="{row - 4}" fill="#2a6fb0">'
                      f'<title>{html.escape(label)}: {share:.1%}</title></rect>'
                      f'<text x="{label_w + plot_w + 4}" y="{y + 12}">{share:.0%}</text>')
-    return _svg(title, parts, height=height)
+    return _svg(title, parts, width=width, height=height)
+
+
+def svg_lines(series: list[tuple[str, list[float], list[float | None]]], *, title: str, x_label: str,
+              y_label: str, y_max: float | None = None, x_range: tuple[float, float] | None = None) -> str:
+    """Several lines on one pair of axes (x: steps), one colour each, named in a legend below the frame.
+    A None y is a gap; few points are also marked, so a single one shows. `y_max` fixes the axis's top
+    (accuracies: 1; two charts to compare: the same top), else it ends on the tick above the largest y;
+    `x_range` likewise fixes the x axis (charts side by side: the same steps)."""
+    # a series keeps its colour by its place in `series`, drawn or not: the same name, the same colour in
+    # charts drawn side by side
+    drawn = [(name, SERIES_COLOURS[index % len(SERIES_COLOURS)],
+              [(x, y) for x, y in zip(xs, ys) if y is not None and math.isfinite(y)])
+             for index, (name, xs, ys) in enumerate(series)]
+    drawn = [entry for entry in drawn if entry[2]]
+    legend_h = 18
+    if not drawn:
+        return _svg(title, ['<text x="50%" y="50%" text-anchor="middle">no data</text>'])
+    all_x = [x for _, _, points in drawn for x, _ in points]
+    top = max(y for _, _, points in drawn for _, y in points)
+    x_axis = _Axis(*(x_range or (min(all_x), max(all_x))), integer=True)
+    y_axis = _Axis(0, y_max, headroom=False) if y_max is not None else _Axis(0, top, headroom=True)
+    plot_w, plot_h = CHART_W - LEFT - RIGHT, CHART_H - TOP - BOTTOM
+    parts = _axes(x_axis, y_axis, x_label, y_label)
+    legend_x, legend_row = LEFT, 0
+    for name, colour, points in drawn:
+        xy = [(LEFT + plot_w * x_axis.frac(x), TOP + plot_h * (1 - y_axis.frac(y))) for x, y in points]
+        parts.append(f'<polyline points="{" ".join(f"{x:.1f},{y:.1f}" for x, y in xy)}" fill="none" '
+                     f'stroke="{colour}" stroke-width="1.5"><title>{html.escape(name)}</title></polyline>')
+        if len(xy) <= MARKED_POINTS:
+            parts += [f'<circle cx="{x:.1f}" cy="{y:.1f}" r="2.5" fill="{colour}"><title>{html.escape(name)} at '
+                      f'{fmt_number(px)}: {format_number(py)}</title></circle>'
+                      for (x, y), (px, py) in zip(xy, points)]
+        entry_w = 28 + LABEL_CHAR_W * len(name)
+        if legend_x > LEFT and legend_x + entry_w > CHART_W - RIGHT:     # the legend wraps, never overflows
+            legend_x, legend_row = LEFT, legend_row + 1
+        legend_y = CHART_H + legend_h * (legend_row + 0.5)
+        parts.append(f'<line x1="{legend_x}" x2="{legend_x + 16}" y1="{legend_y - 4}" y2="{legend_y - 4}" '
+                     f'stroke="{colour}" stroke-width="3"/><text x="{legend_x + 20}" y="{legend_y}">'
+                     f'{html.escape(name)}</text>')
+        legend_x += entry_w
+    return _svg(title, parts, height=CHART_H + legend_h * (legend_row + 1))

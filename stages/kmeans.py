@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import time
 from dataclasses import dataclass
@@ -38,6 +39,10 @@ ASSIGN_CHUNK_ROWS = 65_536      # sample rows converted to float32 at a time whe
 # work (hundreds of ms per fit on a busy machine), so nodes below this many values fit on one thread
 SINGLE_THREAD_FIT_VALUES = 1 << 22
 READ_BATCH_ROWS = 8_192
+# a codebook is too large for its data when more than half its leaves cannot get a member; the suggested
+# size leaves this many fit clips per leaf
+SUGGESTED_CLIPS_PER_LEAF = 2
+SUGGESTED_MIN_K = 4
 
 log = logging.getLogger("pipeline.kmeans")
 
@@ -138,6 +143,47 @@ def write_fit_sample(shards: list[tuple[int, Path]], max_vectors: int, seed: int
         log.warning("kmeans: dropped %d sampled features with NaN/inf values", dropped)
     return {"sample_size": written, "nonfinite_dropped": dropped, "features_rows": sum(row_counts),
             "features_shards": len(shards), "dim": dim}
+
+
+# ---------------------------------------------------------------- a codebook too large for its data
+
+def suggested_shape(clips: int, depth: int, max_leaves: int | None = None) -> tuple[int, int]:
+    """(depth, k) of a codebook with about SUGGESTED_CLIPS_PER_LEAF fit clips per leaf (and at most
+    `max_leaves`): the configured depth when k can stay >= SUGGESTED_MIN_K there, else the deepest
+    shallower tree that can (k >= 2 at depth 1)."""
+    leaves = max(min(clips / SUGGESTED_CLIPS_PER_LEAF, max_leaves or math.inf), 2)
+    for levels in range(depth, 0, -1):
+        k = int(math.floor(leaves ** (1 / levels) + 1e-9))
+        if k >= SUGGESTED_MIN_K or levels == 1:
+            return levels, max(k, 2)
+    raise AssertionError("unreachable")
+
+
+def size_warning(clips: int, depth: int, k: int, empty_leaves: int | None = None,
+                 features_rows: int | None = None) -> str | None:
+    """The warning for a codebook most of whose leaves stay empty, or None: before the fit when the fit
+    clips are fewer than half the k**depth leaves (each clip fills one leaf at most), after it when the
+    fit left more than half of them empty (`empty_leaves`). `features_rows` above `clips`: the sample
+    was capped (kmeans.max_fit_vectors), which the warning says."""
+    leaves = k ** depth
+    capped = f" (kmeans.max_fit_vectors sampled {clips:,} of the {features_rows:,})" \
+        if features_rows and features_rows > clips else ""
+    if empty_leaves is None:
+        if 2 * clips >= leaves:
+            return None
+        new_depth, new_k = suggested_shape(clips, depth)
+        return (f"codebook depth {depth}, k {k} is too large for {clips:,} fit clips: at least {leaves - clips:,} "
+                f"of its {leaves:,} leaves stay empty; for this many clips use kmeans.depth={new_depth}, "
+                f"kmeans.k={new_k} ({new_k ** new_depth:,} leaves), or fit on at least "
+                f"{SUGGESTED_CLIPS_PER_LEAF * leaves:,} clips{capped}")
+    if 2 * empty_leaves <= leaves:
+        return None
+    # enough clips, but too alike (near-duplicates) to spread over the leaves: more of them would not help
+    filled = leaves - empty_leaves
+    new_depth, new_k = suggested_shape(clips, depth, max_leaves=filled)
+    return (f"codebook depth {depth}, k {k} is too large for its {clips:,} fit clips: {empty_leaves:,} of its "
+            f"{leaves:,} leaves are empty (the clips are alike enough to fill only {filled:,}); for these clips "
+            f"use kmeans.depth={new_depth}, kmeans.k={new_k} ({new_k ** new_depth:,} leaves){capped}")
 
 
 # ---------------------------------------------------------------- the tree
@@ -313,6 +359,11 @@ def run(cfg: Config, work_dir, executor, *, force: bool = False, quiet: bool = F
     try:
         sample_stats = write_fit_sample(shards, kcfg.max_fit_vectors, kcfg.seed, sample_path, quiet=quiet)
         sampled_at = time.time()
+        capped_rows = sample_stats["features_rows"] if sample_stats["features_rows"] > kcfg.max_fit_vectors else None
+        # said before the fit when it is certain, so a run can be stopped before it spends the time
+        warning = size_warning(sample_stats["sample_size"], kcfg.depth, kcfg.k, features_rows=capped_rows)
+        if warning:
+            log.warning("kmeans: %s", warning)
         fit = fit_tree(sample_path, kcfg, pool.map, sample_size=sample_stats["sample_size"],
                        threads_per_task=threads_per_task(getattr(pool, "workers", None), kcfg.k))
     finally:
@@ -323,6 +374,11 @@ def run(cfg: Config, work_dir, executor, *, force: bool = False, quiet: bool = F
 
     sample_size = sample_stats["sample_size"]
     empty_nodes = [int((counts == 0).sum()) for counts in fit.counts]
+    if warning is None:
+        warning = size_warning(sample_size, kcfg.depth, kcfg.k, empty_leaves=empty_nodes[-1],
+                               features_rows=capped_rows)
+        if warning:
+            log.warning("kmeans: %s", warning)
     small_nodes = [int(((counts > 0) & (counts < kcfg.k)).sum()) for counts in fit.counts]
     info = {
         "stage": "kmeans",
@@ -342,6 +398,7 @@ def run(cfg: Config, work_dir, executor, *, force: bool = False, quiet: bool = F
         "empty_leaves": empty_nodes[-1],
         "feature_provenance_hash": provenance_hash,
         "feature_provenance": json.loads(provenance),
+        "warnings": [warning] if warning else [],
     }
     codebook = codebook_format.Codebook(depth=kcfg.depth, k=kcfg.k, centroids=fit.centroids,
                                         counts=fit.counts, info=info)
@@ -352,9 +409,6 @@ def run(cfg: Config, work_dir, executor, *, force: bool = False, quiet: bool = F
              "empty_leaves": empty_nodes[-1], "small_nodes": sum(small_nodes),
              "sample_seconds": round(sampled_at - started, 3), "fit_seconds": round(fitted_at - sampled_at, 3)}
     lineage.write_record(work, "kmeans", None, expected, outputs, stats)
-    if sample_size < codebook.num_leaves:
-        log.warning("kmeans: %d sampled features for %d leaves: at least %d leaves are empty",
-                    sample_size, codebook.num_leaves, codebook.num_leaves - sample_size)
     return {"stage": "kmeans", **stats, **({"redone": redone} if redone else {})}
 
 
@@ -369,6 +423,7 @@ def codebook_info(work_dir, top: int = 10) -> str:
              f"  fit on {info.get('sample_size', 0):,} sampled clips of {info.get('features_rows', 0):,} "
              f"in {info.get('features_shards', 0)} features shards, seed {info.get('seed', '?')}",
              f"  feature provenance {info.get('feature_provenance_hash', '?')}",
+             *[f"  warning: {warning}" for warning in info.get("warnings", [])],
              "",
              f"  {'level':>5} {'nodes':>7} {'non-empty':>9} {'empty':>7} {'small':>7} "
              f"{'min':>7} {'median':>7} {'max':>8} {'mean sq. dist':>14}"]

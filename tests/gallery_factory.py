@@ -83,8 +83,11 @@ def _done(work_dir: Path, stage: str, shard: int, seconds: float, **stats) -> No
 
 
 def make_work_dir(work_dir: Path, *, stages: tuple[str, ...] = ("decode", "features", "kmeans", "quantize",
-                                                                 "asr", "align")) -> Path:
-    """Write the outputs of `stages` (each needs the ones before it) and return the work dir."""
+                                                                 "asr", "align"), v3_too_short: bool = False,
+                  codebook_warnings: list[str] | None = None) -> Path:
+    """Write the outputs of `stages` (each needs the ones before it) and return the work dir. `v3_too_short`:
+    v3 is too short for a clip (status too_short, no error row) instead of undecodable; `codebook_warnings`:
+    the codebook sidecar's `warnings`."""
     work_dir = Path(work_dir)
     rng = np.random.default_rng(1)
     codebook = make_codebook()
@@ -100,12 +103,14 @@ def make_work_dir(work_dir: Path, *, stages: tuple[str, ...] = ("decode", "featu
                     for clip in clips]
             write_part(work_dir, "decode", shard, pa.Table.from_pylist(rows, schema=schemas.DECODE_CLIPS.arrow),
                        schemas.DECODE_CLIPS)
-            video_rows = [{"video_id": video, "uri": f"/videos/{video}.mp4", "status": "ok" if CLIPS[video] else "error",
+            failed = "too_short" if v3_too_short else "error"
+            video_rows = [{"video_id": video, "uri": f"/videos/{video}.mp4", "status": "ok" if CLIPS[video] else failed,
                            "n_clips": CLIPS[video]} for video in videos]
             write_part(work_dir, "decode", shard, pa.Table.from_pylist(video_rows, schema=schemas.DECODE_VIDEOS.arrow),
                        schemas.DECODE_VIDEOS, table_name="videos")
             errors = [{"video_id": "v3", "stage": "decode", "error_type": "VideoDecodeError",
-                       "message": "/videos/v3.mp4: Invalid data found when processing input"}] if shard == 1 else []
+                       "message": "/videos/v3.mp4: Invalid data found when processing input"}] \
+                if shard == 1 and not v3_too_short else []
             storage.write_parquet(WorkDir(work_dir).errors("decode", shard),
                                   pa.Table.from_pylist(errors, schema=schemas.ERRORS.arrow), Provenance(stage="decode"))
             _done(work_dir, "decode", shard, 2.0, videos=len(videos), clips=len(clips), errors=len(errors))
@@ -148,6 +153,8 @@ def make_work_dir(work_dir: Path, *, stages: tuple[str, ...] = ("decode", "featu
             _done(work_dir, "align", shard, 1.0, videos=len(videos), clips=len(clips), segments=len(rows))
     if "kmeans" in stages:
         work = WorkDir(work_dir)
+        if codebook_warnings is not None:
+            codebook.info["warnings"] = list(codebook_warnings)
         visual_words.save(codebook, work.kmeans_folder)
         lineage.write_record(work, "kmeans", None, lineage.external_lineage(MADE_BY),
                              {**lineage.output_entry(work, work.codebook),

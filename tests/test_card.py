@@ -142,6 +142,22 @@ def test_the_sidecar_holds_the_align_parts_metadata_and_the_codebook_it_indexes(
     assert "**NOT pretrained**" in body and "visual word v at 30,522 + v" in body
 
 
+def test_the_codebook_warnings_are_carried_into_the_card(work):
+    from reports.card import collect, markdown
+
+    sidecar_path = WorkDir(work).codebook_sidecar
+    original = sidecar_path.read_text()
+    assert collect(work)["codebook_warnings"] == []
+    warning = "codebook depth 2, k 3 is too large for 4 fit clips: 6 of its 9 leaves are empty"
+    try:
+        sidecar_path.write_text(json.dumps(dict(json.loads(original), warnings=[warning])))
+        data = collect(work)
+        assert data["codebook_warnings"] == [warning]
+        assert f"> **Codebook**: {warning}." in markdown(data, WorkDir(work))
+    finally:
+        sidecar_path.write_text(original)
+
+
 def test_status_says_when_the_card_is_behind_and_summary_writes_it_anew(work, tmp_path, capsys):
     from reports.status import status_text
 

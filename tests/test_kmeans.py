@@ -233,3 +233,63 @@ def test_impossible_kmeans_settings_stop_at_load(override, message):
 
     with pytest.raises(ConfigError, match=message):
         load_config(None, [override])
+
+
+def test_a_codebook_far_larger_than_its_clips_is_warned_once_and_recorded(tmp_path, caplog):
+    vectors, _, _ = planted_hierarchy(groups=5, subgroups=3, per_subgroup=4)     # 60 clips
+    make_work_dir(tmp_path, [vectors])
+    with caplog.at_level("WARNING", logger="pipeline.kmeans"):
+        _, stats = fit(tmp_path, ["kmeans.depth=3", "kmeans.k=12", "kmeans.niter=5"])
+    lines = [record.getMessage() for record in caplog.records if "too large" in record.getMessage()]
+    assert lines == ["kmeans: codebook depth 3, k 12 is too large for 60 fit clips: at least 1,668 of its "
+                     "1,728 leaves stay empty; for this many clips use kmeans.depth=2, kmeans.k=5 (25 leaves), "
+                     "or fit on at least 3,456 clips"]
+    info = json.loads((tmp_path / "kmeans" / "codebook.json").read_text())
+    assert info["warnings"] == [lines[0].removeprefix("kmeans: ")]
+    assert not any("too large" in str(value) for value in stats.values())     # said once: the log line
+    assert info["empty_leaves"] >= 1668
+    assert f"warning: {info['warnings'][0]}" in kmeans.codebook_info(tmp_path)
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="pipeline.kmeans"):      # a current codebook: nothing said again
+        assert fit(tmp_path, ["kmeans.depth=3", "kmeans.k=12", "kmeans.niter=5"])[1]["skipped"]
+    assert not caplog.records
+
+
+def test_a_fit_that_leaves_most_leaves_empty_is_warned_after_it(tmp_path, caplog):
+    # 40 identical clips and 2 others: enough clips for 9 leaves, but the tree can fill only a few of them
+    vectors = np.concatenate([np.full((40, 1024), 1.0), np.full((1, 1024), -1.0), np.full((1, 1024), 3.0)])
+    make_work_dir(tmp_path, [vectors.astype(np.float16)])
+    with caplog.at_level("WARNING", logger="pipeline.kmeans"):
+        fit(tmp_path, ["kmeans.depth=2", "kmeans.k=3", "kmeans.niter=5"])
+    info = json.loads((tmp_path / "kmeans" / "codebook.json").read_text())
+    filled = 9 - info["empty_leaves"]
+    assert filled < 4.5
+    # more clips like these would not help: the suggestion is a codebook no larger than the leaves they fill
+    new_depth, new_k = kmeans.suggested_shape(42, 2, max_leaves=filled)
+    assert new_k ** new_depth <= filled
+    assert info["warnings"] == [f"codebook depth 2, k 3 is too large for its 42 fit clips: {9 - filled} of its 9 "
+                                f"leaves are empty (the clips are alike enough to fill only {filled}); for these "
+                                f"clips use kmeans.depth={new_depth}, kmeans.k={new_k} ({new_k ** new_depth} leaves)"]
+    assert [record.getMessage() for record in caplog.records if "too large" in record.getMessage()] == \
+        [f"kmeans: {info['warnings'][0]}"]
+
+
+def test_a_codebook_its_clips_can_fill_has_no_warning(planted):
+    info = json.loads((planted["work_dir"] / "kmeans" / "codebook.json").read_text())
+    assert info["warnings"] == []
+    assert "warning:" not in kmeans.codebook_info(planted["work_dir"])
+
+
+@pytest.mark.parametrize("clips, depth, shape", [(65, 4, (2, 5)), (1000, 4, (4, 4)), (100_000, 4, (4, 14)),
+                                                 (10, 4, (1, 5)), (3, 2, (1, 2))])
+def test_the_suggested_codebook_has_about_two_clips_per_leaf(clips, depth, shape):
+    assert kmeans.suggested_shape(clips, depth) == shape
+    new_depth, k = shape
+    assert k ** new_depth <= max(clips / 2, 2)
+
+
+def test_a_capped_sample_is_named_in_the_warning():
+    assert kmeans.size_warning(100, 3, 12, features_rows=5_000).endswith(
+        "or fit on at least 3,456 clips (kmeans.max_fit_vectors sampled 100 of the 5,000)")
+    assert kmeans.size_warning(100, 3, 12, features_rows=100).endswith("or fit on at least 3,456 clips")
+    assert kmeans.size_warning(2_000, 3, 12) is None

@@ -262,3 +262,233 @@ def test_zero_shot_table_and_predicted_visual_words(tmp_path):
             assert all(abs(a - b) <= 8 for a, b in zip(colour, factory.leaf_colour(int(leaf)))), (leaf, colour)
     assert "v1 0.50" in section and f"v{factory.EMPTY_LEAF} 0.90 (empty leaf)" in section
     assert strip[1]["tokens"][0]["nearest"] == [] and strip[1]["tokens"][0]["empty"]
+
+
+# ---------------------------------------------------------------- learning, warnings, predictions, videos
+
+def _objectives(step: int, scale: float, **extra) -> dict:
+    return {"step": step, "mlm_text_loss": 4.0 * scale, "mlm_text_acc": 0.2, "mlm_video_loss": 3.0 * scale,
+            "mlm_video_acc": 0.1, "mlm_text_video_loss": 3.5 * scale, "mlm_text_video_acc": 0.15,
+            "alignment_loss": 0.69 * scale, "alignment_acc": 0.5, **extra}
+
+
+def write_training_log(work, *, validation: bool, warnings=None) -> None:
+    (work / "train").mkdir(exist_ok=True)
+    header = {"event": "start", "step": 0, "notes": []}
+    if warnings is not None:
+        header.update(warnings=warnings, validation_videos=["v1"] if validation else [])
+    records = [{"event": "start", "step": 0, "notes": ["an earlier run, started again"]},
+               {"event": "train", "step": 5, "loss": 99.0, **_objectives(5, 20.0)},     # not the latest run
+               header]
+    for step in (5, 10, 15, 20):
+        records.append({"event": "train", "loss": 12.0 / step, "tokens_per_s": 900.0, **_objectives(step, 1 / step)})
+        if validation and step % 10 == 0:
+            records.append({"event": "validation", "videos": 1, "alignment_auc": 0.6,
+                            **_objectives(step, 2 / step)})
+    (work / "train" / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records) + '{"event": "tra')
+
+
+def _titles(page: str) -> list[str]:
+    return re.findall(r"<svg [^>]*><title>([^<]+)</title>", page)
+
+
+def test_training_and_validation_curves_per_objective_side_by_side(tmp_path):
+    work = factory.make_work_dir(tmp_path)
+    write_training_log(work, validation=True, warnings=["3 of 5 text segments repeat one sentence"])
+    page = write_report(load_config(None, []), work).read_text()
+    data = json.loads((work / "report.json").read_text())
+    assert [r["step"] for r in data["train"]] == [5, 10, 15, 20]            # the latest run only
+    assert [r["step"] for r in data["validation"]] == [10, 20]
+    assert data["train_header"]["validation_videos"] == ["v1"]
+    titles = _titles(page)
+    learning = titles[titles.index("training loss"):]
+    assert learning[:5] == ["training loss", "training loss by objective", "validation loss by objective",
+                            "training accuracy by objective", "validation accuracy by objective"]
+    rows = re.findall(r'<div class="plots">((?:<svg .*?</svg>)+)</div>', page, re.S)
+    paired = [_titles(row) for row in rows]
+    assert ["training loss by objective", "validation loss by objective"] in paired
+    assert ["training accuracy by objective", "validation accuracy by objective"] in paired
+    charts = {re.search(r"<title>([^<]+)</title>", chart).group(1): chart for chart in _charts(page)}
+    for title in ("training loss by objective", "validation loss by objective"):
+        lines = re.findall(r'<polyline [^>]*><title>([^<]+)</title>', charts[title])
+        assert lines == ["mlm_text", "mlm_video", "mlm_text_video", "alignment"], title
+    assert "alignment AUC" in charts["validation accuracy by objective"]
+    assert "alignment AUC" not in charts["training accuracy by objective"]
+    # one loss axis and one step axis for the two: the same top tick, the same step ticks
+    assert Y_TICK.findall(charts["training loss by objective"])[-1] == \
+        Y_TICK.findall(charts["validation loss by objective"])[-1]
+    step_ticks = [re.findall(r'<text x="[\d.]+" y="220" text-anchor="middle">([^<]+)</text>', charts[title])
+                  for title in ("training loss by objective", "validation loss by objective")]
+    assert step_ticks[0] == step_ticks[1] and step_ticks[0][0] == "5" and step_ticks[0][-1] == "20"
+    assert "validation loss (step 20)" in page and "1 held-out video (v1)" in page
+    assert "AUC 0.600" in page
+    section = page[page.index("<h2>Warnings</h2>"):page.index("<h2>Stages</h2>")]
+    assert "3 of 5 text segments repeat one sentence" in section
+    assert data["summary"]["warnings"] == [{"stage": "train", "message": "3 of 5 text segments repeat one sentence"}]
+
+
+def test_without_validation_records_no_validation_curve_is_drawn(tmp_path):
+    work = factory.make_work_dir(tmp_path)
+    write_training_log(work, validation=False)           # an older log: no warnings, no validation keys
+    page = write_report(load_config(None, []), work).read_text()
+    titles = _titles(page)
+    assert "training loss by objective" in titles and "training accuracy by objective" in titles
+    assert not any(title.startswith("validation") for title in titles)
+    rows = [_titles(row) for row in re.findall(r'<div class="plots">((?:<svg .*?</svg>)+)</div>', page, re.S)]
+    assert ["training loss", "training loss by objective", "training accuracy by objective"] in rows
+    assert "no held-out videos" in page and "<h2>Warnings</h2>" not in page
+    assert json.loads((work / "report.json").read_text())["summary"]["warnings"] == []
+
+
+def test_summary_collects_the_codebook_and_training_warnings(tmp_path, capsys):
+    from reports import summary
+
+    work = factory.make_work_dir(tmp_path, codebook_warnings=["codebook depth 2, k 3 is too large for 4 fit clips"])
+    write_training_log(work, validation=False, warnings=["fewer text segments (2) than a batch (8)"])
+    assert cli.main(["summary", "--work-dir", str(work)]) == 0
+    printed = capsys.readouterr().out
+    expected = [{"stage": "kmeans", "message": "codebook depth 2, k 3 is too large for 4 fit clips"},
+                {"stage": "train", "message": "fewer text segments (2) than a batch (8)"}]
+    assert json.loads((work / "summary.json").read_text())["warnings"] == expected
+    assert "warning (kmeans): codebook depth 2, k 3 is too large for 4 fit clips" in printed
+    assert "warning (train): fewer text segments (2) than a batch (8)" in printed
+    page = write_report(load_config(None, []), work).read_text()
+    section = page[page.index("<h2>Warnings</h2>"):page.index("<h2>Stages</h2>")]
+    assert section.count("<li>") == 2 and "too large for 4 fit clips" in section
+    (work / "train" / "log.jsonl").unlink()                     # no training log: the codebook's only
+    assert summary.warnings(work) == expected[:1]
+
+
+def write_zero_shot(work, *, labels: bool, equal_rows: bool = False, prior=None) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    evaluation = work / "eval"
+    evaluation.mkdir(exist_ok=True)
+    prior = prior or {"verb": ["cut", "fry", "add", "mix", "stir"], "noun": ["onion", "oil", "pan", "salt", "egg"]}
+    report = zero_shot_report({})
+    report.update(rankings=["closed"], segment_source="align", segments=3,
+                  prior_top5={"text_only_prior": {"closed": prior}})
+    if labels:
+        def row(top1):
+            return {"verb": {"top1": top1, "top5": 0.5, "n": 3}, "noun": {"top1": top1, "top5": 0.5, "n": 3}}
+        report["results"] = {"closed": {"videobert": row(1 / 3), "text_only_prior": row(1 / 3 if equal_rows else 0.0),
+                                        "chance": row(0.1)}}
+    else:
+        del report["results"]
+    (evaluation / "zero_shot.json").write_text(json.dumps(report))
+    segments = [("v0", 0, 0.0, 6.0, ["cut"], ["onion"]), ("v0", 1, 6.0, 12.0, ["fry"], ["oil"]),
+                ("v1", 0, 0.0, 15.0, [], [])]
+    records = []
+    for video, index, start, end, verbs, nouns in segments:
+        record = {"video_id": video, "segment_index": index, "start_s": start, "end_s": end,
+                  "verbs": verbs if labels else [], "nouns": nouns if labels else []}
+        for part in ("verb", "noun"):
+            record[f"{part}_top5_closed"] = prior[part] if equal_rows or video == "v1" else prior[part][::-1]
+            record[f"{part}_scores_closed"] = [-0.5, -1.0, -2.0, -3.0, -4.0]
+        records.append(record)
+    pq.write_table(pa.Table.from_pylist(records), evaluation / "zero_shot_predictions.parquet")
+
+
+def test_zero_shot_predictions_are_shown_without_labels(tmp_path):
+    work = factory.make_work_dir(tmp_path)
+    write_zero_shot(work, labels=False)
+    page = write_report(load_config(None, []), work).read_text()
+    data = json.loads((work / "report.json").read_text())["zero_shot_predictions"]
+    assert data["segments"] == 3 and len(data["sample"]) == 3
+    assert data["same_as_text_only_prior"] == {"closed": {"verb": 1, "noun": 1}}
+    assert data["sample"][0]["verb_top5_closed"][0] == ["stir", 0.6065]
+    assert data["sample"][0]["text"] == "cut the onions into thin slices." and data["sample"][2]["text"] is None
+    section = page[page.index("<h2>Zero-shot"):]
+    assert "no labels (eval.labels)" in section and "Predictions for 3 of 3 segments (closed set)" in section
+    table = re.search(r'<table class="predictions">(.*?)</table>', section).group(1)
+    cells = re.findall(r'<tr><td class="text">v0 #0 0.0-6.0 s</td><td class="text">([^<]*)</td>'
+                       r'<td class="text">([^<]*)</td>', table)
+    assert cells == [("cut the onions into thin slices.", "stir 61%, mix 37%, add 14%, fry 5%, cut 1.8%")]
+    assert "labels</th>" not in table                       # no labels: no labels column
+    assert "Segments whose top-5 equals it: verbs 1, nouns 1 of 3." in section
+    assert "exactly the text-only prior" not in page        # 2 of 3 segments differ: no note
+
+
+def test_a_videobert_row_equal_to_the_prior_is_pointed_out(tmp_path):
+    work = factory.make_work_dir(tmp_path)
+    write_zero_shot(work, labels=True, equal_rows=True)
+    page = write_report(load_config(None, []), work).read_text()
+    notes = re.findall(r'<p class="warning">([^<]+)</p>', page)
+    assert "closed set: the VideoBERT row equals the text-only prior row exactly: on these segments the video " \
+           "did not change a single accuracy" in notes
+    assert "closed set: every one of the 3 segments&#x27; top-5 verbs and nouns are exactly the text-only " \
+           "prior&#x27;s: VideoBERT&#x27;s answer does not depend on the video" in notes
+    table = re.search(r'<table class="predictions">(.*?)</table>', page).group(1)
+    assert "labels</th>" in table and "<b>cut</b>" in table     # a labelled word is bold
+
+    write_zero_shot(work, labels=True, equal_rows=False)
+    page = write_report(load_config(None, []), work).read_text()
+    assert "exactly" not in " ".join(re.findall(r'<p class="warning">([^<]+)</p>', page))
+
+
+def test_per_video_table_names_a_too_short_video_and_rejected_sentences(tmp_path):
+    import pyarrow as pa
+
+    import schemas
+    from pipeline import lineage, storage
+    from pipeline.workdir import WorkDir
+    from schemas.metadata import Provenance
+
+    work = factory.make_work_dir(tmp_path, v3_too_short=True)
+    # shard 0's ASR as schema version 2 writes it: each sentence says whether (and why) it was rejected
+    sentence = pa.struct([("text", pa.string()), ("start_s", pa.float64()), ("end_s", pa.float64()),
+                          ("avg_word_prob", pa.float32()), ("rejected", pa.string())])
+    fields = [field if field.name != "sentences" else pa.field("sentences", pa.list_(sentence))
+              for field in schemas.ASR.arrow]
+    rows = [{"video_id": "v0", "status": "ok", "source": "base", "language": "en", "language_prob": 0.97,
+             "audio_s": 18.0, "words": [],
+             "sentences": [{"text": "cut the onions into thin slices.", "start_s": 0.0, "end_s": 6.0,
+                            "avg_word_prob": 0.9, "rejected": None},
+                           {"text": "fry them in oil.", "start_s": 6.0, "end_s": 12.0, "avg_word_prob": 0.8,
+                            "rejected": None},
+                           {"text": "thank you.", "start_s": 12.0, "end_s": 13.0, "avg_word_prob": 0.2,
+                            "rejected": "no_speech"}]},
+            {"video_id": "v1", "status": "no_audio", "source": "base", "language": None, "language_prob": None,
+             "audio_s": 15.0, "words": [], "sentences": []}]
+    storage.write_parquet(WorkDir(work).part("asr", 0), pa.Table.from_pylist(rows, schema=pa.schema(fields)),
+                          Provenance(stage="asr", schema="asr:2"))
+    lineage.record_external(work, "asr", 0, "tests", {"seconds": 3.0, "finished_at": 1000.0, "videos": 2})
+    page = write_report(load_config(None, []), work).read_text()
+    data = json.loads((work / "report.json").read_text())["videos"]
+    assert data["videos"] == 4 and data["not_listed"] == 0
+    by_id = {row["video_id"]: row for row in data["rows"]}
+    assert [row["video_id"] for row in data["rows"]] == ["v0", "v1", "v2", "v3"]
+    assert (by_id["v3"]["status"], by_id["v3"]["clips"], by_id["v3"]["errors"]) == ("too_short", 0, [])
+    assert (by_id["v0"]["sentences_kept"], by_id["v0"]["sentences_rejected"]) == (2, 1)
+    assert by_id["v0"]["rejected_by_reason"] == {"no_speech": 1}
+    assert (by_id["v0"]["text_segments"], by_id["v0"]["video_only_segments"]) == (2, 1)
+    # schema version 1 (shard 1): no `rejected` field, every sentence kept
+    assert (by_id["v2"]["sentences_kept"], by_id["v2"]["sentences_rejected"], by_id["v2"]["language"]) == (1, 0, "es")
+    table = re.search(r'<table class="videos">(.*?)</table>', page).group(1)
+    v3 = re.search(r'<tr class="flagged"><td class="text">v3</td>(.*?)</tr>', table).group(1)
+    assert '<td class="text">too_short</td>' in v3
+    v0 = re.search(r'<tr[^>]*><td class="text">v0</td>(.*?)</tr>', table).group(1)
+    assert '<td class="text">en 0.97</td>' in v0 and '<td class="text">1 (no_speech 1)</td>' in v0
+
+
+def test_long_video_names_are_not_cut_in_charts():
+    from reports.svg import svg_share_bars
+
+    name = "a-very-long-video-name-from-a-crawl-" + "x" * 60
+    chart = svg_share_bars([name, "v1"], [0.5, 0.25], title="share")
+    assert f">{name}</text>" in chart
+    width = float(re.search(r'<svg [^>]*width="(\d+)"', chart).group(1))
+    label_w = float(re.search(r'<rect x="([\d.]+)"', chart).group(1))
+    assert label_w >= 6 * len(name) and width > label_w
+
+
+def test_a_series_without_values_is_left_out_and_the_others_keep_their_colours():
+    from reports.svg import SERIES_COLOURS, svg_lines
+
+    chart = svg_lines([("a", [1, 2], [None, None]), ("b", [1, 2], [0.5, float("nan")]), ("c", [1, 2], [1.0, 2.0])],
+                      title="t", x_label="step", y_label="loss")
+    lines = re.findall(r'<polyline [^>]*stroke="([^"]+)"[^>]*><title>([^<]+)</title>', chart)
+    assert lines == [(SERIES_COLOURS[1], "b"), (SERIES_COLOURS[2], "c")]
+    assert chart.count("<circle") == 3                      # b's one point is still shown
+    assert ">no data<" in svg_lines([("a", [1], [None])], title="t", x_label="step", y_label="loss")
