@@ -223,7 +223,8 @@ def write_parquet_stream(final: Path, schema: pa.Schema, provenance: Provenance,
                          row_group_size: int | None = None, compression: str = "zstd",
                          temporaries: Path | None = None) -> dict:
     """Write `tables` (an iterable, consumed one at a time: bounded memory) one after another into one
-    Parquet file of `schema`, atomically, with `provenance` in its key-value metadata. Every data page
+    Parquet file of `schema`, atomically, with `provenance` in its key-value metadata (a file of no rows
+    has no row group: every reader, `datasets` included, reads it as the schema alone). Every data page
     carries a CRC32 checksum (Parquet's own), which readers here verify. `temporaries`: the folder of the
     file being written (see atomic_path). Returns the file's {"sha256", "bytes"}, taken from the local
     file before it is published: a record of it needs no second read (nor a download)."""
@@ -233,8 +234,11 @@ def write_parquet_stream(final: Path, schema: pa.Schema, provenance: Provenance,
         with pq.ParquetWriter(tmp, schema, compression=compression, write_statistics=True,
                               write_page_checksum=True) as writer:
             for table in tables:
-                writer.write_table(table if table.schema.equals(schema) else table.cast(schema),
-                                   row_group_size=row_group_size)
+                # no row group of 0 rows: Hugging Face `datasets` fails on one ("BatchSize must be greater
+                # than 0") for the whole folder; a file with no rows is its schema alone (no row group)
+                if table.num_rows:
+                    writer.write_table(table if table.schema.equals(schema) else table.cast(schema),
+                                       row_group_size=row_group_size)
         written = {"sha256": file_sha256(tmp), "bytes": tmp.stat().st_size}
         if is_remote(final):
             publish(tmp, final)
