@@ -27,7 +27,33 @@ if TYPE_CHECKING:
 
 
 class ConfigError(ValueError):
-    """A config mistake; its message is one line that names the key."""
+    """A config mistake; its message is one line that names the key, of bounded length: a value that is
+    too long to show is cut in the middle (its head and tail kept, with how much was left out)."""
+
+    def __init__(self, message: str = ""):
+        message = str(message)
+        if len(message) > MAX_MESSAGE_CHARS:
+            head, tail = MAX_MESSAGE_CHARS * 2 // 3, MAX_MESSAGE_CHARS // 4
+            message = (f"{message[:head]} ... ({len(message) - head - tail:,} characters left out) ... "
+                       f"{message[-tail:]}")
+        super().__init__(message)
+
+
+MAX_MESSAGE_CHARS = 600      # a config error is one line a person reads
+MAX_SHOWN_VALUE_CHARS = 120  # a value quoted in it
+
+
+def shown_value(value) -> str:
+    """`value` as a message quotes it (its repr), bounded: a few items of a long list or mapping, a few
+    levels of a nested one and the ends of a long string. The cost is bounded too: a nested list built
+    from YAML aliases is never walked whole."""
+    import reprlib
+
+    shown = reprlib.Repr()   # (keyword arguments only from Python 3.12)
+    shown.maxlevel, shown.maxstring, shown.maxlong, shown.maxother = 3, MAX_SHOWN_VALUE_CHARS, 40, MAX_SHOWN_VALUE_CHARS
+    shown.maxtuple = shown.maxlist = shown.maxdict = shown.maxset = shown.maxfrozenset = shown.maxdeque = 8
+    text = shown.repr(value)
+    return text if len(text) <= MAX_SHOWN_VALUE_CHARS else text[:MAX_SHOWN_VALUE_CHARS - 3] + "..."
 
 
 # S3D's limits, as torchvision's S3D_Weights.KINETICS400_V1 states them (meta["min_temporal_size"], the
