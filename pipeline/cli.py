@@ -20,6 +20,7 @@ from pathlib import Path
 
 from pipeline import registry
 from pipeline.config import ConfigError, load_config
+from pipeline.config_rules import check_devices
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_TOO_MANY_FAILED = 0, 1, 2, 3
 EXIT_BROKEN_PIPE = 141   # the reader of stdout stopped reading (128 + SIGPIPE, as a shell reports it)
@@ -397,6 +398,8 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_USAGE
     try:
         cfg = load_config(args.config, args.set)
+        if (getattr(args, "executor", None) or cfg.executor.kind) != "ray":   # Ray: the workers' GPUs
+            check_devices(cfg, args.command)
     except ConfigError as error:
         print(error, file=sys.stderr)
         return EXIT_USAGE

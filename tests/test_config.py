@@ -270,3 +270,81 @@ def test_a_key_given_twice_is_refused_naming_both_lines(tmp_path):
     # a merge key (<<) is not a duplicate: the mapping's own keys override the merged ones, as YAML says
     config.write_text("decode: {<<: {fps: 20, crop: 224}, fps: 25}\n")
     assert load_config(config).decode.fps == 25.0
+
+
+@pytest.mark.parametrize("key", ["asr.model", "align.tokenizer", "train.init_checkpoint"])
+@pytest.mark.parametrize("value", ["''", "'  '", "'pkg:'"])
+def test_a_model_key_must_name_a_model(key, value):
+    assert _refused(None, [f"{key}={value}"]).startswith(f"config error: {key} must name a model: a hub name, a "
+                                                         f"local path or pkg:<module> (got ")
+
+
+def test_a_device_index_must_be_a_number():
+    for key in ("features.device", "train.device"):
+        assert _refused(None, [f"{key}=cuda:x"]) == f"config error: {key} must be auto, cpu, cuda or cuda:N (got 'cuda:x')"
+
+
+def _gpus(monkeypatch, torch_count: int, ctranslate2_count: int | None = None) -> None:
+    from pipeline import devices
+    counts = {"torch": torch_count, "ctranslate2": torch_count if ctranslate2_count is None else ctranslate2_count}
+    monkeypatch.setattr(devices, "cuda_device_count", lambda library="torch": counts[library])
+
+
+@pytest.mark.parametrize("command, override", [
+    (["features"], "features.device=cuda:99"), (["features"], "features.device=cuda"),
+    (["asr"], "asr.device=cuda"), (["train"], "train.device=cuda:0"), (["eval", "zero-shot"], "train.device=cuda"),
+    (["decode"], "decode.device=cuda:1"),
+])
+def test_a_gpu_this_machine_lacks_stops_the_command_at_load(tmp_path, capsys, monkeypatch, command, override):
+    _gpus(monkeypatch, 0)
+    key, value = override.split("=")
+    settings = ["--set", override, "--set", "decode.backend=torchcodec"]
+    assert cli.main([*command, "--work-dir", str(tmp_path / "w"), *settings]) == 2
+    which = " that CTranslate2 (faster-whisper) can use" if key == "asr.device" else ""
+    assert capsys.readouterr().err == f"config error: {key}={value}, but this machine has no CUDA GPU{which}: use " \
+                                      f"auto or cpu\n"
+    assert not (tmp_path / "w").exists()
+
+
+def test_a_gpu_index_must_be_below_the_number_of_gpus(monkeypatch):
+    from pipeline.config_rules import check_devices
+
+    _gpus(monkeypatch, 2, ctranslate2_count=0)
+    check_devices(load_config(None, ["features.device=cuda:1", "train.device=cuda"]), "features")
+    check_devices(load_config(None, ["train.device=cuda:1"]), "train")
+    with pytest.raises(ConfigError, match=r"^config error: features.device=cuda:2, but this machine has 2 GPU\(s\): "
+                                          r"cuda:0 to cuda:1$"):
+        check_devices(load_config(None, ["features.device=cuda:2"]), "features")
+    with pytest.raises(ConfigError, match="^config error: train.device=cuda:7, but this machine has 2 GPU"):
+        check_devices(load_config(None, ["train.device=cuda:7"]), "eval")
+    # faster-whisper runs on CTranslate2, whose build here sees none; openai-whisper runs on torch
+    with pytest.raises(ConfigError, match="asr.device=cuda, but this machine has no CUDA GPU that CTranslate2"):
+        check_devices(load_config(None, ["asr.device=cuda"]), "asr")
+    check_devices(load_config(None, ["asr.device=cuda", "asr.backend=whisper"]), "asr")
+    # decode.device is torchcodec's; the commands that run no model on this machine check nothing
+    check_devices(load_config(None, ["features.device=cuda:5", "decode.device=cuda:9", "decode.backend=torchcodec"]),
+                  "status")
+    for command in ("submit", "validate", "summary", "kmeans", "align"):
+        check_devices(load_config(None, ["train.device=cuda:5", "features.device=cuda:5", "asr.device=cuda"]), command)
+
+
+def test_a_gpu_index_on_this_machine(tmp_path, capsys):
+    """Without a stand-in: the first index past this machine's GPUs (any index on a machine without CUDA)."""
+    import torch
+
+    count = torch.cuda.device_count()
+    code = cli.main(["features", "--work-dir", str(tmp_path / "w"), "--set", f"features.device=cuda:{count}"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith(f"config error: features.device=cuda:{count}, but this machine has ")
+    assert ("no CUDA GPU" in err) == (count == 0), err
+
+
+def test_a_ray_driver_leaves_the_gpus_to_its_workers(tmp_path, capsys, monkeypatch):
+    _gpus(monkeypatch, 0)
+    ran = []
+    monkeypatch.setattr(cli, "dispatch", lambda args, cfg: ran.append(cfg.features.device) or 0)   # not run here
+    assert cli.main(["features", "--work-dir", str(tmp_path / "w"), "--executor", "ray", "--set",
+                     "features.device=cuda"]) == 0
+    assert ran == ["cuda"]
+    assert cli.main(["features", "--work-dir", str(tmp_path / "w"), "--set", "features.device=cuda"]) == 2
+    assert ran == ["cuda"]
