@@ -7,7 +7,8 @@ Stages, in run order: manifest (with --input), decode, features, kmeans, quantiz
 then eval (zero-shot, linear-probe, features, predict-video). YouCook II: youcook2-manifest (the manifest
 from its annotations file) and youcook2-labels (verb/noun lists and labels from its captions). A stage redoes what is stale (its inputs or config changed since it ran) and skips what is
 current. Exit codes: 0 done; 1 a shard failed or could not run, or a file is unreadable; 2 a usage or
-config error; 3 the input holds no videos, or more videos failed than executor.max_failed_share allows."""
+config error; 3 the input holds no videos, or more videos failed than executor.max_failed_share allows;
+141 the reader of the output stopped reading (`| head -1`)."""
 
 from __future__ import annotations
 
