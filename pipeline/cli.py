@@ -434,7 +434,7 @@ def main(argv: list[str] | None = None) -> int:
             raise
         where = f" {error.filename}:" if error.filename else ""
         bucket = storage.bucket_of(args.work_dir) if args.work_dir else None
-        on = f" (object storage: bucket {bucket})" if bucket and not hint else ""
+        on = f" (object storage: bucket {bucket})" if bucket else ""
         print(f"{args.command}: error:{where} {error.strerror or error}{on}" + (f" ({hint})" if hint else ""),
               file=sys.stderr)
         return EXIT_FAILED

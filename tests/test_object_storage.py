@@ -148,3 +148,11 @@ def test_an_unreachable_endpoint_is_one_line_naming_the_bucket(tmp_path, command
     assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr, result.stderr[-2000:]
     assert result.stderr.startswith(f"{args[0]}: error: object storage: {bucket} at {endpoint}: "
                                     f"EndpointConnectionError: Could not connect to the endpoint URL"), result.stderr
+
+
+def test_a_missing_bucket_is_one_line_naming_it(s3, capsys):
+    for command in (["decode"], ["manifest", "--input", str(REPO / "samples")]):
+        code = cli.main([*command, "--work-dir", "s3://no-such-bucket/run1", "--quiet"])
+        err = capsys.readouterr().err
+        assert code == 1 and err == f"{command[0]}: error: The specified bucket does not exist (object storage: " \
+                                    f"bucket no-such-bucket)\n", err
