@@ -7,7 +7,8 @@ Stages, in run order: manifest (with --input), decode, features, kmeans, quantiz
 then eval (zero-shot, linear-probe, features, predict-video). YouCook II: youcook2-manifest (the manifest
 from its annotations file) and youcook2-labels (verb/noun lists and labels from its captions). A stage redoes what is stale (its inputs or config changed since it ran) and skips what is
 current. Exit codes: 0 done; 1 a shard failed or could not run, or a file is unreadable; 2 a usage or
-config error; 3 the input holds no videos, or more videos failed than executor.max_failed_share allows."""
+config error; 3 the input holds no videos, or more videos failed than executor.max_failed_share allows;
+141 the reader of the output stopped reading (`| head -1`)."""
 
 from __future__ import annotations
 
@@ -20,8 +21,10 @@ from pathlib import Path
 
 from pipeline import registry
 from pipeline.config import ConfigError, load_config
+from pipeline.config_rules import check_devices
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_TOO_MANY_FAILED = 0, 1, 2, 3
+EXIT_BROKEN_PIPE = 141   # the reader of stdout stopped reading (128 + SIGPIPE, as a shell reports it)
 SHOWN_PROBLEMS = 5   # per stage run: failed or blocked shards listed one line each
 
 
@@ -380,6 +383,12 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     logging.getLogger("faiss").setLevel(logging.WARNING)   # its loader's INFO lines are noise here
+    for client in ("botocore", "aiobotocore"):    # "Found credentials in environment variables", ...
+        logging.getLogger(client).setLevel(logging.WARNING)
+    problem = _option_problem(args)
+    if problem:
+        print(f"{args.command}: {problem}", file=sys.stderr)
+        return EXIT_USAGE
     if args.command == "validate":
         if args.work_dir and args.work_dir_positional and args.work_dir != args.work_dir_positional:
             print(f"validate: two work dirs given ({args.work_dir_positional} and --work-dir {args.work_dir}): "
@@ -391,8 +400,15 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_USAGE
     try:
         cfg = load_config(args.config, args.set)
+        if (getattr(args, "executor", None) or cfg.executor.kind) != "ray":   # Ray: the workers' GPUs
+            check_devices(cfg, args.command)
     except ConfigError as error:
         print(error, file=sys.stderr)
+        return EXIT_USAGE
+    blocker = _file_in_the_way(args.work_dir)
+    if blocker is not None:
+        print(f"{args.command}: --work-dir {args.work_dir}: {blocker} is a file, not a folder: give a folder "
+              f"(one that does not exist yet is made)", file=sys.stderr)
         return EXIT_USAGE
     try:
         if args.command not in ("manifest", "youcook2-manifest", "validate") and args.work_dir is not None:
@@ -400,6 +416,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.command in WRITING_COMMANDS:
             WorkDir(args.work_dir).check_writable()
         return dispatch(args, cfg)
+    except storage.remote_error_types() as error:   # an unreachable endpoint, no credentials, a refused request
+        line = storage.remote_error_line(error, args.work_dir, getattr(args, "input", None))
+        print(f"{args.command}: error: {line}", file=sys.stderr)
+        return EXIT_FAILED
     except NoVideos as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_TOO_MANY_FAILED
@@ -420,6 +440,40 @@ def main(argv: list[str] | None = None) -> int:
         if hint is None and not isinstance(error, FileNotFoundError):
             raise
         where = f"{error.filename}: " if error.filename else ""
-        print(f"{args.command}: error: {where}{error.strerror or error}" + (f" ({hint})" if hint else ""),
+        bucket = storage.bucket_of(args.work_dir) if args.work_dir else None
+        on = f" (object storage: bucket {bucket})" if bucket else ""
+        print(f"{args.command}: error: {where}{error.strerror or error}{on}" + (f" ({hint})" if hint else ""),
               file=sys.stderr)
         return EXIT_FAILED
+
+
+def _option_problem(args) -> str | None:
+    """A --shard, --num-shards, --workers or --array-parallelism that no run can take, in one line."""
+    from pipeline.config_rules import MAX_WORKERS
+
+    workers = getattr(args, "workers", None)
+    if workers is not None and not 0 <= workers <= MAX_WORKERS:
+        return f"--workers must be >= 0 and <= {MAX_WORKERS} (0: the config's value) (got {workers})"
+    for option in ("num_shards", "array_parallelism"):
+        value = getattr(args, option, None)
+        if value is not None and value < 1:
+            return f"--{option.replace('_', '-')} must be >= 1 (got {value})"
+    if hasattr(args, "shard"):
+        shard, num_shards = args.shard, args.num_shards
+        if (shard is None) != (num_shards is None):
+            return "--shard and --num-shards go together"
+        if shard is not None and not 0 <= shard < num_shards:
+            return f"--shard must be in 0..{num_shards - 1} for --num-shards {num_shards} (got {shard})"
+    return None
+
+
+def _file_in_the_way(work_dir) -> Path | None:
+    """The regular file a local --work-dir is, or lies under (nothing could be written into it)."""
+    from pipeline import storage
+    if work_dir is None or storage.is_url(str(work_dir)):
+        return None
+    path = Path(work_dir)
+    for place in (path, *path.parents):
+        if place.exists():
+            return None if place.is_dir() else place
+    return None

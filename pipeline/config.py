@@ -17,6 +17,7 @@ from pathlib import Path
 import yaml
 
 from pipeline.config_rules import ConfigError, check, finite, has_control_characters  # noqa: F401 - ConfigError re-exported
+from pipeline.config_rules import shown_value
 
 
 @dataclass
@@ -276,11 +277,11 @@ def _coerce(value, annotation, key):
         return _coerce(value, inner[0], key)
     if origin is list:
         if not isinstance(value, list):
-            raise ConfigError(f"config error: {key} must be a list (got {value!r})")
+            raise ConfigError(f"config error: {key} must be a list (got {shown_value(value)})")
         return [_coerce(v, args[0], f"{key}[{i}]") for i, v in enumerate(value)]
     if origin is dict:
         if not isinstance(value, dict):
-            raise ConfigError(f"config error: {key} must be a mapping (got {value!r})")
+            raise ConfigError(f"config error: {key} must be a mapping (got {shown_value(value)})")
         return {str(k): _coerce(v, args[1], f"{key}.{k}") for k, v in value.items()}
     if annotation is float:
         if isinstance(value, str):
@@ -289,7 +290,7 @@ def _coerce(value, annotation, key):
             except ValueError:
                 pass
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"config error: {key} must be a number (got {value!r})")
+            raise ConfigError(f"config error: {key} must be a number (got {shown_value(value)})")
         try:
             value = float(value)
         except OverflowError:   # an integer beyond any float
@@ -298,22 +299,22 @@ def _coerce(value, annotation, key):
         return value
     if annotation is int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"config error: {key} must be an integer (got {value!r})")
+            raise ConfigError(f"config error: {key} must be an integer (got {shown_value(value)})")
         return value
     if annotation is bool:
         if not isinstance(value, bool):
-            raise ConfigError(f"config error: {key} must be true or false (got {value!r})")
+            raise ConfigError(f"config error: {key} must be true or false (got {shown_value(value)})")
         return value
     if annotation is str:
         if not isinstance(value, str):
-            raise ConfigError(f"config error: {key} must be a string (got {value!r})")
+            raise ConfigError(f"config error: {key} must be a string (got {shown_value(value)})")
         return value
     raise TypeError(f"unsupported annotation {annotation} for {key}")
 
 
 def _build(cls, data: dict, prefix: str):
     if not isinstance(data, dict):
-        raise ConfigError(f"config error: {prefix.rstrip('.') or 'config'} must be a mapping (got {data!r})")
+        raise ConfigError(f"config error: {prefix.rstrip('.') or 'config'} must be a mapping (got {shown_value(data)})")
     hints = typing.get_type_hints(cls)
     names = {f.name for f in dataclasses.fields(cls)}
     for key in data:
@@ -370,6 +371,67 @@ def _yaml_problem(error: Exception, text: str) -> tuple[tuple[int, int] | None, 
     return place, " ".join(str(problem).split())
 
 
+# A config is a few hundred lines; YAML aliases (*name) repeat a node without repeating its text, so a
+# file of a few hundred bytes can stand for billions of values ("billion laughs"). Its size with every
+# alias expanded (characters of scalars, plus one per node) is counted on the parsed node graph, each node
+# once, before any value is built: more than this is refused
+MAX_EXPANDED_CHARS = 1_000_000
+MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
+def _check_nodes(root: yaml.Node, where: str) -> None:
+    """Refuse a YAML node graph whose expansion is absurd, that refers to itself, or whose mapping gives
+    a key twice (YAML keeps the last silently: the first is a value the user believes is in effect)."""
+    sizes: dict[int, int] = {}
+    open_nodes: set[int] = set()
+
+    def size(node: yaml.Node, key: str) -> int:
+        if id(node) in sizes:
+            return sizes[id(node)]
+        if id(node) in open_nodes:
+            raise ConfigError(f"config error: {where}: {_shown(key.rstrip('.') or 'the config')} is an alias (*name) "
+                              f"of a node that holds it (line {node.start_mark.line + 1}): a value without end")
+        open_nodes.add(id(node))
+        total = 1
+        if isinstance(node, yaml.ScalarNode):
+            total += len(node.value)
+        elif isinstance(node, yaml.SequenceNode):
+            total += sum(size(item, f"{key.rstrip('.')}[{index}].") for index, item in enumerate(node.value))
+        else:
+            lines: dict[str, int] = {}
+            for key_node, value_node in node.value:
+                name = key_node.value if isinstance(key_node, yaml.ScalarNode) else None
+                if name is not None and key_node.tag != MERGE_TAG:
+                    line = key_node.start_mark.line + 1
+                    if name in lines:
+                        raise ConfigError(f"config error: {where}: key {_shown(key + name)} at line "
+                                          f"{lines[name]} and line {line}: give it once")
+                    lines[name] = line
+                total += size(key_node, key) + size(value_node, f"{key}{name}." if name is not None else key)
+        open_nodes.discard(id(node))
+        if total > MAX_EXPANDED_CHARS:
+            raise ConfigError(f"config error: {where}: the config is more than {MAX_EXPANDED_CHARS:,} characters "
+                              f"with its aliases (*name) expanded ({_shown(key.rstrip('.') or 'the top level')}, "
+                              f"line {node.start_mark.line + 1}): refused")
+        sizes[id(node)] = total
+        return total
+
+    size(root, "")
+
+
+def _safe_load(text: str, where: str):
+    """yaml.safe_load, with the node graph checked (_check_nodes) before any value is built."""
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _check_nodes(node, where)
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
 def _read_config_file(path) -> dict:
     try:
         raw = Path(path).read_bytes()
@@ -381,7 +443,7 @@ def _read_config_file(path) -> dict:
         raise ConfigError(f"config error: {_shown(path)} is not a YAML text file (byte {error.start} is not "
                           f"UTF-8: {raw[error.start]:#04x}); give the YAML config") from None
     try:
-        data = yaml.safe_load(text)
+        data = _safe_load(text, _shown(path))
     except (yaml.YAMLError, RecursionError) as error:
         place, problem = _yaml_problem(error, text)
         where = f"{_shown(path)}:{place[0]}:{place[1]}" if place else _shown(path)
@@ -398,14 +460,14 @@ def _apply_override(data: dict, assignment: str) -> None:
     key, equals, raw = assignment.partition("=")
     parts = [part.strip() for part in key.split(".")]
     if not equals or not all(parts):
-        raise ConfigError(f"config error: --set takes section.key=value, e.g. decode.fps=25 (got {assignment!r})")
+        raise ConfigError(f"config error: --set takes section.key=value, e.g. decode.fps=25 (got {shown_value(assignment)})")
     key = ".".join(parts)
     try:
-        value = yaml.safe_load(raw) if raw != "" else ""
+        value = _safe_load(raw, f"--set {_shown(key)}") if raw != "" else ""
     except (yaml.YAMLError, RecursionError) as error:
         place, problem = _yaml_problem(error, raw)
         at = f"line {place[0]}, column {place[1]}: " if place else ""
-        raise ConfigError(f"config error: --set {_shown(key)}: the value {raw!r} is not valid YAML ({at}{problem}); "
+        raise ConfigError(f"config error: --set {_shown(key)}: the value {shown_value(raw)} is not valid YAML ({at}{problem}); "
                           f"quote a string that holds YAML syntax") from None
     node = data
     for depth, part in enumerate(parts[:-1], 1):
@@ -414,7 +476,7 @@ def _apply_override(data: dict, assignment: str) -> None:
         node = node[part]
         if not isinstance(node, dict):
             raise ConfigError(f"config error: --set {_shown(key)}: {_shown('.'.join(parts[:depth]))} is not a "
-                              f"section (it holds {node!r})")
+                              f"section (it holds {shown_value(node)})")
     node[parts[-1]] = value
 
 

@@ -27,7 +27,33 @@ if TYPE_CHECKING:
 
 
 class ConfigError(ValueError):
-    """A config mistake; its message is one line that names the key."""
+    """A config mistake; its message is one line that names the key, of bounded length: a value that is
+    too long to show is cut in the middle (its head and tail kept, with how much was left out)."""
+
+    def __init__(self, message: str = ""):
+        message = str(message)
+        if len(message) > MAX_MESSAGE_CHARS:
+            head, tail = MAX_MESSAGE_CHARS * 2 // 3, MAX_MESSAGE_CHARS // 4
+            message = (f"{message[:head]} ... ({len(message) - head - tail:,} characters left out) ... "
+                       f"{message[-tail:]}")
+        super().__init__(message)
+
+
+MAX_MESSAGE_CHARS = 600      # a config error is one line a person reads
+MAX_SHOWN_VALUE_CHARS = 120  # a value quoted in it
+
+
+def shown_value(value) -> str:
+    """`value` as a message quotes it (its repr), bounded: a few items of a long list or mapping, a few
+    levels of a nested one and the ends of a long string. The cost is bounded too: a nested list built
+    from YAML aliases is never walked whole."""
+    import reprlib
+
+    shown = reprlib.Repr()   # (keyword arguments only from Python 3.12)
+    shown.maxlevel, shown.maxstring, shown.maxlong, shown.maxother = 3, MAX_SHOWN_VALUE_CHARS, 40, MAX_SHOWN_VALUE_CHARS
+    shown.maxtuple = shown.maxlist = shown.maxdict = shown.maxset = shown.maxfrozenset = shown.maxdeque = 8
+    text = shown.repr(value)
+    return text if len(text) <= MAX_SHOWN_VALUE_CHARS else text[:MAX_SHOWN_VALUE_CHARS - 3] + "..."
 
 
 # S3D's limits, as torchvision's S3D_Weights.KINETICS400_V1 states them (meta["min_temporal_size"], the
@@ -154,7 +180,7 @@ def _check_features(f: FeaturesConfig) -> None:
     if f.weights not in ("kinetics400", "random") and not f.weights.endswith((".pth", ".pt")):
         raise ConfigError(f"config error: features.weights must be kinetics400, random or a .pth/.pt path (got {f.weights!r})")
     _one_of(f.precision, ("auto", "float32", "bfloat16", "float16"), "features.precision")
-    if not (f.device in ("auto", "cpu", "cuda") or f.device.startswith("cuda:")):
+    if not (f.device in ("auto", "cpu", "cuda") or re.fullmatch(r"cuda:\d+", f.device)):
         raise ConfigError(f"config error: features.device must be auto, cpu, cuda or cuda:N (got {f.device!r})")
     _in_range(f.batch_size, 0, 1024, "features.batch_size")
     if f.decode_workers is not None:
@@ -180,8 +206,16 @@ def _check_kmeans(k: KmeansConfig) -> None:
     _in_range(k.seed, 0, MAX_SEED, "kmeans.seed")
 
 
+def _model_name(value: str, key: str) -> None:
+    """A model named by hub name, path or pkg:<module> must name something: an empty one fails every shard."""
+    if not value.strip() or value.strip() in ("pkg:", "random:"):
+        raise ConfigError(f"config error: {key} must name a model: a hub name, a local path or pkg:<module> "
+                          f"(got {value!r})")
+
+
 def _check_asr(a: AsrConfig) -> None:
     _one_of(a.backend, ("faster-whisper", "whisper"), "asr.backend")
+    _model_name(a.model, "asr.model")
     _one_of(a.device, ("auto", "cpu", "cuda"), "asr.device")
     _one_of(a.compute_type, ("auto", "float32", "float16") if a.backend == "whisper" else
             ("auto", "int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16",
@@ -207,6 +241,7 @@ def _check_asr(a: AsrConfig) -> None:
 
 
 def _check_align(al: AlignConfig) -> None:
+    _model_name(al.tokenizer, "align.tokenizer")
     _in_range(al.tokens_per_segment_without_text, 0, 512, "align.tokens_per_segment_without_text", open_low=True)
     _in_range(al.min_sentence_overlap, 0, 1, "align.min_sentence_overlap", open_low=True)
     _in_range(al.row_group_size, 0, 2**20, "align.row_group_size", open_low=True)
@@ -237,13 +272,14 @@ def _check_train(t: TrainConfig) -> None:
     _one_of(t.regime_mix, ("exact", "natural"), "train.regime_mix")
     if sum(t.regime_weights.values()) <= 0:
         raise ConfigError("config error: train.regime_weights must give some regime a weight > 0")
+    _model_name(t.init_checkpoint, "train.init_checkpoint")
     if t.init_checkpoint.startswith("random:"):
         from videobert import PRESETS
         _one_of(t.init_checkpoint[len("random:"):], tuple(PRESETS), "train.init_checkpoint random:<preset>")
     _count(t.num_workers, "train.num_workers")
     _count(t.num_threads, "train.num_threads")
     _in_range(t.seed, 0, MAX_SEED, "train.seed")
-    if not (t.device in ("auto", "cpu", "cuda") or t.device.startswith("cuda:")):
+    if not (t.device in ("auto", "cpu", "cuda") or re.fullmatch(r"cuda:\d+", t.device)):
         raise ConfigError(f"config error: train.device must be auto, cpu, cuda or cuda:N (got {t.device!r})")
     _one_of(t.precision, ("auto", "float32", "bfloat16"), "train.precision")
     _non_negative(t.subset_videos, "train.subset_videos")
@@ -288,3 +324,30 @@ def check(cfg: Config) -> None:
     _check_align(cfg.align)
     _check_train(cfg.train)
     _check_eval(cfg.eval)
+
+
+# the device keys each command runs a model or a decoder on, in this process
+DEVICE_KEYS = {"decode": ("decode.device",), "features": ("features.device", "decode.device"),
+               "asr": ("asr.device",), "train": ("train.device",), "eval": ("train.device",)}
+
+
+def check_devices(cfg: Config, command: str) -> None:
+    """The GPUs the device keys of `command` name must exist on this machine: none without CUDA, an index
+    below the number of GPUs with it. Checked by the command that uses them (not by `submit` on a login
+    node, or a Ray driver whose workers have the GPUs), at load: a wrong one would fail every shard."""
+    from pipeline import devices
+
+    for key in DEVICE_KEYS.get(command, ()):
+        section, name = key.split(".")
+        value = getattr(getattr(cfg, section), name)
+        if not value.startswith("cuda") or (section == "decode" and cfg.decode.backend != "torchcodec"):
+            continue
+        library = "ctranslate2" if section == "asr" and cfg.asr.backend == "faster-whisper" else "torch"
+        count = devices.cuda_device_count(library)
+        index = int(value.split(":")[1]) if ":" in value else 0
+        if count == 0:
+            which = " that CTranslate2 (faster-whisper) can use" if library == "ctranslate2" else ""
+            raise ConfigError(f"config error: {key}={value}, but this machine has no CUDA GPU{which}: use auto or cpu")
+        if index >= count:
+            raise ConfigError(f"config error: {key}={value}, but this machine has {count} GPU(s): "
+                              f"cuda:0{f' to cuda:{count - 1}' if count > 1 else ''}")

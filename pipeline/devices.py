@@ -13,6 +13,16 @@ def cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
+def cuda_device_count(library: str = "torch") -> int:
+    """The CUDA GPUs this process can use (CUDA_VISIBLE_DEVICES applies), as `library` sees them: torch,
+    or ctranslate2 (faster-whisper), whose build may lack CUDA where torch's has it."""
+    if library == "ctranslate2":
+        import ctranslate2
+        return ctranslate2.get_cuda_device_count()
+    import torch
+    return torch.cuda.device_count()
+
+
 def resolve(name: str, local_rank: int = 0):
     """`auto`, `cpu`, `cuda` or `cuda:N` as a torch.device; plain `cuda` is this process's local rank's GPU.
     A GPU asked for on a machine without one is an error naming the setting's value."""

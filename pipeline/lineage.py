@@ -92,6 +92,55 @@ def _parse_json(path, data: bytes) -> dict:
     return value
 
 
+def _is_count(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def record_problem(record: dict, stage: str) -> str | None:
+    """What is wrong with the shape of a completion record (valid JSON, but not what write_record writes),
+    or None: every key a reader of it (lineage checks, status, summary, validate) takes is of its type."""
+    lineage = record.get("lineage")
+    if not isinstance(lineage, dict):
+        return "no lineage object"
+    for key in ("config", "inputs", "identities", "schemas"):
+        if key in lineage and not isinstance(lineage[key], dict):
+            return f"lineage.{key} is not an object"
+    outputs = record.get("outputs")
+    if not isinstance(outputs, dict):
+        return "no outputs object"
+    for name, entry in outputs.items():
+        if not isinstance(entry, dict) or not isinstance(entry.get("sha256"), str) or \
+                not _is_count(entry.get("bytes")) or ("rows" in entry and not _is_count(entry["rows"])):
+            return f"outputs.{name} is not an object of sha256, bytes and rows"
+    for key in ("videos", "errors", "failed_videos", "seconds", "clips"):
+        if key in record and not _is_number(record[key]) and not (key == "clips" and record[key] is None):
+            return f"{key} is not a number"
+    error_types = record.get("error_types", {})
+    if not isinstance(error_types, dict) or not all(_is_count(count) for count in error_types.values()):
+        return "error_types is not an object of counts"
+    if stage == "manifest":
+        shards = record.get("shards")
+        if not isinstance(shards, dict) or not all(isinstance(key, str) and key.isdigit() and isinstance(digest, str)
+                                                   for key, digest in shards.items()):
+            return "shards is not an object of shard digests"
+    return None
+
+
+def read_record(path: Path, stage: str) -> dict | None:
+    """A completion record; None when absent. Unparsable content, or a record of the wrong shape, is a
+    CorruptFile naming the path: its shard is redone by the next run of its stage."""
+    record = read_json(path)
+    if record is not None:
+        problem = record_problem(record, stage)
+        if problem:
+            raise CorruptFile(f"{path} is not a valid completion record ({problem}); it will be redone")
+    return record
+
+
 def output_entry(work: WorkDir, path: Path, rows: int | None = None, written: dict | None = None) -> dict:
     """What a record says of one file it wrote (`written`: its {"sha256", "bytes"} as the writer saw them;
     else read back)."""
@@ -214,11 +263,11 @@ class Lineage:
 
     def record(self, stage: str, shard: int | None = None) -> dict | None:
         if not storage.is_remote(self.work.root):
-            return read_json(self.work.record(stage, shard))     # cached by mtime and size
+            return read_record(self.work.record(stage, shard), stage)     # parsed once per mtime and size
         # on object storage every read is a request: a check reads each record once
         key = f"{stage}:{shard}"
         if key not in self._records:
-            self._records[key] = read_json(self.work.record(stage, shard))
+            self._records[key] = read_record(self.work.record(stage, shard), stage)
         return self._records[key]
 
     def manifest_record(self) -> dict:

@@ -199,7 +199,7 @@ def build_manifest(cfg: Config, input_path: str | Path, previous: dict[str, int]
 def previous_assignment(cfg: Config, work: WorkDir) -> dict[str, int] | None:
     """video_id -> shard of the existing manifest, when it was made with the same shard size."""
     try:
-        record = lineage.read_json(work.record("manifest"))
+        record = lineage.read_record(work.record("manifest"), "manifest")
     except lineage.CorruptFile:
         return None
     if record is None or not work.manifest.exists() or \
@@ -220,7 +220,7 @@ def write_manifest(cfg: Config, input_path: str | Path, work_dir, *, incremental
         raise NoVideos(f"--input {input_path}: no videos found (looked for {', '.join(sorted(VIDEO_EXTENSIONS))})")
     digests = shard_digests(table)
     try:
-        old = lineage.read_json(work.record("manifest")) or {}
+        old = lineage.read_record(work.record("manifest"), "manifest") or {}
     except lineage.CorruptFile:
         old = {}
     old_digests = old.get("shards", {})

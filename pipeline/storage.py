@@ -78,6 +78,52 @@ def is_url(text: str) -> bool:
     return "://" in text and not text.startswith("file://")
 
 
+def bucket_of(value) -> str | None:
+    """The bucket (container, repository) a URL names: `s3://videobert/run1` -> `videobert`; None locally."""
+    from urllib.parse import urlparse
+
+    text = str(value)
+    if not is_url(text):
+        return None
+    parsed = urlparse(text)
+    if parsed.scheme in ("http", "https"):
+        return None
+    if parsed.scheme == "hf":   # hf://datasets/owner/name/...: the repository
+        return "/".join(parsed.path.strip("/").split("/")[:2]) or None
+    return parsed.netloc or None
+
+
+def remote_error_types() -> tuple[type[BaseException], ...]:
+    """The exceptions object-storage clients raise that are not OSErrors (an unreachable endpoint, missing
+    credentials, a refused request), from the clients this process has loaded (none is imported here)."""
+    import sys
+
+    found = []
+    for module, names in (("botocore.exceptions", ("BotoCoreError", "ClientError")),
+                          ("aiohttp", ("ClientError",)), ("google.auth.exceptions", ("GoogleAuthError",)),
+                          ("gcsfs.retry", ("HttpError",)), ("huggingface_hub.errors", ("HfHubHTTPError",))):
+        loaded = sys.modules.get(module)
+        found += [getattr(loaded, name) for name in names if loaded is not None and hasattr(loaded, name)]
+    return tuple(found)
+
+
+def remote_error_line(error: BaseException, *places) -> str:
+    """An object-storage failure in one line, naming the bucket of each remote location involved (and the
+    S3 endpoint when one is set): which store, not only which request, failed."""
+    import re
+
+    named = []
+    for place in places:
+        bucket = bucket_of(place) if place is not None else None
+        if bucket is not None:
+            named.append(f"bucket {bucket} ({place})")
+    endpoint = os.environ.get("AWS_ENDPOINT_URL") or os.environ.get("AWS_ENDPOINT_URL_S3")
+    if endpoint and any(str(place).startswith(("s3://", "s3a://")) for place in places if place is not None):
+        named[-1:] = [f"{named[-1]} at {endpoint}"] if named else [endpoint]
+    text = re.sub(r"\?[^\s\"']*", "", one_line(error))    # a request's query string says nothing to a person
+    return f"object storage: {', '.join(named) or 'a remote location'}: {text}"
+
+
 def canonical(value) -> str:
     """A location as every process and record names it: a URL (object storage) as given, a local path
     made absolute."""
@@ -223,7 +269,8 @@ def write_parquet_stream(final: Path, schema: pa.Schema, provenance: Provenance,
                          row_group_size: int | None = None, compression: str = "zstd",
                          temporaries: Path | None = None) -> dict:
     """Write `tables` (an iterable, consumed one at a time: bounded memory) one after another into one
-    Parquet file of `schema`, atomically, with `provenance` in its key-value metadata. Every data page
+    Parquet file of `schema`, atomically, with `provenance` in its key-value metadata (a file of no rows
+    has no row group: every reader, `datasets` included, reads it as the schema alone). Every data page
     carries a CRC32 checksum (Parquet's own), which readers here verify. `temporaries`: the folder of the
     file being written (see atomic_path). Returns the file's {"sha256", "bytes"}, taken from the local
     file before it is published: a record of it needs no second read (nor a download)."""
@@ -233,8 +280,11 @@ def write_parquet_stream(final: Path, schema: pa.Schema, provenance: Provenance,
         with pq.ParquetWriter(tmp, schema, compression=compression, write_statistics=True,
                               write_page_checksum=True) as writer:
             for table in tables:
-                writer.write_table(table if table.schema.equals(schema) else table.cast(schema),
-                                   row_group_size=row_group_size)
+                # no row group of 0 rows: Hugging Face `datasets` fails on one ("BatchSize must be greater
+                # than 0") for the whole folder; a file with no rows is its schema alone (no row group)
+                if table.num_rows:
+                    writer.write_table(table if table.schema.equals(schema) else table.cast(schema),
+                                       row_group_size=row_group_size)
         written = {"sha256": file_sha256(tmp), "bytes": tmp.stat().st_size}
         if is_remote(final):
             publish(tmp, final)

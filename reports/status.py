@@ -38,6 +38,9 @@ def failed_shards(work: WorkDir, stage: str, shards: list[int]) -> dict[int, dic
             failure = read_json(work.failure(stage, shard_index))
         except CorruptFile as error:
             failure = {"error": str(error)}
+        if failure is not None and not (isinstance(failure.get("error"), str) and
+                                        isinstance(failure.get("at", 0), (int, float))):
+            failure = {"error": f"{work.failure(stage, shard_index)} is not a valid failure record"}
         if failure is not None:
             failures[shard_index] = failure
     return failures

@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow.compute as pc
 
 from pipeline import storage
-from pipeline.lineage import Lineage, parquet_rows, read_json
+from pipeline.lineage import Lineage, parquet_rows, read_json, read_record
 from pipeline.registry import SHARD_STAGES
 from pipeline.workdir import WorkDir
 
@@ -67,7 +67,7 @@ def warnings(work_dir: Path) -> list[dict]:
 def collect(work_dir: Path) -> dict:
     work = WorkDir(work_dir)
     checker = Lineage(work)
-    manifest = read_json(work.record("manifest")) or {}
+    manifest = read_record(work.record("manifest"), "manifest") or {}
     total_shards = len(manifest.get("shards", {}))
     summary: dict = {"work_dir": str(work.root), "videos_in": manifest.get("videos", 0),
                      "shards": total_shards, "stages": {}}

@@ -179,7 +179,7 @@ def _check_stage_parts(work: WorkDir, checker: Lineage, stage: registry.Stage, v
     recorded = set()
     for shard in shards:
         try:
-            recorded |= set((read_json(work.record(stage.name, shard)) or {}).get("outputs", {}))
+            recorded |= set((checker.record(stage.name, shard) or {}).get("outputs", {}))
         except CorruptFile:
             pass
     for table in stage.tables:
@@ -238,6 +238,10 @@ def validate_work_dir(work_dir, cfg=None) -> list[str]:
     checker = Lineage(work, cfg)
     problems = _check_manifest(work, checker)
     if problems and not work.manifest.exists():
+        return problems
+    try:
+        checker.manifest_record()
+    except (InputNotReady, CorruptFile):   # named by _check_manifest; no shard can be checked without it
         return problems
     visual_vocab = _visual_vocab_size(work)
     for stage in registry.STAGES:

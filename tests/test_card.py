@@ -207,3 +207,52 @@ def test_the_readme_recipe_streams_the_shards_into_pytorch_without_this_project(
     assert sum(int(rows) for rows, _, _ in batches) == table.num_rows
     assert sum(int(visual) for _, visual, _ in batches) == sum(len(ids) for ids in table["visual_ids"].to_pylist())
     assert {dtype for _, _, dtype in batches} == {"torch.int64"}
+
+
+def test_a_shard_with_no_rows_leaves_the_folder_readable_in_every_reader(tmp_path):
+    """A shard whose videos all failed has no clips and no sentences: its align part has no rows. Written as
+    the schema alone (no row group), the folder still opens in pyarrow, DuckDB, Polars and `datasets` (a row
+    group of 0 rows fails `datasets` for the whole folder), and so does load_dataset(DIR) through the card."""
+    import duckdb
+    import polars
+    import pyarrow.dataset
+    from datasets import load_dataset
+
+    work = tmp_path / "work"
+    codebook = gallery_factory.make_codebook()
+    _, sha = visual_words.save(codebook, WorkDir(work).kmeans_folder)
+    write_manifest_rows(work, [{"video_id": video, "uri": f"/videos/{video}.mp4", "bytes": 1, "transcript_uri": None,
+                                "shard": shard} for shard, video in ((0, "cook-en"), (1, "broken"))])
+    for shard, clips in ((0, 8), (1, 0)):
+        tokens = [{"video_id": "cook-en", "clip_index": i, "start_s": 1.5 * i, "end_s": 1.5 * i + 1.5,
+                   "token": i % 9} for i in range(clips)]
+        asr = [{"video_id": "cook-en", "status": "ok", "source": "test", "language": "en", "language_prob": 0.9,
+                "audio_s": 12.0, "words": [], "sentences": [{"text": "Chop the onion.", "start_s": 1.5,
+                                                             "end_s": 4.4}]}] if clips else []
+        write_part(work, "quantize", shard, pa.Table.from_pylist(tokens, schema=schemas.QUANTIZE.arrow),
+                   schemas.QUANTIZE, record={"clips": len(tokens)}, codebook_sha256=sha, codebook_depth=2,
+                   codebook_k=3, visual_vocab_size=9, feature_provenance_hash=gallery_factory.PROVENANCE_HASH)
+        write_part(work, "asr", shard, pa.Table.from_pylist(asr, schema=schemas.ASR.arrow), schemas.ASR,
+                   record={"videos": len(asr)})
+    _align(work)
+    folder = WorkDir(work).data_folder("align")
+    empty = pq.ParquetFile(folder / "part-00001.parquet")
+    assert empty.metadata.num_rows == 0 and empty.metadata.num_row_groups == 0
+    assert empty.schema_arrow.remove_metadata() == schemas.ALIGN.arrow.remove_metadata()
+    expected = _rows(pq.read_table(folder / "part-00000.parquet").to_pylist())
+    assert len(expected) >= 2
+
+    assert _rows(pyarrow.dataset.dataset(folder).to_table().to_pylist()) == expected
+    assert _rows(pq.read_table(folder).to_pylist()) == expected
+    assert _rows(duckdb.sql(f"SELECT * FROM read_parquet('{folder}/*.parquet')").arrow().read_all().to_pylist()) \
+        == expected
+    assert _rows(polars.read_parquet(folder).to_dicts()) == expected
+    assert _rows(polars.scan_parquet(f"{folder}/*.parquet").collect().to_dicts()) == expected
+    hf = load_dataset("parquet", data_dir=str(folder), split="train", cache_dir=str(tmp_path / "hf"))
+    assert _rows(hf.to_list()) == expected
+    assert cli.main(["card", "--work-dir", str(work), "--quiet"]) == 0
+    segments = load_dataset(str(work), split="train", cache_dir=str(tmp_path / "hf-card"))
+    assert _rows(segments.to_list()) == expected
+    quantize = load_dataset(str(work), "quantize", split="train", cache_dir=str(tmp_path / "hf-card"))
+    assert quantize.num_rows == 8
+    assert cli.main(["validate", "--work-dir", str(work)]) == 0

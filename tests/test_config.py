@@ -203,3 +203,148 @@ def test_cli_refuses_a_bad_override_with_exit_2_and_one_line(tmp_path, capsys):
     assert err.startswith("config error: --set decode.fps: ") and err.count("\n") == 1, err
     assert cli.main(["decode", "--work-dir", str(tmp_path / "w"), "--set", "decode.fps=1e6"]) == 2
     assert capsys.readouterr().err == "config error: decode.fps must be > 0 and <= 120 (got 1000000.0)\n"
+
+
+def _laughs(levels: int, key: str = "seed") -> str:
+    """A "billion laughs": each level a list of nine aliases of the one before, 9**levels values in all."""
+    lines = [f"{key}: [&l0 [lol, lol, lol, lol, lol, lol, lol, lol, lol],"]
+    lines += [f"  &l{level} [{', '.join([f'*l{level - 1}'] * 9)}]," for level in range(1, levels)]
+    lines.append(f"  [{', '.join([f'*l{levels - 1}'] * 9)}]]")
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize("levels", [6, 40])
+def test_a_config_whose_aliases_expand_absurdly_is_refused_in_one_short_line(tmp_path, levels):
+    config = tmp_path / "config.yaml"
+    config.write_text(_laughs(levels))
+    assert config.stat().st_size < 2500     # a few hundred bytes that stand for 9**levels values
+    message = _refused(config)
+    assert message.startswith(f"config error: {config}: the config is more than 1,000,000 characters with its "
+                              f"aliases (*name) expanded (seed[")
+    assert len(message) < 300, len(message)
+    one_line = " ".join(_laughs(levels, "x").split())[len("x: "):]
+    assert _refused(None, [f"seed={one_line}"]).startswith(
+        "config error: --set seed: the config is more than 1,000,000 characters")
+    result = subprocess.run([sys.executable, "-m", "pipeline", "status", "--config", str(config),
+                             "--work-dir", str(tmp_path / "w")], capture_output=True, text=True, cwd=REPO)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1 and len(result.stderr) < 300, result.stderr
+
+
+def test_aliases_of_a_sane_size_still_load(tmp_path):
+    config = tmp_path / "config.yaml"
+    config.write_text("eval:\n  rankings: &both [open, closed]\n  subsets: [validation]\n"
+                      "asr:\n  transcript_roots: &roots [/data/a, /data/b]\n"
+                      "executor:\n  ray_resources:\n    decode: &one {num_cpus: 1}\n    align: *one\n")
+    cfg = load_config(config)
+    assert cfg.eval.rankings == ["open", "closed"] and cfg.asr.transcript_roots == ["/data/a", "/data/b"]
+    assert cfg.executor.ray_resources["align"] == {"num_cpus": 1}
+
+
+def test_an_alias_inside_its_own_anchor_is_refused(tmp_path):
+    config = tmp_path / "config.yaml"
+    config.write_text("align:\n  text_languages: &l [en, *l]\n")
+    assert _refused(config) == (f"config error: {config}: align.text_languages[1] is an alias (*name) of a node "
+                                f"that holds it (line 2): a value without end")
+
+
+@pytest.mark.parametrize("override, key", [
+    ("seed=" + "[" * 30 + "1" + "]" * 30, "seed must be an integer (got [[[[...]]]])"),
+    ("asr.backend=" + "kaldi" * 2000, "asr.backend must be one of faster-whisper, whisper (got 'kaldikaldi"),
+    ("decode.fps=" + "x" * 5000, "decode.fps must be a number (got 'xxxx"),
+    ("align.text_languages=" + str(list(range(100_000))), "align.text_languages[0] must be a string (got 0)"),
+    ("eval.rankings=[" + "open, " * 20000 + "]", "eval.rankings names a ranking twice (got ['open', 'open'"),
+])
+def test_every_value_shown_in_a_message_is_bounded(override, key):
+    message = _refused(None, [override])
+    assert key in message and len(message) <= 700, (len(message), message[:200])
+
+
+def test_a_key_given_twice_is_refused_naming_both_lines(tmp_path):
+    config = tmp_path / "config.yaml"
+    config.write_text("decode:\n  fps: 20\n  crop: 224\n  fps: 25\n")
+    assert _refused(config) == f"config error: {config}: key decode.fps at line 2 and line 4: give it once"
+    config.write_text("decode:\n  fps: 20\nkmeans:\n  k: 3\n\n\ndecode:\n  crop: 224\n")
+    assert _refused(config) == f"config error: {config}: key decode at line 1 and line 7: give it once"
+    config.write_text("executor:\n  ray_resources:\n    decode: {num_cpus: 1, num_cpus: 2}\n")
+    assert "key executor.ray_resources.decode.num_cpus at line 3 and line 3" in _refused(config)
+    # a merge key (<<) is not a duplicate: the mapping's own keys override the merged ones, as YAML says
+    config.write_text("decode: {<<: {fps: 20, crop: 224}, fps: 25}\n")
+    assert load_config(config).decode.fps == 25.0
+
+
+@pytest.mark.parametrize("key", ["asr.model", "align.tokenizer", "train.init_checkpoint"])
+@pytest.mark.parametrize("value", ["''", "'  '", "'pkg:'"])
+def test_a_model_key_must_name_a_model(key, value):
+    assert _refused(None, [f"{key}={value}"]).startswith(f"config error: {key} must name a model: a hub name, a "
+                                                         f"local path or pkg:<module> (got ")
+
+
+def test_a_device_index_must_be_a_number():
+    for key in ("features.device", "train.device"):
+        assert _refused(None, [f"{key}=cuda:x"]) == f"config error: {key} must be auto, cpu, cuda or cuda:N (got 'cuda:x')"
+
+
+def _gpus(monkeypatch, torch_count: int, ctranslate2_count: int | None = None) -> None:
+    from pipeline import devices
+    counts = {"torch": torch_count, "ctranslate2": torch_count if ctranslate2_count is None else ctranslate2_count}
+    monkeypatch.setattr(devices, "cuda_device_count", lambda library="torch": counts[library])
+
+
+@pytest.mark.parametrize("command, override", [
+    (["features"], "features.device=cuda:99"), (["features"], "features.device=cuda"),
+    (["asr"], "asr.device=cuda"), (["train"], "train.device=cuda:0"), (["eval", "zero-shot"], "train.device=cuda"),
+    (["decode"], "decode.device=cuda:1"),
+])
+def test_a_gpu_this_machine_lacks_stops_the_command_at_load(tmp_path, capsys, monkeypatch, command, override):
+    _gpus(monkeypatch, 0)
+    key, value = override.split("=")
+    settings = ["--set", override, "--set", "decode.backend=torchcodec"]
+    assert cli.main([*command, "--work-dir", str(tmp_path / "w"), *settings]) == 2
+    which = " that CTranslate2 (faster-whisper) can use" if key == "asr.device" else ""
+    assert capsys.readouterr().err == f"config error: {key}={value}, but this machine has no CUDA GPU{which}: use " \
+                                      f"auto or cpu\n"
+    assert not (tmp_path / "w").exists()
+
+
+def test_a_gpu_index_must_be_below_the_number_of_gpus(monkeypatch):
+    from pipeline.config_rules import check_devices
+
+    _gpus(monkeypatch, 2, ctranslate2_count=0)
+    check_devices(load_config(None, ["features.device=cuda:1", "train.device=cuda"]), "features")
+    check_devices(load_config(None, ["train.device=cuda:1"]), "train")
+    with pytest.raises(ConfigError, match=r"^config error: features.device=cuda:2, but this machine has 2 GPU\(s\): "
+                                          r"cuda:0 to cuda:1$"):
+        check_devices(load_config(None, ["features.device=cuda:2"]), "features")
+    with pytest.raises(ConfigError, match="^config error: train.device=cuda:7, but this machine has 2 GPU"):
+        check_devices(load_config(None, ["train.device=cuda:7"]), "eval")
+    # faster-whisper runs on CTranslate2, whose build here sees none; openai-whisper runs on torch
+    with pytest.raises(ConfigError, match="asr.device=cuda, but this machine has no CUDA GPU that CTranslate2"):
+        check_devices(load_config(None, ["asr.device=cuda"]), "asr")
+    check_devices(load_config(None, ["asr.device=cuda", "asr.backend=whisper"]), "asr")
+    # decode.device is torchcodec's; the commands that run no model on this machine check nothing
+    check_devices(load_config(None, ["features.device=cuda:5", "decode.device=cuda:9", "decode.backend=torchcodec"]),
+                  "status")
+    for command in ("submit", "validate", "summary", "kmeans", "align"):
+        check_devices(load_config(None, ["train.device=cuda:5", "features.device=cuda:5", "asr.device=cuda"]), command)
+
+
+def test_a_gpu_index_on_this_machine(tmp_path, capsys):
+    """Without a stand-in: the first index past this machine's GPUs (any index on a machine without CUDA)."""
+    import torch
+
+    count = torch.cuda.device_count()
+    code = cli.main(["features", "--work-dir", str(tmp_path / "w"), "--set", f"features.device=cuda:{count}"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith(f"config error: features.device=cuda:{count}, but this machine has ")
+    assert ("no CUDA GPU" in err) == (count == 0), err
+
+
+def test_a_ray_driver_leaves_the_gpus_to_its_workers(tmp_path, capsys, monkeypatch):
+    _gpus(monkeypatch, 0)
+    ran = []
+    monkeypatch.setattr(cli, "dispatch", lambda args, cfg: ran.append(cfg.features.device) or 0)   # not run here
+    assert cli.main(["features", "--work-dir", str(tmp_path / "w"), "--executor", "ray", "--set",
+                     "features.device=cuda"]) == 0
+    assert ran == ["cuda"]
+    assert cli.main(["features", "--work-dir", str(tmp_path / "w"), "--set", "features.device=cuda"]) == 2
+    assert ran == ["cuda"]

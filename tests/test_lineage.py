@@ -134,6 +134,70 @@ def test_a_truncated_part_and_a_broken_record_are_named_and_redone(tmp_path, vid
     assert validate_work_dir(work) == []
 
 
+WRONG_SHAPES = {   # valid JSON objects that are not completion records
+    "empty": {},
+    "lineage-a-list": {"lineage": [], "outputs": {}},
+    "outputs-a-list": "outputs=[]",
+    "output-a-number": "outputs.first=3",
+    "sha256-a-number": "outputs.first.sha256=7",
+    "bytes-a-string": "outputs.first.bytes='12'",
+    "config-a-string": "lineage.config='x'",
+    "inputs-a-list": "lineage.inputs=[1]",
+    "seconds-a-string": "seconds='slow'",
+    "error-types-a-list": "error_types=['x']",
+}
+
+
+def _wrong_shape(record: dict, change) -> dict:
+    """`record` with one value replaced ("outputs.first" is its first output), or a whole object."""
+    if isinstance(change, dict):
+        return change
+    path, value = change.split("=")
+    keys = path.split(".")
+    node = record
+    for key in keys[:-1]:
+        node = node[next(iter(node))] if key == "first" else node[key]
+    node[next(iter(node)) if keys[-1] == "first" else keys[-1]] = eval(value)   # noqa: S307 - test literals
+    return record
+
+
+def test_a_record_of_the_wrong_shape_is_named_corrupt_and_its_shard_redone(tmp_path, videos, capsys):
+    work = tmp_path / "work"
+    settings = ["--set", "shards.videos_per_shard=2"]
+    assert run(capsys, "manifest", "--work-dir", work, "--input", videos, *settings)[0] == 0
+    assert run(capsys, "decode", "--work-dir", work, "--quiet", *settings)[0] == 0
+    reference = WorkDir(work).part("decode", 1).read_bytes()
+    record = WorkDir(work).record("decode", 1)
+    for name, change in WRONG_SHAPES.items():
+        record.write_text(json.dumps(_wrong_shape(json.loads(record.read_text()), change)))
+        problems = validate_work_dir(work)
+        assert any(problem.startswith(f"{record}: decode part 00001 is corrupt: {record} is not a valid "
+                                      f"completion record (") for problem in problems), (name, problems)
+        assert run(capsys, "validate", "--work-dir", work)[0] == 1
+        status = cli_output(capsys, "status", "--work-dir", work)
+        assert f"decode part 00001 corrupt: {record} is not a valid completion record (" in status, name
+        code, err = run(capsys, "decode", "--work-dir", work, "--quiet", *settings)
+        assert code == 0 and "1 shard(s) run (1 redone: stale or corrupt), 1 already current" in err, (name, err)
+        assert WorkDir(work).part("decode", 1).read_bytes() == reference
+        assert validate_work_dir(work) == [], name
+
+
+def test_a_manifest_record_of_the_wrong_shape_is_named(tmp_path, videos, capsys):
+    work = tmp_path / "work"
+    assert run(capsys, "manifest", "--work-dir", work, "--input", videos)[0] == 0
+    record = WorkDir(work).record("manifest")
+    for change in ({"shards": [0], "lineage": {}, "outputs": {}}, {"shards": {"0": 5}, "lineage": {}, "outputs": {}},
+                   {"lineage": {"config": []}, "outputs": {}, "shards": {}}):
+        record.write_text(json.dumps(change))
+        problems = validate_work_dir(work)
+        assert len(problems) == 1 and problems[0].startswith(f"{record} is not a valid completion record ("), problems
+        code, err = run(capsys, "decode", "--work-dir", work, "--quiet")
+        assert code == 1 and err.startswith(f"decode: cannot run: {record} is not a valid completion record"), err
+        assert err.count("\n") == 1
+        code, err = run(capsys, "manifest", "--work-dir", work, "--input", videos)   # made anew
+        assert code == 0 and validate_work_dir(work) == []
+
+
 def cli_output(capsys, *args) -> str:
     assert cli.main([str(arg) for arg in args]) == 0
     return capsys.readouterr().out

@@ -126,3 +126,33 @@ def test_the_pipeline_on_object_storage_writes_the_shards_of_a_local_run(s3, tmp
     resumed = _cli(capsys, "train", "--work-dir", remote, *_settings([*TRAIN, "train.max_steps=6"]), "--resume")
     assert '"step": 6' in resumed and '"steps_this_run": 2' in resumed
     assert "videobert/run/train/checkpoints/step-00000006/trainer.pt" in fs.find("videobert/run/train")
+
+
+@pytest.mark.parametrize("command", [["status"], ["decode"], ["validate"], ["manifest", "--input", "VIDEOS"]])
+def test_an_unreachable_endpoint_is_one_line_naming_the_bucket(tmp_path, command):
+    """AWS_ENDPOINT_URL at a port where nothing listens: one line naming the bucket and the endpoint, no
+    traceback (one attempt per request here, AWS_MAX_ATTEMPTS: the test stays short)."""
+    pytest.importorskip("s3fs")
+    endpoint = f"http://127.0.0.1:{_free_port()}"      # bound and closed again: nothing listens there
+    env = {**os.environ, "AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "testing",
+           "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1", "AWS_MAX_ATTEMPTS": "1"}
+    if command[0] == "manifest":   # the input on the store, the work dir local
+        args = ["manifest", "--input", "s3://no-such-store/videos", "--work-dir", str(tmp_path / "w")]
+        bucket = "bucket no-such-store (s3://no-such-store/videos)"
+    else:
+        args = [*command, "--work-dir", "s3://no-such-store/run1"]
+        bucket = "bucket no-such-store (s3://no-such-store/run1)"
+    result = subprocess.run([sys.executable, "-m", "pipeline", *args], capture_output=True, text=True, cwd=REPO,
+                            env=env, timeout=300)
+    assert result.returncode == 1, result.stderr[-2000:]
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert result.stderr.startswith(f"{args[0]}: error: object storage: {bucket} at {endpoint}: "
+                                    f"EndpointConnectionError: Could not connect to the endpoint URL"), result.stderr
+
+
+def test_a_missing_bucket_is_one_line_naming_it(s3, capsys):
+    for command in (["decode"], ["manifest", "--input", str(REPO / "samples")]):
+        code = cli.main([*command, "--work-dir", "s3://no-such-bucket/run1", "--quiet"])
+        err = capsys.readouterr().err
+        assert code == 1 and err == f"{command[0]}: error: The specified bucket does not exist (object storage: " \
+                                    f"bucket no-such-bucket)\n", err

@@ -184,3 +184,17 @@ def test_errors_takes_no_config_and_validate_takes_the_work_dir_either_way(decod
     assert capsys.readouterr().err == by_option and by_option.startswith("INVALID: ")
     assert cli.main(["validate", str(decoded), "--work-dir", str(decoded / "other")]) == 2
     assert "two work dirs given" in capsys.readouterr().err
+
+
+def test_a_failure_record_of_the_wrong_shape_is_named_not_a_traceback(tmp_path):
+    from work_factory import write_manifest_rows
+
+    from pipeline import storage
+    work = tmp_path / "work"
+    write_manifest_rows(work, [{"video_id": "v0", "uri": "/videos/v0.mp4", "bytes": 1, "transcript_uri": None,
+                                "shard": 0}])
+    failure = WorkDir(work).failure("decode", 0)
+    for wrong in ({"error": 5}, {"error": "crashed", "at": "yesterday"}, {"traceback": []}):
+        storage.atomic_write_json(failure, wrong)
+        assert f"decode part 00000 failed: {failure} is not a valid failure record" in status_text(work)
+        assert f"part 00000  (whole shard)  {failure} is not a valid failure record" in errors_text(work)
