@@ -10,7 +10,12 @@ list file) or a folder named in `asr.transcript_roots`: a list is data, and a tr
 that folder (symlinks resolved) in its metadata as `transcript_root`, and the asr stage checks each path.
 
 `video_id` is derived from the path relative to the input plus a short hash of it: stable across runs,
-unique, and safe as a file name on every OS (ASCII letters, digits, `_`, `-`, `.`; no `/` or `..`)."""
+unique, and safe as a file name on every OS (ASCII letters, digits, `_`, `-`, `.`; no `/` or `..`).
+
+A shard's identity (the digest later stages name) is its videos' ids, sizes and content tags (`content_tag`:
+a local file's modification time, an object's ETag or modification time): a video rewritten in place is
+redone. A re-run compares every column of every row besides, and rewrites the manifest when a path or a
+transcript changed: asr redoes a shard whose transcripts changed by their content, nothing else does."""
 
 from __future__ import annotations
 
