@@ -234,6 +234,10 @@ def run_manifest(args, cfg) -> int:
     if changed and changes["new_videos"] is not None:
         listed = ", ".join(str(shard) for shard in changed[:10]) + (" ..." if len(changed) > 10 else "")
         line += f"; later stages redo shard(s) {listed}"
+    updated = changes.get("updated_shards") or []
+    if updated:
+        listed = ", ".join(str(shard) for shard in updated[:10]) + (" ..." if len(updated) > 10 else "")
+        line += f"; paths or transcripts changed in shard(s) {listed} (asr redoes those whose transcripts changed)"
     print(line, file=sys.stderr)
     return EXIT_OK
 

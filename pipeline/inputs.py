@@ -6,6 +6,7 @@ every wait on an input is bounded: an input is never what hangs a shard."""
 from __future__ import annotations
 
 import os
+import re
 import stat
 from urllib.parse import unquote, urlparse
 
@@ -29,10 +30,61 @@ def input_timeout(uri: str, timeout_s: float, when: str) -> InputTimeout:
 
 
 
+# fsspec's protocols that are the local disk (fsspec.implementations.local and morefs' async twin)
+LOCAL_PROTOCOLS = ("file", "local", "asynclocal")
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):(.*)$", re.DOTALL)
+_CHAIN_PART = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*(?:://.*)?$", re.DOTALL)
+
+
+def _chain(uri: str) -> list[str]:
+    """An fsspec URL's chain (`simplecache::file:///x` -> [simplecache, file:///x]); a plain path with
+    `::` in a file name is one part."""
+    parts = uri.split("::")
+    return parts if len(parts) > 1 and all(_CHAIN_PART.match(part) for part in parts[:-1]) else [uri]
+
+
+def _local_part(part: str) -> str | None:
+    """The local path of one chain part: a plain path, `file:`/`file://` (percent-decoded, as a URI is) or
+    fsspec's local protocols (`local://`, as fsspec reads them); None for any other scheme."""
+    scheme = _SCHEME.match(part)
+    if scheme is None or "/" in scheme.group(1):
+        return part
+    name, rest = scheme.group(1).lower(), scheme.group(2)
+    if name not in LOCAL_PROTOCOLS:
+        return None
+    if name == "file" and rest.startswith("//"):
+        # bytes that are not UTF-8 (a name the manifest percent-encoded) come back as the same bytes
+        return unquote(urlparse(part).path, errors="surrogateescape")
+    return rest[2:] if rest.startswith("//") else rest
+
+
+def local_file(uri: str) -> str | None:
+    """The file on the local disk that reading `uri` reads, whatever the spelling: a plain path, a file:
+    URI, fsspec's local protocols, a chained URL ending in one (`simplecache::file:///x`, and the archive
+    of `zip://member::file:///x.zip`); None for a URL elsewhere. Whatever is read from the local disk is
+    stat'ed first: a FIFO opened by fsspec's plain open() blocks in the kernel, where no time limit reaches."""
+    chain = _chain(uri)
+    return _local_part(chain[-1]) if len(chain) > 1 or "://" in uri or uri.lower().startswith(
+        tuple(f"{name}:" for name in LOCAL_PROTOCOLS)) else uri
+
+
+def local_path(uri: str) -> str | None:
+    """The local path a URI names when reading it reads just that file (a plain path, a file: URI,
+    `local://`, a chain of fsspec caches over one of them); None for a URL elsewhere or an archive member."""
+    chain = _chain(uri)
+    if any("://" in part for part in chain[:-1]):
+        return None   # zip://member::file:///x.zip: the member of a local archive, read through fsspec
+    return local_file(uri)
+
+
 def open_target(uri: str) -> str:
-    """What FFmpeg opens for a manifest URI: a file:// URI as its percent-decoded path (FFmpeg's own file
-    protocol would not decode it), a plain path as it is, any other scheme left to FFmpeg's protocols."""
-    return unquote(urlparse(uri).path) if uri.startswith("file://") else uri
+    """What FFmpeg opens for a manifest URI: every local spelling as its path (a file:// URI percent-decoded,
+    which FFmpeg's own file protocol would not do; a relative path that looks like an FFmpeg protocol,
+    `pipe:0` or `concat:a|b`, made absolute so it stays a file name), any other URL as it is."""
+    path = local_path(uri)
+    if path is None:
+        return uri
+    return os.path.abspath(path) if _SCHEME.match(path) else path
 
 
 _NOT_REGULAR = ((stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISCHR, "a character device"),
@@ -43,8 +95,10 @@ def refuse_non_regular_file(uri: str, target: str) -> None:
     """Raise NotARegularFile when a local input is not a regular file, from its stat alone: opening a FIFO
     for reading blocks until some writer comes (forever, in a pipeline), a device like /dev/zero never ends,
     and none of them is a video. A path that cannot be stat'ed is left to the opener, whose error names why;
-    network URLs are left to FFmpeg's protocols and the time limits."""
-    if "://" in target:
+    network URLs are left to FFmpeg's protocols and the time limits. `target` is the local file (a plain
+    path: `local_file`), else the URL, which is left alone."""
+    target = local_file(target)
+    if target is None:
         return
     try:
         mode = os.stat(target).st_mode
@@ -67,10 +121,9 @@ def open_input(uri: str, timeout_s: float) -> av.container.InputContainer:
     protocols, which poll); a read() stuck inside the kernel (a hard-mounted share that went away) it
     cannot interrupt."""
     target = open_target(uri)
+    refuse_non_regular_file(uri, uri)
     if is_object_storage(target):
         target = remote_file(target)
-    else:
-        refuse_non_regular_file(uri, target)
     try:
         return av.open(target, metadata_errors="ignore", timeout=timeout_s)
     except av.error.ExitError as error:
@@ -83,8 +136,9 @@ REMOTE_BLOCK_BYTES = 8 << 20     # fsspec's read-ahead block: the bounded local 
 
 
 def is_object_storage(uri: str) -> bool:
-    """s3://, gs://, hf://, memory://...: a URL FFmpeg cannot open, read through fsspec instead."""
-    return "://" in uri and uri.split("://", 1)[0].lower() not in FFMPEG_PROTOCOLS
+    """s3://, gs://, hf://, memory://...: a URL FFmpeg cannot open, read through fsspec instead (a local
+    spelling is not: it is opened as its path)."""
+    return local_path(uri) is None and "://" in uri and uri.split("://", 1)[0].lower() not in FFMPEG_PROTOCOLS
 
 
 def remote_file(uri: str):

@@ -48,11 +48,13 @@ def text_digest(value) -> str:
 
 
 def rows_digest(rows: list[dict]) -> str:
-    """The identity of a shard's videos: their ids (paths relative to the input) and sizes. Not their
+    """The identity of a shard's videos: their ids (paths relative to the input), sizes and content tags
+    (a file rewritten in place with the same size has a new modification time or ETag). Not their
     absolute URIs: moving the input folder redoes nothing; a transcript is identified by its content in
     the asr stage's identities."""
-    return text_digest(sorted(({"video_id": row["video_id"], "bytes": row["bytes"]} for row in rows),
-                              key=lambda row: row["video_id"]))
+    return text_digest(sorted(({"video_id": row["video_id"], "bytes": row["bytes"],
+                                **({"content_tag": row["content_tag"]} if row.get("content_tag") else {})}
+                               for row in rows), key=lambda row: row["video_id"]))
 
 
 _JSON_CACHE: dict[str, tuple[tuple[int, int], dict]] = {}
@@ -87,6 +89,8 @@ def _parse_json(path, data: bytes) -> dict:
         value = json.loads(data)
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise CorruptFile(f"{path} is not a valid JSON record ({error}); it will be redone") from None
+    except RecursionError:
+        raise CorruptFile(f"{path} is not a valid JSON record (nested too deeply); it will be redone") from None
     if not isinstance(value, dict):
         raise CorruptFile(f"{path} is not a valid JSON record (not an object); it will be redone")
     return value

@@ -10,7 +10,12 @@ list file) or a folder named in `asr.transcript_roots`: a list is data, and a tr
 that folder (symlinks resolved) in its metadata as `transcript_root`, and the asr stage checks each path.
 
 `video_id` is derived from the path relative to the input plus a short hash of it: stable across runs,
-unique, and safe as a file name on every OS (ASCII letters, digits, `_`, `-`, `.`; no `/` or `..`)."""
+unique, and safe as a file name on every OS (ASCII letters, digits, `_`, `-`, `.`; no `/` or `..`).
+
+A shard's identity (the digest later stages name) is its videos' ids, sizes and content tags (`content_tag`:
+a local file's modification time, an object's ETag or modification time): a video rewritten in place is
+redone. A re-run compares every column of every row besides, and rewrites the manifest when a path or a
+transcript changed: asr redoes a shard whose transcripts changed by their content, nothing else does."""
 
 from __future__ import annotations
 
@@ -21,6 +26,7 @@ import os
 import re
 import unicodedata
 from pathlib import Path
+from urllib.parse import quote
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -28,6 +34,7 @@ import pyarrow.parquet as pq
 import schemas
 from pipeline import lineage, storage
 from pipeline.config import Config
+from pipeline.inputs import local_path
 from pipeline.workdir import WorkDir
 from schemas.metadata import Provenance
 
@@ -53,8 +60,36 @@ def make_video_id(relative_path: str) -> str:
     return f"{slug}-{digest}"
 
 
-def _find_videos(folder: Path) -> list[tuple[str, str | None, int | None]]:
-    """(uri, transcript uri, size) of every video file under a local folder, in name order."""
+def local_tag(info: os.stat_result) -> str:
+    """A local file's content tag: its modification time, to the nanosecond the file system keeps."""
+    return f"mtime:{info.st_mtime_ns}"
+
+
+# what object stores say changes with an object's bytes: a content hash first, else a time it was written
+_REMOTE_TAG_KEYS = (("ETag", "etag"), ("etag", "etag"), ("md5Hash", "md5"), ("mtime", "mtime"),
+                    ("LastModified", "mtime"), ("last_modified", "mtime"), ("updated", "mtime"), ("created", "mtime"))
+
+
+def remote_tag(info: dict) -> str | None:
+    """An object's content tag from its listing entry (the ETag or md5 where the store gives one, else its
+    modification time); None when the listing has neither."""
+    return next((f"{kind}:{str(info[key]).strip(chr(34))}" for key, kind in _REMOTE_TAG_KEYS
+                 if info.get(key) not in (None, "")), None)
+
+
+def stored_uri(path: str) -> str:
+    """A local path as the manifest stores it: as it is, or, for a name that is not valid UTF-8 (os.walk
+    gives its bytes as surrogate escapes, which no Parquet string holds), a file:// URI of its bytes
+    percent-encoded, which every opener decodes back to those bytes (inputs.open_target)."""
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        return "file://" + quote(os.fsencode(path))
+    return path
+
+
+def _find_videos(folder: Path) -> list[tuple[str, str | None, int | None, str | None]]:
+    """(uri, transcript uri, size, content tag) of every video file under a local folder, in name order."""
     found = []
     for root, dirs, files in os.walk(folder):
         dirs.sort()
@@ -65,14 +100,15 @@ def _find_videos(folder: Path) -> list[tuple[str, str | None, int | None]]:
             transcript = next((str(path.with_suffix(ext)) for ext in TRANSCRIPT_EXTENSIONS
                                if path.with_suffix(ext).exists()), None)
             try:
-                size = path.stat().st_size
+                info = path.stat()
+                size, tag = info.st_size, local_tag(info)
             except OSError:
-                size = None   # decode reports it as an error row naming the video
-            found.append((str(path), transcript, size))
+                size, tag = None, None   # decode reports it as an error row naming the video
+            found.append((str(path), transcript, size, tag))
     return found
 
 
-def _find_remote_videos(folder) -> list[tuple[str, str | None, int | None]]:
+def _find_remote_videos(folder) -> list[tuple[str, str | None, int | None, str | None]]:
     """The same for a folder on object storage: one listing gives the names and sizes."""
     listing = folder.fs.find(folder.path, detail=True)
     names = set(listing)
@@ -83,11 +119,12 @@ def _find_remote_videos(folder) -> list[tuple[str, str | None, int | None]]:
             continue
         transcript = next((f"{stem}{ext}" for ext in TRANSCRIPT_EXTENSIONS if f"{stem}{ext}" in names), None)
         url = lambda key: f"{folder.protocol}://{key}"   # noqa: E731 - the listing's keys carry no protocol
-        found.append((url(name), url(transcript) if transcript else None, listing[name].get("size")))
+        found.append((url(name), url(transcript) if transcript else None, listing[name].get("size"),
+                      remote_tag(listing[name])))
     return found
 
 
-def _read_list(list_file) -> list[tuple[str, str | None, None]]:
+def _read_list(list_file) -> list[tuple[str, str | None, None, None]]:
     suffix = list_file.suffix.lower()
     try:
         data = list_file.read_bytes()
@@ -113,13 +150,17 @@ def _read_list(list_file) -> list[tuple[str, str | None, None]]:
     base = list_file.parent
 
     def absolute(path: str | None) -> str | None:
-        """Relative entries are relative to the list's folder (local or remote)."""
-        if path is None or "://" in path:
+        """Relative entries are relative to the list's folder (local or remote); every spelling of a local
+        file (file:, local://, simplecache::file://) becomes its path, opened and stat'ed as one."""
+        local = local_path(path) if path is not None else None
+        if local is None:
             return path
+        if local != path:
+            return os.path.normpath(os.path.abspath(local))
         if storage.is_remote(base):
             return str(base / path)
         return os.path.normpath(os.path.abspath(base / path)) if not Path(path).is_absolute() else path
-    return [(absolute(path), absolute(transcript), None) for path, transcript in rows]
+    return [(absolute(path), absolute(transcript), None, None) for path, transcript in rows]
 
 
 def input_folder(input_path: str | Path) -> str:
@@ -136,7 +177,8 @@ def recorded_transcript_root(work_dir) -> str | None:
 
 
 def list_videos(input_path: str | Path) -> list[dict]:
-    """One row per input video (video_id, uri, bytes, transcript_uri), in video_id order, no shards yet.
+    """One row per input video (video_id, uri, bytes, content_tag, transcript_uri), in video_id order, no
+    shards yet.
     The input is a folder or a list, on the local disk or on object storage; a video's id comes from its
     path relative to the folder, so the same collection gets the same ids wherever it is stored."""
     place = storage.location(input_path)
@@ -150,8 +192,9 @@ def list_videos(input_path: str | Path) -> list[dict]:
     else:
         raise ManifestError(f"--input {input_path} does not exist")
     rows, seen = [], set()
-    for uri, transcript, size in entries:
-        key = uri if storage.is_url(uri) else os.path.normpath(os.path.abspath(storage.location(uri)))
+    for uri, transcript, size, tag in entries:
+        local = local_path(uri)
+        key = uri if local is None else os.path.normpath(os.path.abspath(local))
         if key in seen:
             continue   # duplicate paths are listed once
         seen.add(key)
@@ -163,13 +206,17 @@ def list_videos(input_path: str | Path) -> list[dict]:
             relative = key.split("://", 1)[1] if "://" in key else key.lstrip("/")
         if size is None and not storage.is_url(key):
             try:
-                size = os.stat(key).st_size
+                info = os.stat(key)
+                size, tag = info.st_size, local_tag(info)
             except OSError:
                 size = None   # decode reports it as an error row naming the video
-        if transcript and not storage.is_url(transcript):
-            transcript = os.path.abspath(storage.location(transcript))
-        rows.append({"video_id": make_video_id(relative.replace(os.sep, "/")), "uri": key, "bytes": size,
-                     "transcript_uri": transcript})
+        if transcript and local_path(transcript) is not None:
+            transcript = os.path.abspath(local_path(transcript))
+        if transcript and local_path(transcript) is not None:
+            transcript = stored_uri(transcript)
+        rows.append({"video_id": make_video_id(relative.replace(os.sep, "/")),
+                     "uri": key if local is None else stored_uri(key), "bytes": size,
+                     "content_tag": tag, "transcript_uri": transcript})
     ids = [row["video_id"] for row in rows]
     if len(set(ids)) != len(ids):
         raise ManifestError("two inputs map to the same video_id; rename one of them")
@@ -229,17 +276,42 @@ def write_manifest(cfg: Config, input_path: str | Path, work_dir, *, incremental
     changes = {"changed_shards": changed, "new_videos": len(ids - set(previous or {})) if previous is not None else None,
                "removed_videos": len(set(previous or {}) - ids) if previous is not None else None}
     config = json.loads(cfg.section_json("shards"))
-    if not changed and old.get("lineage", {}).get("config") == config and work.manifest.exists():
-        changes["unchanged"] = True
-        return work.manifest, table, changes
     input_name = storage.canonical(input_path)   # a URL as given, a local path absolute
     provenance = Provenance(stage="manifest", schema=schemas.MANIFEST.tag, config=cfg.section_json("shards"),
                             config_hash=cfg.section_hash("shards"), input=input_name,
                             transcript_root=input_folder(input_path))
+    # the digests name the videos (ids, sizes, content tags); paths and transcripts are compared row by row:
+    # a caption that arrives after the first pass, or a moved input folder, rewrites the rows
+    changes["updated_shards"] = sorted(set(_updated_shards(work, table, provenance)) - set(changed))
+    if not changed and not changes["updated_shards"] and old.get("lineage", {}).get("config") == config \
+            and work.manifest.exists():
+        changes["unchanged"] = True
+        return work.manifest, table, changes
     write_manifest_table(work, table, {"version": lineage.VERSION, "config": config,
                                        "input": input_name},
                          provenance, row_group_size=cfg.shards.videos_per_shard * 16)
     return work.manifest, table, changes
+
+
+def _updated_shards(work: WorkDir, table: pa.Table, provenance: Provenance) -> list[int]:
+    """Shards whose rows differ from the existing manifest's in any column (uri, transcript_uri, ...); every
+    shard when the recorded input or transcript folder differs, or the manifest cannot be read."""
+    every = sorted(set(table["shard"].to_pylist()))
+    if not work.manifest.exists():
+        return every
+    try:
+        recorded = storage.read_metadata(work.manifest)
+        old_rows = storage.read_table(work.manifest).to_pylist()
+    except (OSError, ValueError, pa.ArrowException):
+        return every
+    if (recorded.input, recorded.transcript_root, recorded.schema) != \
+            (provenance.input, provenance.transcript_root, provenance.schema):
+        return every
+    old_by_id = {row["video_id"]: row for row in old_rows}
+    new_ids = set(table["video_id"].to_pylist())
+    updated = {row["shard"] for row in table.to_pylist() if old_by_id.get(row["video_id"]) != row}
+    updated |= {row["shard"] for row in old_rows if row["video_id"] not in new_ids}
+    return sorted(updated)
 
 
 def shard_digests(table: pa.Table) -> dict[str, str]:

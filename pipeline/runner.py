@@ -75,7 +75,16 @@ def error_row(video_id: str, error: BaseException | str, error_type: str | None 
         message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
     else:
         message = error
-    return {"video_id": video_id, "error_type": error_type or "Error", "message": message}
+    return {"video_id": video_id, "error_type": error_type or "Error", "message": printable(message)}
+
+
+def printable(text: str) -> str:
+    """`text` as valid UTF-8: a file name that is not UTF-8 reaches messages as surrogate escapes, which no
+    Parquet string holds; its bytes are shown as `\\xe9`."""
+    try:
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def output_provenance(cfg: Config, stage: registry.Stage, schema: schemas.Schema, stage_says: Provenance) -> Provenance:

@@ -332,10 +332,16 @@ def parquet_file(path) -> pq.ParquetFile:
 
 
 def file_sha256(path: Path, chunk: int = 1 << 20) -> str:
-    """sha256 of a file, or of a model folder's files (relative names and contents, in name order)."""
+    """sha256 of a file, or of a model folder's files (relative names and contents, in name order).
+    FileNotFoundError when there is neither: a missing file has no sha256 (not that of no bytes)."""
     path = location(path)
     digest = hashlib.sha256()
-    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+    if path.is_file():
+        files = [path]
+    elif path.is_dir():
+        files = sorted(p for p in path.rglob("*") if p.is_file())
+    else:
+        raise FileNotFoundError(f"{path} does not exist")
     for file in files:
         if path.is_dir():
             digest.update(str(file.relative_to(path)).encode() + b"\0")

@@ -12,6 +12,7 @@ Returns the problems, each naming its file; an empty list means valid."""
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from pathlib import Path
 
@@ -45,9 +46,17 @@ def _check_schema(path: Path, schema: schemas.Schema) -> None:
         raise Invalid(f"{path}: written as {tag}, this code reads {schema.tag}")
 
 
+def _finite_times(path: Path, row_number: int, item: dict, what: str, keys=("start_s", "end_s")) -> None:
+    """A NaN time passes every order comparison (they are all false): checked first, by name."""
+    for key in keys:
+        if item.get(key) is not None and not math.isfinite(item[key]):
+            raise Invalid(f"{path}: row {row_number}: {what} {key} is {item[key]}, not a finite time")
+
+
 def _times_in_order(path: Path, rows: list[dict], key: str) -> None:
     previous: dict[str, float] = {}
     for row_number, row in enumerate(rows):
+        _finite_times(path, row_number, row, key)
         if row["start_s"] > row["end_s"] + 1e-9:
             raise Invalid(f"{path}: row {row_number}: start_s {row['start_s']} > end_s {row['end_s']}")
         video = row["video_id"]
@@ -85,9 +94,11 @@ def _check_part(work: WorkDir, folder: str, path: Path, visual_vocab: int | None
                 raise Invalid(f"{path}: row {row_number}: token {row['token']} outside [0, {visual_vocab})")
     if folder == "asr":
         for row_number, row in enumerate(storage.read_table(path, columns=["video_id", "audio_s", "sentences", "words"]).to_pylist()):
+            _finite_times(path, row_number, row, "its", keys=("audio_s",))
             for kind in ("sentences", "words"):
                 last = -1.0
                 for item in row[kind]:
+                    _finite_times(path, row_number, item, f"a {kind[:-1]} of {row['video_id']}:")
                     if item["start_s"] > item["end_s"] + 1e-6 or item["start_s"] < last - 1e-6:
                         raise Invalid(f"{path}: row {row_number}: {kind} times out of order in {row['video_id']}")
                     last = item["start_s"]

@@ -30,10 +30,13 @@ _clip_key = [
     pa.field("end_s", pa.float64(), nullable=False),
 ]
 
-MANIFEST = Schema("manifest", 1, pa.schema([
+MANIFEST = Schema("manifest", 2, pa.schema([
     pa.field("video_id", pa.string(), nullable=False),
     pa.field("uri", pa.string(), nullable=False),
     pa.field("bytes", pa.int64()),                     # null when the file could not be stat'ed
+    # what tells a change of the bytes without reading them: "mtime:<ns>" of a local file, the object's
+    # "etag:..." (else "mtime:...") on object storage; null where unknown (a URL in a list)
+    pa.field("content_tag", pa.string()),
     pa.field("transcript_uri", pa.string()),           # WebVTT / SRT / JSON to import instead of ASR
     pa.field("shard", pa.int32(), nullable=False),
 ]))

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import html
 import json
+import math
 import os
 import re
 import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.inputs import is_object_storage, open_target
+from pipeline.inputs import is_object_storage, local_file, open_target
 from pipeline.storage import location
 
 
@@ -206,6 +207,8 @@ def _segment_problem(item) -> str | None:
         value = item.get(key)
         if not isinstance(value, (int, float)) or isinstance(value, bool):
             return f"'{key}' is {_json_type(value) if key in item else 'missing'}"
+        if not math.isfinite(value):   # NaN, Infinity and 1e999 parse; no time is any of them
+            return f"'{key}' is not a finite number"
     return None
 
 
@@ -215,6 +218,8 @@ def parse_json(text: str, name: str) -> Transcript:
         data = json.loads(text)
     except json.JSONDecodeError as error:
         raise TranscriptError(f"{name}:{error.lineno}: invalid JSON: {error.msg}") from None
+    except RecursionError:   # lists in lists thousands deep: no transcript, and the parser's stack ends
+        raise TranscriptError(f"{name}: invalid JSON: nested too deeply") from None
     language = None
     if isinstance(data, dict):
         language = data.get("language")
@@ -237,8 +242,8 @@ def parse_json(text: str, name: str) -> Transcript:
 
 
 def local_path(uri: str) -> str:
-    """A transcript URI as a path open() takes (plain paths, file:// URIs), or a URL on object storage
-    as it is (read through fsspec)."""
+    """A transcript URI as a path open() takes (plain paths, file: URIs, fsspec's local protocols and
+    caches over them: inputs.local_path), or a URL on object storage as it is (read through fsspec)."""
     path = open_target(uri)
     if "://" in path and not is_object_storage(path):
         raise ValueError(f"{uri}: a transcript is a local path, a file:// URI or a URL on object storage")
@@ -274,9 +279,13 @@ def read_capped(path: str | Path, max_bytes: int = DEFAULT_MAX_BYTES, name: str 
     The size is checked with stat before anything is opened, and the read stops at max_bytes + 1 anyway:
     a file can grow after the stat, and some report no size at all (/proc). The file is opened
     non-blocking and checked again, in case it was swapped for a pipe between the stat and the open.
-    A URL on object storage (an object: never a pipe or a device) is read the same capped way."""
+    A URL on object storage (an object: never a pipe or a device) is read the same capped way; every local
+    spelling (`local://`, `simplecache::file://`) is read as the local file it names."""
     name = name or str(path)
     if is_object_storage(str(path)):
+        backing = local_file(str(path))   # zip://member::file:///x.zip reads a local archive: stat'ed first
+        if backing is not None:
+            _require_regular(name, os.stat(backing).st_mode)
         with location(str(path)).open("rb") as handle:
             data = handle.read(max_bytes + 1)
         if len(data) > max_bytes:

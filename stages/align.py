@@ -41,6 +41,11 @@ def identities(cfg, videos: list[dict]) -> dict[str, str]:
     return {"tokenizer": vocabulary_sha256(load_tokenizer(cfg.align.tokenizer))}
 
 
+def primary_language(tag: str | None) -> str | None:
+    """A language tag's primary subtag (BCP 47), lowercased: `en-US`, `en_gb` and `EN` are all `en`."""
+    return tag.replace("_", "-").split("-", 1)[0].strip().lower() or None if tag else None
+
+
 def _overlap(a_start: float, a_end: float, b_start: float, b_end: float) -> float:
     return max(0.0, min(a_end, b_end) - max(a_start, b_start))
 
@@ -124,6 +129,7 @@ def run_shard(ctx: ShardContext) -> ShardResult:
         clips_by_video.setdefault(row["video_id"], []).append(row)
     rows, dropped_sentences, videos_with_text = [], 0, 0
     languages = set(cfg.text_languages)
+    primary_languages = {primary_language(language) for language in languages}
     for video in ctx.videos:
         video_id = video["video_id"]
         clips = sorted(clips_by_video.get(video_id, []), key=lambda r: r["clip_index"])
@@ -131,7 +137,7 @@ def run_shard(ctx: ShardContext) -> ShardResult:
             continue
         asr = asr_rows.get(video_id)
         language = asr["language"] if asr else None
-        sentences = asr["sentences"] if asr and language in languages else []
+        sentences = asr["sentences"] if asr and primary_language(language) in primary_languages else []
         videos_with_text += bool(sentences)
         segments, dropped = segment_video([(c["start_s"], c["end_s"]) for c in clips], sentences,
                                           cfg.min_sentence_overlap, cfg.tokens_per_segment_without_text)

@@ -62,8 +62,10 @@ def transcript_identity(uri: str, max_bytes: int) -> str:
         return "not a regular file"
     if info.st_size > max_bytes:
         return f"size:{info.st_size}"
-    with open(path, "rb") as handle:
-        return hashlib.sha256(handle.read(max_bytes + 1)).hexdigest()
+    try:   # opened non-blocking and checked again: a file swapped for a FIFO after the stat is not waited on
+        return hashlib.sha256(transcripts.read_capped(path, max_bytes)).hexdigest()
+    except (ValueError, OSError) as error:
+        return f"unreadable: {type(error).__name__}"
 
 
 def identities(cfg, videos: list[dict]) -> dict[str, str]:

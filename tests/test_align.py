@@ -175,3 +175,37 @@ def test_validator_catches_a_planted_out_of_range_token_and_a_wrong_schema(align
     pq.write_table(wrong, path)
     vouch_for_the_file()
     assert "schema differs from align:1" in validate_work_dir(work)[0]
+
+
+def test_a_language_tag_with_a_region_keeps_its_text_by_the_primary_subtag(tmp_path):
+    chop = [sentence("Chop the onion.", 0.0, 3.0)]
+    videos = {"us": (4, "en-US", chop), "gb": (4, "en_GB", chop), "upper": (4, "EN", chop), "de": (4, "de-DE", chop)}
+    cfg = make_work_dir(tmp_path / "a", videos)
+    run_one_shard(cfg, tmp_path / "a", "align", 0, quiet=True)
+    rows = pq.read_table(WorkDir(tmp_path / "a").part("align", 0)).to_pylist()
+    assert {row["video_id"] for row in rows if row["text"]} == {"us", "gb", "upper"}
+    assert {row["language"] for row in rows if row["video_id"] == "us"} == {"en-US"}   # recorded as stated
+    # a region in align.text_languages keeps the text of every tag of that language
+    make_work_dir(tmp_path / "b", {"plain": (4, "en", chop), "de": (4, "de", chop)})
+    cfg = load_config(None, ["kmeans.depth=2", "kmeans.k=4", 'align.text_languages=["en-US"]'])
+    run_one_shard(cfg, tmp_path / "b", "align", 0, quiet=True)
+    rows = pq.read_table(WorkDir(tmp_path / "b").part("align", 0)).to_pylist()
+    assert {row["video_id"] for row in rows if row["text"]} == {"plain"}
+
+
+@pytest.mark.parametrize("table", ["asr", "align"])
+def test_validate_names_a_time_that_is_not_finite(tmp_path, table):
+    bad = sentence("Chop the onion.", float("nan"), 3.0) if table == "asr" else sentence("Chop the onion.", 0.0, 3.0)
+    cfg = make_work_dir(tmp_path, {"cook": (4, "en", [bad])})
+    if table == "align":
+        run_one_shard(cfg, tmp_path, "align", 0, quiet=True)
+        path = WorkDir(tmp_path).part("align", 0)
+        rows = pq.read_table(path).to_pylist()
+        rows[0]["end_s"] = float("inf")
+        write_part(tmp_path, "align", 0, pa.Table.from_pylist(rows, schema=schemas.ALIGN.arrow), schemas.ALIGN,
+                   record={"stage": "align"})
+    problems = validate_work_dir(tmp_path)
+    path = WorkDir(tmp_path).part(table, 0)
+    expected = (f"{path}: row 0: a sentence of cook: start_s is nan, not a finite time" if table == "asr"
+                else f"{path}: row 0: segment end_s is inf, not a finite time")
+    assert expected in problems, problems

@@ -883,3 +883,27 @@ def test_unknown_split_model_package_names_the_install():
             models.location("pkg:test_missing_split")
     finally:
         del models.SPLIT_MODELS["test_missing_split"]
+
+
+@pytest.mark.parametrize("text, problem", [
+    ("[" * 100_000 + "]" * 100_000, "bad.json: invalid JSON: nested too deeply"),
+    ('[{"text": "Chop it.", "start": NaN, "end": 1}]', "bad.json: segment 0: expected {text: string, start: "
+                                                       "seconds, end: seconds}; 'start' is not a finite number"),
+    ('[{"text": "Chop it.", "start": 0, "end": Infinity}]', "'end' is not a finite number"),
+    ('{"segments": [{"text": "Chop it.", "start": 0, "end": 1e999}]}', "'end' is not a finite number")])
+def test_a_json_transcript_nested_too_deeply_or_with_a_non_finite_time_is_one_error_row(tmp_path, text, problem):
+    good, bad = tmp_path / "good.json", tmp_path / "bad.json"
+    good.write_text('[{"text": "Chop the onion.", "start": 0, "end": 1.5}]')
+    bad.write_text(text)
+    video = tmp_path / "v.mp4"
+    video.write_bytes(b"not read: its transcript is imported")
+    work = tmp_path / "work"
+    write_manifest_rows(work, [{"video_id": vid, "uri": str(video), "bytes": 1, "transcript_uri": str(path),
+                                "shard": 0} for vid, path in (("a_good", good), ("b_bad", bad))])
+    cfg = load_config(None, [f"asr.transcript_roots={json.dumps([str(tmp_path)])}", "asr.language=en"])
+    stats = runner.run_one_shard(cfg, work, "asr", 0, quiet=True)
+    rows = pq.read_table(WorkDir(work).part("asr", 0)).to_pylist()
+    assert [row["video_id"] for row in rows] == ["a_good"] and rows[0]["sentences"][0]["text"] == "Chop the onion."
+    errors = pq.read_table(WorkDir(work).errors("asr", 0)).to_pylist()
+    assert [(row["video_id"], row["error_type"]) for row in errors] == [("b_bad", "TranscriptError")]
+    assert problem in errors[0]["message"] and stats["errors"] == 1

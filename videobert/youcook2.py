@@ -45,6 +45,7 @@ from pipeline.manifest import (
     NoVideos,
     assign_shards,
     input_folder,
+    local_tag,
     previous_assignment,
     write_manifest_table,
 )
@@ -141,8 +142,9 @@ def write_manifest(cfg: Config, annotations_path, videos_folder, work_dir, *, su
             continue
         transcript = next((str(path.with_suffix(ext)) for ext in TRANSCRIPT_EXTENSIONS if path.with_suffix(ext).exists()),
                           None)
-        rows.append({"video_id": video.video_id, "uri": str(path.resolve()), "bytes": path.stat().st_size,
-                     "transcript_uri": transcript and str(Path(transcript).resolve())})
+        info = path.stat()
+        rows.append({"video_id": video.video_id, "uri": str(path.resolve()), "bytes": info.st_size,
+                     "content_tag": local_tag(info), "transcript_uri": transcript and str(Path(transcript).resolve())})
     missing = sorted(v.video_id for v in wanted if v.video_id not in found)
     if not rows:
         raise NoVideos(f"none of the {len(wanted)} annotated videos is in {videos_folder} (looked for <YouTube id>"
