@@ -175,3 +175,25 @@ def test_validator_catches_a_planted_out_of_range_token_and_a_wrong_schema(align
     pq.write_table(wrong, path)
     vouch_for_the_file()
     assert "schema differs from align:1" in validate_work_dir(work)[0]
+
+
+def test_sentences_the_asr_filter_rejected_are_no_text(tmp_path):
+    """A rejected sentence (the "Hmm" Whisper writes on music) keeps no text: its clips become video-only
+    segments, as for silence, beside a kept sentence of the same video; asr parts without the column
+    (kept sentences only) align as before."""
+    hmm = {**sentence("Hmm.", 9.1, 11.9), "avg_word_prob": 0.09, "no_speech_prob": 0.66, "rejected": "no_speech"}
+    kept = {**sentence("Now let me show you how to chop the onion.", 3.0, 5.9), "avg_word_prob": 0.95,
+            "rejected": None}
+    music = {**sentence("Thank you.", 1.5, 4.5), "rejected": "not_speech_language"}
+    cfg = make_work_dir(tmp_path, {"cook-en": (20, "en", [kept, hmm]), "trailer": (8, "en", [music])})
+    stats = run_one_shard(cfg, tmp_path, "align", 0)
+    rows = pq.read_table(tmp_path / "align" / "part-00000.parquet").to_pylist()
+    texts = [r["text"] for r in rows if r["kind"] == "text_video"]
+    assert texts == ["Now let me show you how to chop the onion."]
+    trailer = [r for r in rows if r["video_id"] == "trailer"]
+    assert [r["kind"] for r in trailer] == ["video_only"] and sum(len(r["visual_ids"]) for r in trailer) == 8
+    # cook-en: clips 0-1 before the kept sentence, its 2-3, then 4-19 (16) where "Hmm." was: video only
+    cook = [(r["kind"], len(r["visual_ids"])) for r in rows if r["video_id"] == "cook-en"]
+    assert cook == [("video_only", 2), ("text_video", 2), ("video_only", 16)]
+    assert stats["sentences_rejected"] == 2 and stats["text_video"] == 1 and stats["videos_with_text"] == 1
+    assert validate_work_dir(tmp_path) == []
