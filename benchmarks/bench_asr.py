@@ -348,7 +348,11 @@ def main() -> None:
             print(f"  ratio {names[index]} / {names[0]}: {best[index] / best[0]:.2f}x the time on the files"
                   f"{stream_ratio}; WER {sum(errors[index]) / total_words:.3f} against {sum(errors[0]) / total_words:.3f}")
 
+    started = time.perf_counter()
     filter_results = None if args.no_filter_check else filter_check(runs, loaded, names, clips, args.audio_dir)
+    if filter_results is not None:
+        filter_results["seconds"] = round(time.perf_counter() - started, 1)
+        print(f"  (the filter comparison took {filter_results['seconds']:.0f} s)")
 
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)

@@ -158,7 +158,7 @@ class AsrConfig:
     # log-probability is below filter_no_speech_logprob (Whisper's own skip rule is 0.6 with -1.0)
     filter_no_speech_prob: float = 0.6
     filter_no_speech_logprob: float = -0.5
-    filter_min_word_prob: float = 0.3       # in [0, 1]: low_confidence: mean word probability below this
+    filter_min_word_prob: float = 0.5       # in [0, 1]: low_confidence: mean word probability below this
     filter_compression_ratio: float = 2.4   # in [1, 100]: repetition: gzip ratio of the text above this
     # in [0, 600] and [asr.language_threshold, 1]: not_speech_language: a video whose voice-activity filter
     # found less than filter_short_speech_s of speech needs this language probability, not just
