@@ -6,7 +6,11 @@ The language decision is the stage's, the same for both backends (`decide_langua
 forces a language; otherwise a multilingual model detects it per video on the first
 `asr.language_detection_s` seconds of speech, and a top probability below `asr.language_threshold` is
 recorded as unknown (null). An English-only model (tiny.en) cannot detect a language, so without
-`asr.language` it records unknown, never "en": align keeps only text of a language it knows."""
+`asr.language` it records unknown, never "en": align keeps only text of a language it knows.
+
+A recognition also carries what the not-speech filter (speech/confidence.py) weighs: each word its
+segment's no-speech probability, mean log-probability and compression ratio, and the seconds of speech
+the voice-activity filter found (`speech_s`), against which the stage weighs the language probability."""
 
 from __future__ import annotations
 
