@@ -202,3 +202,12 @@ def test_sentences_the_asr_filter_rejected_are_no_text(tmp_path):
     text = text_stats(cfg, tmp_path)
     assert text["sentences_rejected"] == {"no_speech": 1, "not_speech_language": 1}
     assert {n: c for n, c in enumerate(text["words_per_sentence"]) if c} == {10: 1}
+
+
+def test_validator_names_an_asr_sentence_rejected_for_an_unknown_reason(tmp_path):
+    bad = {**sentence("Hmm.", 1.5, 4.5), "rejected": "music", "avg_word_prob": 0.09}
+    cfg = make_work_dir(tmp_path, {"trailer": (8, "en", [bad])})
+    run_one_shard(cfg, tmp_path, "align", 0)
+    problems = validate_work_dir(tmp_path)
+    assert len(problems) == 1 and "sentence rejected as 'music' in trailer" in problems[0]
+    assert "no_speech, low_confidence, repetition, not_speech_language" in problems[0]
