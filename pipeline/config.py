@@ -152,6 +152,20 @@ class AsrConfig:
     # absolute folders imported transcripts may be read from besides the manifest's input folder (where a
     # list's transcripts live elsewhere); a transcript outside all of them, symlinks resolved, is an error row
     transcript_roots: list[str] = field(default_factory=list)
+    # the not-speech filter (speech/confidence.py): marks recognised sentences `rejected` (align keeps none
+    # of them as text); imported transcripts are never filtered. Thresholds measured in docs/benchmarks.md
+    filter: bool = True
+    # in [0, 1] and [-20, 0]: no_speech: Whisper's no-speech probability above this while its mean token
+    # log-probability is below filter_no_speech_logprob (Whisper's own skip rule is 0.6 with -1.0)
+    filter_no_speech_prob: float = 0.6
+    filter_no_speech_logprob: float = -0.5
+    filter_min_word_prob: float = 0.5       # in [0, 1]: low_confidence: mean word probability below this
+    filter_compression_ratio: float = 2.4   # in [1, 100]: repetition: gzip ratio of the text above this
+    # in [0, 600] and [asr.language_threshold, 1]: not_speech_language: a video whose voice-activity filter
+    # found less than filter_short_speech_s of speech needs this language probability, not just
+    # asr.language_threshold (music is heard as a few seconds of "English" at about 0.6)
+    filter_short_speech_s: float = 5.0
+    filter_short_speech_language_prob: float = 0.8
 
 
 @dataclass

@@ -233,6 +233,15 @@ def _check_asr(a: AsrConfig) -> None:
         raise ConfigError(f"config error: asr.batch_size > 0 needs asr.backend faster-whisper (got {a.backend!r})")
     _count(a.num_threads, "asr.num_threads")
     _in_range(a.max_transcript_bytes, 1, 2**30, "asr.max_transcript_bytes")
+    _in_range(a.filter_no_speech_prob, 0, 1, "asr.filter_no_speech_prob")
+    _in_range(a.filter_no_speech_logprob, -20, 0, "asr.filter_no_speech_logprob")
+    _in_range(a.filter_min_word_prob, 0, 1, "asr.filter_min_word_prob")
+    _in_range(a.filter_compression_ratio, 1, 100, "asr.filter_compression_ratio")
+    _in_range(a.filter_short_speech_s, 0, 600, "asr.filter_short_speech_s")
+    _in_range(a.filter_short_speech_language_prob, 0, 1, "asr.filter_short_speech_language_prob")
+    if a.filter_short_speech_language_prob < a.language_threshold:
+        raise ConfigError(f"config error: asr.filter_short_speech_language_prob must be at least "
+                          f"asr.language_threshold ({a.language_threshold:g}; got {a.filter_short_speech_language_prob:g})")
     for index, root in enumerate(a.transcript_roots):
         if not Path(root).is_absolute() and "://" not in root:
             # a relative root would depend on the directory each worker happens to start in

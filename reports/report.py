@@ -167,9 +167,11 @@ def visual_word_stats(work_dir: Path) -> dict | None:
 
 
 def text_stats(cfg: Config, work_dir: Path) -> dict:
-    """ASR status and languages, words per sentence, coverage per video and WordPiece segment lengths."""
+    """ASR status and languages, words per sentence kept as speech and the sentences the not-speech filter
+    rejected by reason, coverage per video and WordPiece segment lengths."""
     asr_status: dict[str, int] = {}
     languages: dict[str, int] = {}
+    rejected: dict[str, int] = {}
     words = [0] * (MAX_SENTENCE_WORDS + 1)
     for _, path in Lineage(work_dir).current_parts("asr"):
         table = storage.read_table(path, columns=["status", "language", "sentences"])
@@ -177,8 +179,14 @@ def text_stats(cfg: Config, work_dir: Path) -> dict:
             asr_status[status] = asr_status.get(status, 0) + 1
         for language in table["language"].to_pylist():
             languages[language or "unknown"] = languages.get(language or "unknown", 0) + 1
-        for text in pc.struct_field(pc.list_flatten(table["sentences"]), "text").to_pylist():
-            words[min(len((text or "").split()), MAX_SENTENCE_WORDS)] += 1
+        sentences = pc.list_flatten(table["sentences"])
+        reasons = (pc.struct_field(sentences, "rejected").to_pylist()
+                   if "rejected" in {f.name for f in sentences.type} else [None] * len(sentences))
+        for text, reason in zip(pc.struct_field(sentences, "text").to_pylist(), reasons):
+            if reason is None:
+                words[min(len((text or "").split()), MAX_SENTENCE_WORDS)] += 1
+            else:
+                rejected[reason] = rejected.get(reason, 0) + 1
     coverage: dict[str, list[int]] = {}
     token_cap = cfg.train.max_len
     wordpieces = [0] * (token_cap + 1)
@@ -197,6 +205,7 @@ def text_stats(cfg: Config, work_dir: Path) -> dict:
                 wordpieces[min(n_text, token_cap)] += 1
     return {"asr_status": dict(sorted(asr_status.items())), "languages": dict(sorted(languages.items())),
             "text_languages": cfg.align.text_languages, "words_per_sentence": words,
+            "sentences_rejected": dict(sorted(rejected.items())),
             "segments": segments, "wordpieces_per_text_segment": wordpieces, "wordpiece_cap": token_cap,
             "coverage": {video: round(text / total, 4) if total else 0.0
                          for video, (text, total) in sorted(coverage.items())}}
@@ -459,6 +468,9 @@ def _text_html(text: dict) -> str:
             f"{key} {value}" for key, value in text["asr_status"].items())) + "; by language: " + html.escape(
             ", ".join(f"{key} {value}" for key, value in text["languages"].items()))
             + f"; text kept for {html.escape(', '.join(text['text_languages']))}.</p>")
+        if text.get("sentences_rejected"):
+            parts.append("<p>sentences rejected as not speech (kept as video only): " + html.escape(", ".join(
+                f"{key} {value}" for key, value in text["sentences_rejected"].items())) + ".</p>")
     else:
         parts.append("<p>no ASR output yet: run the asr stage.</p>")
     plots = []

@@ -102,6 +102,14 @@ def _check_part(work: WorkDir, folder: str, path: Path, visual_vocab: int | None
                     if item["start_s"] > item["end_s"] + 1e-6 or item["start_s"] < last - 1e-6:
                         raise Invalid(f"{path}: row {row_number}: {kind} times out of order in {row['video_id']}")
                     last = item["start_s"]
+            for sentence in row["sentences"]:
+                if sentence.get("rejected") not in (None,) + schemas.REJECTIONS:
+                    raise Invalid(f"{path}: row {row_number}: sentence rejected as {sentence['rejected']!r} in "
+                                  f"{row['video_id']} (expected null or one of {', '.join(schemas.REJECTIONS)})")
+                for key in ("avg_word_prob", "min_word_prob", "no_speech_prob"):
+                    if sentence.get(key) is not None and not 0 <= sentence[key] <= 1 + 1e-6:
+                        raise Invalid(f"{path}: row {row_number}: sentence {key} {sentence[key]} outside [0, 1] "
+                                      f"in {row['video_id']}")
     if folder == "align":
         _check_align(work, path, shard_name, visual_vocab)
 

@@ -76,17 +76,27 @@ QUANTIZE = Schema("quantize", 1, pa.schema(_clip_key + [
 ]))
 
 SENTENCE = pa.struct([pa.field("text", pa.string()), pa.field("start_s", pa.float64()),
-                      pa.field("end_s", pa.float64())])
+                      pa.field("end_s", pa.float64()),
+                      # confidence (speech/confidence.py): word probabilities, and Whisper's segment signals
+                      # as a word-weighted mean over the segments the sentence draws words from; the
+                      # last three are null for imported transcripts, all five for imports without them
+                      pa.field("avg_word_prob", pa.float32()), pa.field("min_word_prob", pa.float32()),
+                      pa.field("no_speech_prob", pa.float32()), pa.field("avg_logprob", pa.float32()),
+                      pa.field("compression_ratio", pa.float32()),
+                      # null: kept as speech; else one of REJECTIONS, and align keeps none of its text
+                      pa.field("rejected", pa.string())])
+REJECTIONS = ("no_speech", "low_confidence", "repetition", "not_speech_language")
 WORD = pa.struct([pa.field("word", pa.string()), pa.field("start_s", pa.float64()),
                   pa.field("end_s", pa.float64()), pa.field("prob", pa.float32())])
 
-ASR = Schema("asr", 1, pa.schema([
+ASR = Schema("asr", 2, pa.schema([
     pa.field("video_id", pa.string(), nullable=False),
     pa.field("status", pa.string(), nullable=False),   # ok | no_audio
     pa.field("source", pa.string(), nullable=False),   # model name, or import:vtt / import:srt / import:json
     pa.field("language", pa.string()),
     pa.field("language_prob", pa.float32()),
     pa.field("audio_s", pa.float64()),
+    pa.field("speech_s", pa.float64()),                # speech the voice-activity filter found; null: imports, no VAD
     pa.field("sentences", pa.list_(SENTENCE), nullable=False),
     pa.field("words", pa.list_(WORD), nullable=False),
 ]))

@@ -6,7 +6,11 @@ The language decision is the stage's, the same for both backends (`decide_langua
 forces a language; otherwise a multilingual model detects it per video on the first
 `asr.language_detection_s` seconds of speech, and a top probability below `asr.language_threshold` is
 recorded as unknown (null). An English-only model (tiny.en) cannot detect a language, so without
-`asr.language` it records unknown, never "en": align keeps only text of a language it knows."""
+`asr.language` it records unknown, never "en": align keeps only text of a language it knows.
+
+A recognition also carries what the not-speech filter (speech/confidence.py) weighs: each word its
+segment's no-speech probability, mean log-probability and compression ratio, and the seconds of speech
+the voice-activity filter found (`speech_s`), against which the stage weighs the language probability."""
 
 from __future__ import annotations
 
@@ -22,7 +26,7 @@ import numpy as np
 from pipeline import devices, models
 from pipeline.audio import SAMPLE_RATE
 from pipeline.config import AsrConfig
-from speech.transcripts import Word
+from speech.transcripts import SegmentSignals, Word
 from speech.whisper_weights import ctranslate2_to_openai_whisper
 
 WINDOW_S = 30                  # Whisper's input window
@@ -34,6 +38,7 @@ class Recognition:
     language: str | None       # None: unknown (not detectable, below the threshold, or nothing heard)
     language_prob: float | None   # the detected language's probability (or, below the threshold, the top
                                   # language's); None where nothing was detected (forced, English-only)
+    speech_s: float | None = None  # seconds of speech the voice-activity filter found; None without it
 
 
 @dataclass(frozen=True)
@@ -156,8 +161,9 @@ class FasterWhisperBackend:
         import ctranslate2
         ctranslate2.set_random_seed(seed)   # the temperature fallback samples
         speech, chunks = _vad(samples, self.cfg.vad)
+        speech_s = len(speech) / SAMPLE_RATE if self.cfg.vad else None
         if not len(speech):
-            return Recognition(words=[], language=None, language_prob=None)
+            return Recognition(words=[], language=None, language_prob=None, speech_s=speech_s)
         decision = decide_language(self.cfg, self.multilingual, lambda: self.language_probabilities(speech))
         options = {"language": decision.decode_as, "beam_size": self.cfg.beam_size, "word_timestamps": True}
         if self.batched is not None:   # its own filter, with the batched pipeline's options
@@ -175,9 +181,14 @@ class FasterWhisperBackend:
                                                 vad_filter=False, **options)
             if chunks:
                 segments = restore_speech_timestamps(segments, chunks, SAMPLE_RATE)
-        words = [Word(text=w.word, start_s=float(w.start), end_s=float(w.end), prob=float(w.probability))
-                 for segment in segments for w in (segment.words or [])]
-        return Recognition(words=words, language=decision.language, language_prob=decision.language_prob)
+        words = [Word(text=w.word, start_s=float(w.start), end_s=float(w.end), prob=float(w.probability),
+                      segment=signals)
+                 for segment in segments
+                 for signals in [SegmentSignals(float(segment.no_speech_prob), float(segment.avg_logprob),
+                                                float(segment.compression_ratio))]
+                 for w in (segment.words or [])]
+        return Recognition(words=words, language=decision.language, language_prob=decision.language_prob,
+                           speech_s=speech_s)
 
 
 class OpenAIWhisperBackend:
@@ -225,22 +236,27 @@ class OpenAIWhisperBackend:
         from faster_whisper.vad import SpeechTimestampsMap
         torch.manual_seed(seed)   # the temperature fallback samples
         samples, chunks = _vad(samples, self.cfg.vad)
+        speech_s = len(samples) / SAMPLE_RATE if self.cfg.vad else None
         timestamps = SpeechTimestampsMap(chunks, SAMPLE_RATE) if chunks else None
         if not len(samples):
-            return Recognition(words=[], language=None, language_prob=None)
+            return Recognition(words=[], language=None, language_prob=None, speech_s=speech_s)
         decision = decide_language(self.cfg, self.multilingual, lambda: self.language_probabilities(samples))
         result = whisper.transcribe(self.model, samples, language=decision.decode_as, beam_size=self.cfg.beam_size,
                                     best_of=5, word_timestamps=True, fp16=self.fp16, verbose=None,
                                     condition_on_previous_text=CONDITION_ON_PREVIOUS_TEXT)
         words = []
         for segment in result["segments"]:
+            signals = SegmentSignals(float(segment["no_speech_prob"]), float(segment["avg_logprob"]),
+                                     float(segment["compression_ratio"]))
             for w in segment.get("words", []):
                 start, end = float(w["start"]), float(w["end"])
                 if timestamps is not None:
                     start = timestamps.get_original_time(start)
                     end = timestamps.get_original_time(end, is_end=True)
-                words.append(Word(text=w["word"], start_s=start, end_s=end, prob=float(w["probability"])))
-        return Recognition(words=words, language=decision.language, language_prob=decision.language_prob)
+                words.append(Word(text=w["word"], start_s=start, end_s=end, prob=float(w["probability"]),
+                                  segment=signals))
+        return Recognition(words=words, language=decision.language, language_prob=decision.language_prob,
+                           speech_s=speech_s)
 
 
 BACKENDS: dict[str, Callable[[AsrConfig], Backend]] = {

@@ -3,7 +3,7 @@ for unpunctuated captions; a sentence longer than asr.max_sentence_s is split at
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 from pipeline.config import AsrConfig
@@ -20,6 +20,7 @@ class Sentence:
     text: str
     start_s: float
     end_s: float
+    words: list[Word] = field(default_factory=list, repr=False, compare=False)   # what its confidence is of
 
 
 def ends_sentence(word: str) -> bool:
@@ -66,7 +67,8 @@ def split_sentences(words: list[Word], max_sentence_s: float, pause_split_s: flo
         for part in _split_at_longest_pause(group, max_sentence_s):
             text = "".join(word.text for word in part).strip()
             if text:
-                sentences.append(Sentence(text=text, start_s=part[0].start_s, end_s=max(part[-1].end_s, part[0].start_s)))
+                sentences.append(Sentence(text=text, start_s=part[0].start_s, end_s=max(part[-1].end_s, part[0].start_s),
+                                          words=part))
     return sentences
 
 

@@ -27,12 +27,21 @@ class TranscriptError(ValueError):
     """A transcript that cannot be read; the message names the file and, where there is one, the line."""
 
 
+@dataclass(frozen=True)
+class SegmentSignals:
+    """What Whisper says of the segment (one decoded stretch of text) a recognised word came from."""
+    no_speech_prob: float      # probability that the window held no speech
+    avg_logprob: float         # mean log-probability of the segment's tokens
+    compression_ratio: float   # gzip ratio of the segment's text: high for repetition loops
+
+
 @dataclass
 class Word:
     text: str                  # as it joins into sentence text: Whisper's leading space included
     start_s: float
     end_s: float
     prob: float | None         # recogniser confidence; None for imported words
+    segment: SegmentSignals | None = None   # None for imported words
 
 
 @dataclass

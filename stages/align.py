@@ -8,7 +8,11 @@ Which clips a sentence gets (every clip lands in exactly one segment):
   most; on a tie, to the earlier sentence;
 - a sentence too short to own a clip that way gets the single clip it overlaps most, if no other sentence
   owns that clip; if one does, the short sentence joins that sentence's segment (text appended in time
-  order); a sentence that overlaps no clip at all (speech after the last frame) is dropped and counted."""
+  order); a sentence that overlaps no clip at all (speech after the last frame) is dropped and counted.
+
+A sentence the asr stage's not-speech filter rejected (its `rejected` is not null: no_speech,
+low_confidence, repetition, not_speech_language) is no text: its clips become video-only segments, as
+for silence, and it is counted in `sentences_rejected`."""
 
 from __future__ import annotations
 
@@ -127,7 +131,7 @@ def run_shard(ctx: ShardContext) -> ShardResult:
     clips_by_video: dict[str, list[dict]] = {}
     for row in tokens:
         clips_by_video.setdefault(row["video_id"], []).append(row)
-    rows, dropped_sentences, videos_with_text = [], 0, 0
+    rows, dropped_sentences, videos_with_text, rejected_sentences = [], 0, 0, 0
     languages = set(cfg.text_languages)
     primary_languages = {primary_language(language) for language in languages}
     for video in ctx.videos:
@@ -138,6 +142,9 @@ def run_shard(ctx: ShardContext) -> ShardResult:
         asr = asr_rows.get(video_id)
         language = asr["language"] if asr else None
         sentences = asr["sentences"] if asr and primary_language(language) in primary_languages else []
+        kept = [s for s in sentences if s.get("rejected") is None]
+        rejected_sentences += len(sentences) - len(kept)
+        sentences = kept
         videos_with_text += bool(sentences)
         segments, dropped = segment_video([(c["start_s"], c["end_s"]) for c in clips], sentences,
                                           cfg.min_sentence_overlap, cfg.tokens_per_segment_without_text)
@@ -157,7 +164,7 @@ def run_shard(ctx: ShardContext) -> ShardResult:
         tables={"": pa.Table.from_pylist(rows, schema=schemas.ALIGN.arrow)},
         stats={"segments": len(rows), "text_video": kinds.count("text_video"),
                "video_only": kinds.count("video_only"), "videos_with_text": videos_with_text,
-               "sentences_without_clips": dropped_sentences,
+               "sentences_without_clips": dropped_sentences, "sentences_rejected": rejected_sentences,
                "clips": sum(len(row["visual_ids"]) for row in rows)},
         provenance=Provenance(codebook_sha256=tokens_made.codebook_sha256,
                               feature_provenance_hash=tokens_made.feature_provenance_hash,

