@@ -241,6 +241,27 @@ class EvalConfig:
 
 
 @dataclass
+class CaptionConfig:
+    # eval captioning (videobert/captioning.py): the paper's YouCook II transfer setup (Zhou et al. 2018's
+    # encoder-decoder); the defaults are the paper's values
+    rows: list[str] = field(default_factory=lambda: ["s3d", "videobert", "videobert_s3d"])
+    train_subsets: list[str] = field(default_factory=lambda: ["training"])
+    test_subsets: list[str] = field(default_factory=lambda: ["validation"])
+    layers: int = 2                     # > 0: encoder and decoder layers each
+    hidden: int = 128                   # > 0, a multiple of heads
+    heads: int = 8                      # > 0
+    feedforward: int = 512              # > 0
+    dropout: float = 0.4                # in [0, 1)
+    lr: float = 1.0e-3                  # > 0: Adam, decayed linearly to 0 over steps
+    batch_size: int = 128               # > 0
+    steps: int = 40000                  # > 0
+    max_words: int = 20                 # > 0: captions are cut there for training; decoding stops there
+    min_word_count: int = 1             # > 0: rarer training-caption words become <unk>
+    seed: int = 0                       # in [0, MAX_SEED]
+    num_threads: int = 0                # in [0, MAX_WORKERS]: torch threads; 0 = train.num_threads / default
+
+
+@dataclass
 class Config:
     seed: int = 0                       # in [0, MAX_SEED]: random S3D weights, the ASR backends' sampling
     shards: ShardsConfig = field(default_factory=ShardsConfig)
@@ -252,6 +273,7 @@ class Config:
     align: AlignConfig = field(default_factory=AlignConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    caption: CaptionConfig = field(default_factory=CaptionConfig)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from pipeline.config import (
         AlignConfig,
         AsrConfig,
+        CaptionConfig,
         Config,
         DecodeConfig,
         EvalConfig,
@@ -276,6 +277,36 @@ def _check_eval(e: EvalConfig) -> None:
     _in_range(e.probe_seed, 0, MAX_SEED, "eval.probe_seed")
 
 
+def _check_caption(c: CaptionConfig) -> None:
+    rows = ("s3d", "videobert", "videobert_s3d")
+    if not c.rows:
+        raise ConfigError(f"config error: caption.rows must name at least one of {', '.join(rows)}")
+    for index, row in enumerate(c.rows):
+        _one_of(row, rows, f"caption.rows[{index}]")
+    if len(set(c.rows)) != len(c.rows):
+        raise ConfigError(f"config error: caption.rows names a row twice (got {c.rows!r})")
+    for key in ("train_subsets", "test_subsets"):
+        subsets = getattr(c, key)
+        if not subsets:
+            raise ConfigError(f"config error: caption.{key} must name at least one YouCook II subset")
+        for index, subset in enumerate(subsets):
+            _one_of(subset, ("training", "validation", "testing"), f"caption.{key}[{index}]")
+    if set(c.train_subsets) & set(c.test_subsets):
+        raise ConfigError(f"config error: caption.test_subsets must not share a subset with caption.train_subsets "
+                          f"(got {c.test_subsets!r} and {c.train_subsets!r})")
+    for key in ("layers", "hidden", "heads", "feedforward", "lr", "batch_size", "steps", "max_words",
+                "min_word_count"):
+        _positive(getattr(c, key), f"caption.{key}")
+    if c.hidden % c.heads:
+        raise ConfigError(f"config error: caption.hidden must be a multiple of caption.heads "
+                          f"(got {c.hidden} and {c.heads})")
+    _in_range(c.dropout, 0, 1, "caption.dropout")
+    if c.dropout >= 1:
+        raise ConfigError(f"config error: caption.dropout must be < 1 (got {c.dropout!r})")
+    _in_range(c.seed, 0, MAX_SEED, "caption.seed")
+    _count(c.num_threads, "caption.num_threads")
+
+
 def check(cfg: Config) -> None:
     """Every rule of every section; the first broken one is a ConfigError naming its key."""
     _in_range(cfg.seed, 0, MAX_SEED, "seed")
@@ -288,3 +319,4 @@ def check(cfg: Config) -> None:
     _check_align(cfg.align)
     _check_train(cfg.train)
     _check_eval(cfg.eval)
+    _check_caption(cfg.caption)
