@@ -4,7 +4,7 @@
                              [--shard I --num-shards N] [--force] [--executor local|ray] [--quiet]
 
 Stages, in run order: manifest (with --input), decode, features, kmeans, quantize, asr, align, train;
-then eval (zero-shot, linear-probe, features, predict-video, captioning). YouCook II: youcook2-manifest (the manifest
+then eval (zero-shot, linear-probe, features, predict-video, captioning, forecast). YouCook II: youcook2-manifest (the manifest
 from its annotations file) and youcook2-labels (verb/noun lists and labels from its captions). A stage redoes what is stale (its inputs or config changed since it ran) and skips what is
 current. Exit codes: 0 done; 1 a shard failed or could not run, or a file is unreadable; 2 a usage or
 config error; 3 the input holds no videos, or more videos failed than executor.max_failed_share allows."""
@@ -82,10 +82,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     evaluate = commands.add_parser("eval", help="evaluate a trained VideoBERT")
     evaluate.add_argument("task", choices=("zero-shot", "linear-probe", "features", "predict-video",
-                                           "captioning"),
+                                           "captioning", "forecast"),
                           help="zero-shot: verb/noun classification (the paper's Table 1); linear-probe: the "
                                "supervised S3D row; features: downstream features; predict-video: visual words "
-                               "for --sentence; captioning: YouCook II captions and their metrics (Table 4)")
+                               "for --sentence; captioning: YouCook II captions and their metrics (Table 4); forecast: "
+                               "the top-3 visual words at later steps")
     _common(evaluate)
     evaluate.add_argument("--checkpoint", type=Path, help="default: the latest under DIR/train")
     evaluate.add_argument("--sentence", action="append", default=[], help="predict-video: a sentence (repeatable)")
@@ -275,6 +276,13 @@ def run_eval(args, cfg) -> int:
     elif args.task == "captioning":
         from videobert import captioning
         captioning.run_captioning(cfg, args.work_dir, checkpoint=args.checkpoint, quiet=args.quiet)
+    elif args.task == "forecast":
+        from videobert import forecast
+        report = forecast.forecast(cfg, args.work_dir, checkpoint=args.checkpoint)
+        for word in report["words"]:
+            print(f"v{word['leaf']}: " + "; ".join(
+                f"+{step}: " + ", ".join(f"v{f['leaf']} {f['prob']:.2f}" for f in found)
+                for step, found in word["forecasts"].items()))
     else:
         if not args.sentence:
             print("eval predict-video: give at least one --sentence", file=sys.stderr)

@@ -238,6 +238,10 @@ class EvalConfig:
     probe_seed: int = 0                 # in [0, MAX_SEED]
     batch_size: int = 32                # > 0
     predict_video_tokens: int = 8       # > 0
+    # eval forecast: the most frequent non-empty visual words forecast (> 0), and the horizons in clips
+    # (each >= 1) at which their top-3 later visual words are read
+    forecast_words: int = 8
+    forecast_steps: list[int] = field(default_factory=lambda: [1, 2, 4])
 
 
 @dataclass

@@ -259,6 +259,11 @@ def _check_eval(e: EvalConfig) -> None:
         raise ConfigError(f"config error: eval.features_template must hold a [MASK] (got {e.features_template!r})")
     _positive(e.batch_size, "eval.batch_size")
     _positive(e.predict_video_tokens, "eval.predict_video_tokens")
+    _positive(e.forecast_words, "eval.forecast_words")
+    if not e.forecast_steps:
+        raise ConfigError("config error: eval.forecast_steps must name at least one horizon (in clips)")
+    for index, step in enumerate(e.forecast_steps):
+        _in_range(step, 1, 510, f"eval.forecast_steps[{index}]")
     if not e.rankings:
         raise ConfigError("config error: eval.rankings must name at least one of open, closed")
     for index, mode in enumerate(e.rankings):

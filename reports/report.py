@@ -35,6 +35,7 @@ from pipeline.registry import SHARD_STAGES
 from pipeline.workdir import WorkDir
 from reports import summary
 from reports.evaluation import predicted_video, predicted_video_html, read_json, zero_shot_html
+from reports.forecast import forecast_data, forecast_html, forecast_thumbnails
 from reports.gallery import html_page, jpeg_data_uri, read_thumbnails, s3d_weights
 from reports.gallery import html_table as _table
 from reports.svg import fmt_number, svg_bars, svg_line, svg_share_bars
@@ -243,7 +244,8 @@ def collect(cfg: Config, work_dir: Path) -> dict:
             "error_examples": error_examples(work_dir), "visual_words": visual_word_stats(work_dir),
             "text": text_stats(cfg, work_dir), "examples": example_segments(work_dir),
             "train": training_log(work_dir), "zero_shot": read_json(evaluation / "zero_shot.json"),
-            "linear_probe": read_json(evaluation / "linear_probe.json"), "predicted_video": predicted_video(work_dir)}
+            "linear_probe": read_json(evaluation / "linear_probe.json"), "predicted_video": predicted_video(work_dir),
+            "forecast": forecast_data(work_dir)}
 
 
 # ---------------------------------------------------------------- the page
@@ -407,7 +409,8 @@ def render(data: dict, thumbnails: dict, work_dir: Path) -> str:
     body += [_stages_html(data), _visual_words_html(data["visual_words"]), _text_html(data["text"]),
              _examples_html(data["examples"], thumbnails), _train_html(data["train"]),
              zero_shot_html(data.get("zero_shot"), data.get("linear_probe")),
-             predicted_video_html(data.get("predicted_video") or [], thumbnails)]
+             predicted_video_html(data.get("predicted_video") or [], thumbnails),
+             forecast_html(data.get("forecast"), thumbnails)]
     return html_page("VideoBERT run report", "\n".join(body)).replace("</style>", REPORT_STYLE + "</style>", 1)
 
 
@@ -421,6 +424,7 @@ def write_report(cfg: Config, work_dir: Path) -> Path:
               for example in data["examples"] for clip in example["clips"]]
     wanted += [(clip["shard"], clip["video_id"], clip["clip_index"])
                for sentence in data["predicted_video"] for token in sentence["tokens"] for clip in token["nearest"]]
+    wanted += forecast_thumbnails(data.get("forecast"))
     thumbnails = read_thumbnails(work_dir, wanted) if wanted else {}
     page = work.report
     storage.atomic_write_json(work.report_data, data)

@@ -91,6 +91,7 @@ def score(references: dict[str, list[str]], predictions: dict[str, str], *, use_
     if not predictions:
         raise ValueError("no captions to score")
     Bleu, Cider, Rouge, _ = _import_scorers()
+    asked = use_java
     use_java = java_available() if use_java is None else use_java
     keys = sorted(predictions)
     gts = tokenize({key: list(references[key]) for key in keys}, use_java)
@@ -117,8 +118,9 @@ def score(references: dict[str, list[str]], predictions: dict[str, str], *, use_
         for i, key in enumerate(keys):
             per_segment[key]["METEOR"] = float(meteor_each[i])
     else:
-        notes.append("no Java runtime: METEOR (a Java program) is left out and captions are tokenised by the "
-                     "Python fallback instead of the PTB tokenizer")
+        why = "no Java runtime" if asked is None else "scored without Java"
+        notes.append(f"{why}: METEOR (a Java program) is left out and captions are tokenised by the Python "
+                     f"fallback instead of the PTB tokenizer")
     return {"scores": {name: None if value is None else float(value) for name, value in scores.items()},
             "per_segment": per_segment, "notes": notes,
             "tokenizer": "Stanford PTBTokenizer 3.4.1 (coco-caption)" if use_java else "python fallback",

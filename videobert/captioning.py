@@ -221,8 +221,10 @@ def standardise(train: np.ndarray, test: np.ndarray) -> tuple[np.ndarray, np.nda
 
 # ---------------------------------------------------------------- the experiment
 
-def run_captioning(cfg: Config, work_dir: Path, checkpoint: str | Path | None = None, *, quiet: bool = False) -> dict:
-    """Train and score the `caption.rows` rows; returns captioning.json's content (and prints the table)."""
+def run_captioning(cfg: Config, work_dir: Path, checkpoint: str | Path | None = None, *, quiet: bool = False,
+                   use_java: bool | None = None) -> dict:
+    """Train and score the `caption.rows` rows; returns captioning.json's content (and prints the table).
+    `use_java`: None = coco-caption's PTB tokenizer and METEOR where a Java runtime exists."""
     from videobert import youcook2
     from videobert.probe import segment_features
 
@@ -253,7 +255,7 @@ def run_captioning(cfg: Config, work_dir: Path, checkpoint: str | Path | None = 
                          f"(found {len(train_keys)}) and {c.test_subsets} (found {len(test_keys)})")
     notes = [f"{len(segments) - len(keys)} annotated segments without clips (features or visual tokens) or caption "
              f"are left out"] if len(segments) > len(keys) else []
-    if any(w == "random" for w in s3d_weights):
+    if any(w.startswith("random") or "NOT pretrained" in w for w in s3d_weights):
         notes.append("the S3D features come from random (calibrated) weights, NOT the Kinetics-pretrained S3D")
 
     def row_features(name: str, chosen):
@@ -272,7 +274,7 @@ def run_captioning(cfg: Config, work_dir: Path, checkpoint: str | Path | None = 
                 max_words=c.max_words, min_word_count=c.min_word_count, seed=c.seed, progress=progress)
             predicted = caption(model, vocab, x_test)
             predictions = {f"{v}/{i}": text or "" for (v, i), text in zip(test_keys, predicted)}
-            scored = caption_metrics.score(references, predictions)
+            scored = caption_metrics.score(references, predictions, use_java=use_java)
             results[name] = {"scores": scored["scores"], "paper_units": caption_metrics.as_paper_units(scored["scores"]),
                              "feature_dim": int(x_train.shape[1]), "vocabulary": len(vocab),
                              "losses": losses, "notes": scored["notes"]}
