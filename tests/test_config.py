@@ -29,6 +29,8 @@ REPO = Path(__file__).resolve().parent.parent
     ("caption.heads=3", "caption.hidden"),
     ("caption.test_subsets=[training]", "caption.test_subsets"),
     ("caption.dropout=1", "caption.dropout"),
+    ("eval.forecast_steps=[2, 0]", "eval.forecast_steps[1]"),
+    ("eval.forecast_words=0", "eval.forecast_words"),
 ])
 def test_config_mistake_names_the_key_in_one_line(override, key):
     with pytest.raises(ConfigError) as error:

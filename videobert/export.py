@@ -95,13 +95,15 @@ def export(work_dir, out: Path, checkpoint: str | Path | None = None, *, tokeniz
     missing, unexpected = exported.load_state_dict(transformers_state(model), strict=False)
     if missing or unexpected:
         raise ValueError(f"cannot map the checkpoint onto BertForPreTraining: missing {missing}, unexpected {unexpected}")
-    exported.save_pretrained(str(out))
+    with _quiet_transformers():                      # no progress bar of its own
+        exported.save_pretrained(str(out))
     spec = tokenizer_spec or info.get("tokenizer")
     if not spec:
         raise ValueError(f"{path} does not record its tokenizer: give align.tokenizer")
     export_tokenizer(spec, layout, out)
     features = feature_provenance(work.root)
-    card = {"format": "transformers BertForPreTraining", "checkpoint": str(path), "step": info.get("step"),
+    card = {"format": "transformers BertForPreTraining", "work_dir": str(work.root), "checkpoint": str(path),
+            "step": info.get("step"),
             "init_checkpoint": info.get("init_checkpoint"), "tokenizer": spec,
             "codebook_sha256": info.get("codebook_sha256"), "train_config": info.get("config"),
             "train_config_hash": info.get("config_hash"), "shards": info.get("shards"),
