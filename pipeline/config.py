@@ -263,6 +263,11 @@ class CaptionConfig:
     min_word_count: int = 1             # > 0: rarer training-caption words become <unk>
     seed: int = 0                       # in [0, MAX_SEED]
     num_threads: int = 0                # in [0, MAX_WORKERS]: torch threads; 0 = train.num_threads / default
+    # >= 2 with a cv_grid: each row's hyper-parameters chosen by cv_folds-fold cross-validation on the
+    # training segments (folds of whole videos), by cv_metric; 0 = the values above (the paper: 5 folds)
+    cv_folds: int = 0
+    cv_grid: dict[str, list[float]] = field(default_factory=dict)   # key (layers, hidden, dropout, lr, ...) -> values
+    cv_metric: str = "CIDEr"            # BLEU-3 | BLEU-4 | METEOR | ROUGE-L | CIDEr
 
 
 @dataclass

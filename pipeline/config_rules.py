@@ -310,6 +310,14 @@ def _check_caption(c: CaptionConfig) -> None:
         raise ConfigError(f"config error: caption.dropout must be < 1 (got {c.dropout!r})")
     _in_range(c.seed, 0, MAX_SEED, "caption.seed")
     _count(c.num_threads, "caption.num_threads")
+    if c.cv_folds == 1 or c.cv_folds < 0:
+        raise ConfigError(f"config error: caption.cv_folds must be 0 (no cross-validation) or >= 2 (got {c.cv_folds!r})")
+    grid_keys = ("layers", "hidden", "heads", "feedforward", "dropout", "lr", "batch_size", "steps")
+    for key, values in c.cv_grid.items():
+        _one_of(key, grid_keys, "caption.cv_grid key")
+        if not values:
+            raise ConfigError(f"config error: caption.cv_grid.{key} must list at least one value")
+    _one_of(c.cv_metric, ("BLEU-3", "BLEU-4", "METEOR", "ROUGE-L", "CIDEr"), "caption.cv_metric")
 
 
 def check(cfg: Config) -> None:

@@ -63,3 +63,18 @@ def test_training_needs_captions():
 def test_standardise_uses_the_training_statistics():
     train, test = captioning.standardise(np.array([[1.0, 5.0], [3.0, 5.0]]), np.array([[2.0, 6.0]]))
     assert np.allclose(train, [[-1, 0], [1, 0]]) and np.allclose(test, [[0, 1]])
+
+
+def test_cross_validation_picks_the_setting_that_learns():
+    x_train, captions = planted(per_class=4, seed=1)
+    groups = [f"video{i % 4}" for i in range(len(captions))]      # 4 videos, each with every caption
+    params = dict(hidden=16, layers=1, heads=2, feedforward=32, dropout=0.1, lr=3e-3, batch_size=8, steps=60,
+                  max_words=20, min_word_count=1, seed=0)
+    result = captioning.cross_validate(x_train, captions, groups, params, {"lr": [1e-7, 3e-3]}, folds=2, seed=0,
+                                       metric="ROUGE-L", use_java=False)
+    assert [c["params"] for c in result["candidates"]] == [{"lr": 1e-7}, {"lr": 3e-3}]
+    assert all(len(c["scores"]) == 2 for c in result["candidates"])
+    assert result["chosen"]["lr"] == 3e-3 and result["chosen"]["hidden"] == 16
+    assert result["candidates"][1]["mean"] > result["candidates"][0]["mean"]
+    with pytest.raises(ValueError, match="training videos"):
+        captioning.cross_validate(x_train, captions, groups, params, {"lr": [1e-3]}, folds=5, seed=0)

@@ -104,12 +104,17 @@ def test_forecast_names_three_non_empty_words_per_horizon(trained):
 def test_captioning_and_forecast_through_the_command_line(trained, capsys):
     work, _, annotations = trained
     common = ["--work-dir", str(work), "--quiet", "--set", f"eval.segments={annotations}",
-              *[item for setting in TINY_CAPTION + ["train.max_len=48", "caption.rows=[s3d]"]
+              *[item for setting in TINY_CAPTION + ["train.max_len=48", "caption.rows=[s3d]", "caption.cv_folds=2",
+                                                    "caption.cv_grid={dropout: [0.1, 0.2]}", "caption.cv_metric=ROUGE-L"]
                 for item in ("--set", setting)]]
     assert cli.main(["eval", "captioning", *common]) == 0
     assert "S3D" in capsys.readouterr().out
     saved = json.loads((WorkDir(work).eval_folder / "captioning.json").read_text())
     assert list(saved["rows"]) == ["s3d"]
+    validation = saved["rows"]["s3d"]["cross_validation"]        # 2 folds of 2 training videos each
+    assert validation["folds"] == 2 and [c["params"] for c in validation["candidates"]] == [{"dropout": 0.1},
+                                                                                            {"dropout": 0.2}]
+    assert saved["rows"]["s3d"]["params"]["dropout"] in (0.1, 0.2)
     if saved["metrics"]["meteor"] is not None:                   # with Java: coco-caption's METEOR and PTB
         assert saved["rows"]["s3d"]["scores"]["METEOR"] is not None
         assert saved["metrics"]["tokenizer"].startswith("Stanford PTBTokenizer")

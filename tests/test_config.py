@@ -31,6 +31,9 @@ REPO = Path(__file__).resolve().parent.parent
     ("caption.dropout=1", "caption.dropout"),
     ("eval.forecast_steps=[2, 0]", "eval.forecast_steps[1]"),
     ("eval.forecast_words=0", "eval.forecast_words"),
+    ("caption.cv_folds=1", "caption.cv_folds"),
+    ("caption.cv_grid={depth: [1]}", "caption.cv_grid"),
+    ("caption.cv_metric=SPICE", "caption.cv_metric"),
 ])
 def test_config_mistake_names_the_key_in_one_line(override, key):
     with pytest.raises(ConfigError) as error:

@@ -19,6 +19,8 @@ and scored with coco-caption's metrics (videobert/caption_metrics.py).
   `caption.min_word_count` times, others are <unk>. Adam (`caption.lr` 1e-3, linearly decayed to 0) for
   `caption.steps` steps (40,000) of `caption.batch_size` (128) captions drawn with replacement, seeded by
   `caption.seed`; cross-entropy with teacher forcing.
+- **Hyper-parameters**: the values above, or (`caption.cv_folds` >= 2 and a `caption.cv_grid`) chosen per
+  row as the paper did, by k-fold cross-validation on the training segments (folds of whole videos).
 - **Decoding**: greedy (Zhou et al.'s), at most `caption.max_words` words, <unk> never emitted.
 
 Writes DIR/eval/captioning.json (the table, the paper's row, the setup, the training losses, the metric
@@ -188,6 +190,42 @@ def caption(model: CaptionModel, vocab: WordVocab, features: np.ndarray, batch_s
     return out
 
 
+# ---------------------------------------------------------------- cross-validation
+
+def cross_validate(features: np.ndarray, captions: list[str], groups: list[str], params: dict, grid: dict, *,
+                   folds: int, seed: int, metric: str = "CIDEr", use_java: bool | None = False) -> dict:
+    """The paper's hyper-parameter choice: every combination of `grid` (key -> values, over `params`) is
+    trained on folds-1 folds of the training segments and scored (`metric`, coco-caption's) on the one
+    left, each fold once; folds hold whole videos (`groups`), drawn by a seeded permutation. Returns
+    {"chosen": params, "candidates": [{"params", "scores": per fold, "mean"}], "metric", "folds"}."""
+    import itertools
+
+    videos = sorted(set(groups))
+    if len(videos) < folds:
+        raise ValueError(f"caption.cv_folds {folds} needs at least as many training videos (got {len(videos)})")
+    order = np.random.default_rng(seed).permutation(len(videos))
+    fold_of = {videos[i]: rank % folds for rank, i in enumerate(order)}
+    keys = sorted(grid)
+    candidates = []
+    for values in itertools.product(*(grid[key] for key in keys)):
+        chosen = dict(params, **{key: type(params[key])(value) for key, value in zip(keys, values)})
+        scores = []
+        for fold in range(folds):
+            held = np.array([fold_of[g] == fold for g in groups])
+            model, vocab, _ = train_captioner(features[~held], [c for c, h in zip(captions, held) if not h], **chosen)
+            decoded = caption(model, vocab, features[held])
+            keys_held = [str(i) for i in np.flatnonzero(held)]
+            scored = caption_metrics.score({k: [captions[int(k)]] for k in keys_held}, dict(zip(keys_held, decoded)),
+                                           use_java=use_java)
+            if scored["scores"].get(metric) is None:
+                raise ValueError(f"caption.cv_metric {metric} cannot be computed here: {'; '.join(scored['notes'])}")
+            scores.append(scored["scores"][metric])
+        candidates.append({"params": {key: chosen[key] for key in keys}, "scores": scores,
+                           "mean": float(np.mean(scores))})
+    best = max(candidates, key=lambda c: c["mean"])           # the first of equals: grid order
+    return {"chosen": dict(params, **best["params"]), "candidates": candidates, "metric": metric, "folds": folds}
+
+
 # ---------------------------------------------------------------- features of the annotated segments
 
 def videobert_features(ev: Evaluator, template: str, segments) -> dict[tuple[str, int], np.ndarray]:
@@ -268,16 +306,24 @@ def run_captioning(cfg: Config, work_dir: Path, checkpoint: str | Path | None = 
     with Progress(total=total_steps, unit="steps", desc="captioning", quiet=quiet) as progress:
         for name in c.rows:
             x_train, x_test = standardise(row_features(name, train_keys), row_features(name, test_keys))
-            model, vocab, losses = train_captioner(
-                x_train, [sentence_of[k] for k in train_keys], hidden=c.hidden, layers=c.layers, heads=c.heads,
-                feedforward=c.feedforward, dropout=c.dropout, lr=c.lr, batch_size=c.batch_size, steps=c.steps,
-                max_words=c.max_words, min_word_count=c.min_word_count, seed=c.seed, progress=progress)
+            params = dict(hidden=c.hidden, layers=c.layers, heads=c.heads, feedforward=c.feedforward,
+                          dropout=c.dropout, lr=c.lr, batch_size=c.batch_size, steps=c.steps,
+                          max_words=c.max_words, min_word_count=c.min_word_count, seed=c.seed)
+            validation = None
+            if c.cv_folds >= 2 and c.cv_grid:
+                validation = cross_validate(x_train, [sentence_of[k] for k in train_keys], [v for v, _ in train_keys],
+                                            params, c.cv_grid, folds=c.cv_folds, seed=c.seed, metric=c.cv_metric,
+                                            use_java=use_java)
+                params = validation["chosen"]
+            model, vocab, losses = train_captioner(x_train, [sentence_of[k] for k in train_keys], **params,
+                                                   progress=progress)
             predicted = caption(model, vocab, x_test)
             predictions = {f"{v}/{i}": text or "" for (v, i), text in zip(test_keys, predicted)}
             scored = caption_metrics.score(references, predictions, use_java=use_java)
             results[name] = {"scores": scored["scores"], "paper_units": caption_metrics.as_paper_units(scored["scores"]),
                              "feature_dim": int(x_train.shape[1]), "vocabulary": len(vocab),
-                             "losses": losses, "notes": scored["notes"]}
+                             "losses": losses, "notes": scored["notes"], "params": params,
+                             "cross_validation": validation}
             trained[name] = scored
             for (v, i), text in zip(test_keys, predicted):
                 per = scored["per_segment"][f"{v}/{i}"]
