@@ -44,7 +44,8 @@ demo: $(STAMP)
 
 # YouCook II, end to end: the manifest from the annotations file (video ids = YouTube ids), every stage,
 # a short training run, verb/noun lists and labels from the captions (POS tagger), zero-shot on the
-# annotated validation segments, the supervised S3D linear probe, predicted visual words and the report.
+# annotated validation segments, the supervised S3D linear probe, predicted visual words, forecasts, the report, the
+# transformers export (WORK/export) and, last, the captioning table (train on training, score validation).
 # Defaults: the bundled annotation sample (samples/youcook2/annotations.json, naming sample videos).
 # The real benchmark: make youcook2 YC2_ANNOTATIONS=.../youcookii_annotations_trainval.json \
 #                                   YC2_VIDEOS=.../raw_videos YC2_CONFIG=configs/default.yaml YC2_WORK=/data/yc2
@@ -66,7 +67,10 @@ youcook2: $(STAMP)
 	$(RUN) eval linear-probe $(YC2_RUN) $(YC2_EVAL) $(ARGS)
 	HF_HUB_OFFLINE=1 $(RUN) eval predict-video $(YC2_RUN) --sentence "chop the onion" \
 	  --sentence "pour the sauce over the pasta" $(ARGS)
+	HF_HUB_OFFLINE=1 $(RUN) eval forecast $(YC2_RUN) $(ARGS)
 	$(RUN) report $(YC2_RUN)
+	$(RUN) export --work-dir $(YC2_WORK) $(YC2_WORK)/export
+	HF_HUB_OFFLINE=1 $(RUN) eval captioning $(YC2_RUN) $(YC2_EVAL) $(ARGS)
 
 # manifest -> features -> kmeans -> quantize -> asr -> align -> validate, then the summary and the dataset
 # card (WORK/README.md, WORK/dataset.json). The features pass reads each video once and also writes the

@@ -4,7 +4,7 @@
                              [--shard I --num-shards N] [--force] [--executor local|ray] [--quiet]
 
 Stages, in run order: manifest (with --input), decode, features, kmeans, quantize, asr, align, train;
-then eval (zero-shot, linear-probe, features, predict-video). YouCook II: youcook2-manifest (the manifest
+then eval (zero-shot, linear-probe, features, predict-video, captioning, forecast). YouCook II: youcook2-manifest (the manifest
 from its annotations file) and youcook2-labels (verb/noun lists and labels from its captions). A stage redoes what is stale (its inputs or config changed since it ran) and skips what is
 current. Exit codes: 0 done; 1 a shard failed or could not run, or a file is unreadable; 2 a usage or
 config error; 3 the input holds no videos, or more videos failed than executor.max_failed_share allows;
@@ -84,10 +84,12 @@ def build_parser() -> argparse.ArgumentParser:
             sub.add_argument("--ray-address", help="Ray cluster address ('auto' joins a running one)")
 
     evaluate = commands.add_parser("eval", help="evaluate a trained VideoBERT")
-    evaluate.add_argument("task", choices=("zero-shot", "linear-probe", "features", "predict-video"),
+    evaluate.add_argument("task", choices=("zero-shot", "linear-probe", "features", "predict-video",
+                                           "captioning", "forecast"),
                           help="zero-shot: verb/noun classification (the paper's Table 1); linear-probe: the "
                                "supervised S3D row; features: downstream features; predict-video: visual words "
-                               "for --sentence")
+                               "for --sentence; captioning: YouCook II captions and their metrics (Table 4); forecast: "
+                               "the top-3 visual words at later steps")
     _common(evaluate)
     evaluate.add_argument("--checkpoint", type=Path, help="default: the latest under DIR/train")
     evaluate.add_argument("--sentence", action="append", default=[], help="predict-video: a sentence (repeatable)")
@@ -148,6 +150,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     report = commands.add_parser("report", help="one self-contained HTML report of the run")
     _common(report)
+
+    export = commands.add_parser("export", help="a checkpoint as a folder plain transformers loads "
+                                                "(BertForPreTraining, AutoTokenizer with the visual words)")
+    _common(export, config=None)
+    export.add_argument("--checkpoint", type=Path, help="default: the latest under DIR/train")
+    export.add_argument("out", type=Path, help="the folder to write")
 
     validate = commands.add_parser("validate", help="check every output: schemas, checksums, lineage, invariants")
     validate.add_argument("work_dir_positional", nargs="?", metavar="DIR",
@@ -272,6 +280,16 @@ def run_eval(args, cfg) -> int:
         probe.linear_probe(cfg, args.work_dir, quiet=args.quiet)
     elif args.task == "features":
         print(evaluate.extract_features(cfg, args.work_dir, checkpoint=args.checkpoint))
+    elif args.task == "captioning":
+        from videobert import captioning
+        captioning.run_captioning(cfg, args.work_dir, checkpoint=args.checkpoint, quiet=args.quiet)
+    elif args.task == "forecast":
+        from videobert import forecast
+        report = forecast.forecast(cfg, args.work_dir, checkpoint=args.checkpoint)
+        for word in report["words"]:
+            print(f"v{word['leaf']}: " + "; ".join(
+                f"+{step}: " + ", ".join(f"v{f['leaf']} {f['prob']:.2f}" for f in found)
+                for step, found in word["forecasts"].items()))
     else:
         if not args.sentence:
             print("eval predict-video: give at least one --sentence", file=sys.stderr)
@@ -366,7 +384,14 @@ def run_tool(args, cfg) -> int:
 # errors only read)
 WRITING_COMMANDS = set(registry.NAMES) | {"eval", "summary", "card", "gallery", "report", "youcook2-manifest",
                                           "youcook2-labels"}
+def run_export(args, cfg) -> int:
+    from videobert import export
+    print(export.export(args.work_dir, args.out, args.checkpoint))
+    return EXIT_OK
+
+
 COMMANDS = {"manifest": run_manifest, "kmeans": run_kmeans, "train": run_train, "eval": run_eval,
+            "export": run_export,
             "youcook2-manifest": run_youcook2, "youcook2-labels": run_youcook2,
             "validate": run_validate, **{name: run_stage for name in registry.SHARD_STAGES}}
 

@@ -253,6 +253,36 @@ class EvalConfig:
     probe_seed: int = 0                 # in [0, MAX_SEED]
     batch_size: int = 32                # > 0
     predict_video_tokens: int = 8       # > 0
+    # eval forecast: the most frequent non-empty visual words forecast (> 0), and the horizons in clips
+    # (each >= 1) at which their top-3 later visual words are read
+    forecast_words: int = 8
+    forecast_steps: list[int] = field(default_factory=lambda: [1, 2, 4])
+
+
+@dataclass
+class CaptionConfig:
+    # eval captioning (videobert/captioning.py): the paper's YouCook II transfer setup (Zhou et al. 2018's
+    # encoder-decoder); the defaults are the paper's values
+    rows: list[str] = field(default_factory=lambda: ["s3d", "videobert", "videobert_s3d"])
+    train_subsets: list[str] = field(default_factory=lambda: ["training"])
+    test_subsets: list[str] = field(default_factory=lambda: ["validation"])
+    layers: int = 2                     # > 0: encoder and decoder layers each
+    hidden: int = 128                   # > 0, a multiple of heads
+    heads: int = 8                      # > 0
+    feedforward: int = 512              # > 0
+    dropout: float = 0.4                # in [0, 1)
+    lr: float = 1.0e-3                  # > 0: Adam, decayed linearly to 0 over steps
+    batch_size: int = 128               # > 0
+    steps: int = 40000                  # > 0
+    max_words: int = 20                 # > 0: captions are cut there for training; decoding stops there
+    min_word_count: int = 1             # > 0: rarer training-caption words become <unk>
+    seed: int = 0                       # in [0, MAX_SEED]
+    num_threads: int = 0                # in [0, MAX_WORKERS]: torch threads; 0 = train.num_threads / default
+    # >= 2 with a cv_grid: each row's hyper-parameters chosen by cv_folds-fold cross-validation on the
+    # training segments (folds of whole videos), by cv_metric; 0 = the values above (the paper: 5 folds)
+    cv_folds: int = 0
+    cv_grid: dict[str, list[float]] = field(default_factory=dict)   # key (layers, hidden, dropout, lr, ...) -> values
+    cv_metric: str = "CIDEr"            # BLEU-3 | BLEU-4 | METEOR | ROUGE-L | CIDEr
 
 
 @dataclass
@@ -267,6 +297,7 @@ class Config:
     align: AlignConfig = field(default_factory=AlignConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    caption: CaptionConfig = field(default_factory=CaptionConfig)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

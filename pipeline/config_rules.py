@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from pipeline.config import (
         AlignConfig,
         AsrConfig,
+        CaptionConfig,
         Config,
         DecodeConfig,
         EvalConfig,
@@ -303,6 +304,11 @@ def _check_eval(e: EvalConfig) -> None:
         raise ConfigError(f"config error: eval.features_template must hold a [MASK] (got {e.features_template!r})")
     _positive(e.batch_size, "eval.batch_size")
     _positive(e.predict_video_tokens, "eval.predict_video_tokens")
+    _positive(e.forecast_words, "eval.forecast_words")
+    if not e.forecast_steps:
+        raise ConfigError("config error: eval.forecast_steps must name at least one horizon (in clips)")
+    for index, step in enumerate(e.forecast_steps):
+        _in_range(step, 1, 510, f"eval.forecast_steps[{index}]")
     if not e.rankings:
         raise ConfigError("config error: eval.rankings must name at least one of open, closed")
     for index, mode in enumerate(e.rankings):
@@ -321,6 +327,44 @@ def _check_eval(e: EvalConfig) -> None:
     _in_range(e.probe_seed, 0, MAX_SEED, "eval.probe_seed")
 
 
+def _check_caption(c: CaptionConfig) -> None:
+    rows = ("s3d", "videobert", "videobert_s3d")
+    if not c.rows:
+        raise ConfigError(f"config error: caption.rows must name at least one of {', '.join(rows)}")
+    for index, row in enumerate(c.rows):
+        _one_of(row, rows, f"caption.rows[{index}]")
+    if len(set(c.rows)) != len(c.rows):
+        raise ConfigError(f"config error: caption.rows names a row twice (got {c.rows!r})")
+    for key in ("train_subsets", "test_subsets"):
+        subsets = getattr(c, key)
+        if not subsets:
+            raise ConfigError(f"config error: caption.{key} must name at least one YouCook II subset")
+        for index, subset in enumerate(subsets):
+            _one_of(subset, ("training", "validation", "testing"), f"caption.{key}[{index}]")
+    if set(c.train_subsets) & set(c.test_subsets):
+        raise ConfigError(f"config error: caption.test_subsets must not share a subset with caption.train_subsets "
+                          f"(got {c.test_subsets!r} and {c.train_subsets!r})")
+    for key in ("layers", "hidden", "heads", "feedforward", "lr", "batch_size", "steps", "max_words",
+                "min_word_count"):
+        _positive(getattr(c, key), f"caption.{key}")
+    if c.hidden % c.heads:
+        raise ConfigError(f"config error: caption.hidden must be a multiple of caption.heads "
+                          f"(got {c.hidden} and {c.heads})")
+    _in_range(c.dropout, 0, 1, "caption.dropout")
+    if c.dropout >= 1:
+        raise ConfigError(f"config error: caption.dropout must be < 1 (got {c.dropout!r})")
+    _in_range(c.seed, 0, MAX_SEED, "caption.seed")
+    _count(c.num_threads, "caption.num_threads")
+    if c.cv_folds == 1 or c.cv_folds < 0:
+        raise ConfigError(f"config error: caption.cv_folds must be 0 (no cross-validation) or >= 2 (got {c.cv_folds!r})")
+    grid_keys = ("layers", "hidden", "heads", "feedforward", "dropout", "lr", "batch_size", "steps")
+    for key, values in c.cv_grid.items():
+        _one_of(key, grid_keys, "caption.cv_grid key")
+        if not values:
+            raise ConfigError(f"config error: caption.cv_grid.{key} must list at least one value")
+    _one_of(c.cv_metric, ("BLEU-3", "BLEU-4", "METEOR", "ROUGE-L", "CIDEr"), "caption.cv_metric")
+
+
 def check(cfg: Config) -> None:
     """Every rule of every section; the first broken one is a ConfigError naming its key."""
     _in_range(cfg.seed, 0, MAX_SEED, "seed")
@@ -333,6 +377,7 @@ def check(cfg: Config) -> None:
     _check_align(cfg.align)
     _check_train(cfg.train)
     _check_eval(cfg.eval)
+    _check_caption(cfg.caption)
 
 
 # the device keys each command runs a model or a decoder on, in this process

@@ -40,7 +40,8 @@ from pipeline.registry import SHARD_STAGES
 from pipeline.workdir import WorkDir
 from reports import summary
 from reports.evaluation import (predicted_video, predicted_video_html, read_json, zero_shot_html,
-                                zero_shot_predictions, zero_shot_predictions_html)
+                                zero_shot_predictions)
+from reports.forecast import forecast_data, forecast_html, forecast_thumbnails
 from reports.gallery import html_page, jpeg_data_uri, read_thumbnails, s3d_weights
 from reports.gallery import html_table as _table
 from reports.svg import axis_top as svg_axis_top
@@ -385,7 +386,8 @@ def collect(cfg: Config, work_dir: Path) -> dict:
             "train": training_log(work_dir), "validation": validation_log(work_dir),
             "train_header": training_header(work_dir), "zero_shot": zero_shot,
             "zero_shot_predictions": zero_shot_predictions(work_dir, zero_shot),
-            "linear_probe": read_json(evaluation / "linear_probe.json"), "predicted_video": predicted_video(work_dir)}
+            "linear_probe": read_json(evaluation / "linear_probe.json"), "predicted_video": predicted_video(work_dir),
+            "forecast": forecast_data(work_dir)}
 
 
 # ---------------------------------------------------------------- the page
@@ -655,7 +657,8 @@ def render(data: dict, thumbnails: dict, work_dir: Path) -> str:
              _examples_html(data["examples"], thumbnails),
              _train_html(data["train"], data.get("validation"), data.get("train_header")),
              zero_shot_html(data.get("zero_shot"), data.get("linear_probe"), data.get("zero_shot_predictions")),
-             predicted_video_html(data.get("predicted_video") or [], thumbnails)]
+             predicted_video_html(data.get("predicted_video") or [], thumbnails),
+             forecast_html(data.get("forecast"), thumbnails)]
     return html_page("VideoBERT run report", "\n".join(body)).replace("</style>", REPORT_STYLE + "</style>", 1)
 
 
@@ -669,6 +672,7 @@ def write_report(cfg: Config, work_dir: Path) -> Path:
               for example in data["examples"] for clip in example["clips"]]
     wanted += [(clip["shard"], clip["video_id"], clip["clip_index"])
                for sentence in data["predicted_video"] for token in sentence["tokens"] for clip in token["nearest"]]
+    wanted += forecast_thumbnails(data.get("forecast"))
     thumbnails = read_thumbnails(work_dir, wanted) if wanted else {}
     page = work.report
     storage.atomic_write_json(work.report_data, data)

@@ -25,6 +25,15 @@ REPO = Path(__file__).resolve().parent.parent
     ("asr.backend=kaldi", "asr.backend"),
     ("align.text_languages=en", "align.text_languages"),
     ("asr.vad=maybe", "asr.vad"),
+    ("caption.rows=[s3d, bogus]", "caption.rows[1]"),
+    ("caption.heads=3", "caption.hidden"),
+    ("caption.test_subsets=[training]", "caption.test_subsets"),
+    ("caption.dropout=1", "caption.dropout"),
+    ("eval.forecast_steps=[2, 0]", "eval.forecast_steps[1]"),
+    ("eval.forecast_words=0", "eval.forecast_words"),
+    ("caption.cv_folds=1", "caption.cv_folds"),
+    ("caption.cv_grid={depth: [1]}", "caption.cv_grid"),
+    ("caption.cv_metric=SPICE", "caption.cv_metric"),
 ])
 def test_config_mistake_names_the_key_in_one_line(override, key):
     with pytest.raises(ConfigError) as error:

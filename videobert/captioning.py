@@ -1,0 +1,381 @@
+"""YouCook II captioning as the paper's transfer experiment (section 4.5, Table 4): VideoBERT as a feature
+extractor, a small transformer encoder-decoder (Zhou et al. 2018) trained on the annotated training
+segments' captions, greedy-decoded on the validation segments (ground-truth segments, as in both papers)
+and scored with coco-caption's metrics (videobert/caption_metrics.py).
+
+- **Features** (one vector per annotated segment, its clips being those that overlap the annotated span
+  by at least `align.min_sentence_overlap` of a clip, as for zero-shot):
+  `s3d`: the average-pooled S3D features of its clips (the features stage); `videobert`: the paper's
+  `[CLS] <eval.features_template> [>] visual tokens [SEP]` pass, the mean final state of the visual tokens
+  concatenated with the mean final state of the template's masked tokens; `videobert_s3d`: both
+  concatenated. Each row's features are standardised with the training segments' mean and deviation.
+- **Encoder sequence.** The paper's features are pooled per segment, so the encoder reads a one-element
+  sequence: the segment's vector projected to `caption.hidden` (Zhou et al. encode the per-frame features
+  of the segment instead).
+- **Model** (`caption.*`, the paper's values by default): `caption.layers` encoder and decoder layers of
+  width `caption.hidden` (128), `caption.heads` heads, feed-forward `caption.feedforward`, dropout
+  `caption.dropout` (0.4); the decoder's vocabulary is the words of the training captions (lower case,
+  coco-caption's tokenisation without Java: `caption_metrics.simple_tokenize`) seen at least
+  `caption.min_word_count` times, others are <unk>. Adam (`caption.lr` 1e-3, linearly decayed to 0) for
+  `caption.steps` steps (40,000) of `caption.batch_size` (128) captions drawn with replacement, seeded by
+  `caption.seed`; cross-entropy with teacher forcing.
+- **Hyper-parameters**: the values above, or (`caption.cv_folds` >= 2 and a `caption.cv_grid`) chosen per
+  row as the paper did, by k-fold cross-validation on the training segments (folds of whole videos).
+- **Decoding**: greedy (Zhou et al.'s), at most `caption.max_words` words, <unk> never emitted.
+
+Writes DIR/eval/captioning.json (the table, the paper's row, the setup, the training losses, the metric
+toolkit and notes) and DIR/eval/captioning_predictions.parquet (per row and validation segment: the
+reference, the decoded caption and its per-segment scores)."""
+
+from __future__ import annotations
+
+import math
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import torch
+from torch import nn
+
+from pipeline import storage
+from pipeline.config import Config
+from pipeline.progress import Progress
+from pipeline.workdir import WorkDir
+from schemas.metadata import Provenance
+from videobert import caption_metrics
+from videobert.data import assemble
+from videobert.evaluate import Evaluator, batched
+
+ROWS = (("s3d", "S3D"), ("videobert", "VideoBERT"), ("videobert_s3d", "VideoBERT + S3D"))
+# the paper's Table 4 (YouCook II validation, ground-truth segments), in its units (percent, CIDEr as is)
+PAPER = {"videobert_s3d": {"BLEU-3": 7.59, "BLEU-4": 4.33, "METEOR": 11.94, "ROUGE-L": 28.80, "CIDEr": 0.55}}
+PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
+
+
+# ---------------------------------------------------------------- vocabulary
+
+@dataclass
+class WordVocab:
+    words: list[str]                  # index -> word; the first four are PAD, BOS, EOS, UNK
+
+    @classmethod
+    def from_captions(cls, captions: list[str], min_count: int) -> "WordVocab":
+        counts: dict[str, int] = {}
+        for caption in captions:
+            for word in caption_metrics.simple_tokenize(caption).split():
+                counts[word] = counts.get(word, 0) + 1
+        kept = sorted(word for word, count in counts.items() if count >= min_count)
+        return cls([PAD, BOS, EOS, UNK, *kept])
+
+    def __post_init__(self):
+        self.index = {word: i for i, word in enumerate(self.words)}
+
+    def __len__(self) -> int:
+        return len(self.words)
+
+    def encode(self, caption: str, max_words: int) -> list[int]:
+        """[BOS, words..., EOS] (at most max_words words)."""
+        unk = self.index[UNK]
+        ids = [self.index.get(word, unk) for word in caption_metrics.simple_tokenize(caption).split()[:max_words]]
+        return [self.index[BOS], *ids, self.index[EOS]]
+
+    def decode(self, ids) -> str:
+        words = []
+        for i in ids:
+            if i == self.index[EOS]:
+                break
+            if i >= 4:
+                words.append(self.words[i])
+        return " ".join(words)
+
+
+# ---------------------------------------------------------------- the encoder-decoder
+
+class CaptionModel(nn.Module):
+    """A transformer encoder-decoder from a segment's feature vector(s) to caption words."""
+
+    def __init__(self, feature_dim: int, vocab_size: int, *, hidden: int = 128, layers: int = 2, heads: int = 8,
+                 feedforward: int = 512, dropout: float = 0.4, max_words: int = 20):
+        super().__init__()
+        self.max_words = max_words
+        self.input = nn.Sequential(nn.Linear(feature_dim, hidden), nn.Dropout(dropout))
+        self.embed = nn.Embedding(vocab_size, hidden, padding_idx=0)
+        self.positions = nn.Embedding(max_words + 2, hidden)
+        self.transformer = nn.Transformer(d_model=hidden, nhead=heads, num_encoder_layers=layers,
+                                          num_decoder_layers=layers, dim_feedforward=feedforward, dropout=dropout,
+                                          batch_first=True)
+        self.output = nn.Linear(hidden, vocab_size)
+        self.scale = math.sqrt(hidden)
+
+    def forward(self, features: torch.Tensor, words: torch.Tensor) -> torch.Tensor:
+        """Logits (batch, length, vocab) of the next word at each position of `words` (batch, length);
+        `features` (batch, sequence, feature_dim)."""
+        memory = self.transformer.encoder(self.input(features))
+        length = words.shape[1]
+        target = self.embed(words) * self.scale + self.positions(torch.arange(length, device=words.device))[None]
+        causal = torch.ones((length, length), dtype=torch.bool, device=words.device).triu(1)
+        hidden = self.transformer.decoder(target, memory, tgt_mask=causal, tgt_is_causal=True,
+                                          tgt_key_padding_mask=words == 0)
+        return self.output(hidden)
+
+    @torch.no_grad()
+    def greedy(self, features: torch.Tensor, bos: int, eos: int, banned: tuple[int, ...] = ()) -> list[list[int]]:
+        """The most probable next word at each step, until EOS or max_words words."""
+        words = torch.full((features.shape[0], 1), bos, dtype=torch.long, device=features.device)
+        done = torch.zeros(features.shape[0], dtype=torch.bool, device=features.device)
+        for _ in range(self.max_words):
+            logits = self.forward(features, words)[:, -1]
+            logits[:, list(banned)] = float("-inf")
+            following = logits.argmax(dim=-1).masked_fill(done, 0)
+            words = torch.cat([words, following[:, None]], dim=1)
+            done |= following == eos
+            if done.all():
+                break
+        return [row[1:] for row in words.tolist()]   # without EOS after max_words words: cut there
+
+
+def train_captioner(features: np.ndarray, captions: list[str], *, hidden: int = 128, layers: int = 2, heads: int = 8,
+                    feedforward: int = 512, dropout: float = 0.4, lr: float = 1e-3, batch_size: int = 128,
+                    steps: int = 40000, max_words: int = 20, min_word_count: int = 1, seed: int = 0,
+                    log_every: int = 0, progress: Progress | None = None):
+    """(model, vocab, losses: (step, mean loss since the last record)) trained on (n, dim) features and
+    their n captions."""
+    if len(features) != len(captions) or not len(captions):
+        raise ValueError(f"captioning needs training segments with captions (got {len(captions)})")
+    torch.manual_seed(seed)
+    generator = np.random.default_rng(seed)
+    vocab = WordVocab.from_captions(captions, min_word_count)
+    model = CaptionModel(features.shape[1], len(vocab), hidden=hidden, layers=layers, heads=heads,
+                         feedforward=feedforward, dropout=dropout, max_words=max_words)
+    encoded = [vocab.encode(caption, max_words) for caption in captions]
+    x = torch.from_numpy(features.astype(np.float32))[:, None, :]
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: max(0.0, 1 - step / steps))
+    loss_fn = nn.CrossEntropyLoss(ignore_index=0)
+    log_every = log_every or max(1, steps // 20)
+    losses, running = [], []
+    model.train()
+    for step in range(1, steps + 1):
+        rows = generator.integers(0, len(captions), size=min(batch_size, max(len(captions), 1)))
+        width = max(len(encoded[i]) for i in rows)
+        words = torch.zeros((len(rows), width), dtype=torch.long)
+        for j, i in enumerate(rows):
+            words[j, :len(encoded[i])] = torch.tensor(encoded[i])
+        logits = model(x[rows], words[:, :-1])
+        loss = loss_fn(logits.reshape(-1, logits.shape[-1]), words[:, 1:].reshape(-1))
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        schedule.step()
+        running.append(float(loss.detach()))
+        if step % log_every == 0 or step == steps:
+            losses.append((step, float(np.mean(running))))
+            running = []
+        if progress is not None:
+            progress.update(1)
+    model.eval()
+    return model, vocab, losses
+
+
+def caption(model: CaptionModel, vocab: WordVocab, features: np.ndarray, batch_size: int = 256) -> list[str]:
+    """The greedy caption of each feature row."""
+    out = []
+    x = torch.from_numpy(features.astype(np.float32))[:, None, :]
+    for start in range(0, len(x), batch_size):
+        for ids in model.greedy(x[start:start + batch_size], vocab.index[BOS], vocab.index[EOS],
+                                banned=(vocab.index[PAD], vocab.index[BOS], vocab.index[UNK])):
+            out.append(vocab.decode(ids))
+    return out
+
+
+# ---------------------------------------------------------------- cross-validation
+
+def cross_validate(features: np.ndarray, captions: list[str], groups: list[str], params: dict, grid: dict, *,
+                   folds: int, seed: int, metric: str = "CIDEr", use_java: bool | None = False) -> dict:
+    """The paper's hyper-parameter choice: every combination of `grid` (key -> values, over `params`) is
+    trained on folds-1 folds of the training segments and scored (`metric`, coco-caption's) on the one
+    left, each fold once; folds hold whole videos (`groups`), drawn by a seeded permutation. Returns
+    {"chosen": params, "candidates": [{"params", "scores": per fold, "mean"}], "metric", "folds"}."""
+    import itertools
+
+    videos = sorted(set(groups))
+    if len(videos) < folds:
+        raise ValueError(f"caption.cv_folds {folds} needs at least as many training videos (got {len(videos)})")
+    order = np.random.default_rng(seed).permutation(len(videos))
+    fold_of = {videos[i]: rank % folds for rank, i in enumerate(order)}
+    keys = sorted(grid)
+    candidates = []
+    for values in itertools.product(*(grid[key] for key in keys)):
+        chosen = dict(params, **{key: type(params[key])(value) for key, value in zip(keys, values)})
+        scores = []
+        for fold in range(folds):
+            held = np.array([fold_of[g] == fold for g in groups])
+            model, vocab, _ = train_captioner(features[~held], [c for c, h in zip(captions, held) if not h], **chosen)
+            decoded = caption(model, vocab, features[held])
+            keys_held = [str(i) for i in np.flatnonzero(held)]
+            scored = caption_metrics.score({k: [captions[int(k)]] for k in keys_held}, dict(zip(keys_held, decoded)),
+                                           use_java=use_java)
+            if scored["scores"].get(metric) is None:
+                raise ValueError(f"caption.cv_metric {metric} cannot be computed here: {'; '.join(scored['notes'])}")
+            scores.append(scored["scores"][metric])
+        candidates.append({"params": {key: chosen[key] for key in keys}, "scores": scores,
+                           "mean": float(np.mean(scores))})
+    best = max(candidates, key=lambda c: c["mean"])           # the first of equals: grid order
+    return {"chosen": dict(params, **best["params"]), "candidates": candidates, "metric": metric, "folds": folds}
+
+
+# ---------------------------------------------------------------- features of the annotated segments
+
+def videobert_features(ev: Evaluator, template: str, segments) -> dict[tuple[str, int], np.ndarray]:
+    """(video_id, segment_index) -> [mean visual-token state, mean masked-template state] of each segment
+    with visual tokens (float32 forward passes)."""
+    template_ids = ev.text_ids(template)
+    mask_at = torch.from_numpy(1 + np.flatnonzero(template_ids == ev.layout.mask_id)).to(ev.device)
+    video_start = 1 + len(template_ids) + 1
+    budget = ev.max_len - video_start - 1
+    if budget < 1:
+        raise ValueError("eval.features_template leaves no room for visual tokens")
+    found = {}
+    for batch in batched(((s, x) for s, x in segments if s.visual_ids.size), ev.cfg.eval.batch_size):
+        examples = [assemble(ev.layout, template_ids, s.visual_ids[:budget], with_separator=True) for s, _ in batch]
+        hidden, _, attention = ev.forward(examples, float32=True)
+        positions = torch.arange(hidden.shape[1], device=ev.device)[None, :]
+        lengths = attention.sum(dim=1, keepdim=True)
+        is_video = (positions >= video_start) & (positions < lengths - 1)
+        video_mean = (hidden * is_video[..., None]).sum(dim=1) / is_video.sum(dim=1, keepdim=True)
+        text_mean = hidden[:, mask_at].mean(dim=1)
+        for (s, x), row in zip(batch, torch.cat([video_mean, text_mean], dim=1).cpu().numpy()):
+            found[(s.video_id, int(x["segment_index"]))] = row
+    return found
+
+
+def standardise(train: np.ndarray, test: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    mean, deviation = train.mean(axis=0), train.std(axis=0)
+    deviation[deviation < 1e-6] = 1.0
+    return (train - mean) / deviation, (test - mean) / deviation
+
+
+# ---------------------------------------------------------------- the experiment
+
+def run_captioning(cfg: Config, work_dir: Path, checkpoint: str | Path | None = None, *, quiet: bool = False,
+                   use_java: bool | None = None) -> dict:
+    """Train and score the `caption.rows` rows; returns captioning.json's content (and prints the table).
+    `use_java`: None = coco-caption's PTB tokenizer and METEOR where a Java runtime exists."""
+    from videobert import youcook2
+    from videobert.probe import segment_features
+
+    if not cfg.eval.segments.endswith(".json"):
+        raise ValueError("eval captioning needs eval.segments: a YouCook II annotations .json file "
+                         "(the captions and their subsets)")
+    c = cfg.caption
+    work_dir = WorkDir(work_dir).root
+    ev = Evaluator(cfg, work_dir, checkpoint)
+    if c.num_threads:
+        torch.set_num_threads(c.num_threads)
+    wanted = [*c.train_subsets, *[s for s in c.test_subsets if s not in c.train_subsets]]
+    segments = list(youcook2.annotated_segments(cfg, work_dir, ev.layout, ev.info.get("codebook_sha256"),
+                                                subsets=wanted))
+    subset_of = {(s.video_id, int(x["segment_index"])): x["subset"] for s, x in segments}
+    sentence_of = {(s.video_id, int(x["segment_index"])): x["sentence"] for s, x in segments}
+    spans: dict[str, list] = {}
+    for s, x in segments:
+        spans.setdefault(s.video_id, []).append(((s.video_id, int(x["segment_index"])), x["start_s"], x["end_s"]))
+    s3d, s3d_weights = segment_features(work_dir, spans, cfg.align.min_sentence_overlap)
+    joint = videobert_features(ev, cfg.eval.features_template, segments)
+    # every row uses the same segments: those with both features and a caption
+    keys = sorted(k for k in subset_of if k in s3d and k in joint and sentence_of[k].strip())
+    train_keys = [k for k in keys if subset_of[k] in c.train_subsets]
+    test_keys = [k for k in keys if subset_of[k] in c.test_subsets]
+    if not train_keys or not test_keys:
+        raise ValueError(f"captioning needs segments with features and captions in both {c.train_subsets} "
+                         f"(found {len(train_keys)}) and {c.test_subsets} (found {len(test_keys)})")
+    notes = [f"{len(segments) - len(keys)} annotated segments without clips (features or visual tokens) or caption "
+             f"are left out"] if len(segments) > len(keys) else []
+    if any(w.startswith("random") or "NOT pretrained" in w for w in s3d_weights):
+        notes.append("the S3D features come from random (calibrated) weights, NOT the Kinetics-pretrained S3D")
+
+    def row_features(name: str, chosen):
+        parts = {"s3d": [s3d], "videobert": [joint], "videobert_s3d": [joint, s3d]}[name]
+        return np.stack([np.concatenate([p[k].astype(np.float32) for p in parts]) for k in chosen])
+
+    references = {f"{v}/{i}": [sentence_of[(v, i)]] for v, i in test_keys}
+    results, records, trained = {}, [], {}
+    total_steps = c.steps * len(c.rows)
+    with Progress(total=total_steps, unit="steps", desc="captioning", quiet=quiet) as progress:
+        for name in c.rows:
+            x_train, x_test = standardise(row_features(name, train_keys), row_features(name, test_keys))
+            params = dict(hidden=c.hidden, layers=c.layers, heads=c.heads, feedforward=c.feedforward,
+                          dropout=c.dropout, lr=c.lr, batch_size=c.batch_size, steps=c.steps,
+                          max_words=c.max_words, min_word_count=c.min_word_count, seed=c.seed)
+            validation = None
+            if c.cv_folds >= 2 and c.cv_grid:
+                validation = cross_validate(x_train, [sentence_of[k] for k in train_keys], [v for v, _ in train_keys],
+                                            params, c.cv_grid, folds=c.cv_folds, seed=c.seed, metric=c.cv_metric,
+                                            use_java=use_java)
+                params = validation["chosen"]
+            model, vocab, losses = train_captioner(x_train, [sentence_of[k] for k in train_keys], **params,
+                                                   progress=progress)
+            predicted = caption(model, vocab, x_test)
+            predictions = {f"{v}/{i}": text or "" for (v, i), text in zip(test_keys, predicted)}
+            scored = caption_metrics.score(references, predictions, use_java=use_java)
+            results[name] = {"scores": scored["scores"], "paper_units": caption_metrics.as_paper_units(scored["scores"]),
+                             "feature_dim": int(x_train.shape[1]), "vocabulary": len(vocab),
+                             "losses": losses, "notes": scored["notes"], "params": params,
+                             "cross_validation": validation}
+            trained[name] = scored
+            for (v, i), text in zip(test_keys, predicted):
+                per = scored["per_segment"][f"{v}/{i}"]
+                records.append({"row": name, "video_id": v, "segment_index": i, "reference": sentence_of[(v, i)],
+                                "prediction": text, **{m.lower().replace("-", "_"): per.get(m)
+                                                       for m in caption_metrics.METRICS}})
+    any_scored = next(iter(trained.values()))
+    report = {
+        "task": "YouCook II captioning on ground-truth segments (VideoBERT paper, Table 4)",
+        "train_subsets": c.train_subsets, "test_subsets": c.test_subsets,
+        "train_segments": len(train_keys), "test_segments": len(test_keys),
+        "rows": {name: dict(results[name], label=dict(ROWS)[name]) for name in c.rows},
+        "paper": PAPER, "units": "BLEU, METEOR, ROUGE-L in percent; CIDEr as is (the paper's)",
+        "metrics": {"toolkit": any_scored["toolkit"], "tokenizer": any_scored["tokenizer"],
+                    "meteor": any_scored["meteor"]},
+        "setup": {"features_template": cfg.eval.features_template, "s3d_weights": s3d_weights,
+                  "encoder_sequence": "one element: the segment's pooled feature vector",
+                  "decoding": f"greedy, at most {c.max_words} words",
+                  "standardised": "per feature with the training segments' mean and deviation",
+                  "caption": json_section(cfg)},
+        "notes": notes + any_scored["notes"], **ev.provenance(),
+    }
+    eval_folder = WorkDir(work_dir).eval_folder
+    schema = pa.schema([("row", pa.string()), ("video_id", pa.string()), ("segment_index", pa.int32()),
+                        ("reference", pa.string()), ("prediction", pa.string()),
+                        *[(m.lower().replace("-", "_"), pa.float64()) for m in caption_metrics.METRICS]])
+    storage.write_parquet(eval_folder / "captioning_predictions.parquet", pa.Table.from_pylist(records, schema=schema),
+                          Provenance(codebook_sha256=ev.info.get("codebook_sha256"),
+                                     extra=dict(ev.provenance(), caption_config=json_section(cfg),
+                                                metrics=any_scored["toolkit"], tokenizer=any_scored["tokenizer"])))
+    report["predictions"] = str(eval_folder / "captioning_predictions.parquet")
+    storage.atomic_write_json(eval_folder / "captioning.json", report)
+    print(format_table(report), file=sys.stdout)
+    return report
+
+
+def json_section(cfg: Config) -> str:
+    return cfg.section_json("caption")
+
+
+def format_table(report: dict) -> str:
+    """The table in the paper's units, each row beside the paper's where it gives one."""
+    def cell(value):
+        return "-" if value is None else f"{value:.2f}"
+
+    header = f"{'':28}" + "".join(f"{m:>9}" for m in caption_metrics.METRICS)
+    lines = [f"YouCook II captioning, {report['test_segments']} {'/'.join(report['test_subsets'])} segments "
+             f"(trained on {report['train_segments']}); {report['metrics']['tokenizer']}", header]
+    for name, row in report["rows"].items():
+        lines.append(f"{row['label']:28}" + "".join(f"{cell(row['paper_units'][m]):>9}" for m in caption_metrics.METRICS))
+        if name in report["paper"]:
+            lines.append(f"{'  paper: ' + row['label']:28}"
+                         + "".join(f"{cell(report['paper'][name][m]):>9}" for m in caption_metrics.METRICS))
+    lines += [f"note: {note}" for note in report["notes"]]
+    return "\n".join(lines)
