@@ -47,9 +47,9 @@ def config(work_dir: Path, *overrides: str):
         f"eval.labels={synthetic / 'labels.csv'}", *overrides])
 
 
-def train_records(work_dir: Path) -> dict[int, dict]:
+def train_records(work_dir: Path, event: str = "train") -> dict[int, dict]:
     records = [json.loads(line) for line in (work_dir / "train" / "log.jsonl").read_text().splitlines()]
-    return {r["step"]: {k: v for k, v in r.items() if k != "tokens_per_s"} for r in records if r["event"] == "train"}
+    return {r["step"]: {k: v for k, v in r.items() if k != "tokens_per_s"} for r in records if r["event"] == event}
 
 
 def tiny_checkpoint(folder: Path, tokenizer, *, heads: bool) -> Path:
@@ -131,9 +131,9 @@ def test_checkpoint_and_tokenizer_must_agree(tmp_path, tokenizer):
 def test_resumed_run_matches_an_uninterrupted_one(tmp_path, tokenizer, workers, grad_accum):
     # DataLoader worker processes, stopped at odd steps: after a restart the loader starts at worker 0 while
     # the next batch may be another stream's (batch 6 of 3 streams; batch 3 of 2), and every stream must
-    # continue exactly where it was
+    # continue exactly where it was; held-out validation on, every 2 steps, changes nothing of that
     overrides = (f"train.grad_accum={grad_accum}", f"train.num_workers={workers}", "train.keep_checkpoints=5",
-                 "train.max_steps=7")
+                 "train.max_steps=7", "train.validation_videos=2", "train.validation_every=2")
     whole, split = tmp_path / "whole", tmp_path / "split"
     for folder in (whole, split):
         write_synthetic(folder, tokenizer, videos=8, videos_per_shard=2)
@@ -158,6 +158,11 @@ def test_resumed_run_matches_an_uninterrupted_one(tmp_path, tokenizer, workers, 
     assert sorted(expected) == sorted(resumed) == list(range(1, 8))
     for step in range(1, 8):
         assert resumed[step] == expected[step], step
+    # the held-out metrics: every 2 steps and at the end, the same whether the run was stopped or not
+    expected_validation, resumed_validation = train_records(whole, "validation"), train_records(split, "validation")
+    assert sorted(expected_validation) == sorted(resumed_validation) == [2, 4, 6, 7]
+    assert resumed_validation == expected_validation
+    assert all(record["videos"] == 2 and record["alignment_auc"] is not None for record in resumed_validation.values())
     final_whole, _ = VideoBert.load(latest_checkpoint(whole))
     final_split, _ = VideoBert.load(latest_checkpoint(split))
     for (name, a), b in zip(final_whole.state_dict().items(), final_split.state_dict().values()):
