@@ -386,3 +386,80 @@ def test_training_on_a_seeded_subset_of_the_videos(tmp_path, tokenizer):
     with pytest.raises(ValueError, match=r"train.subset_videos 3 -> 4"):
         train(config(tmp_path, "train.subset_videos=4", "train.subset_seed=7", "train.max_steps=4"), tmp_path,
               resume=True, quiet=True)
+
+
+# ---------------------------------------------------------------- held-out validation and data warnings
+
+def test_validation_records_on_held_out_videos(tmp_path, tokenizer):
+    from pipeline.config import ConfigError
+    from videobert.validation import ValidationSet, choose_validation_videos, read_validation_videos, validate
+
+    write_synthetic(tmp_path, tokenizer, videos=8, videos_per_shard=2)
+    align_shards = sorted((tmp_path / "align").glob("part-*.parquet"))
+    every_video = sorted({row["video_id"] for shard in align_shards
+                          for row in pq.read_table(shard, columns=["video_id"]).to_pylist()})
+    held_out = choose_validation_videos(every_video, 0.25, 0)
+    assert len(held_out) == 2 and held_out == choose_validation_videos(every_video, 2, 0)
+    assert choose_validation_videos(every_video, 2, 1) != held_out
+    summary = train(config(tmp_path, "train.validation_videos=0.25", "train.validation_every=3"), tmp_path, quiet=True)
+    lines = [json.loads(line) for line in (tmp_path / "train" / "log.jsonl").read_text().splitlines()]
+    assert lines[0]["event"] == "start" and lines[0]["validation_videos"] == held_out
+    assert isinstance(lines[0]["warnings"], list)
+    records = [r for r in lines if r["event"] == "validation"]
+    assert [r["step"] for r in records] == [3, 6] and summary["validation"] == records[-1]
+    keys = {"event", "step", "videos", "alignment_loss", "alignment_acc", "alignment_auc"} | {
+        f"mlm_{regime}_{what}" for regime in ("text", "video", "text_video") for what in ("loss", "acc")}
+    for record in records:
+        assert set(record) == keys and record["videos"] == 2
+        assert all(0 <= record[key] <= 1 for key in keys if key.endswith(("_acc", "_auc")))
+        assert all(record[key] > 0 for key in keys if key.endswith("_loss"))
+    # the held-out videos are never trained on: the trained shards hold every segment of the others
+    trained = sorted((tmp_path / "train" / "heldout").glob("part-*.parquet"))
+    trained_on = [row["video_id"] for shard in trained for row in pq.read_table(shard, columns=["video_id"]).to_pylist()]
+    assert set(trained_on) == set(every_video) - set(held_out) and len(trained_on) == 6 * 6
+    model, info = VideoBert.load(latest_checkpoint(tmp_path))
+    assert info["validation_videos"] == held_out
+    # the same examples and the same figures every time they are computed
+    cfg = config(tmp_path, "train.validation_videos=0.25")
+    from videobert.data import DataParams, replacement_text_ids
+    build = lambda: ValidationSet.build(read_validation_videos(align_shards, model.layout, held_out), model.layout,
+                                        replacement_text_ids(tokenizer), DataParams.from_config(cfg.train), 0)
+    first, second = build(), build()
+    assert first.regimes == second.regimes and first.alignment_labels == second.alignment_labels
+    assert all(np.array_equal(a[0], b[0]) and np.array_equal(a[2], b[2]) for a, b in zip(first.examples, second.examples))
+    # positives and negatives, length-matched: the same number of visual tokens before subsampling
+    assert 0 < first.alignment_labels.count(0) and first.alignment_labels.count(1) > 0
+    again = [validate(model, first, 6, 8, torch.device("cpu"), __import__("contextlib").nullcontext) for _ in range(2)]
+    assert again[0] == again[1] and again[0]["alignment_auc"] == records[-1]["alignment_auc"]
+
+    with pytest.raises(ConfigError, match="train.validation_videos"):
+        config(tmp_path, "train.validation_videos=1.5")
+    with pytest.raises(ValueError, match="none would be left to train on"):
+        train(config(tmp_path / "again", "train.validation_videos=8"), tmp_path, restart=True, quiet=True)
+
+
+def test_warnings_where_the_data_cannot_teach(tmp_path, tokenizer, capsys):
+    from videobert.data_checks import data_warnings
+
+    weights = {"text": 1.0, "video": 1.0, "text_video": 1.0}
+    # 2 videos of 2 segments: fewer segments than a batch, and 4 sentences make all the text
+    few = tmp_path / "few"
+    write_synthetic(few, tokenizer, videos=2, segments_per_video=2, videos_per_shard=1, video_only_share=0.0)
+    warnings = data_warnings(sorted((few / "align").glob("part-*.parquet")), 8, weights, "exact")
+    assert any("4 segment(s), fewer than train.batch_size 8" in w for w in warnings)
+    assert any(w.startswith("repeated text:") and "make 100% of them" in w and "about 67% of the training examples" in w
+               for w in warnings)
+    # no text at all
+    silent = tmp_path / "silent"
+    write_synthetic(silent, tokenizer, videos=4, videos_per_shard=2, video_only_share=1.0)
+    warnings = data_warnings(sorted((silent / "align").glob("part-*.parquet")), 8, weights, "exact")
+    assert len(warnings) == 1 and warnings[0].startswith("none of the 24 training segments has text")
+    # many sentences, many segments: nothing to say
+    plenty = tmp_path / "plenty"
+    write_synthetic(plenty, tokenizer)
+    assert data_warnings(sorted((plenty / "align").glob("part-*.parquet")), 8, weights, "exact") == []
+    # printed once at train start and recorded in the start record
+    train(config(few, "train.max_steps=1", "train.shuffle_buffer=4"), few)
+    printed = [line for line in capsys.readouterr().err.splitlines() if "warning:" in line]
+    header = json.loads((few / "train" / "log.jsonl").read_text().splitlines()[0])
+    assert len(printed) == len(header["warnings"]) == 2
