@@ -463,3 +463,29 @@ def test_warnings_where_the_data_cannot_teach(tmp_path, tokenizer, capsys):
     printed = [line for line in capsys.readouterr().err.splitlines() if "warning:" in line]
     header = json.loads((few / "train" / "log.jsonl").read_text().splitlines()[0])
     assert len(printed) == len(header["warnings"]) == 2
+
+
+@pytest.mark.slow
+def test_learns_what_held_out_videos_show(tmp_path, tokenizer):
+    # a known answer on videos never trained on: 12 of 36 synthetic videos held out, a 2-layer BERT, 200 steps
+    # (about 40 s of CPU) with the settings of `make bench-learning` (docs/training-data.md says why these)
+    write_synthetic(tmp_path, tokenizer, videos=36)
+    init = tiny_checkpoint(tmp_path / "init", tokenizer, heads=True)
+    cfg = config(tmp_path, f"train.init_checkpoint={init}", "train.batch_size=32", "train.max_steps=200",
+                 "train.lr=0.003", "train.warmup_steps=20", "train.log_every=50", "train.checkpoint_every=1000",
+                 "train.shuffle_buffer=64", "train.concat_prob=0", "train.max_subsample_step=1",
+                 "train.validation_videos=12", "train.validation_every=100", "eval.videos=validation",
+                 "eval.rankings=[closed]")
+    summary = train(cfg, tmp_path, quiet=True)
+    held_out = summary["validation"]
+    assert held_out["step"] == 200 and held_out["videos"] == 12
+    # chance is 0.5: positives and negatives are balanced
+    assert held_out["alignment_auc"] > 0.62 and held_out["alignment_acc"] > 0.58
+    report = zero_shot.zero_shot(cfg, tmp_path, quiet=True)
+    # only the held-out videos' labelled segments are scored
+    _, info = VideoBert.load(latest_checkpoint(tmp_path))
+    scored = {row["video_id"] for row in pq.read_table(report["predictions"], columns=["video_id"]).to_pylist()}
+    assert scored and scored <= set(info["validation_videos"]) and report["videos"] == "validation"
+    closed = report["results"]["closed"]
+    gains = [closed["videobert"][part]["top1"] - closed["text_only_prior"][part]["top1"] for part in ("verb", "noun")]
+    assert max(gains) > 0.2 and min(gains) >= 0.0
