@@ -340,7 +340,7 @@ def test_torchrun_data_parallel_on_cpu(tmp_path, tokenizer):
         "print(train(load_config(None, sys.argv[2:]), sys.argv[1], quiet=True))\n")
     overrides = [f"train.{key}" for key in ("init_checkpoint=random:tiny", "batch_size=8", "max_steps=4",
                                             "num_workers=0", "num_threads=1", "max_len=48", "log_every=2",
-                                            "checkpoint_every=2")]
+                                            "checkpoint_every=2", "validation_videos=2", "validation_every=2")]
     env = dict(os.environ, PYTHONPATH=str(REPO))
     subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
                     str(script), str(tmp_path), *overrides], check=True, env=env, cwd=REPO, timeout=240,
@@ -349,9 +349,26 @@ def test_torchrun_data_parallel_on_cpu(tmp_path, tokenizer):
     assert lines[0]["world_size"] == 2 and lines[0]["micro_batch"] == 4
     assert [r["step"] for r in lines if r["event"] == "train"] == [2, 4]
     # metrics are summed over both ranks: 2 steps x 8 examples per log window
-    examples = sum(lines[-1][f"mlm_{regime}_examples"] for regime in ("text", "video", "text_video"))
+    last_train = [r for r in lines if r["event"] == "train"][-1]
+    examples = sum(last_train[f"mlm_{regime}_examples"] for regime in ("text", "video", "text_video"))
     assert examples == 16
     assert latest_checkpoint(tmp_path).name == "step-00000004"
+    # held-out metrics: each rank scores a share, and the record is what one process finds on the whole set
+    from videobert.data import DataParams, replacement_text_ids
+    from videobert.validation import ValidationSet, read_validation_videos, validate
+    validation = [r for r in lines if r["event"] == "validation"]
+    assert [r["step"] for r in validation] == [2, 4]
+    model, info = VideoBert.load(latest_checkpoint(tmp_path))
+    held_out = ValidationSet.build(read_validation_videos(sorted((tmp_path / "align").glob("part-*.parquet")), model.layout,
+                                                          info["validation_videos"]),
+                                   model.layout, replacement_text_ids(tokenizer),
+                                   DataParams.from_config(load_config(None, overrides).train), 0)
+    alone = validate(model, held_out, 4, 4, torch.device("cpu"), __import__("contextlib").nullcontext)
+    assert alone.keys() == validation[-1].keys()
+    assert alone["event"] == "validation" and alone["videos"] == validation[-1]["videos"] == 2
+    for key, value in alone.items():
+        if key not in ("event", "step", "videos"):
+            assert value == pytest.approx(validation[-1][key], rel=1e-4), key
     shutil.rmtree(tmp_path / "train")
 
 
@@ -468,7 +485,7 @@ def test_warnings_where_the_data_cannot_teach(tmp_path, tokenizer, capsys):
 @pytest.mark.slow
 def test_learns_what_held_out_videos_show(tmp_path, tokenizer):
     # a known answer on videos never trained on: 12 of 36 synthetic videos held out, a 2-layer BERT, 200 steps
-    # (about 40 s of CPU) with the settings of `make bench-learning` (docs/training-data.md says why these)
+    # (about 20 s of CPU) with the settings of `make bench-learning` (docs/training-data.md says why these)
     write_synthetic(tmp_path, tokenizer, videos=36)
     init = tiny_checkpoint(tmp_path / "init", tokenizer, heads=True)
     cfg = config(tmp_path, f"train.init_checkpoint={init}", "train.batch_size=32", "train.max_steps=200",
@@ -480,7 +497,7 @@ def test_learns_what_held_out_videos_show(tmp_path, tokenizer):
     held_out = summary["validation"]
     assert held_out["step"] == 200 and held_out["videos"] == 12
     # chance is 0.5: positives and negatives are balanced
-    assert held_out["alignment_auc"] > 0.62 and held_out["alignment_acc"] > 0.58
+    assert held_out["alignment_auc"] > 0.7 and held_out["alignment_acc"] > 0.65    # 0.84 and 0.76 measured
     report = zero_shot.zero_shot(cfg, tmp_path, quiet=True)
     # only the held-out videos' labelled segments are scored
     _, info = VideoBert.load(latest_checkpoint(tmp_path))
@@ -488,4 +505,4 @@ def test_learns_what_held_out_videos_show(tmp_path, tokenizer):
     assert scored and scored <= set(info["validation_videos"]) and report["videos"] == "validation"
     closed = report["results"]["closed"]
     gains = [closed["videobert"][part]["top1"] - closed["text_only_prior"][part]["top1"] for part in ("verb", "noun")]
-    assert max(gains) > 0.2 and min(gains) >= 0.0
+    assert max(gains) > 0.3 and min(gains) > 0.1           # 0.41 and 0.20 measured
