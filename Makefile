@@ -11,7 +11,8 @@ RUN    := $(PY) -m pipeline
 
 .PHONY: install test demo youcook2 pipeline samples clean \
         manifest decode features kmeans quantize asr align validate summary card status train eval codebook-info \
-        bench-decode bench-features bench-kmeans bench-asr bench-train bench-scale bench-lineage bench-gallery
+        bench-decode bench-features bench-kmeans bench-asr bench-train bench-scale bench-lineage bench-gallery \
+        bench-learning
 
 install: $(STAMP)
 
@@ -115,6 +116,9 @@ bench-train: $(STAMP)
 	$(PY) benchmarks/bench_train.py $(ARGS)
 bench-scale: $(STAMP)
 	$(PY) benchmarks/bench_scale.py $(ARGS)
+# known-answer learning: held-out alignment and zero-shot on synthetic shards (and generated media when present)
+bench-learning: $(STAMP)
+	HF_HUB_OFFLINE=1 $(PY) benchmarks/bench_learning.py $(ARGS)
 bench-lineage: $(STAMP)
 	$(PY) benchmarks/bench_lineage.py $(ARGS)
 bench-gallery: $(STAMP)

@@ -222,6 +222,10 @@ class TrainConfig:
     # inside larger ones); the paper's pre-training data-size table
     subset_videos: int = 0
     subset_seed: int = 0                # in [0, MAX_SEED]
+    # held-out videos never trained on (videobert/validation.py): a count >= 1 or a share in (0, 1) of the
+    # videos, drawn by train.seed; 0 = none. Every validation_every steps their losses and alignment go to the log
+    validation_videos: float = 0
+    validation_every: int = 1000        # > 0
 
 
 @dataclass
@@ -253,6 +257,8 @@ class EvalConfig:
     probe_seed: int = 0                 # in [0, MAX_SEED]
     batch_size: int = 32                # > 0
     predict_video_tokens: int = 8       # > 0
+    # all | validation: the segments of the checkpoint's held-out videos only (train.validation_videos)
+    videos: str = "all"
     # eval forecast: the most frequent non-empty visual words forecast (> 0), and the horizons in clips
     # (each >= 1) at which their top-3 later visual words are read
     forecast_words: int = 8

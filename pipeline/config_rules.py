@@ -294,6 +294,11 @@ def _check_train(t: TrainConfig) -> None:
     _one_of(t.precision, ("auto", "float32", "bfloat16"), "train.precision")
     _non_negative(t.subset_videos, "train.subset_videos")
     _in_range(t.subset_seed, 0, MAX_SEED, "train.subset_seed")
+    if not (t.validation_videos == 0 or 0 < t.validation_videos < 1 or float(t.validation_videos).is_integer()) \
+            or t.validation_videos < 0:
+        raise ConfigError(f"config error: train.validation_videos must be 0, a share in (0, 1) or a whole count "
+                          f">= 1 (got {t.validation_videos!r})")
+    _positive(t.validation_every, "train.validation_every")
 
 
 def _check_eval(e: EvalConfig) -> None:
@@ -309,6 +314,7 @@ def _check_eval(e: EvalConfig) -> None:
         raise ConfigError("config error: eval.forecast_steps must name at least one horizon (in clips)")
     for index, step in enumerate(e.forecast_steps):
         _in_range(step, 1, 510, f"eval.forecast_steps[{index}]")
+    _one_of(e.videos, ("all", "validation"), "eval.videos")
     if not e.rankings:
         raise ConfigError("config error: eval.rankings must name at least one of open, closed")
     for index, mode in enumerate(e.rankings):

@@ -47,9 +47,9 @@ def config(work_dir: Path, *overrides: str):
         f"eval.labels={synthetic / 'labels.csv'}", *overrides])
 
 
-def train_records(work_dir: Path) -> dict[int, dict]:
+def train_records(work_dir: Path, event: str = "train") -> dict[int, dict]:
     records = [json.loads(line) for line in (work_dir / "train" / "log.jsonl").read_text().splitlines()]
-    return {r["step"]: {k: v for k, v in r.items() if k != "tokens_per_s"} for r in records if r["event"] == "train"}
+    return {r["step"]: {k: v for k, v in r.items() if k != "tokens_per_s"} for r in records if r["event"] == event}
 
 
 def tiny_checkpoint(folder: Path, tokenizer, *, heads: bool) -> Path:
@@ -131,9 +131,9 @@ def test_checkpoint_and_tokenizer_must_agree(tmp_path, tokenizer):
 def test_resumed_run_matches_an_uninterrupted_one(tmp_path, tokenizer, workers, grad_accum):
     # DataLoader worker processes, stopped at odd steps: after a restart the loader starts at worker 0 while
     # the next batch may be another stream's (batch 6 of 3 streams; batch 3 of 2), and every stream must
-    # continue exactly where it was
+    # continue exactly where it was; held-out validation on, every 2 steps, changes nothing of that
     overrides = (f"train.grad_accum={grad_accum}", f"train.num_workers={workers}", "train.keep_checkpoints=5",
-                 "train.max_steps=7")
+                 "train.max_steps=7", "train.validation_videos=2", "train.validation_every=2")
     whole, split = tmp_path / "whole", tmp_path / "split"
     for folder in (whole, split):
         write_synthetic(folder, tokenizer, videos=8, videos_per_shard=2)
@@ -158,6 +158,11 @@ def test_resumed_run_matches_an_uninterrupted_one(tmp_path, tokenizer, workers, 
     assert sorted(expected) == sorted(resumed) == list(range(1, 8))
     for step in range(1, 8):
         assert resumed[step] == expected[step], step
+    # the held-out metrics: every 2 steps and at the end, the same whether the run was stopped or not
+    expected_validation, resumed_validation = train_records(whole, "validation"), train_records(split, "validation")
+    assert sorted(expected_validation) == sorted(resumed_validation) == [2, 4, 6, 7]
+    assert resumed_validation == expected_validation
+    assert all(record["videos"] == 2 and record["alignment_auc"] is not None for record in resumed_validation.values())
     final_whole, _ = VideoBert.load(latest_checkpoint(whole))
     final_split, _ = VideoBert.load(latest_checkpoint(split))
     for (name, a), b in zip(final_whole.state_dict().items(), final_split.state_dict().values()):
@@ -335,7 +340,7 @@ def test_torchrun_data_parallel_on_cpu(tmp_path, tokenizer):
         "print(train(load_config(None, sys.argv[2:]), sys.argv[1], quiet=True))\n")
     overrides = [f"train.{key}" for key in ("init_checkpoint=random:tiny", "batch_size=8", "max_steps=4",
                                             "num_workers=0", "num_threads=1", "max_len=48", "log_every=2",
-                                            "checkpoint_every=2")]
+                                            "checkpoint_every=2", "validation_videos=2", "validation_every=2")]
     env = dict(os.environ, PYTHONPATH=str(REPO))
     subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
                     str(script), str(tmp_path), *overrides], check=True, env=env, cwd=REPO, timeout=240,
@@ -344,9 +349,26 @@ def test_torchrun_data_parallel_on_cpu(tmp_path, tokenizer):
     assert lines[0]["world_size"] == 2 and lines[0]["micro_batch"] == 4
     assert [r["step"] for r in lines if r["event"] == "train"] == [2, 4]
     # metrics are summed over both ranks: 2 steps x 8 examples per log window
-    examples = sum(lines[-1][f"mlm_{regime}_examples"] for regime in ("text", "video", "text_video"))
+    last_train = [r for r in lines if r["event"] == "train"][-1]
+    examples = sum(last_train[f"mlm_{regime}_examples"] for regime in ("text", "video", "text_video"))
     assert examples == 16
     assert latest_checkpoint(tmp_path).name == "step-00000004"
+    # held-out metrics: each rank scores a share, and the record is what one process finds on the whole set
+    from videobert.data import DataParams, replacement_text_ids
+    from videobert.validation import ValidationSet, read_validation_videos, validate
+    validation = [r for r in lines if r["event"] == "validation"]
+    assert [r["step"] for r in validation] == [2, 4]
+    model, info = VideoBert.load(latest_checkpoint(tmp_path))
+    held_out = ValidationSet.build(read_validation_videos(sorted((tmp_path / "align").glob("part-*.parquet")), model.layout,
+                                                          info["validation_videos"]),
+                                   model.layout, replacement_text_ids(tokenizer),
+                                   DataParams.from_config(load_config(None, overrides).train), 0)
+    alone = validate(model, held_out, 4, 4, torch.device("cpu"), __import__("contextlib").nullcontext)
+    assert alone.keys() == validation[-1].keys()
+    assert alone["event"] == "validation" and alone["videos"] == validation[-1]["videos"] == 2
+    for key, value in alone.items():
+        if key not in ("event", "step", "videos"):
+            assert value == pytest.approx(validation[-1][key], rel=1e-4), key
     shutil.rmtree(tmp_path / "train")
 
 
@@ -381,3 +403,106 @@ def test_training_on_a_seeded_subset_of_the_videos(tmp_path, tokenizer):
     with pytest.raises(ValueError, match=r"train.subset_videos 3 -> 4"):
         train(config(tmp_path, "train.subset_videos=4", "train.subset_seed=7", "train.max_steps=4"), tmp_path,
               resume=True, quiet=True)
+
+
+# ---------------------------------------------------------------- held-out validation and data warnings
+
+def test_validation_records_on_held_out_videos(tmp_path, tokenizer):
+    from pipeline.config import ConfigError
+    from videobert.validation import ValidationSet, choose_validation_videos, read_validation_videos, validate
+
+    write_synthetic(tmp_path, tokenizer, videos=8, videos_per_shard=2)
+    align_shards = sorted((tmp_path / "align").glob("part-*.parquet"))
+    every_video = sorted({row["video_id"] for shard in align_shards
+                          for row in pq.read_table(shard, columns=["video_id"]).to_pylist()})
+    held_out = choose_validation_videos(every_video, 0.25, 0)
+    assert len(held_out) == 2 and held_out == choose_validation_videos(every_video, 2, 0)
+    assert choose_validation_videos(every_video, 2, 1) != held_out
+    summary = train(config(tmp_path, "train.validation_videos=0.25", "train.validation_every=3"), tmp_path, quiet=True)
+    lines = [json.loads(line) for line in (tmp_path / "train" / "log.jsonl").read_text().splitlines()]
+    assert lines[0]["event"] == "start" and lines[0]["validation_videos"] == held_out
+    assert isinstance(lines[0]["warnings"], list)
+    records = [r for r in lines if r["event"] == "validation"]
+    assert [r["step"] for r in records] == [3, 6] and summary["validation"] == records[-1]
+    keys = {"event", "step", "videos", "alignment_loss", "alignment_acc", "alignment_auc"} | {
+        f"mlm_{regime}_{what}" for regime in ("text", "video", "text_video") for what in ("loss", "acc")}
+    for record in records:
+        assert set(record) == keys and record["videos"] == 2
+        assert all(0 <= record[key] <= 1 for key in keys if key.endswith(("_acc", "_auc")))
+        assert all(record[key] > 0 for key in keys if key.endswith("_loss"))
+    # the held-out videos are never trained on: the trained shards hold every segment of the others
+    trained = sorted((tmp_path / "train" / "heldout").glob("part-*.parquet"))
+    trained_on = [row["video_id"] for shard in trained for row in pq.read_table(shard, columns=["video_id"]).to_pylist()]
+    assert set(trained_on) == set(every_video) - set(held_out) and len(trained_on) == 6 * 6
+    model, info = VideoBert.load(latest_checkpoint(tmp_path))
+    assert info["validation_videos"] == held_out
+    # the same examples and the same figures every time they are computed
+    cfg = config(tmp_path, "train.validation_videos=0.25")
+    from videobert.data import DataParams, replacement_text_ids
+    build = lambda: ValidationSet.build(read_validation_videos(align_shards, model.layout, held_out), model.layout,
+                                        replacement_text_ids(tokenizer), DataParams.from_config(cfg.train), 0)
+    first, second = build(), build()
+    assert first.regimes == second.regimes and first.alignment_labels == second.alignment_labels
+    assert all(np.array_equal(a[0], b[0]) and np.array_equal(a[2], b[2]) for a, b in zip(first.examples, second.examples))
+    # positives and negatives, length-matched: the same number of visual tokens before subsampling
+    assert 0 < first.alignment_labels.count(0) and first.alignment_labels.count(1) > 0
+    again = [validate(model, first, 6, 8, torch.device("cpu"), __import__("contextlib").nullcontext) for _ in range(2)]
+    assert again[0] == again[1] and again[0]["alignment_auc"] == records[-1]["alignment_auc"]
+
+    with pytest.raises(ConfigError, match="train.validation_videos"):
+        config(tmp_path, "train.validation_videos=1.5")
+    with pytest.raises(ValueError, match="none would be left to train on"):
+        train(config(tmp_path / "again", "train.validation_videos=8"), tmp_path, restart=True, quiet=True)
+
+
+def test_warnings_where_the_data_cannot_teach(tmp_path, tokenizer, capsys):
+    from videobert.data_checks import data_warnings
+
+    weights = {"text": 1.0, "video": 1.0, "text_video": 1.0}
+    # 2 videos of 2 segments: fewer segments than a batch, and 4 sentences make all the text
+    few = tmp_path / "few"
+    write_synthetic(few, tokenizer, videos=2, segments_per_video=2, videos_per_shard=1, video_only_share=0.0)
+    warnings = data_warnings(sorted((few / "align").glob("part-*.parquet")), 8, weights, "exact")
+    assert any("4 segment(s), fewer than train.batch_size 8" in w for w in warnings)
+    assert any(w.startswith("repeated text:") and "make 100% of them" in w and "about 67% of the training examples" in w
+               for w in warnings)
+    # no text at all
+    silent = tmp_path / "silent"
+    write_synthetic(silent, tokenizer, videos=4, videos_per_shard=2, video_only_share=1.0)
+    warnings = data_warnings(sorted((silent / "align").glob("part-*.parquet")), 8, weights, "exact")
+    assert len(warnings) == 1 and warnings[0].startswith("none of the 24 training segments has text")
+    # many sentences, many segments: nothing to say
+    plenty = tmp_path / "plenty"
+    write_synthetic(plenty, tokenizer)
+    assert data_warnings(sorted((plenty / "align").glob("part-*.parquet")), 8, weights, "exact") == []
+    # printed once at train start and recorded in the start record
+    train(config(few, "train.max_steps=1", "train.shuffle_buffer=4"), few)
+    printed = [line for line in capsys.readouterr().err.splitlines() if "warning:" in line]
+    header = json.loads((few / "train" / "log.jsonl").read_text().splitlines()[0])
+    assert len(printed) == len(header["warnings"]) == 2
+
+
+@pytest.mark.slow
+def test_learns_what_held_out_videos_show(tmp_path, tokenizer):
+    # a known answer on videos never trained on: 12 of 36 synthetic videos held out, a 2-layer BERT, 200 steps
+    # (about 20 s of CPU) with the settings of `make bench-learning` (docs/training-data.md says why these)
+    write_synthetic(tmp_path, tokenizer, videos=36)
+    init = tiny_checkpoint(tmp_path / "init", tokenizer, heads=True)
+    cfg = config(tmp_path, f"train.init_checkpoint={init}", "train.batch_size=32", "train.max_steps=200",
+                 "train.lr=0.003", "train.warmup_steps=20", "train.log_every=50", "train.checkpoint_every=1000",
+                 "train.shuffle_buffer=64", "train.concat_prob=0", "train.max_subsample_step=1",
+                 "train.validation_videos=12", "train.validation_every=100", "eval.videos=validation",
+                 "eval.rankings=[closed]")
+    summary = train(cfg, tmp_path, quiet=True)
+    held_out = summary["validation"]
+    assert held_out["step"] == 200 and held_out["videos"] == 12
+    # chance is 0.5: positives and negatives are balanced
+    assert held_out["alignment_auc"] > 0.7 and held_out["alignment_acc"] > 0.65    # 0.84 and 0.76 measured
+    report = zero_shot.zero_shot(cfg, tmp_path, quiet=True)
+    # only the held-out videos' labelled segments are scored
+    _, info = VideoBert.load(latest_checkpoint(tmp_path))
+    scored = {row["video_id"] for row in pq.read_table(report["predictions"], columns=["video_id"]).to_pylist()}
+    assert scored and scored <= set(info["validation_videos"]) and report["videos"] == "validation"
+    closed = report["results"]["closed"]
+    gains = [closed["videobert"][part]["top1"] - closed["text_only_prior"][part]["top1"] for part in ("verb", "noun")]
+    assert max(gains) > 0.3 and min(gains) > 0.1           # 0.41 and 0.20 measured

@@ -345,29 +345,35 @@ class PlanStream:
         return Plan(TEXT_VIDEO, text, visual, ALIGNED, unit=unit)
 
     def _negative(self, unit: Unit) -> tuple[np.ndarray | None, bool]:
-        """(visual tokens of another time, whether of the same video), exactly as many as the unit's own: a
-        window of the same video at least `negative_min_gap` clips away (with `negative_same_video_share`, when
-        the video is long enough), else of another buffered unit's video (None if a few draws find none)."""
-        rng, length = self.rng, len(unit.visual_ids)
-        if rng.random() < self.params.negative_same_video_share:
-            start, end = unit.span
-            gap, clips = self.params.negative_min_gap, unit.video.clips
-            before = max(0, start - gap - length + 1)         # windows ending at start - gap or earlier
-            after = max(0, len(clips) - length - end - gap + 1)   # windows starting at end + gap or later
-            if before + after:
-                at = int(rng.integers(before + after))
-                at = at if at < before else end + gap + at - before
-                return clips[at:at + length], True
-        other = None
-        for _ in range(16):
-            candidate = self.buffer[int(rng.integers(len(self.buffer)))].video
-            if candidate.video_id != unit.video.video_id and candidate.clips.size and (
-                    other is None or len(candidate.clips) > len(other.clips)):
-                other = candidate
-                if len(other.clips) >= length:
-                    break
-        if other is None:
-            return None, False
-        at = int(rng.integers(max(1, len(other.clips) - length + 1)))
-        # a video shorter than the span (rare: the buffer's videos are long) is repeated to its length
-        return np.resize(other.clips[at:at + length], length), False
+        return negative_window(unit, self.rng, self.params, self.buffer)
+
+
+def negative_window(unit: Unit, rng: np.random.Generator, params: DataParams,
+                    others: list[Unit]) -> tuple[np.ndarray | None, bool]:
+    """(visual tokens of another time, whether of the same video), exactly as many as the unit's own: a
+    window of the same video at least `negative_min_gap` clips away (with `negative_same_video_share`, when
+    the video is long enough), else of the video of one of `others` (training: the shuffle buffer's units;
+    None if a few draws find none)."""
+    length = len(unit.visual_ids)
+    if rng.random() < params.negative_same_video_share:
+        start, end = unit.span
+        gap, clips = params.negative_min_gap, unit.video.clips
+        before = max(0, start - gap - length + 1)         # windows ending at start - gap or earlier
+        after = max(0, len(clips) - length - end - gap + 1)   # windows starting at end + gap or later
+        if before + after:
+            at = int(rng.integers(before + after))
+            at = at if at < before else end + gap + at - before
+            return clips[at:at + length], True
+    other = None
+    for _ in range(16):
+        candidate = others[int(rng.integers(len(others)))].video
+        if candidate.video_id != unit.video.video_id and candidate.clips.size and (
+                other is None or len(candidate.clips) > len(other.clips)):
+            other = candidate
+            if len(other.clips) >= length:
+                break
+    if other is None:
+        return None, False
+    at = int(rng.integers(max(1, len(other.clips) - length + 1)))
+    # a video shorter than the span (rare: the buffer's videos are long) is repeated to its length
+    return np.resize(other.clips[at:at + length], length), False

@@ -9,7 +9,9 @@ Outputs in DIR/train/:
   of its files, verified on every opening); the newest `train.keep_checkpoints` are kept;
 - log.jsonl: a start/resume record, then per `train.log_every` steps the loss, masked accuracy and
   alignment accuracy per regime, the examples of each regime and their share (the realised mix), learning
-  rate and tokens/s. A run ends by printing the mix of all examples trained on so far.
+  rate and tokens/s. A run ends by printing the mix of all examples trained on so far. The start record
+  also has `warnings` (data that cannot teach, videobert/data_checks.py) and `validation_videos`; every
+  `train.validation_every` steps a `validation` record gives the held-out figures (videobert/validation.py).
 
 `resume=True` continues from the newest checkpoint and gives the same losses and weights as a run that was
 never stopped: every data stream continues from its saved state (see videobert/data.py; nothing is
@@ -53,6 +55,7 @@ from videobert.data import (REGIMES, DataParams, ShardDataset, VocabLayout, repl
 from videobert.metrics import Window, compute_losses, format_record, mix_line
 from videobert.model import INFO_NAME, VideoBert, build_model, count_parameters
 from videobert.subset import subset_shards
+from videobert.validation import ValidationSet, format_validation, read_validation_videos, split_shards, validate
 
 
 
@@ -436,15 +439,15 @@ def _setup(cfg: Config, runtime: Runtime, shards: list[Path], codebook, lineage:
 
 
 def _open_log(cfg: Config, work: WorkDir, runtime: Runtime, run: Run, start_step: int, shards: list[Path],
-              resumed: bool, quiet: bool):
-    """The log file (None off rank 0), with its start or resume record written."""
+              resumed: bool, quiet: bool, extra: dict | None = None):
+    """The log file (None off rank 0), with its start or resume record (and `extra`) written."""
     if not runtime.main:
         return None
     total_params, trainable_params = count_parameters(run.model)
     header = {"event": "resume" if resumed else "start", "step": start_step, "time": time.time(),
               "notes": run.notes, "parameters": total_params, "trainable_parameters": trainable_params,
               "device": str(runtime.device), "shards": len(shards), **run.data_shape,
-              "config": json.loads(cfg.section_json("train"))}
+              "config": json.loads(cfg.section_json("train")), **(extra or {})}
     work.train_log.parent.mkdir(parents=True, exist_ok=True)
     log_file = open(work.train_log, "a", buffering=1)
     log_file.write(json.dumps(header) + "\n")
@@ -503,7 +506,10 @@ def _train(cfg: Config, work: WorkDir, files: WorkDir, runtime: Runtime, resume:
     if restart:
         _restart_checks(cfg, work, runtime, codebook, shards)
     latest, state = _open_checkpoint(work, files, runtime, lineage, resume, restart, quiet)
-    # train.subset_videos: the segments of a seeded subset of the videos only (written by rank 0)
+    # train.validation_videos: held-out videos, never trained on; then train.subset_videos: the segments of a
+    # seeded subset of the other videos only (both written by rank 0)
+    align_shards = shards
+    shards, validation_videos = _held_out(cfg, work, shards, runtime)
     shards = subset_shards(cfg, work, shards, write=runtime.main)
     if runtime.distributed and cfg.train.subset_videos:
         dist.barrier()
@@ -514,10 +520,15 @@ def _train(cfg: Config, work: WorkDir, files: WorkDir, runtime: Runtime, resume:
     stop_step = t.max_steps if t.steps_per_run == 0 else min(t.max_steps, start_step + t.steps_per_run)
     # model, optimiser, scheduler, data and RNG states: restored from the checkpoint when resuming
     run = _setup(cfg, runtime, shards, codebook, lineage, latest, state, stop_step)
+    run.info["validation_videos"] = validation_videos
+    validation = _validation_set(cfg, run, align_shards, validation_videos)
     window = Window(runtime.device)
     if state is not None:
         window.load(state["ranks"][runtime.rank]["window"])
-    log_file = _open_log(cfg, files, runtime, run, start_step, shards, state is not None, quiet)
+    warnings = _start_warnings(cfg, runtime, shards, quiet)
+    log_file = _open_log(cfg, files, runtime, run, start_step, shards, state is not None, quiet,
+                         {"warnings": warnings, "validation_videos": validation_videos})
+    last_validation = None
 
     step, last_record, checkpoint, started = start_step, None, latest, time.time()
     run.wrapped.train()
@@ -537,6 +548,8 @@ def _train(cfg: Config, work: WorkDir, files: WorkDir, runtime: Runtime, resume:
                         if not quiet:
                             print(f"[train] {format_record(last_record, t.max_steps)}", file=sys.stderr)
                     window = Window(runtime.device)
+                if validation is not None and (step % t.validation_every == 0 or step == t.max_steps):
+                    last_validation = _validate(run, validation, step, cfg, runtime, log_file, quiet)
                 # a checkpoint: model, optimiser, scheduler, RNG states, data position, the open window
                 if step % t.checkpoint_every == 0 or step == stop_step:
                     trainer_state = {"optimizer": run.optimizer.state_dict(), "scheduler": run.scheduler.state_dict(),
@@ -559,4 +572,50 @@ def _train(cfg: Config, work: WorkDir, files: WorkDir, runtime: Runtime, resume:
             checkpoints.push(files, work)
     return {"step": step, "max_steps": t.max_steps, "finished": step >= t.max_steps,
             "steps_this_run": step - start_step, "checkpoint": str(checkpoint), "regime_mix": mix,
-            "seconds": round(time.time() - started, 3), "last": last_record, "log": str(work.train_log)}
+            "seconds": round(time.time() - started, 3), "last": last_record, "validation": last_validation,
+            "log": str(work.train_log)}
+
+
+# ---------------------------------------------------------------- held-out validation and data warnings
+
+def _held_out(cfg: Config, work: WorkDir, shards: list[Path], runtime: Runtime) -> tuple[list[Path], list[str]]:
+    """(the shards to train on, the held-out validation videos); see videobert/validation.py."""
+    kept, videos = split_shards(cfg, work, shards, write=runtime.main)
+    if runtime.distributed and videos:
+        dist.barrier()
+    return kept, videos
+
+
+def _validation_set(cfg: Config, run: Run, align_shards: list[Path], videos: list[str]) -> ValidationSet | None:
+    if not videos:
+        return None
+    layout = run.model.layout
+    return ValidationSet.build(read_validation_videos(align_shards, layout, videos), layout,
+                               replacement_text_ids(load_tokenizer(cfg.align.tokenizer)),
+                               DataParams.from_config(cfg.train), cfg.train.seed)
+
+
+def _validate(run: Run, validation: ValidationSet, step: int, cfg: Config, runtime: Runtime, log_file,
+              quiet: bool) -> dict:
+    """The held-out metrics (the same on every rank), logged by rank 0."""
+    record = validate(run.model, validation, step, run.data_shape["micro_batch"], runtime.device,
+                      lambda: autocast(runtime.device, cfg.train.precision), runtime.rank, runtime.world_size)
+    if log_file is not None:
+        log_file.write(json.dumps(record) + "\n")
+        if not quiet:
+            print(f"[train] {format_validation(record)}", file=sys.stderr)
+    return record
+
+
+def _start_warnings(cfg: Config, runtime: Runtime, shards: list[Path], quiet: bool) -> list[str]:
+    """Where the training data cannot teach (videobert/data_checks.py): printed once, by rank 0."""
+    if not runtime.main:
+        return []
+    from videobert.data_checks import data_warnings
+
+    t = cfg.train
+    warnings = data_warnings(shards, t.batch_size, t.regime_weights, t.regime_mix)
+    if not quiet:
+        for warning in warnings:
+            print(f"[train] warning: {warning}", file=sys.stderr)
+    return warnings

@@ -26,7 +26,8 @@ show you how to [MASK] the [MASK]"); the verb is read at the first [MASK], the n
   mantissa) words a few hundredths of a logit apart tie.
 
 Segments: the align shards' (eval.segments: align), or the annotated spans of a YouCook II annotations file
-(videobert/youcook2.py). Writes DIR/eval/zero_shot.json (the report) and zero_shot_predictions.parquet
+(videobert/youcook2.py); `eval.videos: validation` keeps those of the videos the checkpoint never trained on
+(train.validation_videos, recorded in the checkpoint), and their labels only. Writes DIR/eval/zero_shot.json (the report) and zero_shot_predictions.parquet
 (per segment and ranking: the top-5 words and their log-probabilities, and the labels)."""
 
 from __future__ import annotations
@@ -310,11 +311,26 @@ def initial_model(ev: Evaluator):
 # ---------------------------------------------------------------- segments
 
 def evaluation_segments(ev: Evaluator, cfg: Config):
-    """(segment, extra) of what is evaluated: the align shards' segments, or the annotated spans."""
+    """(segment, extra) of what is evaluated: the align shards' segments, or the annotated spans; with
+    eval.videos: validation only those of the checkpoint's held-out videos."""
     if cfg.eval.segments == "align":
-        return ev.segments(ev.work_dir)
-    from videobert import youcook2
-    return youcook2.annotated_segments(cfg, ev.work_dir, ev.layout, ev.info.get("codebook_sha256"))
+        segments = ev.segments(ev.work_dir)
+    else:
+        from videobert import youcook2
+        segments = youcook2.annotated_segments(cfg, ev.work_dir, ev.layout, ev.info.get("codebook_sha256"))
+    if cfg.eval.videos == "all":
+        return segments
+    held_out = set(validation_videos(ev))
+    return ((segment, extra) for segment, extra in segments if segment.video_id in held_out)
+
+
+def validation_videos(ev: Evaluator) -> list[str]:
+    """The videos the checkpoint was never trained on (train.validation_videos)."""
+    videos = ev.info.get("validation_videos") or []
+    if not videos:
+        raise ValueError(f"eval.videos validation: {ev.path} was trained without held-out videos "
+                         f"(train.validation_videos 0)")
+    return list(videos)
 
 
 # ---------------------------------------------------------------- the run
@@ -326,6 +342,9 @@ def zero_shot(cfg: Config, work_dir: Path, checkpoint: str | Path | None = None,
     verbs, nouns = read_word_list(e.verbs, "eval.verbs"), read_word_list(e.nouns, "eval.nouns")
     labels = read_labels(e.labels) if e.labels else None
     ev = Evaluator(cfg, work_dir, checkpoint)
+    if labels is not None and e.videos == "validation":
+        held_out = set(validation_videos(ev))
+        labels = {key: value for key, value in labels.items() if key[0] in held_out}
     open_vocabulary = "open" in e.rankings
     verb_candidates, verb_split = make_candidates(ev.tokenizer, verbs, open_vocabulary)
     noun_candidates, noun_split = make_candidates(ev.tokenizer, nouns, open_vocabulary)
@@ -375,14 +394,14 @@ def zero_shot(cfg: Config, work_dir: Path, checkpoint: str | Path | None = None,
         for part in PARTS:
             fields += [(f"{part}_top5_{mode}", pa.list_(pa.string())), (f"{part}_scores_{mode}", pa.list_(pa.float32()))]
     how = {"template": e.zero_shot_template, "rankings": ",".join(e.rankings), "precision": "float32",
-           "segments": e.segments, "scoring": "sum of the pieces' log-probabilities (text vocabulary), one [MASK] "
+           "segments": e.segments, "videos": e.videos, "scoring": "sum of the pieces' log-probabilities (text vocabulary), one [MASK] "
                                               "per piece", "labels": str(e.labels)}
     storage.write_parquet(predictions_path, pa.Table.from_pylist(records, schema=pa.schema(fields)),
                           Provenance(codebook_sha256=ev.info.get("codebook_sha256"), extra=dict(ev.provenance(), **how)))
     split = [dict(item, slot="verb") for item in verb_split] + [dict(item, slot="noun") for item in noun_split]
     report = {"checkpoint": str(ev.path), "step": ev.info.get("step"), "template": e.zero_shot_template,
               "init_checkpoint": ev.info.get("init_checkpoint"), "precision": "float32",
-              "segment_source": e.segments, "rankings": list(e.rankings),
+              "segment_source": e.segments, "rankings": list(e.rankings), "videos": e.videos,
               "verbs": len(verbs), "nouns": len(nouns),
               "candidates": {mode: {part: len(slots[part].words) if mode == "open" else len(slots[part].closed)
                                     for part in PARTS} for mode in e.rankings},
