@@ -7,7 +7,7 @@ WORK   ?= work
 INPUT  ?= samples
 ARGS   ?=
 STAMP  := $(VENV)/.installed
-RUN    := $(PY) -m pipeline
+RUN    := $(VENV)/bin/videobert   # the console command `make install` puts in .venv (= $(PY) -m pipeline)
 
 .PHONY: install test demo youcook2 pipeline samples clean \
         manifest decode features kmeans quantize asr align validate summary card status train eval codebook-info \

@@ -53,8 +53,13 @@ def _shard_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ray-address", help="Ray cluster address ('auto' joins a running one)")
 
 
+def _program_name() -> str:
+    """How the user called it: the console command (`videobert`) or `python -m pipeline`."""
+    return "videobert" if sys.argv and Path(sys.argv[0]).name == "videobert" else "python -m pipeline"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m pipeline", description=__doc__,
+    parser = argparse.ArgumentParser(prog=_program_name(), description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
 
@@ -199,6 +204,7 @@ def run_stage(args, cfg) -> int:
     for note in runner.prepare_stage(cfg, args.work_dir, args.command):
         print(f"  {note}", file=sys.stderr)
     shards = executors.select_shards(Lineage(args.work_dir).manifest_shards(), args.shard, args.num_shards)
+    _preflight(args, cfg, shards)
     executor = executors.make_executor(cfg, args.executor, args.workers, args.ray_address)
     started = time.time()
     results = executor.run_shards(args.work_dir, args.command, shards, force=args.force, quiet=args.quiet)
@@ -212,6 +218,22 @@ def run_stage(args, cfg) -> int:
               f"--work-dir {args.work_dir}", file=sys.stderr)
         return EXIT_TOO_MANY_FAILED
     return EXIT_OK
+
+
+def _preflight(args, cfg, shards: list[int]) -> None:
+    """Before the first shard: what the stage needs (weights, models, the hub) is there, unless every
+    selected shard is current already. Raises preflight.PreflightError (one line)."""
+    from pipeline import preflight
+    from pipeline.lineage import Lineage
+    checker = Lineage(args.work_dir, cfg)
+    stages = (args.command, *registry.stage(args.command).also_makes)
+    if not any(args.force or not checker.state(stage, shard).current for stage in stages for shard in shards):
+        return
+    speech_needed = True
+    if args.command == "asr":
+        from pipeline.manifest import read_manifest
+        speech_needed = not all(read_manifest(args.work_dir, columns=["transcript_uri"])["transcript_uri"].to_pylist())
+    preflight.check_stage(cfg, args.command, speech_needed=speech_needed)
 
 
 # ---------------------------------------------------------------- commands
@@ -249,7 +271,11 @@ def run_kmeans(args, cfg) -> int:
 
 
 def run_train(args, cfg) -> int:
+    from pipeline import preflight
     from videobert import train
+    from pipeline.workdir import WorkDir
+    if args.restart or not any(WorkDir(args.work_dir).checkpoints.glob("*")):   # a resumed run loads its own
+        preflight.check_stage(cfg, "train")
     stats = train.train(cfg, args.work_dir, resume=args.resume, restart=args.restart, quiet=args.quiet)
     print(json.dumps(stats, indent=2, default=str), file=sys.stderr)
     return EXIT_OK
@@ -364,6 +390,29 @@ COMMANDS = {"manifest": run_manifest, "kmeans": run_kmeans, "train": run_train, 
             "validate": run_validate, **{name: run_stage for name in registry.SHARD_STAGES}}
 
 
+# the commands that take no config (card, errors): the work dir's remembered config is neither read nor written
+CONFIGLESS_COMMANDS = {"card", "errors"}
+
+
+def _command_config(args):
+    """The config the command runs with: --config and --set, or without --config the work dir's remembered
+    config with --set on top; the notes about it (which one, what differs from the remembered) printed."""
+    from pipeline import remembered
+    if args.command in CONFIGLESS_COMMANDS:
+        return load_config(None, [])
+    cfg, notes = remembered.resolve(args, writes=args.command in WRITING_COMMANDS)
+    for note in notes:
+        if not (args.quiet and note.startswith("config: this work dir's")):
+            print(note, file=sys.stderr)
+    return cfg
+
+
+def _remember_config(args, cfg) -> None:
+    if args.command not in CONFIGLESS_COMMANDS:
+        from pipeline import remembered
+        remembered.record(args.work_dir, cfg, args.command)
+
+
 def dispatch(args, cfg) -> int:
     return COMMANDS.get(args.command, run_tool)(args, cfg)
 
@@ -372,6 +421,7 @@ def main(argv: list[str] | None = None) -> int:
     from pipeline import storage
     from pipeline.lineage import CorruptFile, InputNotReady
     from pipeline.manifest import ManifestError, NoVideos
+    from pipeline.preflight import PreflightError
     from pipeline.workdir import LayoutError, WorkDir
     from schemas.codebook import CorruptCodebook
 
@@ -389,7 +439,7 @@ def main(argv: list[str] | None = None) -> int:
             print("validate: give the work dir (python -m pipeline validate --work-dir DIR)", file=sys.stderr)
             return EXIT_USAGE
     try:
-        cfg = load_config(args.config, args.set)
+        cfg = _command_config(args)
     except ConfigError as error:
         print(error, file=sys.stderr)
         return EXIT_USAGE
@@ -398,10 +448,16 @@ def main(argv: list[str] | None = None) -> int:
             WorkDir(args.work_dir).check_layout()
         if args.command in WRITING_COMMANDS:
             WorkDir(args.work_dir).check_writable()
-        return dispatch(args, cfg)
+        code = dispatch(args, cfg)
+        if args.command in WRITING_COMMANDS and code != EXIT_USAGE:
+            _remember_config(args, cfg)   # what its outputs were made with (a refused config is not)
+        return code
     except NoVideos as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_TOO_MANY_FAILED
+    except PreflightError as error:
+        print(f"{args.command}: cannot start: {error}", file=sys.stderr)
+        return EXIT_USAGE
     except (InputNotReady, CorruptFile, CorruptCodebook, storage.UnreadableFile, LayoutError, ManifestError) as error:
         print(f"{args.command}: cannot run: {error}", file=sys.stderr)
         return EXIT_FAILED

@@ -418,8 +418,10 @@ def _apply_override(data: dict, assignment: str) -> None:
     node[parts[-1]] = value
 
 
-def load_config(path: str | Path | None = None, overrides: list[str] = ()) -> Config:
-    data = {} if path is None else _read_config_file(path)
+def load_config(path: str | Path | None = None, overrides: list[str] = (), base: dict | None = None) -> Config:
+    """`base`: the values to start from instead of the defaults when no file is given (a work dir's
+    remembered config, pipeline/remembered.py)."""
+    data = (json.loads(json.dumps(base)) if base else {}) if path is None else _read_config_file(path)
     for assignment in overrides:
         _apply_override(data, assignment)
     cfg = _build(Config, data, "")

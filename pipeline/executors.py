@@ -56,7 +56,10 @@ class LocalExecutor:
         # would overwrite each other), an in-process shard also shows its own bar of videos
         with Progress(total=len(shards), unit="shards", desc=stage, quiet=quiet) as progress:
             def done(stats: dict) -> None:
-                ran = not (stats.get("skipped") or stats.get("failed") or stats.get("blocked"))
+                if stats.get("failed") or stats.get("blocked"):
+                    progress.fail(1)   # a crashed shard is never counted as done
+                    return
+                ran = not stats.get("skipped")
                 progress.update(1, videos=stats.get("videos", 0) if ran else 0,
                                 clips=stats.get("clips", 0) if ran else 0)
 
