@@ -243,6 +243,9 @@ class EvalConfig:
 @dataclass
 class Config:
     seed: int = 0                       # in [0, MAX_SEED]: random S3D weights, the ASR backends' sampling
+    # the input videos' licence, as the dataset card's `license:` (an identifier: cc-by-4.0, apache-2.0,
+    # other, ...); shapes no output, so changing it redoes nothing
+    license: str = "unknown"
     shards: ShardsConfig = field(default_factory=ShardsConfig)
     executor: ExecutorConfig = field(default_factory=ExecutorConfig)
     decode: DecodeConfig = field(default_factory=DecodeConfig)
@@ -318,7 +321,7 @@ def _build(cls, data: dict, prefix: str):
     names = {f.name for f in dataclasses.fields(cls)}
     for key in data:
         if key not in names:
-            raise ConfigError(f"config error: unknown key {_shown(f'{prefix}{key}')}")
+            raise ConfigError(f"config error: unknown key {_shown(f'{prefix}{key}')}{_near_miss(key, names, prefix)}")
     kwargs = {}
     defaults = cls()
     for name in names:
@@ -335,6 +338,13 @@ def _build(cls, data: dict, prefix: str):
                 # a mapping overrides its defaults key by key: readers find every key
                 kwargs[name] = _merged(getattr(defaults, name), kwargs[name])
     return cls(**kwargs)
+
+
+def _near_miss(key, names: set[str], prefix: str) -> str:
+    """"; did you mean decode.fps?" for a key one typo away from a real one ("" when none is close)."""
+    import difflib
+    close = difflib.get_close_matches(str(key), sorted(names), n=1, cutoff=0.6)
+    return f"; did you mean {prefix}{close[0]}?" if close else ""
 
 
 def _merged(default: dict, given: dict) -> dict:

@@ -38,9 +38,16 @@ def default_workers(cfg: Config) -> int:
     return cfg.executor.workers or os.cpu_count() or 1
 
 
+def _ignore_interrupts() -> None:
+    """In a pool worker: Ctrl-C is the parent's to handle (it ends the workers, without their tracebacks)."""
+    import signal
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def _spawn_pool(workers: int) -> ProcessPoolExecutor:
     # spawn, not fork: torch, faiss and FFmpeg keep threads that a forked child must not inherit
-    return ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
+    return ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
+                               initializer=_ignore_interrupts)
 
 
 class LocalExecutor:

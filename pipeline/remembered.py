@@ -104,11 +104,12 @@ def resolve(args, writes: bool) -> tuple[Config, list[str]]:
     config is the base (its --set values on top); the defaults only where it remembers none."""
     old = remembered(getattr(args, "work_dir", None)) if args.config is not None or args.set or writes else None
     if args.config is None and old is not None:
-        try:
-            cfg = load_config(None, args.set, base=old)
+        try:   # the remembered config alone (a version that renamed a key may not read it)
+            load_config(None, [], base=old)
         except ConfigError as error:
             raise ConfigError(f"{error} (in the config {WorkDir(args.work_dir).remembered_config} remembers; "
                               f"give --config to use another)") from None
+        cfg = load_config(None, args.set, base=old)
         notes = [f"config: this work dir's ({WorkDir(args.work_dir).remembered_config}, the last one used here; "
                  f"--config FILE to use another)"]
     else:

