@@ -7,7 +7,8 @@ WORK   ?= work
 INPUT  ?= samples
 ARGS   ?=
 STAMP  := $(VENV)/.installed
-RUN    := $(PY) -m pipeline
+# the console command `make install` puts in .venv (the same as $(PY) -m pipeline)
+RUN    := $(VENV)/bin/videobert
 
 .PHONY: install test demo youcook2 pipeline samples clean \
         manifest decode features kmeans quantize asr align validate summary card status train eval codebook-info \

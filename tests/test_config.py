@@ -68,7 +68,7 @@ def test_cli_stops_at_load_with_one_line(tmp_path):
     result = subprocess.run([sys.executable, "-m", "pipeline", "decode", "--config", str(bad),
                              "--work-dir", str(tmp_path / "w")], capture_output=True, text=True, cwd=REPO)
     assert result.returncode == 2
-    assert result.stderr.strip() == "config error: unknown key decode.clip_frame"
+    assert result.stderr.strip() == "config error: unknown key decode.clip_frame; did you mean decode.clip_frames?"
 
 
 def _refused(path=None, overrides=()) -> str:

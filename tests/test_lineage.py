@@ -344,7 +344,8 @@ def test_a_crashed_shard_is_recorded_shown_by_status_and_errors_and_cleared_by_a
     assert "Traceback" in failure["traceback"] and failure["error"].startswith("ValueError: features part 1")
     status = cli_output(capsys, "status", "--work-dir", work)
     assert "quantize part 00001 failed: ValueError: features part 1 has feature provenance another-model" in status
-    errors = cli_output(capsys, "errors", "--work-dir", work)
+    assert cli.main(["errors", "--work-dir", str(work)]) == 1   # a crashed shard: the run is not done
+    errors = capsys.readouterr().out
     assert "1 shard(s) crashed" in errors.splitlines()[0]
     assert "quantize  part 00001  (whole shard)  ValueError: features part 1 has feature provenance" in errors
 

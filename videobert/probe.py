@@ -113,7 +113,9 @@ def linear_probe(cfg: Config, work_dir: Path, quiet: bool = False) -> dict:
     """Train and test the probe; returns the report written to DIR/eval/linear_probe.json."""
     e = cfg.eval
     if not e.labels:
-        raise ValueError("eval.labels is not set: the linear probe is supervised")
+        from pipeline.config import ConfigError
+        raise ConfigError("config error: eval.labels is not set: the linear probe is supervised "
+                          "(--set eval.labels=FILE)")
     lists = {"verb": read_word_list(e.verbs, "eval.verbs"), "noun": read_word_list(e.nouns, "eval.nouns")}
     labels = read_labels(e.labels)
     spans, train_keys, test_keys = _split(cfg, work_dir)

