@@ -1025,16 +1025,18 @@ def test_filter_config_mistakes_stop_at_load_in_one_line(override, key):
 
 
 def test_the_filter_marks_what_whisper_invents_on_generated_noise(tmp_path):
-    """10 s of faint white noise (-80 dBFS), made here, without the voice-activity filter: Whisper base
-    writes "You" (word probability 0.05, no-speech probability 0.75, measured). Its language is unsure
-    (0.34), so the sentence is not_speech_language; with English claimed by asr.language, its own signals
-    reject it as no_speech; unfiltered it would be kept."""
+    """10 s of faint white noise (-80 dBFS), made here, without the voice-activity filter. With the language
+    detected, Whisper base writes "You" with MKL's AMX kernels and nothing with its AVX-512 ones (the tests
+    pin those: tests/conftest.py); either way the language is unsure (0.34), so whatever it writes is
+    not_speech_language. With English claimed by asr.language it writes "You" with both kernels (word
+    probability 0.05, no-speech probability 0.75, measured), which its own signals reject as no_speech;
+    unfiltered it would be kept."""
     noise = 1e-4 * np.random.default_rng(0).standard_normal(10 * SAMPLE_RATE)
     path = write_audio(tmp_path / "noise.flac", noise[None].astype(np.float32), SAMPLE_RATE, "mono", codec="flac")
     no_vad = backends.FasterWhisperBackend(AsrConfig(vad=False))
     row = recognise(no_vad, path)
-    assert row["sentences"] and row["speech_s"] is None and row["language"] is None
-    assert {s["rejected"] for s in row["sentences"]} == {"not_speech_language"}
+    assert row["speech_s"] is None and row["language"] is None
+    assert {s["rejected"] for s in row["sentences"]} <= {"not_speech_language"}
     english = backends.FasterWhisperBackend(AsrConfig(vad=False, language="en"))
     row = recognise(english, path)
     assert row["sentences"] and row["language"] == "en"
