@@ -615,7 +615,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{args.command}: cannot run: {error}", file=sys.stderr)
         if isinstance(error, InputNotReady) and getattr(args, "config_differs", False):
             print("  (the config given differs from the one this work dir's outputs were made with, named "
-                  f"above: leave out --config and --set to go on with that one)", file=sys.stderr)
+                  "above: leave out --config and --set to go on with that one)", file=sys.stderr)
         return EXIT_FAILED
     except (FileExistsError, ValueError) as error:
         print(f"{args.command}: error: {error}", file=sys.stderr)
