@@ -575,6 +575,10 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as error:
         print(error, file=sys.stderr)
         return EXIT_USAGE
+    except storage.remote_error_types() as error:   # the remembered config sits on an unreachable store
+        line = storage.remote_error_line(error, args.work_dir, getattr(args, "input", None))
+        print(f"{args.command}: error: {line}", file=sys.stderr)
+        return EXIT_FAILED
     blocker = _file_in_the_way(args.work_dir)
     if blocker is not None:
         print(f"{args.command}: --work-dir {args.work_dir}: {blocker} is a file, not a folder: give a folder "

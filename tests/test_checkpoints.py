@@ -244,11 +244,19 @@ def test_a_second_train_on_the_same_work_dir_is_refused(tmp_path, tokenizer, cap
 
 def test_restart_with_a_bad_init_checkpoint_keeps_the_run(two_checkpoints, capsys):
     work_dir, folders = two_checkpoints
+    # a folder that holds no BERT checkpoint: refused when the model is built, before anything moves
     missing = work_dir / "no-such-bert"
+    missing.mkdir()
     code, lines = run_cli(capsys, work_dir, "--restart", extra=(f"train.init_checkpoint={missing}",))
     assert code == 2 and len(lines) == 1, lines
-    assert lines[0].startswith(f"config error: train.init_checkpoint '{missing}': cannot load a BERT checkpoint")
+    assert lines[0].startswith(f"train: config error: train.init_checkpoint '{missing}': cannot load a BERT checkpoint")
     assert "::" not in lines[0]
+    assert sorted(WorkDir(work_dir).checkpoints.glob("step-*")) == folders
+    # a path that does not exist: refused by the preflight, before anything moves
+    missing.rmdir()
+    code, lines = run_cli(capsys, work_dir, "--restart", extra=(f"train.init_checkpoint={missing}",))
+    assert code == 2 and len(lines) == 1, lines
+    assert lines[0].startswith(f"train: cannot start: train.init_checkpoint: {missing} not found"), lines
     assert sorted(WorkDir(work_dir).checkpoints.glob("step-*")) == folders
     assert not (WorkDir(work_dir).state / "replaced").exists()
     # a subset larger than the videos there are: a config error too, found before anything moves

@@ -352,6 +352,7 @@ def test_a_ray_driver_leaves_the_gpus_to_its_workers(tmp_path, capsys, monkeypat
     _gpus(monkeypatch, 0)
     ran = []
     monkeypatch.setattr(cli, "dispatch", lambda args, cfg: ran.append(cfg.features.device) or 0)   # not run here
+    (tmp_path / "w").mkdir()
     assert cli.main(["features", "--work-dir", str(tmp_path / "w"), "--executor", "ray", "--set",
                      "features.device=cuda"]) == 0
     assert ran == ["cuda"]
