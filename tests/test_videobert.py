@@ -506,3 +506,15 @@ def test_learns_what_held_out_videos_show(tmp_path, tokenizer):
     closed = report["results"]["closed"]
     gains = [closed["videobert"][part]["top1"] - closed["text_only_prior"][part]["top1"] for part in ("verb", "noun")]
     assert max(gains) > 0.3 and min(gains) > 0.1           # 0.41 and 0.20 measured
+
+
+def test_validation_without_negatives_claims_no_alignment_accuracy(tmp_path, tokenizer):
+    """One held-out video and negatives only from other videos: its examples hold positives only, so an
+    alignment accuracy would be the share predicted aligned, not a skill; it is null, as the AUC."""
+    write_synthetic(tmp_path, tokenizer, videos=4, videos_per_shard=2)
+    train(config(tmp_path, "train.validation_videos=1", "train.validation_every=2", "train.max_steps=2",
+                 "train.negative_same_video_share=0"), tmp_path, quiet=True)
+    lines = [json.loads(line) for line in (tmp_path / "train" / "log.jsonl").read_text().splitlines()]
+    record = [r for r in lines if r["event"] == "validation"][-1]
+    assert record["videos"] == 1 and record["alignment_loss"] > 0
+    assert record["alignment_acc"] is None and record["alignment_auc"] is None

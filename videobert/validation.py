@@ -197,6 +197,8 @@ def validate(model, validation: ValidationSet, step: int, batch_size: int, devic
         record[f"{prefix}_acc"] = correct / count if count else None
     auc = roc_auc(np.asarray(scores, dtype=np.float64), np.asarray(labels, dtype=bool))
     record["alignment_auc"] = auc
+    if auc is None:   # positives only (held-out videos too few or short for a negative): no accuracy to tell
+        record["alignment_acc"] = None
     return record
 
 
@@ -204,7 +206,9 @@ def format_validation(record: dict) -> str:
     parts = [f"validation at step {record['step']} on {record['videos']} held-out video(s)"]
     for name, prefix in METRIC_PREFIXES.items():
         if record[f"{prefix}_loss"] is not None:
-            parts.append(f"{name} {record[f'{prefix}_loss']:.3f} (acc {record[f'{prefix}_acc']:.3f})")
+            accuracy = record[f"{prefix}_acc"]
+            parts.append(f"{name} {record[f'{prefix}_loss']:.3f}"
+                         + (f" (acc {accuracy:.3f})" if accuracy is not None else " (no negatives: no accuracy)"))
     if record["alignment_auc"] is not None:
         parts.append(f"alignment AUC {record['alignment_auc']:.3f}")
     return " | ".join(parts)
