@@ -68,6 +68,14 @@ def make_video(path: Path, *, duration_s: float = 3.0, fps: float = 25.0, width:
     return path
 
 
+def one_clip_videos(folder: Path, count: int) -> Path:
+    """`count` small videos v0.mp4, v1.mp4, ... of one clip each (1.6 s at 25 fps), in a new `folder`."""
+    folder.mkdir()
+    for index in range(count):
+        make_video(folder / f"v{index}.mp4", duration_s=1.6, fps=25, width=64, height=48)
+    return folder
+
+
 def make_audio_only(path: Path, duration_s: float = 2.0) -> Path:
     with av.open(str(path), "w") as container:
         stream = container.add_stream("aac", rate=16000)

@@ -33,6 +33,15 @@ VIDEOS = {  # video: (shard, clips, language, sentences)
 }
 
 
+def _write_upstream(work: Path, shard: int, tokens: list[dict], asr: list[dict], codebook_sha256: str) -> None:
+    """A quantize and an asr part made by hand, on the codebook of gallery_factory.make_codebook()."""
+    write_part(work, "quantize", shard, pa.Table.from_pylist(tokens, schema=schemas.QUANTIZE.arrow),
+               schemas.QUANTIZE, record={"clips": len(tokens)}, codebook_sha256=codebook_sha256, codebook_depth=2,
+               codebook_k=3, visual_vocab_size=9, feature_provenance_hash=gallery_factory.PROVENANCE_HASH)
+    write_part(work, "asr", shard, pa.Table.from_pylist(asr, schema=schemas.ASR.arrow), schemas.ASR,
+               record={"videos": len(asr)})
+
+
 def _align(work: Path, settings=SETTINGS, force=False) -> None:
     cfg = load_config(None, settings)
     for shard in (0, 1):
@@ -57,11 +66,7 @@ def work(tmp_path_factory):
             asr.append({"video_id": video, "status": "ok" if language else "no_audio", "source": "test",
                         "language": language, "language_prob": 0.9, "audio_s": 1.5 * clips, "words": [],
                         "sentences": [{"text": text, "start_s": start, "end_s": end} for text, start, end in sentences]})
-        write_part(work, "quantize", shard, pa.Table.from_pylist(tokens, schema=schemas.QUANTIZE.arrow),
-                   schemas.QUANTIZE, record={"clips": len(tokens)}, codebook_sha256=sha, codebook_depth=2,
-                   codebook_k=3, visual_vocab_size=9, feature_provenance_hash=gallery_factory.PROVENANCE_HASH)
-        write_part(work, "asr", shard, pa.Table.from_pylist(asr, schema=schemas.ASR.arrow), schemas.ASR,
-                   record={"videos": len(asr)})
+        _write_upstream(work, shard, tokens, asr, sha)
     _align(work)
     return work
 
@@ -229,11 +234,7 @@ def test_a_shard_with_no_rows_leaves_the_folder_readable_in_every_reader(tmp_pat
         asr = [{"video_id": "cook-en", "status": "ok", "source": "test", "language": "en", "language_prob": 0.9,
                 "audio_s": 12.0, "words": [], "sentences": [{"text": "Chop the onion.", "start_s": 1.5,
                                                              "end_s": 4.4}]}] if clips else []
-        write_part(work, "quantize", shard, pa.Table.from_pylist(tokens, schema=schemas.QUANTIZE.arrow),
-                   schemas.QUANTIZE, record={"clips": len(tokens)}, codebook_sha256=sha, codebook_depth=2,
-                   codebook_k=3, visual_vocab_size=9, feature_provenance_hash=gallery_factory.PROVENANCE_HASH)
-        write_part(work, "asr", shard, pa.Table.from_pylist(asr, schema=schemas.ASR.arrow), schemas.ASR,
-                   record={"videos": len(asr)})
+        _write_upstream(work, shard, tokens, asr, sha)
     _align(work)
     folder = WorkDir(work).data_folder("align")
     empty = pq.ParquetFile(folder / "part-00001.parquet")

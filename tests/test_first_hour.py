@@ -10,7 +10,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from media_factory import make_video
+from media_factory import make_video, one_clip_videos
 
 from pipeline import cli, remembered
 from pipeline.config import load_config
@@ -44,11 +44,7 @@ def test_the_console_command_names_itself_in_its_help(monkeypatch, capsys):
 
 @pytest.fixture
 def videos(tmp_path):
-    folder = tmp_path / "videos"
-    folder.mkdir()
-    for index in range(3):
-        make_video(folder / f"v{index}.mp4", duration_s=1.6, fps=25, width=64, height=48)
-    return folder
+    return one_clip_videos(tmp_path / "videos", 3)
 
 
 def test_a_later_command_without_config_uses_the_remembered_one_and_its_set_values(tmp_path, videos, capsys):

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from kmeans_factory import make_work_dir, planted_hierarchy
-from media_factory import make_video
+from media_factory import make_video, one_clip_videos
 from work_factory import write_part
 
 import schemas
@@ -42,11 +42,7 @@ def flip_a_byte(path, offset_from_end: int | None = None) -> None:
 
 @pytest.fixture
 def videos(tmp_path):
-    folder = tmp_path / "videos"
-    folder.mkdir()
-    for index in range(4):
-        make_video(folder / f"v{index}.mp4", duration_s=1.6, fps=25, width=64, height=48)
-    return folder
+    return one_clip_videos(tmp_path / "videos", 4)
 
 
 def decode_keys(work) -> list[str]:

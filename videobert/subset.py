@@ -36,26 +36,42 @@ def subset_shards(cfg: Config, work_dir, shards: list[Path], *, write: bool = Tr
     count = cfg.train.subset_videos
     if not count:
         return shards
-    tables = [storage.read_table(path) for path in shards]
-    chosen = choose_videos([v for table in tables for v in table["video_id"].to_pylist()], count,
-                           cfg.train.subset_seed)
-    folder = WorkDir(work_dir).train_folder / "subset"
+    chosen = choose_videos(shard_video_ids(shards), count, cfg.train.subset_seed)
+    return write_video_rows(shards, WorkDir(work_dir).train_folder / "subset", chosen, keep=True,
+                            source_key="subset_of", write=write,
+                            extra={"subset_videos": str(count), "subset_seed": str(cfg.train.subset_seed)},
+                            summary={"subset_videos": count, "subset_seed": cfg.train.subset_seed, "videos": chosen})
+
+
+def shard_video_ids(shards: list[Path]) -> list[str]:
+    """Every row's video id of `shards`, in order."""
+    return [v for path in shards for v in storage.read_table(path, columns=["video_id"])["video_id"].to_pylist()]
+
+
+def write_video_rows(shards: list[Path], folder: Path, videos: list[str], *, keep: bool, source_key: str,
+                     extra: dict[str, str], summary: dict, write: bool) -> list[Path]:
+    """The rows of `shards` whose video is (`keep`) or is not (not `keep`) one of `videos`, as shards of the
+    same names in `folder`: their provenance kept, with `extra` and `source_key` naming the shard they came
+    from. Shards left empty are not written; when `write` (one rank only) stale shards are removed and
+    folder/videos.json holds `summary` and the shards' names. Returns the shards' paths."""
+    value_set = pa.array(videos, type=pa.string())
     kept_paths = []
-    for path, table in zip(shards, tables):
-        kept = table.filter(pc.is_in(table["video_id"], value_set=pa.array(chosen)))
+    for path in shards:
+        table = storage.read_table(path)
+        member = pc.is_in(table["video_id"], value_set=value_set)
+        kept = table.filter(member if keep else pc.invert(member))
         if kept.num_rows == 0:
             continue
         target = folder / path.name
         if write:
             provenance = storage.read_metadata(path)
             storage.write_parquet(target, kept, provenance.merged(extra=dict(
-                provenance.extra, subset_of=str(path), subset_videos=str(count), subset_seed=str(cfg.train.subset_seed))))
+                provenance.extra, **{source_key: str(path)}, **extra)))
         kept_paths.append(target)
-    if write:
+    if write and kept_paths:
         for stale in set(folder.glob("part-*.parquet")) - set(kept_paths):
             stale.unlink()
-        storage.atomic_write_json(folder / "videos.json", {"subset_videos": count, "subset_seed": cfg.train.subset_seed,
-                                                           "videos": chosen, "shards": [p.name for p in kept_paths]})
+        storage.atomic_write_json(folder / "videos.json", {**summary, "shards": [p.name for p in kept_paths]})
     return kept_paths
 
 

@@ -23,16 +23,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
 import torch
 import torch.distributed as dist
 
-from pipeline import storage
 from videobert.data import (ALIGNED, EMPTY, IGNORE, NOT_ALIGNED, REGIMES, TEXT, TEXT_VIDEO, VIDEO, DataParams, Plan,
                             Unit, Video, VocabLayout, build_example, collate, read_videos, runs)
 from videobert.metrics import METRIC_PREFIXES, METRIC_ROWS, compute_losses
 from videobert.stream import negative_window
+from videobert.subset import shard_video_ids, write_video_rows
 
 MAX_UNITS = 4096
 FOLDER = "heldout"
@@ -65,29 +63,13 @@ def split_shards(cfg, work_dir, shards: list[Path], *, write: bool = True) -> tu
     spec = cfg.train.validation_videos
     if not spec:
         return shards, []
-    video_ids = [v for path in shards for v in storage.read_table(path, columns=["video_id"])["video_id"].to_pylist()]
-    chosen = choose_validation_videos(video_ids, spec, cfg.train.seed)
-    folder = WorkDir(work_dir).train_folder / FOLDER
-    kept_paths = []
-    for path in shards:
-        table = storage.read_table(path)
-        kept = table.filter(pc.invert(pc.is_in(table["video_id"], value_set=pa.array(chosen))))
-        if kept.num_rows == 0:
-            continue
-        target = folder / path.name
-        if write:
-            provenance = storage.read_metadata(path)
-            storage.write_parquet(target, kept, provenance.merged(extra=dict(
-                provenance.extra, heldout_of=str(path), validation_videos=f"{spec:g}", validation_seed=str(cfg.train.seed))))
-        kept_paths.append(target)
+    chosen = choose_validation_videos(shard_video_ids(shards), spec, cfg.train.seed)
+    kept_paths = write_video_rows(
+        shards, WorkDir(work_dir).train_folder / FOLDER, chosen, keep=False, source_key="heldout_of", write=write,
+        extra={"validation_videos": f"{spec:g}", "validation_seed": str(cfg.train.seed)},
+        summary={"validation_videos": chosen, "spec": spec, "seed": cfg.train.seed})
     if not kept_paths:
         raise ValueError("train.validation_videos leaves no segment to train on")
-    if write:
-        for stale in set(folder.glob("part-*.parquet")) - set(kept_paths):
-            stale.unlink()
-        storage.atomic_write_json(folder / "videos.json", {"validation_videos": chosen, "spec": spec,
-                                                           "seed": cfg.train.seed,
-                                                           "shards": [p.name for p in kept_paths]})
     return kept_paths, chosen
 
 
