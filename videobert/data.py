@@ -1,6 +1,6 @@
 """Training data: the plans of videobert/stream.py made into masked VideoBERT examples and batches.
 
-Vocabulary layout (`VocabLayout`): the text WordPiece ids unchanged, then the k**d visual words, then `[>]`.
+Vocabulary layout: videobert/vocab.py (`VocabLayout`).  What shapes the examples: `stream.DataParams`.
 
 Three kinds of examples, mixed by `train.regime_weights` (`train.regime_mix`, see stream.PlanStream._regime):
     text        [CLS] text [SEP]                          masked LM
@@ -26,8 +26,6 @@ worker w serves the stream whose turn is b + w."""
 from __future__ import annotations
 
 import itertools
-import math
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterator
 
@@ -36,74 +34,9 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from videobert.stream import (  # noqa: F401  (re-exported: the data layer's names in one place)
-    ALIGNED, EMPTY, IGNORE, NOT_ALIGNED, REGIMES, TEXT, TEXT_VIDEO, VIDEO, Plan, PlanStream, Segment, Unit, Video,
-    read_segments, read_videos, runs, stream_shards, training_shards)
-
-
-@dataclass(frozen=True)
-class VocabLayout:
-    text_vocab_size: int      # WordPiece ids keep their values: 0 .. text_vocab_size-1
-    num_visual: int           # visual word v has id text_vocab_size + v
-    cls_id: int
-    sep_id: int
-    mask_id: int
-    pad_id: int
-
-    @property
-    def visual_offset(self) -> int:
-        return self.text_vocab_size
-
-    @property
-    def visual_sep_id(self) -> int:
-        return self.text_vocab_size + self.num_visual
-
-    @property
-    def vocab_size(self) -> int:
-        return self.text_vocab_size + self.num_visual + 1
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_tokenizer(cls, tokenizer, num_visual: int) -> "VocabLayout":
-        return cls(text_vocab_size=len(tokenizer), num_visual=num_visual, cls_id=tokenizer.cls_token_id,
-                   sep_id=tokenizer.sep_token_id, mask_id=tokenizer.mask_token_id, pad_id=tokenizer.pad_token_id)
-
-
-def replacement_text_ids(tokenizer) -> np.ndarray:
-    """Ids a masked text token may be replaced with: ordinary word pieces, not [CLS], [unused7] and the like."""
-    vocab = tokenizer.get_vocab()
-    return np.array(sorted(i for token, i in vocab.items()
-                           if not (token.startswith("[") and token.endswith("]"))), dtype=np.int64)
-
-
-@dataclass(frozen=True)
-class DataParams:
-    max_len: int
-    mask_prob: float
-    regime_weights: tuple[float, float, float]    # in REGIMES order
-    regime_mix: str             # exact | natural (see PlanStream._regime)
-    negative_prob: float
-    negative_same_video_share: float
-    negative_min_gap: int       # clips between a same-video negative's window and the text's own span
-    concat_prob: float
-    max_concat: int
-    max_subsample_step: int
-    shuffle_buffer: int
-
-    @property
-    def min_tokens(self) -> int:
-        """Tokens a text-only or video-only example needs so that masking predicts at least one of them."""
-        return math.ceil(1 / self.mask_prob - 1e-9)
-
-    @classmethod
-    def from_config(cls, train_cfg) -> "DataParams":
-        t = train_cfg
-        return cls(max_len=t.max_len, mask_prob=t.mask_prob,
-                   regime_weights=tuple(float(t.regime_weights[name]) for name in REGIMES), regime_mix=t.regime_mix,
-                   negative_prob=t.negative_prob, negative_same_video_share=t.negative_same_video_share,
-                   negative_min_gap=t.negative_min_gap, concat_prob=t.concat_prob, max_concat=t.max_concat,
-                   max_subsample_step=t.max_subsample_step, shuffle_buffer=t.shuffle_buffer)
+    ALIGNED, EMPTY, IGNORE, NOT_ALIGNED, REGIMES, TEXT, TEXT_VIDEO, VIDEO, DataParams, Plan, PlanStream, Segment, Unit,
+    Video, read_segments, read_videos, runs, stream_shards, training_shards)
+from videobert.vocab import VocabLayout, replacement_text_ids  # noqa: F401  (re-exported)
 
 
 # ---------------------------------------------------------------- plans to tensors

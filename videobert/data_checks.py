@@ -1,4 +1,5 @@
-"""Warnings at train start where the training data cannot teach much: text repeated so often that a few
+"""Checks of the data a model reads. `require_codebook`: every part tokenised with the model's codebook.
+Warnings at train start where the training data cannot teach much: text repeated so often that a few
 sentences make most of the text examples, fewer segments than a batch, no text at all. They are printed
 once and recorded in the train log's start (and resume) record as `warnings`."""
 
@@ -12,6 +13,18 @@ from pipeline import storage
 
 FEW_SENTENCES = 5            # "the few most frequent sentences"
 REPEATED_SHARE = 0.5         # warn when they are at least this share of the segments with text
+
+
+def require_codebook(parts, codebook_sha256: str | None, against: str, error: type[Exception] = ValueError,
+                     advice: str = "") -> None:
+    """Refuse the first part made from another codebook than `codebook_sha256`: a model would read each of
+    its visual tokens as another word. `against` names the other side ("DIR/kmeans/... is", "the model was
+    trained with")."""
+    for path in parts:
+        made_with = storage.read_metadata(path).codebook_sha256
+        if made_with != codebook_sha256:
+            raise error(f"{path} was made from codebook {str(made_with)[:12]}, but {against} "
+                        f"{str(codebook_sha256)[:12]}{advice}")
 
 
 def text_example_share(weights: dict[str, float], regime_mix: str, text_share: float) -> float:

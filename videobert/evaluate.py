@@ -28,6 +28,7 @@ from pipeline.workdir import WorkDir
 from schemas.metadata import Provenance
 from videobert import checkpoints
 from videobert.data import VocabLayout, assemble, pad_examples, read_segments
+from videobert.data_checks import require_codebook
 from videobert.model import VideoBert
 from videobert.train import autocast, resolve_device
 
@@ -86,11 +87,7 @@ class Evaluator:
         shards = [path for _, path in Lineage(work).current_parts("align")]
         if not shards:
             raise FileNotFoundError(f"no current align shards in {work.data_folder('align')}: run the align stage")
-        for path in shards:
-            made_with = storage.read_metadata(path).codebook_sha256
-            if made_with != self.info.get("codebook_sha256"):
-                raise ValueError(f"{path} was made from codebook {str(made_with)[:12]}, but {self.path} was "
-                                 f"trained with {str(self.info.get('codebook_sha256'))[:12]}")
+        require_codebook(shards, self.info.get("codebook_sha256"), f"{self.path} was trained with")
         return shards
 
     def segments(self, work_dir):

@@ -27,7 +27,7 @@ from transformers.models.bert.modeling_bert import BertPredictionHeadTransform
 
 from pipeline import storage
 from videobert import PRESETS
-from videobert.data import VocabLayout
+from videobert.vocab import VocabLayout
 
 WEIGHTS_NAME = "model.safetensors"
 INFO_NAME = "model.json"

@@ -15,6 +15,8 @@ generator, epoch, shard and row, the units of the video in hand and the shuffle 
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
@@ -24,7 +26,7 @@ import torch
 from pipeline import storage
 
 if TYPE_CHECKING:
-    from videobert.data import DataParams, VocabLayout
+    from videobert.vocab import VocabLayout
 
 REGIMES = ("text", "video", "text_video")
 TEXT, VIDEO, TEXT_VIDEO = range(3)
@@ -34,6 +36,37 @@ IGNORE = -100          # label of a position or example without a target (torch'
 ALIGNED, NOT_ALIGNED = 0, 1
 EMPTY = np.zeros(0, dtype=np.int64)
 _READ_BATCH_ROWS = 1024
+
+
+# ---------------------------------------------------------------- what shapes the examples
+
+@dataclass(frozen=True)
+class DataParams:
+    max_len: int
+    mask_prob: float
+    regime_weights: tuple[float, float, float]    # in REGIMES order
+    regime_mix: str             # exact | natural (see PlanStream._regime)
+    negative_prob: float
+    negative_same_video_share: float
+    negative_min_gap: int       # clips between a same-video negative's window and the text's own span
+    concat_prob: float
+    max_concat: int
+    max_subsample_step: int
+    shuffle_buffer: int
+
+    @property
+    def min_tokens(self) -> int:
+        """Tokens a text-only or video-only example needs so that masking predicts at least one of them."""
+        return math.ceil(1 / self.mask_prob - 1e-9)
+
+    @classmethod
+    def from_config(cls, train_cfg) -> "DataParams":
+        t = train_cfg
+        return cls(max_len=t.max_len, mask_prob=t.mask_prob,
+                   regime_weights=tuple(float(t.regime_weights[name]) for name in REGIMES), regime_mix=t.regime_mix,
+                   negative_prob=t.negative_prob, negative_same_video_share=t.negative_same_video_share,
+                   negative_min_gap=t.negative_min_gap, concat_prob=t.concat_prob, max_concat=t.max_concat,
+                   max_subsample_step=t.max_subsample_step, shuffle_buffer=t.shuffle_buffer)
 
 
 # ---------------------------------------------------------------- reading shards

