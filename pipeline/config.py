@@ -20,7 +20,7 @@ import yaml
 
 from pipeline import config_rules as rules
 from pipeline import registry
-from pipeline.config_fields import (  # noqa: F401 - ConfigError and shown_value re-exported
+from pipeline.config_fields import (
     MAX_SEED,
     MAX_WORKERS,
     ConfigError,

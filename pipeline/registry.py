@@ -146,9 +146,9 @@ def _index() -> None:
     SHARD_STAGES = tuple(stage.name for stage in STAGES if stage.per_shard)
 
 
-BY_NAME: dict[str, Stage]
-NAMES: tuple[str, ...]
-SHARD_STAGES: tuple[str, ...]
+BY_NAME: dict[str, Stage] = {}
+NAMES: tuple[str, ...] = ()
+SHARD_STAGES: tuple[str, ...] = ()
 _index()
 
 
