@@ -60,9 +60,17 @@ SIZE_CATEGORIES = ((1e3, "n<1K"), (1e4, "1K<n<10K"), (1e5, "10K<n<100K"), (1e6, 
 
 def card_configs() -> list[tuple[str, str, str]]:
     """(config name, stage, table) of every data folder the stages' registry records name for the card
-    (`card_configs`): "default" (the training shards) first, then in run order."""
-    configs = [(name, spec.name, table) for spec in registry.STAGES for table, name in spec.card_configs.items()]
-    return sorted(configs, key=lambda config: config[0] != "default")
+    (`card_configs`): the training shards ("default") first, then the folders they were made from, nearest
+    first (what each stage reads or makes in its pass), then any other in run order."""
+    order: list[str] = []
+    nearest = [spec.name for spec in registry.STAGES if "default" in spec.card_configs.values()]
+    while nearest:
+        name = nearest.pop(0)
+        if name not in order and name in registry.BY_NAME:
+            order.append(name)
+            nearest += [*registry.BY_NAME[name].reads, *registry.BY_NAME[name].also_makes]
+    order += [name for name in registry.NAMES if name not in order]
+    return [(config, name, table) for name in order for table, config in registry.BY_NAME[name].card_configs.items()]
 
 
 class CardError(ValueError):
