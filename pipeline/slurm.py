@@ -2,10 +2,10 @@
 
 Every array task runs the same command line; its task index picks its manifest shards (shard s goes to
 task s % N, see executors.select_shards), so N may be smaller than the number of manifest shards (it
-defaults to their number). Resources come from the executor section (slurm_*); the stages in
-`executor.slurm_gpu_stages` get `executor.slurm_gpus` GPUs. `--requeue` lets Slurm restart a preempted or
-failed-node task: completion records make the rerun skip finished shards, and atomic outputs mean a killed
-task never leaves a file that passes for complete. kmeans and train are one job each (not arrays); train
+defaults to their number). Resources come from the executor section (slurm_*); the stages whose registry
+record says they use a GPU (`uses_gpu`: features, asr, train) get `executor.slurm_gpus` GPUs. `--requeue`
+lets Slurm restart a preempted or failed-node task: completion records make the rerun skip finished shards,
+and atomic outputs mean a killed task never leaves a file that passes for complete. kmeans and train are one job each (not arrays); train
 resumes from its newest checkpoint, so a requeued or time-limited job continues where it stopped.
 
 - **Logs**: tasks run without --quiet: their progress lines, each starting with its time, go to
@@ -44,7 +44,7 @@ import sys
 import time
 from pathlib import Path
 
-from pipeline import storage
+from pipeline import registry, storage
 from pipeline.config import Config
 from pipeline.config_rules import has_control_characters
 from pipeline.lineage import Lineage
@@ -177,7 +177,7 @@ def sbatch_script(cfg: Config, stage: str, *, work_dir: Path, config: str | None
         if not line.startswith("#SBATCH "):
             raise ScriptError(f"executor.slurm_extra[{index}] must start with '#SBATCH ' (got {line!r})")
         _one_line(line, f"executor.slurm_extra[{index}]")
-    gpus = int(ex.slurm_gpus) if stage in ex.slurm_gpu_stages else 0
+    gpus = int(ex.slurm_gpus) if registry.stage(stage).uses_gpu else 0
     nodes = int(ex.slurm_nodes) if stage == "train" else 1
     is_array = stage in SHARD_STAGES
     num_shards, first_task = int(num_shards), int(first_task)

@@ -27,14 +27,11 @@ import pyarrow.compute as pc
 import yaml
 
 import schemas
-from pipeline import storage
+from pipeline import registry, storage
 from pipeline.lineage import Lineage, read_json, relative
 from pipeline.workdir import WorkDir
 
 FORMAT = "videobert-dataset:1"
-# config name -> (stage, table) of a data folder; "default" is the training shards
-CONFIGS = (("default", "align", ""), ("quantize", "quantize", ""), ("asr", "asr", ""),
-           ("features", "features", ""), ("clips", "decode", ""), ("videos", "decode", "videos"))
 # the align parts' metadata (schemas/metadata.Provenance fields) the card carries; JSON text is parsed
 CARRIED = ("stage", "schema", "config", "config_hash", "feature_provenance_hash", "codebook_sha256",
            "visual_vocab_size", "tokenizer", "tokenizer_vocab_sha256", "tokenizer_vocab_size", "text_languages")
@@ -59,6 +56,21 @@ HF_DTYPES = {pa.string(): "string", pa.large_string(): "large_string", pa.bool_(
                                          ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")}}
 SIZE_CATEGORIES = ((1e3, "n<1K"), (1e4, "1K<n<10K"), (1e5, "10K<n<100K"), (1e6, "100K<n<1M"), (1e7, "1M<n<10M"),
                    (1e8, "10M<n<100M"), (1e9, "100M<n<1B"))
+
+
+def card_configs() -> list[tuple[str, str, str]]:
+    """(config name, stage, table) of every data folder the stages' registry records name for the card
+    (`card_configs`): the training shards ("default") first, then the folders they were made from, nearest
+    first (what each stage reads or makes in its pass), then any other in run order."""
+    order: list[str] = []
+    nearest = [spec.name for spec in registry.STAGES if "default" in spec.card_configs.values()]
+    while nearest:
+        name = nearest.pop(0)
+        if name not in order and name in registry.BY_NAME:
+            order.append(name)
+            nearest += [*registry.BY_NAME[name].reads, *registry.BY_NAME[name].also_makes]
+    order += [name for name in registry.NAMES if name not in order]
+    return [(config, name, table) for name in order for table, config in registry.BY_NAME[name].card_configs.items()]
 
 
 class CardError(ValueError):
@@ -145,7 +157,7 @@ def collect(work_dir, license: str = "unknown") -> dict:
         "columns": {field.name: str(field.type) for field in schemas.ALIGN.arrow},
         # the folders that hold parts: the card's configs
         "data_files": {config: f"{relative(work, work.data_folder(stage, table))}/part-*.parquet"
-                       for config, stage, table in CONFIGS
+                       for config, stage, table in card_configs()
                        if any(work.data_folder(stage, table).glob("part-*.parquet"))},
         "rows": sum(file["rows"] or 0 for file in files),
         "segments_by_kind": dict(sorted(kinds.items())),

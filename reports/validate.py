@@ -6,7 +6,8 @@
   with its values: `validate DIR --config FILE`); stale, corrupt and unrecorded files are named;
 - schemas: every part against its schema and version;
 - invariants: every clip of the features tokenised once, tokens and ids inside their vocabularies, times
-  in order, every tokenised clip in exactly one training segment.
+  in order, every tokenised clip in exactly one training segment: the checks each stage's registry record
+  names per table (`checks`, the functions below taking a `Part`).
 
 Returns the problems, each naming its file; an empty list means valid."""
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
@@ -73,48 +75,69 @@ def _visual_vocab_size(work: WorkDir) -> int | None:
     return int(info["k"]) ** int(info["depth"]) if info else None
 
 
-def _check_part(work: WorkDir, folder: str, path: Path, visual_vocab: int | None) -> None:
-    shard_name = path.name.split("part-")[-1]
-    if folder in ("decode", "features", "quantize"):
-        columns = ["video_id", "clip_index", "start_s", "end_s"] + (["token"] if folder == "quantize" else [])
-        rows = storage.read_table(path, columns=columns).to_pylist()
-        _times_in_order(path, rows, "clip")
-        keys = [(r["video_id"], r["clip_index"]) for r in rows]
-        if len(set(keys)) != len(keys):
-            duplicate = next(k for k, n in Counter(keys).items() if n > 1)
-            raise Invalid(f"{path}: row {keys.index(duplicate)}: clip {duplicate} appears twice")
-    if folder == "quantize":
-        features = work.data_folder("features") / f"part-{shard_name}"
-        if features.exists():
-            feature_rows = storage.read_table(features, columns=["video_id", "clip_index"]).to_pylist()
-            if Counter((r["video_id"], r["clip_index"]) for r in feature_rows) != Counter(keys):
-                raise Invalid(f"{path}: its clips differ from {features} (every feature clip must be tokenised once)")
-        for row_number, row in enumerate(rows):
-            if row["token"] < 0 or (visual_vocab is not None and row["token"] >= visual_vocab):
-                raise Invalid(f"{path}: row {row_number}: token {row['token']} outside [0, {visual_vocab})")
-    if folder == "asr":
-        for row_number, row in enumerate(storage.read_table(path, columns=["video_id", "audio_s", "sentences", "words"]).to_pylist()):
-            _finite_times(path, row_number, row, "its", keys=("audio_s",))
-            for kind in ("sentences", "words"):
-                last = -1.0
-                for item in row[kind]:
-                    _finite_times(path, row_number, item, f"a {kind[:-1]} of {row['video_id']}:")
-                    if item["start_s"] > item["end_s"] + 1e-6 or item["start_s"] < last - 1e-6:
-                        raise Invalid(f"{path}: row {row_number}: {kind} times out of order in {row['video_id']}")
-                    last = item["start_s"]
-            for sentence in row["sentences"]:
-                if sentence.get("rejected") not in (None,) + schemas.REJECTIONS:
-                    raise Invalid(f"{path}: row {row_number}: sentence rejected as {sentence['rejected']!r} in "
-                                  f"{row['video_id']} (expected null or one of {', '.join(schemas.REJECTIONS)})")
-                for key in ("avg_word_prob", "min_word_prob", "no_speech_prob"):
-                    if sentence.get(key) is not None and not 0 <= sentence[key] <= 1 + 1e-6:
-                        raise Invalid(f"{path}: row {row_number}: sentence {key} {sentence[key]} outside [0, 1] "
-                                      f"in {row['video_id']}")
-    if folder == "align":
-        _check_align(work, path, shard_name, visual_vocab)
+@dataclass(frozen=True)
+class Part:
+    """One current part, as the per-table checks a stage's registry record names (`checks`) see it."""
+    work: WorkDir
+    path: Path
+    shard_name: str                  # "00003.parquet": the same shard's part in another folder
+    visual_vocab: int | None         # the codebook's leaves, when there is one
+
+    def sibling(self, stage: str, table: str = "") -> Path:
+        """The same shard's part of another stage's table."""
+        return self.work.data_folder(stage, table) / f"part-{self.shard_name}"
 
 
-def _check_align(work: WorkDir, path: Path, shard_name: str, visual_vocab: int | None) -> None:
+def clips_in_order(part: Part) -> None:
+    """Clip rows (decode, features, quantize): times in order within each video, each clip once."""
+    rows = storage.read_table(part.path, columns=["video_id", "clip_index", "start_s", "end_s"]).to_pylist()
+    _times_in_order(part.path, rows, "clip")
+    keys = [(r["video_id"], r["clip_index"]) for r in rows]
+    if len(set(keys)) != len(keys):
+        duplicate = next(k for k, n in Counter(keys).items() if n > 1)
+        raise Invalid(f"{part.path}: row {keys.index(duplicate)}: clip {duplicate} appears twice")
+
+
+def features_tokenised_once(part: Part) -> None:
+    """quantize: every clip of the features tokenised once, each token a leaf of the codebook."""
+    rows = storage.read_table(part.path, columns=["video_id", "clip_index", "token"]).to_pylist()
+    features = part.sibling("features")
+    if features.exists():
+        feature_rows = storage.read_table(features, columns=["video_id", "clip_index"]).to_pylist()
+        if Counter((r["video_id"], r["clip_index"]) for r in feature_rows) != \
+                Counter((r["video_id"], r["clip_index"]) for r in rows):
+            raise Invalid(f"{part.path}: its clips differ from {features} (every feature clip must be tokenised once)")
+    for row_number, row in enumerate(rows):
+        if row["token"] < 0 or (part.visual_vocab is not None and row["token"] >= part.visual_vocab):
+            raise Invalid(f"{part.path}: row {row_number}: token {row['token']} outside [0, {part.visual_vocab})")
+
+
+def speech_in_order(part: Part) -> None:
+    """asr: finite times, sentences and words in order, rejections and probabilities in their ranges."""
+    path = part.path
+    for row_number, row in enumerate(storage.read_table(path, columns=["video_id", "audio_s", "sentences", "words"]).to_pylist()):
+        _finite_times(path, row_number, row, "its", keys=("audio_s",))
+        for kind in ("sentences", "words"):
+            last = -1.0
+            for item in row[kind]:
+                _finite_times(path, row_number, item, f"a {kind[:-1]} of {row['video_id']}:")
+                if item["start_s"] > item["end_s"] + 1e-6 or item["start_s"] < last - 1e-6:
+                    raise Invalid(f"{path}: row {row_number}: {kind} times out of order in {row['video_id']}")
+                last = item["start_s"]
+        for sentence in row["sentences"]:
+            if sentence.get("rejected") not in (None,) + schemas.REJECTIONS:
+                raise Invalid(f"{path}: row {row_number}: sentence rejected as {sentence['rejected']!r} in "
+                              f"{row['video_id']} (expected null or one of {', '.join(schemas.REJECTIONS)})")
+            for key in ("avg_word_prob", "min_word_prob", "no_speech_prob"):
+                if sentence.get(key) is not None and not 0 <= sentence[key] <= 1 + 1e-6:
+                    raise Invalid(f"{path}: row {row_number}: sentence {key} {sentence[key]} outside [0, 1] "
+                                  f"in {row['video_id']}")
+
+
+def segments(part: Part) -> None:
+    """align: segments in order, kinds that match their text, ids inside their vocabularies, and every
+    tokenised clip in exactly one segment."""
+    path, visual_vocab = part.path, part.visual_vocab
     table = storage.read_table(path)
     text_vocab = metadata.read(table.schema).tokenizer_vocab_size
     rows = table.to_pylist()
@@ -139,7 +162,7 @@ def _check_align(work: WorkDir, path: Path, shard_name: str, visual_vocab: int |
             if token < 0 or (text_vocab is not None and token >= text_vocab):
                 raise Invalid(f"{path}: row {row_number}: text id {token} outside [0, {text_vocab})")
         clips_per_video[video] += len(row["visual_ids"])
-    tokens = work.data_folder("quantize") / f"part-{shard_name}"
+    tokens = part.sibling("quantize")
     if tokens.exists():
         tokenised = Counter(storage.read_table(tokens, columns=["video_id"])["video_id"].to_pylist())
         if tokenised != clips_per_video:
@@ -191,8 +214,9 @@ def _check_stage_parts(work: WorkDir, checker: Lineage, stage: registry.Stage, v
             try:
                 _check_schema(path, schema)
                 storage.read_table(path)      # every value, with the page checksums verified
-                if table != "errors":
-                    _check_part(work, stage.name if not table else table, path, visual_vocab)
+                part = Part(work, path, path.name.split("part-")[-1], visual_vocab)
+                for check in stage.checks.get(table, ()):
+                    registry.resolve(check)(part)
             except (Invalid, storage.UnreadableFile) as problem:
                 problems.append(str(problem))
     recorded = set()
