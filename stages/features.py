@@ -30,6 +30,7 @@ from torchvision.models.video import S3D_Weights
 import schemas
 from pipeline import devices, media, split, storage
 from pipeline.config import Config, DecodeConfig
+from pipeline.file_cache import FileCache
 from pipeline.runner import ShardContext, ShardResult
 from schemas.metadata import Provenance
 from stages import decode
@@ -104,18 +105,15 @@ def weights_identity(cfg: Config) -> str:
     return f"file:sha256={_file_sha256(weights)}"
 
 
-@functools.lru_cache(maxsize=8)
-def _cached_sha256(path: str, size: int, modified_ns: int) -> str:
-    return storage.file_sha256(path)
+_WEIGHTS_SHA256: FileCache[str] = FileCache(max_entries=8)
 
 
 def _file_sha256(path: str) -> str:
     """A weights file's sha256, hashed once per process while the file is unchanged."""
     try:
-        stat = os.stat(path)
+        return _WEIGHTS_SHA256.get(path, lambda: storage.file_sha256(path))
     except FileNotFoundError:
         raise FileNotFoundError(f"features.weights: {path} not found") from None
-    return _cached_sha256(os.path.abspath(path), stat.st_size, stat.st_mtime_ns)
 
 
 def identities(cfg: Config, videos: list[dict]) -> dict[str, str]:
