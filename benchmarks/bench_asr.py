@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 from common import REPO, machine
 
-from pipeline import audio
+from pipeline.media import audio
 from pipeline.config import AsrConfig
 from speech import backends
 from speech.wer import edit_distance, normalise

@@ -23,7 +23,7 @@ from common import machine, realdata_video, synthetic_video
 
 import torch
 
-from pipeline import media
+from pipeline.media.clip_readers import open_clip_reader
 from pipeline.config import load_config
 from pipeline.manifest import write_manifest
 from pipeline.runner import run_one_shard
@@ -48,7 +48,7 @@ def bytes_read() -> int:
 def before(row: dict, cfg) -> int:
     """The old visual path: the decode stage, then the features stage's own decode of the same video."""
     clips, _, _ = decode.decode_video(row, cfg)
-    with media.open_clip_reader(row["uri"], cfg.decode) as reader:
+    with open_clip_reader(row["uri"], cfg.decode) as reader:
         for _ in reader.clips():      # each clip's frames, as the model gets them
             pass
     return len(clips)

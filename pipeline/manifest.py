@@ -34,7 +34,7 @@ import pyarrow.parquet as pq
 import schemas
 from pipeline import lineage, storage
 from pipeline.config import Config
-from pipeline.inputs import local_path
+from pipeline.media.inputs import local_path
 from pipeline.workdir import WorkDir
 from schemas.metadata import Provenance
 

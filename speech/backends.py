@@ -24,7 +24,7 @@ from typing import Callable, Protocol
 import numpy as np
 
 from pipeline import devices, models
-from pipeline.audio import SAMPLE_RATE
+from pipeline.media.audio import SAMPLE_RATE
 from pipeline.config import AsrConfig
 from speech.transcripts import SegmentSignals, Word
 from speech.whisper_weights import ctranslate2_to_openai_whisper

@@ -28,9 +28,10 @@ import torch
 from torchvision.models.video import S3D_Weights
 
 import schemas
-from pipeline import devices, media, split, storage
+from pipeline import devices, split, storage
 from pipeline.config import Config, DecodeConfig
 from pipeline.file_cache import FileCache
+from pipeline.media.video import ClipReader
 from pipeline.runner import ShardContext, ShardResult
 from schemas.metadata import Provenance
 from stages import decode
@@ -84,7 +85,7 @@ def calibration_clips() -> torch.Tensor:
     """(N, 30, 224, 224, 3) uint8: clips CALIBRATION_CLIPS of every sample video."""
     clips = []
     for path in calibration_videos():
-        with media.ClipReader(str(path), DecodeConfig()) as reader:
+        with ClipReader(str(path), DecodeConfig()) as reader:
             for clip in reader.clips():
                 if clip.clip_index in CALIBRATION_CLIPS:
                     clips.append(torch.from_numpy(clip.frames))
@@ -351,10 +352,10 @@ def actors(cfg: Config) -> int:
 
 def start_method(cfg: Config) -> str | None:
     """torchcodec's decode workers start afresh ("spawn") with PyAV's FFmpeg on LD_LIBRARY_PATH
-    (pipeline/ffmpeg_libs.py), which the dynamic linker reads at process start."""
+    (pipeline/media/ffmpeg_libs.py), which the dynamic linker reads at process start."""
     if cfg.decode.backend != "torchcodec":
         return None
-    from pipeline import ffmpeg_libs
+    from pipeline.media import ffmpeg_libs
     ffmpeg_libs.prepare_children()
     return "spawn"
 

@@ -24,7 +24,7 @@ from work_factory import write_manifest_rows
 
 import schemas
 from pipeline import models, runner, storage
-from pipeline.audio import SAMPLE_RATE, AudioDecodeError, decode_audio
+from pipeline.media.audio import SAMPLE_RATE, AudioDecodeError, decode_audio
 from pipeline.config import AsrConfig, ConfigError, load_config
 from pipeline.manifest import write_manifest
 from pipeline.workdir import WorkDir

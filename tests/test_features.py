@@ -18,7 +18,7 @@ from pipeline import storage
 from pipeline.config import load_config
 from pipeline.lineage import Lineage
 from pipeline.manifest import write_manifest
-from pipeline.media import ClipReader
+from pipeline.media.video import ClipReader
 from pipeline.runner import run_one_shard, run_one_shard_safely
 from pipeline.workdir import WorkDir
 from stages import features

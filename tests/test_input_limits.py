@@ -16,12 +16,13 @@ import pytest
 from bad_input_corpus import make_speech_video
 from media_factory import make_video
 
-from pipeline import audio, inputs, runner
+from pipeline import runner
+from pipeline.media import audio, inputs
 from pipeline.config import load_config
-from pipeline.inputs import InputTimeout, NotARegularFile
+from pipeline.media.inputs import InputTimeout, NotARegularFile
 from pipeline.lineage import Lineage
 from pipeline.manifest import read_manifest, write_manifest
-from pipeline.media import ClipReader
+from pipeline.media.video import ClipReader
 from pipeline.workdir import WorkDir
 
 REPO = Path(__file__).resolve().parent.parent
@@ -86,9 +87,9 @@ def test_fifo_and_devices_in_a_shard_become_error_rows_in_every_stage(tmp_path):
 # the kernel, where no FFmpeg time limit reaches
 OPENERS_IN_A_CHILD = """
 import sys
-from pipeline import audio, inputs
+from pipeline.media import audio, inputs
 from pipeline.config import load_config
-from pipeline.media import ClipReader
+from pipeline.media.video import ClipReader
 from speech import transcripts
 from stages import asr
 openers = {"open_input": lambda uri: inputs.open_input(uri, 5.0),
