@@ -25,8 +25,8 @@ import torch
 
 from pipeline.media.clip_readers import open_clip_reader
 from pipeline.config import load_config
-from pipeline.manifest import write_manifest
-from pipeline.runner import run_one_shard
+from pipeline.engine.manifest import write_manifest
+from pipeline.engine.runner import run_one_shard
 from stages import decode, features
 
 

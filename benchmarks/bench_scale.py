@@ -24,8 +24,8 @@ from common import REPO, machine
 import ray
 
 from pipeline.config import load_config
-from pipeline.lineage import Lineage
-from pipeline.manifest import read_manifest, write_manifest
+from pipeline.engine.lineage import Lineage
+from pipeline.engine.manifest import read_manifest, write_manifest
 from pipeline.ray_executor import RayExecutor
 from stages import kmeans
 

@@ -224,8 +224,9 @@ def _print_stage_summary(stage: str, results: list[dict], elapsed: float) -> Non
 
 
 def run_stage(args, cfg) -> int:
-    from pipeline import executors, runner
-    from pipeline.lineage import Lineage
+    from pipeline import executors
+    from pipeline.engine import runner
+    from pipeline.engine.lineage import Lineage
 
     for note in runner.prepare_stage(cfg, args.work_dir, args.command):
         print(f"  {note}", file=sys.stderr)
@@ -250,14 +251,14 @@ def _preflight(args, cfg, shards: list[int]) -> None:
     """Before the first shard: what the stage needs (weights, models, the hub) is there, unless every
     selected shard is current already. Raises preflight.PreflightError (one line)."""
     from pipeline import preflight
-    from pipeline.lineage import Lineage
+    from pipeline.engine.lineage import Lineage
     checker = Lineage(args.work_dir, cfg)
     stages = (args.command, *registry.stage(args.command).also_makes)
     if not any(args.force or not checker.state(stage, shard).current for stage in stages for shard in shards):
         return
     speech_needed = True
     if args.command == "asr":
-        from pipeline.manifest import read_manifest
+        from pipeline.engine.manifest import read_manifest
         speech_needed = not all(read_manifest(args.work_dir, columns=["transcript_uri"])["transcript_uri"].to_pylist())
     preflight.check_stage(cfg, args.command, speech_needed=speech_needed)
 
@@ -265,7 +266,7 @@ def _preflight(args, cfg, shards: list[int]) -> None:
 # ---------------------------------------------------------------- commands
 
 def run_manifest(args, cfg) -> int:
-    from pipeline.manifest import write_manifest
+    from pipeline.engine.manifest import write_manifest
 
     path, table, changes = write_manifest(cfg, args.input, args.work_dir, incremental=not args.force)
     shards = len(set(table["shard"].to_pylist()))
@@ -303,7 +304,7 @@ def run_kmeans(args, cfg) -> int:
 def run_train(args, cfg) -> int:
     from pipeline import preflight
     from videobert import train
-    from pipeline.workdir import WorkDir
+    from pipeline.engine.workdir import WorkDir
     if args.restart or not any(WorkDir(args.work_dir).checkpoints.glob("*")):   # a resumed run loads its own
         preflight.check_stage(cfg, "train")
     stats = train.train(cfg, args.work_dir, resume=args.resume, restart=args.restart, quiet=args.quiet)
@@ -541,10 +542,10 @@ def dispatch(args, cfg) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     from pipeline import storage
-    from pipeline.lineage import CorruptFile, InputNotReady
-    from pipeline.manifest import ManifestError, NoVideos
+    from pipeline.engine.lineage import CorruptFile, InputNotReady
+    from pipeline.engine.manifest import ManifestError, NoVideos
     from pipeline.preflight import PreflightError
-    from pipeline.workdir import LayoutError, WorkDir
+    from pipeline.engine.workdir import LayoutError, WorkDir
     from schemas.codebook import CorruptCodebook
     from videobert.checkpoints import TrainingDiverged, TrainingLocked
 

@@ -14,7 +14,8 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Callable, Iterable
 
-from pipeline import registry, runner
+from pipeline import registry
+from pipeline.engine import runner
 from pipeline.config import Config
 from pipeline.progress import Progress
 

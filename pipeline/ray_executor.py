@@ -12,7 +12,7 @@ node sees at the same path (NFS, Lustre, a mounted bucket), and every node needs
 - Progress across the cluster: shards done/total and clips/s, from the shards' completion stats.
 - `map(fn, items)` runs a global stage's parts (k-means subtree fits) as Ray tasks.
 
-A stage that declares a split (pipeline/split.py: a producer and an encoder, named in its registry record)
+A stage that declares a split (pipeline/engine/split.py: a producer and an encoder, named in its registry record)
 and asks for encoder actors (`Split.actors(cfg)`, a value of its config) runs
 its producers as CPU tasks that stream batches through the object store to a pool of encoder actors (one
 GPU each by default), so a GPU never waits on a decode and decoding scales over CPU nodes. Producers cut
@@ -36,11 +36,12 @@ from typing import Callable, Iterable, Iterator
 
 import numpy as np
 
-from pipeline import registry, runner, storage
+from pipeline import registry, storage
+from pipeline.engine import runner
 from pipeline.config import Config
-from pipeline.lineage import CorruptFile, InputNotReady, Lineage
+from pipeline.engine.lineage import CorruptFile, InputNotReady, Lineage
 from pipeline.progress import Progress
-from pipeline.workdir import WorkDir
+from pipeline.engine.workdir import WorkDir
 
 log = logging.getLogger("pipeline.ray")
 
@@ -155,7 +156,7 @@ def split_with_actors(ctx: runner.ShardContext, stage: str, actors: list, info: 
     its own batches, so the encoder sees the same batches and the files come out byte-identical."""
     import ray
 
-    from pipeline.split import stream_videos
+    from pipeline.engine.split import stream_videos
 
     split = registry.stage(stage).function("split")
     cfg = split.settle(ctx.cfg, _device(info["device"]))

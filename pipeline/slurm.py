@@ -47,9 +47,9 @@ from pathlib import Path
 from pipeline import storage
 from pipeline.config import Config
 from pipeline.config_rules import has_control_characters
-from pipeline.lineage import Lineage
+from pipeline.engine.lineage import Lineage
 from pipeline.registry import SHARD_STAGES
-from pipeline.workdir import WorkDir
+from pipeline.engine.workdir import WorkDir
 
 REPO = Path(__file__).resolve().parent.parent
 JOB_ID = re.compile(r"\d+(_\d+)?")

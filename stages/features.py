@@ -2,7 +2,7 @@
 classifier), float16 in Parquet; and, from the same read of each video, the decode stage's clip index,
 thumbnails and per-video rows (written as the decode stage's outputs, with its completion record).
 
-The stage is a `pipeline.split.Split`: a producer decodes videos into batches of uint8 clips (CPU
+The stage is a `pipeline.engine.split.Split`: a producer decodes videos into batches of uint8 clips (CPU
 decode worker processes with PyAV, or torchcodec on a GPU with `decode.backend: torchcodec`,
 `decode.device: cuda`), and an encoder holds S3D on its device. Frames travel as uint8 (pinned memory
 on the way to a GPU, copied without blocking) and are normalised on the model's device; the model runs
@@ -28,11 +28,12 @@ import torch
 from torchvision.models.video import S3D_Weights
 
 import schemas
-from pipeline import devices, split, storage
+from pipeline import devices, storage
+from pipeline.engine import split
 from pipeline.config import Config, DecodeConfig
 from pipeline.file_cache import FileCache
 from pipeline.media.video import ClipReader
-from pipeline.runner import ShardContext, ShardResult
+from pipeline.engine.runner import ShardContext, ShardResult
 from schemas.metadata import Provenance
 from stages import decode
 
@@ -268,7 +269,7 @@ class _OnDevice:
 
 class S3DEncoder(split.Encoder):
     """The model on its device, in the configured precision. `encoder(frames_uint8) -> (B, 1024) float32`
-    on the CPU; `submit(frames_uint8)` queues a batch (see pipeline.split.Encoder). Frames reach the device
+    on the CPU; `submit(frames_uint8)` queues a batch (see pipeline.engine.split.Encoder). Frames reach the device
     as uint8 and are normalised there."""
 
     def __init__(self, cfg: Config, device: torch.device | None = None):

@@ -28,9 +28,10 @@ from pathlib import Path
 import numpy as np
 
 import schemas.codebook as codebook_format
-from pipeline import lineage, storage, visual_words
+from pipeline import storage, visual_words
+from pipeline.engine import lineage
 from pipeline.config import Config, KmeansConfig
-from pipeline.workdir import WorkDir
+from pipeline.engine.workdir import WorkDir
 from schemas import metadata
 
 SAMPLE_NAME = "fit-sample.npy"

@@ -11,7 +11,8 @@ import pyarrow as pa
 from threadpoolctl import threadpool_limits
 
 import schemas.codebook as codebook_format
-from pipeline import runner, visual_words
+from pipeline import visual_words
+from pipeline.engine import runner
 from pipeline.file_cache import FileCache
 from schemas import metadata
 from schemas.metadata import Provenance

@@ -23,11 +23,12 @@ import pytest
 from work_factory import write_manifest_rows
 
 import schemas
-from pipeline import models, runner, storage
+from pipeline import models, storage
+from pipeline.engine import runner
 from pipeline.media.audio import SAMPLE_RATE, AudioDecodeError, decode_audio
 from pipeline.config import AsrConfig, ConfigError, load_config
-from pipeline.manifest import write_manifest
-from pipeline.workdir import WorkDir
+from pipeline.engine.manifest import write_manifest
+from pipeline.engine.workdir import WorkDir
 from reports import status
 from reports.validate import validate_work_dir
 from speech import backends, confidence, transcripts, whisper_weights

@@ -16,11 +16,11 @@ from torchvision.models.video import s3d
 
 from pipeline import storage
 from pipeline.config import load_config
-from pipeline.lineage import Lineage
-from pipeline.manifest import write_manifest
+from pipeline.engine.lineage import Lineage
+from pipeline.engine.manifest import write_manifest
 from pipeline.media.video import ClipReader
-from pipeline.runner import run_one_shard, run_one_shard_safely
-from pipeline.workdir import WorkDir
+from pipeline.engine.runner import run_one_shard, run_one_shard_safely
+from pipeline.engine.workdir import WorkDir
 from stages import features
 
 

@@ -15,9 +15,9 @@ from media_factory import make_video
 from pipeline import cli
 from pipeline.config import ConfigError, load_config
 from pipeline.executors import LocalExecutor
-from pipeline.lineage import Lineage
-from pipeline.manifest import write_manifest
-from pipeline.workdir import WorkDir
+from pipeline.engine.lineage import Lineage
+from pipeline.engine.manifest import write_manifest
+from pipeline.engine.workdir import WorkDir
 from reports.status import status_text
 from stages import kmeans
 
@@ -160,7 +160,7 @@ def test_task_resources_come_from_the_config_over_the_defaults():
 
 
 def test_the_ray_executor_names_no_stage():
-    """Split stages come to it through their registry record (pipeline/split.py): it branches on no stage's
+    """Split stages come to it through their registry record (pipeline/engine/split.py): it branches on no stage's
     name and knows nothing of features or decode (k-means subtrees keep their resource role for `map`)."""
     import re
 

@@ -15,9 +15,9 @@ from media_factory import make_video
 
 from pipeline.media import ffmpeg_libs
 from pipeline.config import load_config
-from pipeline.manifest import write_manifest
-from pipeline.runner import run_one_shard
-from pipeline.workdir import WorkDir
+from pipeline.engine.manifest import write_manifest
+from pipeline.engine.runner import run_one_shard
+from pipeline.engine.workdir import WorkDir
 
 pytest.importorskip("torchcodec")
 

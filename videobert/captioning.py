@@ -42,7 +42,7 @@ from torch import nn
 from pipeline import storage
 from pipeline.config import Config
 from pipeline.progress import Progress
-from pipeline.workdir import WorkDir
+from pipeline.engine.workdir import WorkDir
 from schemas.metadata import Provenance
 from videobert import caption_metrics
 from videobert.data import assemble

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from pipeline import registry, storage
 from pipeline.file_cache import FileCache
-from pipeline.workdir import STATE, WorkDir
+from pipeline.engine.workdir import STATE, WorkDir
 
 VERSION = 1          # bump when a code change alters what a stage makes from the same inputs
 EXTERNAL = "external"   # lineage of parts made outside the stages (synthetic training data, tests)
