@@ -26,7 +26,7 @@ import ray
 from pipeline.config import load_config
 from pipeline.engine.lineage import Lineage
 from pipeline.engine.manifest import read_manifest, write_manifest
-from pipeline.ray_executor import RayExecutor
+from pipeline.executors.ray import RayExecutor
 from stages import kmeans
 
 STAGES = ("decode", "features", "kmeans", "quantize", "asr", "align")

@@ -224,15 +224,15 @@ def _print_stage_summary(stage: str, results: list[dict], elapsed: float) -> Non
 
 
 def run_stage(args, cfg) -> int:
-    from pipeline import executors
+    from pipeline.executors import dispatch
     from pipeline.engine import runner
     from pipeline.engine.lineage import Lineage
 
     for note in runner.prepare_stage(cfg, args.work_dir, args.command):
         print(f"  {note}", file=sys.stderr)
-    shards = executors.select_shards(Lineage(args.work_dir).manifest_shards(), args.shard, args.num_shards)
+    shards = dispatch.select_shards(Lineage(args.work_dir).manifest_shards(), args.shard, args.num_shards)
     _preflight(args, cfg, shards)
-    executor = executors.make_executor(cfg, args.executor, args.workers, args.ray_address)
+    executor = dispatch.make_executor(cfg, args.executor, args.workers, args.ray_address)
     started = time.time()
     results = executor.run_shards(args.work_dir, args.command, shards, force=args.force, quiet=args.quiet)
     _print_stage_summary(args.command, results, time.time() - started)
@@ -289,9 +289,9 @@ def run_manifest(args, cfg) -> int:
 
 
 def run_kmeans(args, cfg) -> int:
-    from pipeline import executors
+    from pipeline.executors import dispatch
     from stages import kmeans
-    executor = executors.make_executor(cfg, args.executor, args.workers or cfg.kmeans.workers or None,
+    executor = dispatch.make_executor(cfg, args.executor, args.workers or cfg.kmeans.workers or None,
                                        args.ray_address)
     stats = kmeans.run(cfg, args.work_dir, executor, force=args.force, quiet=args.quiet)
     if stats.get("skipped"):
@@ -417,7 +417,7 @@ def run_tool(args, cfg) -> int:
         from reports import report
         print(report.write_report(cfg, args.work_dir))
     elif command == "submit":
-        from pipeline import slurm
+        from pipeline.executors import slurm
         return slurm.submit(cfg, args)
     else:
         raise AssertionError(command)

@@ -353,7 +353,7 @@ def run(cfg: Config, work_dir, executor, *, force: bool = False, quiet: bool = F
         # lives in a local temporary file, which only this machine's processes can read
         sample_path = storage.local_temporary(SAMPLE_NAME)
         if not hasattr(executor, "workers"):
-            from pipeline.executors import LocalExecutor
+            from pipeline.executors.local import LocalExecutor
             pool = LocalExecutor(cfg, cfg.kmeans.workers or None)
     else:
         sample_path = storage.atomic_path(work.kmeans_folder / SAMPLE_NAME)

@@ -16,7 +16,7 @@ from PIL import Image
 
 from pipeline import storage
 from pipeline.config import load_config
-from pipeline.executors import LocalExecutor
+from pipeline.executors.local import LocalExecutor
 from pipeline.engine.lineage import Lineage
 from pipeline.engine.manifest import read_manifest, write_manifest
 from pipeline.engine.workdir import WorkDir

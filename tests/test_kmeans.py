@@ -7,7 +7,7 @@ from kmeans_factory import write_manifest as write_features_manifest
 
 from pipeline import visual_words
 from pipeline.config import KmeansConfig, load_config
-from pipeline.executors import LocalExecutor
+from pipeline.executors.local import LocalExecutor
 from pipeline.engine.lineage import InputNotReady, Lineage
 from pipeline.engine.workdir import WorkDir
 from stages import kmeans

@@ -7,7 +7,7 @@ import schemas
 from pipeline import storage, visual_words
 from pipeline.engine import runner
 from pipeline.config import load_config
-from pipeline.executors import LocalExecutor
+from pipeline.executors.local import LocalExecutor
 from pipeline.engine.lineage import InputNotReady
 from pipeline.engine.workdir import WorkDir
 from stages import kmeans

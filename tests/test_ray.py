@@ -14,7 +14,7 @@ from media_factory import make_video
 
 from pipeline import cli
 from pipeline.config import ConfigError, load_config
-from pipeline.executors import LocalExecutor
+from pipeline.executors.local import LocalExecutor
 from pipeline.engine.lineage import Lineage
 from pipeline.engine.manifest import write_manifest
 from pipeline.engine.workdir import WorkDir
@@ -22,7 +22,7 @@ from reports.status import status_text
 from stages import kmeans
 
 ray = pytest.importorskip("ray")
-from pipeline.ray_executor import RayExecutor, task_options  # noqa: E402
+from pipeline.executors.ray import RayExecutor, task_options  # noqa: E402
 
 # the smallest clips S3D takes (14 frames), random weights: each clip costs about a second on 2 cores
 TINY_FEATURES = ["features.weights=random", "decode.clip_frames=14", "decode.min_clip_frames=7",
@@ -164,7 +164,8 @@ def test_the_ray_executor_names_no_stage():
     name and knows nothing of features or decode (k-means subtrees keep their resource role for `map`)."""
     import re
 
-    from pipeline import ray_executor, registry
+    from pipeline import registry
+    from pipeline.executors import ray as ray_executor
     source = Path(ray_executor.__file__).read_text()
     assert not re.search(r"stage *(==|!=|in) ", source)
     assert [name for name in registry.NAMES if re.search(rf"[\"']{name}[\"']", source)] == ["kmeans"]

@@ -16,7 +16,7 @@ from work_factory import write_manifest_rows
 from pipeline import cli
 from pipeline.config import ConfigError, load_config
 from pipeline.engine.manifest import write_manifest
-from pipeline.slurm import REPO, ScriptError, sbatch_script, sbatch_scripts
+from pipeline.executors.slurm import REPO, ScriptError, sbatch_script, sbatch_scripts
 from pipeline.engine.workdir import WorkDir
 
 

@@ -18,7 +18,7 @@ from media_factory import make_video
 
 from pipeline import cli
 from pipeline.config import load_config
-from pipeline.executors import LocalExecutor
+from pipeline.executors.local import LocalExecutor
 from pipeline.engine.manifest import write_manifest
 from pipeline.engine.workdir import WorkDir
 from reports.status import errors_text, status_text
