@@ -8,38 +8,18 @@ part where it fits (pipeline/registry.py names a stage's `Split` in its `split` 
 - `finish` turns the metas and the encoder's arrays, batch by batch in the same order, into the shard's
   `ShardResult` (the stage's tables and those of stages it makes in the same pass).
 
-`run_local` is the one-machine way: the producer's streams run in DataLoader worker processes (the
+`Split.run_local` is the one-machine way: the producer's streams run in DataLoader worker processes (the
 payloads in pinned memory when the encoder is on a GPU) and the encoder in this process, one batch on
 the device while the next is copied. The Ray executor runs producers as CPU tasks feeding encoder
 actors. Neither names a stage."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable, Iterator
+from typing import Iterator
 
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
-
-
-@dataclass(frozen=True)
-class Split:
-    # (cfg, device) -> cfg with the stage's automatic sizes (batch size, producer streams) settled for an
-    # encoder on `device`: producers and encoders then work from the same values
-    settle: Callable
-    streams: Callable        # (cfg) -> producer streams for one shard (0: in the encoder's process); the
-                             # executors start no more than the shard has videos
-    produce: Callable        # (cfg, videos) -> Iterator[{"meta": dict, "payload": Tensor | None}]
-    encoder: Callable        # (cfg) -> an Encoder (below), loaded once per process
-    finish: Callable         # (ctx, cfg, metas, arrays, stats) -> ShardResult
-    # executors: encoder actors to start for this config (0: run each shard whole, in one task), and the
-    # resource roles (executor.ray_resources) of a producer task and of an encoder actor
-    actors: Callable         # (cfg) -> int
-    roles: tuple[str, str]
-    # (cfg) -> how local producer processes start: None (the platform's default, fork on Linux) or
-    # "spawn" (a fresh process, which reads LD_LIBRARY_PATH and such anew)
-    start_method: Callable | None = None     # None: the platform's default for every config
 
 
 class Encoder:
@@ -52,6 +32,69 @@ class Encoder:
 
     def describe(self) -> dict:
         return {"device": str(self.device)}
+
+
+class Split:
+    """A stage's producer and encoder; a subclass gives `produce`, `encoder` and `finish`, and the sizes
+    its producers and encoders work from. Instances are stateless and picklable: executors hand them to
+    the processes and machines they start."""
+
+    # the resource roles (executor.ray_resources) of a producer task and of an encoder actor
+    roles: tuple[str, str]
+
+    def settle(self, cfg, device: torch.device):
+        """`cfg` with the stage's automatic sizes (batch size, producer streams) settled for an encoder on
+        `device`: producers and encoders then work from the same values."""
+        return cfg
+
+    def streams(self, cfg) -> int:
+        """Producer streams for one shard (0: in the encoder's process); the executors start no more than
+        the shard has videos."""
+        return 0
+
+    def actors(self, cfg) -> int:
+        """Encoder actors for executors to start for this config (0: run each shard whole, in one task)."""
+        return 0
+
+    def start_method(self, cfg) -> str | None:
+        """How local producer processes start: None (the platform's default, fork on Linux) or "spawn" (a
+        fresh process, which reads LD_LIBRARY_PATH and such anew)."""
+        return None
+
+    def produce(self, cfg, videos: list[dict]) -> Iterator[dict]:
+        """The batches of these videos: `{"meta": dict, "payload": Tensor | None}`."""
+        raise NotImplementedError
+
+    def encoder(self, cfg) -> Encoder:
+        """The encoder, loaded once per process."""
+        raise NotImplementedError
+
+    def finish(self, ctx, cfg, metas: list[dict], arrays: list, stats: dict):
+        """The shard's ShardResult from the metas and the encoder's arrays, batch by batch in order."""
+        raise NotImplementedError
+
+    def run_local(self, ctx, cfg=None):
+        """The shard's result with the producer's streams in worker processes feeding the encoder here."""
+        cfg = cfg or ctx.cfg
+        encoder = self.encoder(cfg)
+        cfg = self.settle(cfg, encoder.device)
+        workers = min(self.streams(cfg), len(ctx.videos))
+        pinned = encoder.device.type == "cuda"
+        loader = DataLoader(_Streams(self, cfg, ctx.videos), batch_size=None, num_workers=workers,
+                            pin_memory=pinned and workers > 0, prefetch_factor=4 if workers else None,
+                            persistent_workers=False,
+                            multiprocessing_context=self.start_method(cfg) if workers else None)
+        metas, arrays = [], []
+        queued = None     # (meta, handle) of the batch on the device while the next one is fetched
+        with ctx.progress(total=len(ctx.videos)) as progress:
+            for batch in _batches(loader, pinned and workers == 0):
+                handle = encoder.submit(batch["payload"]) if batch["payload"] is not None else None
+                if queued is not None:
+                    _collect(queued, metas, arrays, progress)
+                queued = (batch["meta"], handle)
+            if queued is not None:
+                _collect(queued, metas, arrays, progress)
+        return self.finish(ctx, cfg, metas, arrays, {**encoder.describe(), "producer_streams": max(workers, 1)})
 
 
 class _Streams(IterableDataset):
@@ -70,30 +113,6 @@ def stream_videos(videos: list[dict], streams: int) -> list[list[dict]]:
     """The videos of each producer stream: every n-th, as the DataLoader's workers take them."""
     streams = max(1, streams)
     return [videos[index::streams] for index in range(streams)]
-
-
-def run_local(ctx, split: Split, cfg=None):
-    """The shard's result with the producer's streams in worker processes feeding the encoder here."""
-    cfg = cfg or ctx.cfg
-    encoder = split.encoder(cfg)
-    cfg = split.settle(cfg, encoder.device)
-    workers = min(split.streams(cfg), len(ctx.videos))
-    pinned = encoder.device.type == "cuda"
-    loader = DataLoader(_Streams(split, cfg, ctx.videos), batch_size=None, num_workers=workers,
-                        pin_memory=pinned and workers > 0, prefetch_factor=4 if workers else None,
-                        persistent_workers=False,
-                        multiprocessing_context=split.start_method(cfg) if workers and split.start_method else None)
-    metas, arrays = [], []
-    queued = None     # (meta, handle) of the batch on the device while the next one is fetched
-    with ctx.progress(total=len(ctx.videos)) as progress:
-        for batch in _batches(loader, pinned and workers == 0):
-            handle = encoder.submit(batch["payload"]) if batch["payload"] is not None else None
-            if queued is not None:
-                _collect(queued, metas, arrays, progress)
-            queued = (batch["meta"], handle)
-        if queued is not None:
-            _collect(queued, metas, arrays, progress)
-    return split.finish(ctx, cfg, metas, arrays, {**encoder.describe(), "producer_streams": max(workers, 1)})
 
 
 def _batches(loader, pin_here: bool) -> Iterator[dict]:
