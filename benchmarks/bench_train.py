@@ -30,7 +30,7 @@ from pipeline.config import load_config
 from pipeline.engine.lineage import Lineage
 from pipeline.engine.workdir import WorkDir
 from pipeline.tokenizer import load_tokenizer
-from videobert import PRESETS
+from pipeline.models import PRESETS
 from videobert.data import (DataParams, ShardDataset, VocabLayout, replacement_text_ids,
                             streams_per_rank, training_shards)
 from videobert.model import build_model, count_parameters

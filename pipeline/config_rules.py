@@ -284,7 +284,7 @@ def _check_train(t: TrainConfig) -> None:
         raise ConfigError("config error: train.regime_weights must give some regime a weight > 0")
     _model_name(t.init_checkpoint, "train.init_checkpoint")
     if t.init_checkpoint.startswith("random:"):
-        from videobert import PRESETS
+        from pipeline.models import PRESETS
         _one_of(t.init_checkpoint[len("random:"):], tuple(PRESETS), "train.init_checkpoint random:<preset>")
     _count(t.num_workers, "train.num_workers")
     _count(t.num_threads, "train.num_threads")
