@@ -23,10 +23,10 @@ from common import machine, realdata_video, synthetic_video
 
 import torch
 
-from pipeline.media.clip_readers import open_clip_reader
 from pipeline.config import load_config
 from pipeline.engine.manifest import write_manifest
 from pipeline.engine.runner import run_one_shard
+from pipeline.media.clip_readers import open_clip_reader
 from pipeline.s3d.encoder import encoder_for
 from stages import decode, features
 

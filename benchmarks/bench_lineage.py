@@ -20,11 +20,11 @@ import numpy as np  # noqa: E402
 
 import schemas  # noqa: E402
 from pipeline import storage  # noqa: E402
-from pipeline.engine import runner
 from pipeline.config import load_config  # noqa: E402
-from pipeline.executors.local import LocalExecutor  # noqa: E402
+from pipeline.engine import runner
 from pipeline.engine.lineage import Lineage  # noqa: E402
 from pipeline.engine.workdir import WorkDir  # noqa: E402
+from pipeline.executors.local import LocalExecutor  # noqa: E402
 from reports.validate import validate_work_dir  # noqa: E402
 from stages import kmeans  # noqa: E402
 

@@ -29,8 +29,8 @@ from pipeline import visual_words
 from pipeline.config import load_config
 from pipeline.engine.lineage import Lineage
 from pipeline.engine.workdir import WorkDir
-from pipeline.tokenizer import load_tokenizer
 from pipeline.models import PRESETS
+from pipeline.tokenizer import load_tokenizer
 from videobert.data import (DataParams, ShardDataset, VocabLayout, replacement_text_ids,
                             streams_per_rank, training_shards)
 from videobert.model import build_model, count_parameters

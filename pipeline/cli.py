@@ -224,9 +224,9 @@ def _print_stage_summary(stage: str, results: list[dict], elapsed: float) -> Non
 
 
 def run_stage(args, cfg) -> int:
-    from pipeline.executors import dispatch
     from pipeline.engine import runner
     from pipeline.engine.lineage import Lineage
+    from pipeline.executors import dispatch
 
     for note in runner.prepare_stage(cfg, args.work_dir, args.command):
         print(f"  {note}", file=sys.stderr)
@@ -303,8 +303,8 @@ def run_kmeans(args, cfg) -> int:
 
 def run_train(args, cfg) -> int:
     from pipeline import preflight
-    from videobert import train
     from pipeline.engine.workdir import WorkDir
+    from videobert import train
     if args.restart or not any(WorkDir(args.work_dir).checkpoints.glob("*")):   # a resumed run loads its own
         preflight.check_stage(cfg, "train")
     stats = train.train(cfg, args.work_dir, resume=args.resume, restart=args.restart, quiet=args.quiet)
@@ -544,8 +544,8 @@ def main(argv: list[str] | None = None) -> int:
     from pipeline import storage
     from pipeline.engine.lineage import CorruptFile, InputNotReady
     from pipeline.engine.manifest import ManifestError, NoVideos
-    from pipeline.preflight import PreflightError
     from pipeline.engine.workdir import LayoutError, WorkDir
+    from pipeline.preflight import PreflightError
     from schemas.codebook import CorruptCodebook
     from videobert.checkpoints import TrainingDiverged, TrainingLocked
 

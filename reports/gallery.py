@@ -34,8 +34,8 @@ import schemas.codebook as codebook_format
 from pipeline import storage, visual_words
 from pipeline.config import Config
 from pipeline.engine.lineage import Lineage
-from pipeline.progress import Progress
 from pipeline.engine.workdir import WorkDir
+from pipeline.progress import Progress
 from schemas import metadata
 
 READ_BATCH_ROWS = 8_192

@@ -14,8 +14,8 @@ from collections import Counter
 from pipeline import registry, storage
 from pipeline.engine.lineage import CorruptFile, Lineage, read_json
 from pipeline.engine.manifest import read_manifest
-from pipeline.progress import format_rate
 from pipeline.engine.workdir import WorkDir
+from pipeline.progress import format_rate
 
 SLOWEST_SHARDS = 3   # per stage
 

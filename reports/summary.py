@@ -14,8 +14,8 @@ import pyarrow.compute as pc
 
 from pipeline import storage
 from pipeline.engine.lineage import Lineage, parquet_rows, read_json, read_record
-from pipeline.registry import SHARD_STAGES
 from pipeline.engine.workdir import WorkDir
+from pipeline.registry import SHARD_STAGES
 
 
 def _parts(work_dir, stage: str, table_name: str = "") -> list[Path]:

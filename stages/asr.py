@@ -39,11 +39,11 @@ import pyarrow as pa
 
 import schemas
 from pipeline import models
-from pipeline.engine import manifest
-from pipeline.media.audio import AudioDecodeError, decode_audio
 from pipeline.config import AsrConfig, DecodeConfig
-from pipeline.media.inputs import InputError, is_object_storage
+from pipeline.engine import manifest
 from pipeline.engine.runner import ShardContext, ShardResult, error_row
+from pipeline.media.audio import AudioDecodeError, decode_audio
+from pipeline.media.inputs import InputError, is_object_storage
 from schemas.metadata import Provenance
 from speech import confidence, transcripts
 from speech.backends import Backend, Recognition, load_backend

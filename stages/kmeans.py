@@ -29,8 +29,8 @@ import numpy as np
 
 import schemas.codebook as codebook_format
 from pipeline import storage, visual_words
-from pipeline.engine import lineage
 from pipeline.config import Config, KmeansConfig
+from pipeline.engine import lineage
 from pipeline.engine.workdir import WorkDir
 from schemas import metadata
 

@@ -10,8 +10,8 @@ from work_factory import write_manifest_rows, write_part
 
 import schemas
 from pipeline import storage
-from pipeline.engine import lineage
 from pipeline.config import load_config
+from pipeline.engine import lineage
 from pipeline.engine.runner import run_one_shard
 from pipeline.engine.workdir import WorkDir
 from reports.validate import validate_work_dir

@@ -17,8 +17,8 @@ from test_videobert import TOKENIZER_SPEC, tiny_checkpoint, train_records
 
 from pipeline import cli
 from pipeline.config import ConfigError, load_config
-from pipeline.tokenizer import load_tokenizer
 from pipeline.engine.workdir import WorkDir
+from pipeline.tokenizer import load_tokenizer
 from reports import validate
 from videobert import checkpoints, evaluate
 from videobert import train as train_module

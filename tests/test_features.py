@@ -18,9 +18,9 @@ from pipeline import storage
 from pipeline.config import load_config
 from pipeline.engine.lineage import Lineage
 from pipeline.engine.manifest import write_manifest
-from pipeline.media.video import ClipReader
 from pipeline.engine.runner import run_one_shard, run_one_shard_safely
 from pipeline.engine.workdir import WorkDir
+from pipeline.media.video import ClipReader
 from pipeline.s3d import model as s3d_model
 from pipeline.s3d.encoder import S3DEncoder
 from stages import features

@@ -16,14 +16,14 @@ import pytest
 from bad_input_corpus import make_speech_video
 from media_factory import make_video
 
-from pipeline.engine import runner
-from pipeline.media import audio, inputs
 from pipeline.config import load_config
-from pipeline.media.inputs import InputTimeout, NotARegularFile
+from pipeline.engine import runner
 from pipeline.engine.lineage import Lineage
 from pipeline.engine.manifest import read_manifest, write_manifest
-from pipeline.media.video import ClipReader
 from pipeline.engine.workdir import WorkDir
+from pipeline.media import audio, inputs
+from pipeline.media.inputs import InputTimeout, NotARegularFile
+from pipeline.media.video import ClipReader
 
 REPO = Path(__file__).resolve().parent.parent
 # the smallest clips S3D takes, random weights, decoding in the stage's own process
@@ -35,8 +35,8 @@ SETTINGS = ["features.weights=random", "decode.clip_frames=14", "decode.min_clip
 STAGES_IN_A_CHILD = """
 import sys
 from pathlib import Path
-from pipeline.engine import runner
 from pipeline.config import load_config
+from pipeline.engine import runner
 from pipeline.engine.lineage import Lineage
 from pipeline.engine.manifest import read_manifest, write_manifest
 work, listing, *overrides = sys.argv[1:]
@@ -87,8 +87,8 @@ def test_fifo_and_devices_in_a_shard_become_error_rows_in_every_stage(tmp_path):
 # the kernel, where no FFmpeg time limit reaches
 OPENERS_IN_A_CHILD = """
 import sys
-from pipeline.media import audio, inputs
 from pipeline.config import load_config
+from pipeline.media import audio, inputs
 from pipeline.media.video import ClipReader
 from speech import transcripts
 from stages import asr

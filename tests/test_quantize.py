@@ -5,11 +5,11 @@ from kmeans_factory import PROVENANCE_HASH, brute_force_descent, make_work_dir, 
 
 import schemas
 from pipeline import storage, visual_words
-from pipeline.engine import runner
 from pipeline.config import load_config
-from pipeline.executors.local import LocalExecutor
+from pipeline.engine import runner
 from pipeline.engine.lineage import InputNotReady
 from pipeline.engine.workdir import WorkDir
+from pipeline.executors.local import LocalExecutor
 from stages import kmeans
 
 SETTINGS = ["kmeans.depth=2", "kmeans.k=12", "kmeans.niter=10", "kmeans.nredo=3"]

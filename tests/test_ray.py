@@ -14,10 +14,10 @@ from media_factory import make_video
 
 from pipeline import cli
 from pipeline.config import ConfigError, load_config
-from pipeline.executors.local import LocalExecutor
 from pipeline.engine.lineage import Lineage
 from pipeline.engine.manifest import write_manifest
 from pipeline.engine.workdir import WorkDir
+from pipeline.executors.local import LocalExecutor
 from reports.status import status_text
 from stages import kmeans
 

@@ -13,11 +13,11 @@ import pytest
 import torch
 from media_factory import make_video
 
-from pipeline.media import ffmpeg_libs
 from pipeline.config import load_config
 from pipeline.engine.manifest import write_manifest
 from pipeline.engine.runner import run_one_shard
 from pipeline.engine.workdir import WorkDir
+from pipeline.media import ffmpeg_libs
 
 pytest.importorskip("torchcodec")
 

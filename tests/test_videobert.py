@@ -18,10 +18,10 @@ import torch
 from transformers import BertConfig, BertForPreTraining, BertModel
 
 from pipeline import visual_words
-from pipeline.engine import lineage
 from pipeline.config import load_config
-from pipeline.tokenizer import load_tokenizer
+from pipeline.engine import lineage
 from pipeline.engine.workdir import WorkDir
+from pipeline.tokenizer import load_tokenizer
 from videobert import evaluate, zero_shot
 from videobert.checkpoints import latest_checkpoint
 from videobert.data import VocabLayout

@@ -20,8 +20,8 @@ import schemas
 from pipeline import cli, storage
 from pipeline.config import load_config
 from pipeline.engine.manifest import ManifestError
-from pipeline.tokenizer import load_tokenizer
 from pipeline.engine.workdir import WorkDir
+from pipeline.tokenizer import load_tokenizer
 from videobert import probe, youcook2, zero_shot
 from videobert.data import VocabLayout
 from videobert.synthetic import NOUNS, VERBS, write_synthetic

@@ -20,8 +20,8 @@ import torch
 
 from pipeline import storage
 from pipeline.engine.lineage import Lineage
-from pipeline.tokenizer import load_tokenizer
 from pipeline.engine.workdir import WorkDir
+from pipeline.tokenizer import load_tokenizer
 from videobert import checkpoints
 from videobert.model import VideoBert, _quiet_transformers
 

@@ -20,8 +20,8 @@ import schemas.codebook as codebook_format
 from pipeline import storage, visual_words
 from pipeline.engine import lineage
 from pipeline.engine.manifest import write_manifest_table
-from pipeline.tokenizer import encode
 from pipeline.engine.workdir import WorkDir
+from pipeline.tokenizer import encode
 from schemas.metadata import Provenance
 
 VERBS = ("cut", "mix", "pour", "fry")

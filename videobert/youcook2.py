@@ -36,8 +36,8 @@ import pyarrow.compute as pc
 
 import schemas
 from pipeline import storage
-from pipeline.engine import lineage
 from pipeline.config import Config
+from pipeline.engine import lineage
 from pipeline.engine.lineage import Lineage
 from pipeline.engine.manifest import (
     TRANSCRIPT_EXTENSIONS,

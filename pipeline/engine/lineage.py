@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pipeline import registry, storage
-from pipeline.file_cache import FileCache
 from pipeline.engine.workdir import STATE, WorkDir
+from pipeline.file_cache import FileCache
 
 VERSION = 1          # bump when a code change alters what a stage makes from the same inputs
 EXTERNAL = "external"   # lineage of parts made outside the stages (synthetic training data, tests)

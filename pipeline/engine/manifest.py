@@ -33,10 +33,10 @@ import pyarrow.parquet as pq
 
 import schemas
 from pipeline import storage
-from pipeline.engine import lineage
 from pipeline.config import Config
-from pipeline.media.inputs import local_path
+from pipeline.engine import lineage
 from pipeline.engine.workdir import WorkDir
+from pipeline.media.inputs import local_path
 from schemas.metadata import Provenance
 
 VIDEO_EXTENSIONS = {".mp4", ".m4v", ".mov", ".mkv", ".webm", ".avi", ".mpg", ".mpeg", ".ts", ".mts",

@@ -23,8 +23,8 @@ import pyarrow as pa
 
 import schemas
 from pipeline import registry, storage
-from pipeline.engine import lineage
 from pipeline.config import Config
+from pipeline.engine import lineage
 from pipeline.engine.lineage import CorruptFile, InputNotReady, Lineage
 from pipeline.engine.workdir import WorkDir
 from schemas.metadata import Provenance

@@ -32,7 +32,7 @@ def select_shards(all_shards: list[int], shard: int | None, num_shards: int | No
 def make_executor(cfg: Config, kind: str | None = None, workers: int | None = None, ray_address: str | None = None):
     kind = kind or cfg.executor.kind
     if kind == "ray":
-        from pipeline.executors.ray import RayExecutor   # imports Ray: only when chosen
+        from pipeline.executors.ray import RayExecutor  # imports Ray: only when chosen
         return RayExecutor(cfg, address=ray_address or cfg.executor.ray_address)
     # under a Slurm array each task runs its own shards locally
     return LocalExecutor(cfg, workers)

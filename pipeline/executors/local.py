@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from pipeline import registry
-from pipeline.engine import runner
 from pipeline.config import Config
+from pipeline.engine import runner
 from pipeline.progress import Progress
 
 

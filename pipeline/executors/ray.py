@@ -37,11 +37,11 @@ from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 import numpy as np
 
 from pipeline import registry, storage
-from pipeline.engine import runner
 from pipeline.config import Config
+from pipeline.engine import runner
 from pipeline.engine.lineage import CorruptFile, InputNotReady, Lineage
-from pipeline.progress import Progress
 from pipeline.engine.workdir import WorkDir
+from pipeline.progress import Progress
 
 if TYPE_CHECKING:
     from pipeline.engine.split import Split
@@ -159,7 +159,8 @@ def split_with_actors(ctx: runner.ShardContext, split: Split, actors: list, info
     its own batches, so the encoder sees the same batches and the files come out byte-identical."""
     import ray
 
-    from pipeline.engine.split import stream_videos   # imports torch: not in a driver that runs no split stage
+    # imported here: it loads torch, which a driver that runs no split stage does without
+    from pipeline.engine.split import stream_videos
 
     cfg = split.settle(ctx.cfg, _device(info["device"]))
     n_streams = max(1, min(split.streams(cfg), len(ctx.videos)))

@@ -48,8 +48,8 @@ from pipeline import storage
 from pipeline.config import Config
 from pipeline.config_rules import has_control_characters
 from pipeline.engine.lineage import Lineage
-from pipeline.registry import SHARD_STAGES
 from pipeline.engine.workdir import WorkDir
+from pipeline.registry import SHARD_STAGES
 
 REPO = Path(__file__).resolve().parents[2]
 JOB_ID = re.compile(r"\d+(_\d+)?")

@@ -14,7 +14,8 @@ def open_clip_reader(uri: str, cfg: DecodeConfig):
     VideoDecodeError for an input that cannot be opened at all and give the same clips (frames within a
     small pixel difference)."""
     if cfg.backend == "torchcodec":
-        from pipeline.media.torchcodec_reader import open_torchcodec_reader   # loads torch: only when chosen
+        # imported here: it loads torch, which the PyAV path does without
+        from pipeline.media.torchcodec_reader import open_torchcodec_reader
         return open_torchcodec_reader(uri, cfg)
     return ClipReader(uri, cfg)
 
