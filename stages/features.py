@@ -71,7 +71,9 @@ class FeaturesSplit(Split):
         f = cfg.features
         gpu = device.type == "cuda"
         batch = f.batch_size or (GPU_BATCH if gpu else CPU_BATCH)
-        workers = f.decode_workers if f.decode_workers is not None else (max(1, (os.cpu_count() or 2) - 1) if gpu else 1)
+        workers = f.decode_workers
+        if workers is None:
+            workers = max(1, (os.cpu_count() or 2) - 1) if gpu else 1
         return dataclasses.replace(cfg, features=dataclasses.replace(f, batch_size=batch, decode_workers=workers))
 
     def streams(self, cfg: Config) -> int:

@@ -13,7 +13,7 @@ LAYERS = (
     ("applications", ("reports/", "videobert/")),      # reached from the CLI alone
     ("stages", ("stages/",)),
     ("executors", ("pipeline/executors/",)),
-    ("models", ("pipeline/s3d/", "speech/")),
+    ("networks", ("pipeline/s3d/", "speech/")),     # the models the stages run: S3D, speech recognition
     ("engine", ("pipeline/engine/",)),
     ("media", ("pipeline/media/",)),
     ("foundation", ("pipeline/",)),                   # config, registry, storage, models, devices, progress, ...
