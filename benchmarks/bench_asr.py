@@ -38,8 +38,8 @@ from pathlib import Path
 import numpy as np
 from common import REPO, machine
 
-from pipeline import audio
 from pipeline.config import AsrConfig
+from pipeline.media import audio
 from speech import backends
 from speech.wer import edit_distance, normalise
 from stages import asr

@@ -23,10 +23,11 @@ from common import machine, realdata_video, synthetic_video
 
 import torch
 
-from pipeline import media
 from pipeline.config import load_config
-from pipeline.manifest import write_manifest
-from pipeline.runner import run_one_shard
+from pipeline.engine.manifest import write_manifest
+from pipeline.engine.runner import run_one_shard
+from pipeline.media.clip_readers import open_clip_reader
+from pipeline.s3d.encoder import encoder_for
 from stages import decode, features
 
 
@@ -48,7 +49,7 @@ def bytes_read() -> int:
 def before(row: dict, cfg) -> int:
     """The old visual path: the decode stage, then the features stage's own decode of the same video."""
     clips, _, _ = decode.decode_video(row, cfg)
-    with media.open_clip_reader(row["uri"], cfg.decode) as reader:
+    with open_clip_reader(row["uri"], cfg.decode) as reader:
         for _ in reader.clips():      # each clip's frames, as the model gets them
             pass
     return len(clips)
@@ -137,9 +138,9 @@ def main() -> None:
             shutil.copy(source, videos / f"copy{copy}{source.suffix}")
         write_manifest(cfg, videos, work / "run")
         started = time.perf_counter()
-        encoder = features.encoder_for(cfg)      # the stage below reuses it: loaded once per process
+        encoder = encoder_for(cfg)      # the stage below reuses it: loaded once per process
         load_s = time.perf_counter() - started
-        settled = features.settle(cfg, encoder.device)
+        settled = features.SPLIT.settle(cfg, encoder.device)
         model = model_rate(encoder, cfg, settled.features.batch_size, args.model_batches)
         started = time.perf_counter()
         stats = run_one_shard(cfg, work / "run", "features", 0, force=True, quiet=True)

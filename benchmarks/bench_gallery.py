@@ -33,11 +33,12 @@ from common import clip_keys, features_table, machine, manifest_rows, write_mani
 
 import schemas  # noqa: E402
 import schemas.codebook as codebook_format  # noqa: E402
-from pipeline import lineage, visual_words  # noqa: E402
+from pipeline import visual_words  # noqa: E402
 from pipeline.config import load_config  # noqa: E402
+from pipeline.engine import lineage
+from pipeline.engine.lineage import Lineage  # noqa: E402
+from pipeline.engine.workdir import WorkDir  # noqa: E402
 from reports.gallery import READ_BATCH_ROWS, nearest_clips, write_gallery  # noqa: E402
-from pipeline.lineage import Lineage  # noqa: E402
-from pipeline.workdir import WorkDir  # noqa: E402
 
 K, DEPTH, DIM = 12, 4, schemas.FEATURE_DIM
 PROVENANCE_HASH = "bench000bench000"

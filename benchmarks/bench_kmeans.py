@@ -31,7 +31,7 @@ from common import machine
 import schemas.codebook as codebook_format
 from pipeline import visual_words
 from pipeline.config import KmeansConfig, load_config
-from pipeline.executors import LocalExecutor
+from pipeline.executors.local import LocalExecutor
 from stages import kmeans
 
 

@@ -19,11 +19,12 @@ from common import clip_keys, features_table, machine, manifest_rows, write_mani
 import numpy as np  # noqa: E402
 
 import schemas  # noqa: E402
-from pipeline import runner, storage  # noqa: E402
+from pipeline import storage  # noqa: E402
 from pipeline.config import load_config  # noqa: E402
-from pipeline.executors import LocalExecutor  # noqa: E402
-from pipeline.lineage import Lineage  # noqa: E402
-from pipeline.workdir import WorkDir  # noqa: E402
+from pipeline.engine import runner
+from pipeline.engine.lineage import Lineage  # noqa: E402
+from pipeline.engine.workdir import WorkDir  # noqa: E402
+from pipeline.executors.local import LocalExecutor  # noqa: E402
 from reports.validate import validate_work_dir  # noqa: E402
 from stages import kmeans  # noqa: E402
 

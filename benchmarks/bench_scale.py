@@ -24,9 +24,9 @@ from common import REPO, machine
 import ray
 
 from pipeline.config import load_config
-from pipeline.lineage import Lineage
-from pipeline.manifest import read_manifest, write_manifest
-from pipeline.ray_executor import RayExecutor
+from pipeline.engine.lineage import Lineage
+from pipeline.engine.manifest import read_manifest, write_manifest
+from pipeline.executors.ray import RayExecutor
 from stages import kmeans
 
 STAGES = ("decode", "features", "kmeans", "quantize", "asr", "align")

@@ -27,10 +27,10 @@ from torch.utils.data import DataLoader
 
 from pipeline import visual_words
 from pipeline.config import load_config
-from pipeline.lineage import Lineage
-from pipeline.workdir import WorkDir
+from pipeline.engine.lineage import Lineage
+from pipeline.engine.workdir import WorkDir
+from pipeline.models import PRESETS
 from pipeline.tokenizer import load_tokenizer
-from videobert import PRESETS
 from videobert.data import (DataParams, ShardDataset, VocabLayout, replacement_text_ids,
                             streams_per_rank, training_shards)
 from videobert.model import build_model, count_parameters

@@ -25,8 +25,8 @@ from pathlib import Path
 from bench_asr import REALDATA, file_scores, speech_clips, stream_of
 from common import machine
 
-from pipeline import audio
 from pipeline.config import AsrConfig
+from pipeline.media import audio
 from speech import backends
 
 

@@ -9,7 +9,7 @@
 # That machine has torch/torchvision/transformers/pyarrow but not PyAV or torchcodec: carry their wheels in
 # .whl/ (pip download av torchcodec pytest pluggy iniconfig --no-deps --python-version 3.12
 # --only-binary=:all: -d .whl; pytest for the GPU tests, where the machine lacks it). torchcodec loads
-# PyAV's FFmpeg through pipeline/ffmpeg_libs.py. To add a check: one more `check NAME SECONDS COMMAND`.
+# PyAV's FFmpeg through pipeline/media/ffmpeg_libs.py. To add a check: one more `check NAME SECONDS COMMAND`.
 set -u
 OUT=${OUT:-gpu-results}; mkdir -p "$OUT"
 if ls .whl/*.whl >/dev/null 2>&1; then
@@ -17,7 +17,7 @@ if ls .whl/*.whl >/dev/null 2>&1; then
 fi
 export PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}$PWD" PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
 # torchcodec finds FFmpeg (PyAV's) in every process started from here
-eval "$(python3 -m pipeline.ffmpeg_libs 2>/dev/null)" || true
+eval "$(python3 -m pipeline.media.ffmpeg_libs 2>/dev/null)" || true
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv; nproc; python3 -c "import torch, torchvision; print(torch.__version__, torchvision.__version__)"; } 2>&1 | tee "$OUT/machine.txt"
 
 check() {   # check NAME SECONDS COMMAND...: run it with a time limit, its output in $OUT/NAME.txt

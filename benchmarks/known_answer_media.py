@@ -327,7 +327,7 @@ def encode_video(path: Path, plan: VideoPlan, audio: np.ndarray) -> None:
 def make_media(folder: Path, plans: list[VideoPlan], quiet: bool) -> list[dict]:
     """Write the videos into `folder` (again only when the plan or the media recipe changed) and
     return, per video, what it shows and says (also written to folder/plan.json)."""
-    from pipeline.manifest import make_video_id
+    from pipeline.engine.manifest import make_video_id
 
     recipe = {"media_version": MEDIA_VERSION, "espeak": espeak_version(), "speed_wpm": ESPEAK_SPEED,
               "fps": FPS, "size": SIZE, "plans": [_plan_json(plan) for plan in plans]}
@@ -443,7 +443,7 @@ def run_pipeline(config: Path, work: Path, media: Path, quiet: bool) -> None:
 def _rows(work: Path, stage: str, columns=None) -> list[dict]:
     import pyarrow.parquet as pq
 
-    from pipeline.lineage import Lineage
+    from pipeline.engine.lineage import Lineage
     rows = []
     for _, part in Lineage(work).current_parts(stage):
         rows.extend(pq.read_table(part, columns=columns).to_pylist())

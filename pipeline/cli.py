@@ -224,14 +224,15 @@ def _print_stage_summary(stage: str, results: list[dict], elapsed: float) -> Non
 
 
 def run_stage(args, cfg) -> int:
-    from pipeline import executors, runner
-    from pipeline.lineage import Lineage
+    from pipeline.engine import runner
+    from pipeline.engine.lineage import Lineage
+    from pipeline.executors import dispatch
 
     for note in runner.prepare_stage(cfg, args.work_dir, args.command):
         print(f"  {note}", file=sys.stderr)
-    shards = executors.select_shards(Lineage(args.work_dir).manifest_shards(), args.shard, args.num_shards)
+    shards = dispatch.select_shards(Lineage(args.work_dir).manifest_shards(), args.shard, args.num_shards)
     _preflight(args, cfg, shards)
-    executor = executors.make_executor(cfg, args.executor, args.workers, args.ray_address)
+    executor = dispatch.make_executor(cfg, args.executor, args.workers, args.ray_address)
     started = time.time()
     results = executor.run_shards(args.work_dir, args.command, shards, force=args.force, quiet=args.quiet)
     _print_stage_summary(args.command, results, time.time() - started)
@@ -250,14 +251,14 @@ def _preflight(args, cfg, shards: list[int]) -> None:
     """Before the first shard: what the stage needs (weights, models, the hub) is there, unless every
     selected shard is current already. Raises preflight.PreflightError (one line)."""
     from pipeline import preflight
-    from pipeline.lineage import Lineage
+    from pipeline.engine.lineage import Lineage
     checker = Lineage(args.work_dir, cfg)
     stages = (args.command, *registry.stage(args.command).also_makes)
     if not any(args.force or not checker.state(stage, shard).current for stage in stages for shard in shards):
         return
     speech_needed = True
     if args.command == "asr":
-        from pipeline.manifest import read_manifest
+        from pipeline.engine.manifest import read_manifest
         speech_needed = not all(read_manifest(args.work_dir, columns=["transcript_uri"])["transcript_uri"].to_pylist())
     preflight.check_stage(cfg, args.command, speech_needed=speech_needed)
 
@@ -265,7 +266,7 @@ def _preflight(args, cfg, shards: list[int]) -> None:
 # ---------------------------------------------------------------- commands
 
 def run_manifest(args, cfg) -> int:
-    from pipeline.manifest import write_manifest
+    from pipeline.engine.manifest import write_manifest
 
     path, table, changes = write_manifest(cfg, args.input, args.work_dir, incremental=not args.force)
     shards = len(set(table["shard"].to_pylist()))
@@ -288,9 +289,9 @@ def run_manifest(args, cfg) -> int:
 
 
 def run_kmeans(args, cfg) -> int:
-    from pipeline import executors
+    from pipeline.executors import dispatch
     from stages import kmeans
-    executor = executors.make_executor(cfg, args.executor, args.workers or cfg.kmeans.workers or None,
+    executor = dispatch.make_executor(cfg, args.executor, args.workers or cfg.kmeans.workers or None,
                                        args.ray_address)
     stats = kmeans.run(cfg, args.work_dir, executor, force=args.force, quiet=args.quiet)
     if stats.get("skipped"):
@@ -302,8 +303,8 @@ def run_kmeans(args, cfg) -> int:
 
 def run_train(args, cfg) -> int:
     from pipeline import preflight
+    from pipeline.engine.workdir import WorkDir
     from videobert import train
-    from pipeline.workdir import WorkDir
     if args.restart or not any(WorkDir(args.work_dir).checkpoints.glob("*")):   # a resumed run loads its own
         preflight.check_stage(cfg, "train")
     stats = train.train(cfg, args.work_dir, resume=args.resume, restart=args.restart, quiet=args.quiet)
@@ -416,7 +417,7 @@ def run_tool(args, cfg) -> int:
         from reports import report
         print(report.write_report(cfg, args.work_dir))
     elif command == "submit":
-        from pipeline import slurm
+        from pipeline.executors import slurm
         return slurm.submit(cfg, args)
     else:
         raise AssertionError(command)
@@ -541,10 +542,10 @@ def dispatch(args, cfg) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     from pipeline import storage
-    from pipeline.lineage import CorruptFile, InputNotReady
-    from pipeline.manifest import ManifestError, NoVideos
+    from pipeline.engine.lineage import CorruptFile, InputNotReady
+    from pipeline.engine.manifest import ManifestError, NoVideos
+    from pipeline.engine.workdir import LayoutError, WorkDir
     from pipeline.preflight import PreflightError
-    from pipeline.workdir import LayoutError, WorkDir
     from schemas.codebook import CorruptCodebook
     from videobert.checkpoints import TrainingDiverged, TrainingLocked
 

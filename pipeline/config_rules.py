@@ -166,7 +166,7 @@ def some_regime(t, prefix: str) -> None:
 def init_checkpoint(t, prefix: str) -> None:
     model_name("init_checkpoint")(t, prefix)
     if t.init_checkpoint.startswith("random:"):
-        from videobert import PRESETS
+        from pipeline.models import PRESETS
         one_of(t.init_checkpoint[len("random:"):], tuple(PRESETS), f"{prefix}init_checkpoint random:<preset>")
 
 

@@ -20,6 +20,15 @@ from pathlib import Path
 
 from pipeline import storage
 
+# the spec `random:<preset>` (train.init_checkpoint): a randomly initialised BERT of a named size
+PRESETS: dict[str, dict[str, int]] = {
+    "tiny": dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=2, intermediate_size=256),
+    "mini": dict(num_hidden_layers=4, hidden_size=256, num_attention_heads=4, intermediate_size=1024),
+    "small": dict(num_hidden_layers=4, hidden_size=512, num_attention_heads=8, intermediate_size=2048),
+    "bert-base": dict(num_hidden_layers=12, hidden_size=768, num_attention_heads=12, intermediate_size=3072),
+    "bert-large": dict(num_hidden_layers=24, hidden_size=1024, num_attention_heads=16, intermediate_size=4096),
+}
+
 
 class ModelNotFound(ValueError):
     """A `pkg:` spec whose package is not installed or ships no model; one line with the fix."""

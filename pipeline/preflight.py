@@ -106,7 +106,7 @@ def check_model_spec(key: str, spec: str, *, hub_repo: str | None = None, fix: s
 def check_features(cfg: Config, speech_needed: bool = True) -> None:
     weights = cfg.features.weights
     if weights == "random":
-        from stages.features import calibration_videos
+        from pipeline.s3d.model import calibration_videos
         try:
             calibration_videos()
         except FileNotFoundError as error:

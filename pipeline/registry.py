@@ -57,7 +57,7 @@ class Stage:
     # per-shard stages whose outputs this stage makes in the same pass (their tables come back in its
     # ShardResult.also): the runner writes them as those stages' shards, with their own records
     also_makes: tuple[str, ...] = ()
-    # "module:attribute": the stage's pipeline.split.Split (a CPU producer and a device encoder), which
+    # "module:attribute": the stage's pipeline.engine.split.Split (a CPU producer and a device encoder), which
     # executors may run apart (the Ray executor: producer tasks feeding encoder actors)
     split: str = ""
 

@@ -15,8 +15,8 @@ import time
 
 from pipeline import registry, storage
 from pipeline.config import Config, ConfigError, load_config
-from pipeline.lineage import CorruptFile, read_json
-from pipeline.workdir import WorkDir
+from pipeline.engine.lineage import CorruptFile, read_json
+from pipeline.engine.workdir import WorkDir
 
 SHOWN_KEYS = 4   # keys named in the one-line notice; more are counted
 

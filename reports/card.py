@@ -28,8 +28,8 @@ import yaml
 
 import schemas
 from pipeline import registry, storage
-from pipeline.lineage import Lineage, read_json, relative
-from pipeline.workdir import WorkDir
+from pipeline.engine.lineage import Lineage, read_json, relative
+from pipeline.engine.workdir import WorkDir
 
 FORMAT = "videobert-dataset:1"
 # the align parts' metadata (schemas/metadata.Provenance fields) the card carries; JSON text is parsed

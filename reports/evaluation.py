@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from pipeline import storage, visual_words
-from pipeline.workdir import WorkDir
+from pipeline.engine.workdir import WorkDir
 from reports.gallery import html_table, jpeg_data_uri, nearest_clips
 
 PREDICTED_THUMBNAILS = 3       # clips shown per predicted visual word (the nearest to its leaf centroid)
@@ -58,7 +58,7 @@ def predicted_video(work_dir: Path, per_leaf: int = PREDICTED_THUMBNAILS) -> lis
 
 def _segment_texts(work_dir: Path, wanted: set[tuple[str, int]]) -> dict[tuple[str, int], str | None]:
     """The text of the align segments `wanted` ((video_id, segment_index)), one part at a time."""
-    from pipeline.lineage import Lineage
+    from pipeline.engine.lineage import Lineage
 
     found: dict[tuple[str, int], str | None] = {}
     videos = {video for video, _ in wanted}

@@ -8,7 +8,7 @@ import html
 from pathlib import Path
 
 from pipeline import visual_words
-from pipeline.workdir import WorkDir
+from pipeline.engine.workdir import WorkDir
 from reports.evaluation import read_json
 from reports.gallery import jpeg_data_uri, nearest_clips
 

@@ -33,9 +33,9 @@ from PIL.PngImagePlugin import PngInfo
 import schemas.codebook as codebook_format
 from pipeline import storage, visual_words
 from pipeline.config import Config
-from pipeline.lineage import Lineage
+from pipeline.engine.lineage import Lineage
+from pipeline.engine.workdir import WorkDir
 from pipeline.progress import Progress
-from pipeline.workdir import WorkDir
 from schemas import metadata
 
 READ_BATCH_ROWS = 8_192

@@ -34,10 +34,10 @@ import pyarrow.compute as pc
 
 from pipeline import storage, visual_words
 from pipeline.config import Config
-from pipeline.lineage import Lineage
+from pipeline.engine.lineage import Lineage
+from pipeline.engine.workdir import WorkDir
 from pipeline.progress import format_number, format_rate
 from pipeline.registry import SHARD_STAGES
-from pipeline.workdir import WorkDir
 from reports import summary
 from reports.evaluation import (predicted_video, predicted_video_html, read_json, zero_shot_html,
                                 zero_shot_predictions)

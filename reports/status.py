@@ -12,10 +12,10 @@ import time
 from collections import Counter
 
 from pipeline import registry, storage
-from pipeline.lineage import CorruptFile, Lineage, read_json
-from pipeline.manifest import read_manifest
+from pipeline.engine.lineage import CorruptFile, Lineage, read_json
+from pipeline.engine.manifest import read_manifest
+from pipeline.engine.workdir import WorkDir
 from pipeline.progress import format_rate
-from pipeline.workdir import WorkDir
 
 SLOWEST_SHARDS = 3   # per stage
 

@@ -13,9 +13,9 @@ import numpy as np
 import pyarrow.compute as pc
 
 from pipeline import storage
-from pipeline.lineage import Lineage, parquet_rows, read_json, read_record
+from pipeline.engine.lineage import Lineage, parquet_rows, read_json, read_record
+from pipeline.engine.workdir import WorkDir
 from pipeline.registry import SHARD_STAGES
-from pipeline.workdir import WorkDir
 
 
 def _parts(work_dir, stage: str, table_name: str = "") -> list[Path]:

@@ -23,9 +23,9 @@ import pyarrow as pa
 import schemas
 import schemas.codebook as codebook_format
 from pipeline import registry, storage, visual_words
-from pipeline.lineage import CorruptFile, InputNotReady, Lineage, explain, read_json, relative
-from pipeline.manifest import shard_digests
-from pipeline.workdir import WorkDir
+from pipeline.engine.lineage import CorruptFile, InputNotReady, Lineage, explain, read_json, relative
+from pipeline.engine.manifest import shard_digests
+from pipeline.engine.workdir import WorkDir
 from schemas import metadata
 
 

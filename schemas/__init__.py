@@ -122,11 +122,6 @@ ERRORS = Schema("errors", 1, pa.schema([
     pa.field("message", pa.string(), nullable=False),
 ]))
 
-# stage output name -> schema; "<stage>.<table>" for a stage's extra per-shard tables
-BY_OUTPUT = {schema.name: schema for schema in
-             (MANIFEST, DECODE_CLIPS, DECODE_VIDEOS, FEATURES, QUANTIZE, ASR, ALIGN, ERRORS)}
-
-
 def conform(table: pa.Table, schema: Schema) -> pa.Table:
     """Reorder and cast `table` to `schema`; a missing or extra column is a programming error."""
     names = schema.arrow.names

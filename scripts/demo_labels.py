@@ -16,9 +16,9 @@ import pyarrow.parquet as pq
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from pipeline.lineage import Lineage  # noqa: E402
-from pipeline.manifest import make_video_id  # noqa: E402
-from pipeline.workdir import WorkDir  # noqa: E402
+from pipeline.engine.lineage import Lineage  # noqa: E402
+from pipeline.engine.manifest import make_video_id  # noqa: E402
+from pipeline.engine.workdir import WorkDir  # noqa: E402
 
 # the verbs and nouns a cook would name in each scripted sentence of the English samples
 SENTENCE_LABELS = {

@@ -24,8 +24,8 @@ from typing import Callable, Protocol
 import numpy as np
 
 from pipeline import devices, models
-from pipeline.audio import SAMPLE_RATE
 from pipeline.config import AsrConfig
+from pipeline.media.audio import SAMPLE_RATE
 from speech.transcripts import SegmentSignals, Word
 from speech.whisper_weights import ctranslate2_to_openai_whisper
 

@@ -19,7 +19,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.inputs import is_object_storage, local_file, open_target
+from pipeline.media.inputs import is_object_storage, local_file, open_target
 from pipeline.storage import location
 
 

@@ -1,6 +1,6 @@
 """asr: the speech of every video as sentences with start/end times, and its words with their times.
 
-Per video: the audio is decoded (pipeline/audio.py) and recognised by Whisper with word timestamps
+Per video: the audio is decoded (pipeline/media/audio.py) and recognised by Whisper with word timestamps
 (speech/backends.py: faster-whisper or openai-whisper, behind a voice-activity filter), or, when the
 manifest row names a transcript (WebVTT, SRT, JSON), the transcript is imported instead
 (speech/transcripts.py); either word stream is split into sentences the same way (speech/sentences.py).
@@ -38,11 +38,12 @@ import stat
 import pyarrow as pa
 
 import schemas
-from pipeline import manifest, models
-from pipeline.audio import AudioDecodeError, decode_audio
+from pipeline import models
 from pipeline.config import AsrConfig, DecodeConfig
-from pipeline.inputs import InputError, is_object_storage
-from pipeline.runner import ShardContext, ShardResult, error_row
+from pipeline.engine import manifest
+from pipeline.engine.runner import ShardContext, ShardResult, error_row
+from pipeline.media.audio import AudioDecodeError, decode_audio
+from pipeline.media.inputs import InputError, is_object_storage
 from schemas.metadata import Provenance
 from speech import confidence, transcripts
 from speech.backends import Backend, Recognition, load_backend

@@ -18,9 +18,10 @@ import pyarrow as pa
 from PIL import Image
 
 import schemas
-from pipeline import media
-from pipeline.inputs import InputError
-from pipeline.runner import ShardContext, ShardResult, error_row
+from pipeline.engine.runner import ShardContext, ShardResult, error_row
+from pipeline.media.clip_readers import open_clip_reader, to_numpy
+from pipeline.media.inputs import InputError
+from pipeline.media.video import Clip, VideoDecodeError
 
 
 def thumbnail_jpeg(frame: np.ndarray, size: int, quality: int) -> bytes:
@@ -55,12 +56,12 @@ class VideoPass:
         self.video_row: dict | None = None
         self.errors: list[dict] = []
 
-    def clips(self) -> Iterator[media.Clip]:
+    def clips(self) -> Iterator[Clip]:
         video, decode = self.video, self.cfg.decode
         video_id = video["video_id"]
         try:
-            reader = media.open_clip_reader(video["uri"], decode)
-        except (media.VideoDecodeError, InputError) as error:
+            reader = open_clip_reader(video["uri"], decode)
+        except (VideoDecodeError, InputError) as error:
             self.video_row, self.errors = _video_row(video, "error", None, 0), [error_row(video_id, error)]
             return
         with reader:
@@ -70,10 +71,10 @@ class VideoPass:
                     self.clip_rows.append({
                         "video_id": video_id, "clip_index": clip.clip_index, "start_s": clip.start_s,
                         "end_s": clip.end_s, "n_real_frames": clip.n_real_frames, "padded": clip.padded,
-                        "thumbnail_jpeg": thumbnail_jpeg(media.to_numpy(middle), decode.thumbnail_size,
+                        "thumbnail_jpeg": thumbnail_jpeg(to_numpy(middle), decode.thumbnail_size,
                                                          decode.thumbnail_quality)})
                     yield clip
-            except (media.VideoDecodeError, InputError) as error:   # before the first clip (a first frame too large)
+            except (VideoDecodeError, InputError) as error:   # before the first clip (a first frame too large)
                 self.clip_rows = []
                 self.video_row, self.errors = _video_row(video, "error", reader, 0), [error_row(video_id, error)]
                 return

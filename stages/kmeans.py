@@ -28,9 +28,10 @@ from pathlib import Path
 import numpy as np
 
 import schemas.codebook as codebook_format
-from pipeline import lineage, storage, visual_words
+from pipeline import storage, visual_words
 from pipeline.config import Config, KmeansConfig
-from pipeline.workdir import WorkDir
+from pipeline.engine import lineage
+from pipeline.engine.workdir import WorkDir
 from schemas import metadata
 
 SAMPLE_NAME = "fit-sample.npy"
@@ -352,7 +353,7 @@ def run(cfg: Config, work_dir, executor, *, force: bool = False, quiet: bool = F
         # lives in a local temporary file, which only this machine's processes can read
         sample_path = storage.local_temporary(SAMPLE_NAME)
         if not hasattr(executor, "workers"):
-            from pipeline.executors import LocalExecutor
+            from pipeline.executors.local import LocalExecutor
             pool = LocalExecutor(cfg, cfg.kmeans.workers or None)
     else:
         sample_path = storage.atomic_path(work.kmeans_folder / SAMPLE_NAME)

@@ -11,24 +11,25 @@ import pyarrow as pa
 from threadpoolctl import threadpool_limits
 
 import schemas.codebook as codebook_format
-from pipeline import runner, visual_words
+from pipeline import visual_words
+from pipeline.engine import runner
+from pipeline.file_cache import FileCache
 from schemas import metadata
 from schemas.metadata import Provenance
 
-_CODEBOOKS: dict[tuple[str, int, int], codebook_format.Codebook] = {}
+_CODEBOOKS: FileCache[codebook_format.Codebook] = FileCache(max_entries=1)
 
 
 def load_codebook(ctx: runner.ShardContext) -> codebook_format.Codebook:
     """The codebook, checked against its record and loaded once per process while its file is unchanged
     (a worker runs many shards)."""
     path = ctx.work.codebook
-    stat = path.stat()
-    key = (str(path.resolve()), stat.st_mtime_ns, stat.st_size)
-    if key not in _CODEBOOKS:
+
+    def load() -> codebook_format.Codebook:
         ctx.lineage.verified("kmeans", None, path)
-        _CODEBOOKS.clear()
-        _CODEBOOKS[key] = visual_words.load(path)
-    return _CODEBOOKS[key]
+        return visual_words.load(path)
+
+    return _CODEBOOKS.get(path, load)
 
 
 def run_shard(ctx: runner.ShardContext) -> runner.ShardResult:

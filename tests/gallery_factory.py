@@ -19,8 +19,9 @@ from work_factory import MADE_BY, write_manifest_rows, write_part
 
 import schemas
 import schemas.codebook as codebook_format
-from pipeline import lineage, storage, visual_words
-from pipeline.workdir import WorkDir
+from pipeline import storage, visual_words
+from pipeline.engine import lineage
+from pipeline.engine.workdir import WorkDir
 from schemas.metadata import Provenance
 
 K, DEPTH = 3, 2

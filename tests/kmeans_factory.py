@@ -10,8 +10,8 @@ import pyarrow as pa
 from work_factory import MADE_BY, write_manifest_rows, write_part
 
 import schemas
-from pipeline import lineage
-from pipeline.workdir import WorkDir
+from pipeline.engine import lineage
+from pipeline.engine.workdir import WorkDir
 
 PROVENANCE = {"weights": "kinetics400", "fps": 20.0, "clip_frames": 30}
 PROVENANCE_HASH = "a1b2c3d4e5f60718"

@@ -9,10 +9,11 @@ import pytest
 from work_factory import write_manifest_rows, write_part
 
 import schemas
-from pipeline import lineage, storage
+from pipeline import storage
 from pipeline.config import load_config
-from pipeline.runner import run_one_shard
-from pipeline.workdir import WorkDir
+from pipeline.engine import lineage
+from pipeline.engine.runner import run_one_shard
+from pipeline.engine.workdir import WorkDir
 from reports.validate import validate_work_dir
 from stages.align import load_tokenizer, segment_video
 

@@ -23,17 +23,18 @@ import pytest
 from work_factory import write_manifest_rows
 
 import schemas
-from pipeline import models, runner, storage
-from pipeline.audio import SAMPLE_RATE, AudioDecodeError, decode_audio
+from pipeline import models, storage
 from pipeline.config import AsrConfig, ConfigError, load_config
-from pipeline.manifest import write_manifest
-from pipeline.workdir import WorkDir
+from pipeline.engine import runner
+from pipeline.engine.manifest import write_manifest
+from pipeline.engine.workdir import WorkDir
+from pipeline.media.audio import SAMPLE_RATE, AudioDecodeError, decode_audio
 from reports import status
 from reports.validate import validate_work_dir
 from speech import backends, confidence, transcripts, whisper_weights
-from speech.wer import word_error_rate
 from speech.sentences import sentences_from_words, split_sentences
 from speech.transcripts import SegmentSignals, TranscriptError, Word
+from speech.wer import word_error_rate
 from stages import asr
 
 REPO = Path(__file__).resolve().parent.parent

@@ -16,10 +16,10 @@ from PIL import Image
 
 from pipeline import storage
 from pipeline.config import load_config
-from pipeline.executors import LocalExecutor
-from pipeline.lineage import Lineage
-from pipeline.manifest import read_manifest, write_manifest
-from pipeline.workdir import WorkDir
+from pipeline.engine.lineage import Lineage
+from pipeline.engine.manifest import read_manifest, write_manifest
+from pipeline.engine.workdir import WorkDir
+from pipeline.executors.local import LocalExecutor
 from stages import kmeans
 
 # one shard; the smallest clips S3D takes (14 frames), random weights; batches of one clip, so that no

@@ -14,8 +14,8 @@ from work_factory import write_part
 
 import schemas
 from pipeline import cli, storage
+from pipeline.engine.workdir import WorkDir
 from pipeline.tokenizer import load_tokenizer
-from pipeline.workdir import WorkDir
 from videobert import captioning, forecast
 from videobert.synthetic import write_synthetic
 from videobert.train import train

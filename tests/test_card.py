@@ -19,8 +19,8 @@ from work_factory import write_manifest_rows, write_part
 import schemas
 from pipeline import cli, visual_words
 from pipeline.config import load_config
-from pipeline.runner import run_one_shard
-from pipeline.workdir import WorkDir
+from pipeline.engine.runner import run_one_shard
+from pipeline.engine.workdir import WorkDir
 from reports.card import CARRIED, PARSED, card_state, hf_features
 
 REPO = Path(__file__).resolve().parent.parent

@@ -17,8 +17,8 @@ from test_videobert import TOKENIZER_SPEC, tiny_checkpoint, train_records
 
 from pipeline import cli
 from pipeline.config import ConfigError, load_config
+from pipeline.engine.workdir import WorkDir
 from pipeline.tokenizer import load_tokenizer
-from pipeline.workdir import WorkDir
 from reports import validate
 from videobert import checkpoints, evaluate
 from videobert import train as train_module
@@ -218,7 +218,7 @@ def test_a_second_train_on_the_same_work_dir_is_refused(tmp_path, tokenizer, cap
     write_synthetic(tmp_path, tokenizer, videos=8, videos_per_shard=2)
     holder = subprocess.Popen(
         [sys.executable, "-c", "import sys, time\n"
-         "from pipeline.workdir import WorkDir\nfrom videobert.checkpoints import train_lock\n"
+         "from pipeline.engine.workdir import WorkDir\nfrom videobert.checkpoints import train_lock\n"
          "with train_lock(WorkDir(sys.argv[1])):\n    print('locked', flush=True)\n    time.sleep(120)\n",
          str(tmp_path)], stdout=subprocess.PIPE, text=True, cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)))
     try:

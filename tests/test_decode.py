@@ -8,7 +8,7 @@ import pytest
 from media_factory import concatenate, make_audio_only, make_video, remux, set_matroska_duration
 
 from pipeline.config import load_config
-from pipeline.media import ClipReader
+from pipeline.media.video import ClipReader
 from stages.decode import decode_video
 
 CFG = load_config(None)

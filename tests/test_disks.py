@@ -16,7 +16,7 @@ from kmeans_factory import make_work_dir
 from media_factory import make_video
 
 from pipeline.config import load_config
-from pipeline.manifest import write_manifest
+from pipeline.engine.manifest import write_manifest
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -16,11 +16,13 @@ from torchvision.models.video import s3d
 
 from pipeline import storage
 from pipeline.config import load_config
-from pipeline.lineage import Lineage
-from pipeline.manifest import write_manifest
-from pipeline.media import ClipReader
-from pipeline.runner import run_one_shard, run_one_shard_safely
-from pipeline.workdir import WorkDir
+from pipeline.engine.lineage import Lineage
+from pipeline.engine.manifest import write_manifest
+from pipeline.engine.runner import run_one_shard, run_one_shard_safely
+from pipeline.engine.workdir import WorkDir
+from pipeline.media.video import ClipReader
+from pipeline.s3d import model as s3d_model
+from pipeline.s3d.encoder import S3DEncoder
 from stages import features
 
 
@@ -29,7 +31,7 @@ def _reference_embedding(model, frames_uint8):
     captured = {}
     hook = model.classifier.register_forward_hook(lambda m, inputs, out: captured.setdefault("x", inputs[0]))
     with torch.inference_mode():
-        model(features.normalise(frames_uint8))
+        model(s3d_model.normalise(frames_uint8))
     hook.remove()
     return captured["x"].mean(dim=(2, 3, 4))
 
@@ -49,15 +51,15 @@ def clip_frames(tmp_path_factory):
 def _calibrated_random_s3d(cfg):
     """torchvision's S3D with what `features.weights: random` means: seeded, BatchNorm calibrated."""
     model = s3d(weights=None)
-    model.load_state_dict(features.calibrated_random_state(cfg.seed, features.calibration_digest()))
+    model.load_state_dict(s3d_model.calibrated_random_state(cfg.seed, s3d_model.calibration_digest()))
     return model.eval()
 
 
 def _cpu_float32_normalise(frames_uint8):
     """How frames were prepared before: float32 on the CPU, then moved (4x the bytes of uint8)."""
     x = frames_uint8.permute(0, 4, 1, 2, 3).float().div(255.0)
-    mean = torch.tensor(features.KINETICS_MEAN).view(1, 3, 1, 1, 1)
-    std = torch.tensor(features.KINETICS_STD).view(1, 3, 1, 1, 1)
+    mean = torch.tensor(s3d_model.KINETICS_MEAN).view(1, 3, 1, 1, 1)
+    std = torch.tensor(s3d_model.KINETICS_STD).view(1, 3, 1, 1, 1)
     return (x - mean) / std
 
 
@@ -72,12 +74,12 @@ def test_the_s3d_limits_and_defaults_are_torchvisions():
     assert [config_rules.S3D_MIN_CROP] * 2 == list(weights.transforms().crop_size)
     assert [DecodeConfig().crop] * 2 == list(weights.transforms().crop_size)
     assert [DecodeConfig().resize] * 2 == list(weights.transforms().resize_size)
-    assert list(features.KINETICS_MEAN) == list(weights.transforms().mean)
+    assert list(s3d_model.KINETICS_MEAN) == list(weights.transforms().mean)
 
 
 def test_stage_vector_equals_torchvision_s3d_forward(clip_frames):
     cfg = load_config(None, ["features.weights=random", "features.precision=auto"])
-    encoder = features.S3DEncoder(cfg, torch.device("cpu"))
+    encoder = S3DEncoder(cfg, torch.device("cpu"))
     reference_model = _calibrated_random_s3d(cfg)
     reference = _reference_embedding(reference_model, clip_frames)
     got = encoder(clip_frames)
@@ -85,7 +87,7 @@ def test_stage_vector_equals_torchvision_s3d_forward(clip_frames):
     # bf16 autocast against float32: 0.998 here on a random network (its activations are less regular
     # than a trained one's)
     assert _cosine(got, reference) > 0.995
-    exact = features.S3DEncoder(load_config(None, ["features.weights=random", "features.precision=float32"]),
+    exact = S3DEncoder(load_config(None, ["features.weights=random", "features.precision=float32"]),
                                 torch.device("cpu"))(clip_frames)
     assert _cosine(exact, reference) > 0.99999
 
@@ -96,28 +98,28 @@ def test_local_checkpoint_is_loaded_and_its_hash_recorded(tmp_path, clip_frames)
     checkpoint = tmp_path / "s3d_random.pth"
     torch.save(saved.state_dict(), checkpoint)
     cfg = load_config(None, [f"features.weights={checkpoint}", "features.precision=float32"])
-    got = features.S3DEncoder(cfg, torch.device("cpu"))(clip_frames)
+    got = S3DEncoder(cfg, torch.device("cpu"))(clip_frames)
     assert _cosine(got, _reference_embedding(saved, clip_frames)) > 0.99999
-    assert features.weights_identity(cfg) == f"file:sha256={storage.file_sha256(checkpoint)}"
+    assert s3d_model.weights_identity(cfg) == f"file:sha256={storage.file_sha256(checkpoint)}"
     with pytest.raises(FileNotFoundError, match="features.weights"):
-        features.load_s3d(load_config(None, [f"features.weights={tmp_path / 'missing.pth'}"]))
+        s3d_model.load_s3d(load_config(None, [f"features.weights={tmp_path / 'missing.pth'}"]))
 
 
 def test_frames_reach_the_device_as_uint8_and_are_normalised_there(clip_frames):
     cfg = load_config(None, ["features.weights=random", "features.precision=float32"])
-    encoder = features.S3DEncoder(cfg, torch.device("cpu"))
+    encoder = S3DEncoder(cfg, torch.device("cpu"))
     on_device = encoder.to_device(clip_frames)
     assert on_device.dtype == torch.uint8 and on_device.device == encoder.device   # 1 byte per value moved
     with pytest.raises(TypeError, match="uint8"):
         encoder.to_device(clip_frames.float())
-    normalised = features.normalise(on_device)
+    normalised = s3d_model.normalise(on_device)
     assert normalised.device == on_device.device and normalised.dtype == torch.float32
     # the permuted NDHWC batch is channels_last_3d already: normalising copies nothing into another layout
     assert normalised.is_contiguous(memory_format=torch.channels_last_3d)
     assert torch.allclose(normalised, _cpu_float32_normalise(clip_frames), atol=1e-5)
     # the vectors equal those of the float32 CPU-normalised input through the same model
     with torch.inference_mode():
-        before = features.clip_embedding(encoder.model, _cpu_float32_normalise(clip_frames))
+        before = s3d_model.clip_embedding(encoder.model, _cpu_float32_normalise(clip_frames))
     assert _cosine(encoder(clip_frames), before) > 0.99999
     # a batch submitted as the stage submits it gives the same vectors
     assert np.allclose(encoder.submit(clip_frames).result(), encoder(clip_frames).numpy())
@@ -126,26 +128,26 @@ def test_frames_reach_the_device_as_uint8_and_are_normalised_there(clip_frames):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
 def test_on_a_gpu_uint8_frames_from_pinned_memory_are_normalised_there_in_bf16(clip_frames):
     cfg = load_config(None, ["features.weights=random", "features.device=cuda"])
-    encoder = features.S3DEncoder(cfg)
+    encoder = S3DEncoder(cfg)
     pinned = clip_frames.pin_memory()
     on_device = encoder.to_device(pinned)
     assert on_device.dtype == torch.uint8 and on_device.is_cuda
-    assert features.normalise(on_device).is_cuda
+    assert s3d_model.normalise(on_device).is_cuda
     assert encoder.dtype == torch.bfloat16
-    cpu = features.S3DEncoder(load_config(None, ["features.weights=random", "features.device=cpu"]))
+    cpu = S3DEncoder(load_config(None, ["features.weights=random", "features.device=cpu"]))
     assert _cosine(encoder.submit(pinned).result(), cpu(clip_frames)) > 0.999
 
 
 def test_random_weights_are_calibrated_the_same_in_every_process_and_recorded(tmp_path):
     cfg = load_config(None, ["features.weights=random"])
-    identity = features.weights_identity(cfg)
+    identity = s3d_model.weights_identity(cfg)
     assert identity.startswith("random(seed=0, BatchNorm calibrated") and "NOT pretrained" in identity
-    assert features.calibration_digest() in identity
-    assert identity != features.weights_identity(load_config(None, ["features.weights=random", "seed=1"]))
+    assert s3d_model.calibration_digest() in identity
+    assert identity != s3d_model.weights_identity(load_config(None, ["features.weights=random", "seed=1"]))
     # another process computes the same network, bit for bit
-    here = features.calibrated_random_state(cfg.seed, features.calibration_digest())
-    script = ("import torch; from stages import features; "
-              "state = features.calibrated_random_state(0, features.calibration_digest()); "
+    here = s3d_model.calibrated_random_state(cfg.seed, s3d_model.calibration_digest())
+    script = ("import torch; from pipeline.s3d import model; "
+              "state = model.calibrated_random_state(0, model.calibration_digest()); "
               f"torch.save(state, {str(tmp_path / 'state.pt')!r})")
     subprocess.run([sys.executable, "-c", script], check=True, cwd=Path(features.__file__).parent.parent)
     there = torch.load(tmp_path / "state.pt", weights_only=True)

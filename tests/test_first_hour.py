@@ -14,7 +14,7 @@ from media_factory import make_video, one_clip_videos
 
 from pipeline import cli, remembered
 from pipeline.config import load_config
-from pipeline.workdir import WorkDir
+from pipeline.engine.workdir import WorkDir
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -243,7 +243,7 @@ def test_a_config_value_missing_after_loading_exits_2_in_one_line(tmp_path, caps
 
 
 def test_errors_exits_1_when_a_shard_crashed(tmp_path, videos, capsys):
-    from pipeline.runner import record_failure
+    from pipeline.engine.runner import record_failure
     work = tmp_path / "work"
     assert run(capsys, "manifest", "--work-dir", work, "--input", videos)[0] == 0
     assert cli.main(["errors", "--work-dir", str(work)]) == 0

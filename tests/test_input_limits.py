@@ -16,13 +16,14 @@ import pytest
 from bad_input_corpus import make_speech_video
 from media_factory import make_video
 
-from pipeline import audio, inputs, runner
 from pipeline.config import load_config
-from pipeline.inputs import InputTimeout, NotARegularFile
-from pipeline.lineage import Lineage
-from pipeline.manifest import read_manifest, write_manifest
-from pipeline.media import ClipReader
-from pipeline.workdir import WorkDir
+from pipeline.engine import runner
+from pipeline.engine.lineage import Lineage
+from pipeline.engine.manifest import read_manifest, write_manifest
+from pipeline.engine.workdir import WorkDir
+from pipeline.media import audio, inputs
+from pipeline.media.inputs import InputTimeout, NotARegularFile
+from pipeline.media.video import ClipReader
 
 REPO = Path(__file__).resolve().parent.parent
 # the smallest clips S3D takes, random weights, decoding in the stage's own process
@@ -34,10 +35,10 @@ SETTINGS = ["features.weights=random", "decode.clip_frames=14", "decode.min_clip
 STAGES_IN_A_CHILD = """
 import sys
 from pathlib import Path
-from pipeline import runner
 from pipeline.config import load_config
-from pipeline.lineage import Lineage
-from pipeline.manifest import read_manifest, write_manifest
+from pipeline.engine import runner
+from pipeline.engine.lineage import Lineage
+from pipeline.engine.manifest import read_manifest, write_manifest
 work, listing, *overrides = sys.argv[1:]
 cfg = load_config(None, overrides)
 write_manifest(cfg, listing, Path(work))
@@ -86,9 +87,9 @@ def test_fifo_and_devices_in_a_shard_become_error_rows_in_every_stage(tmp_path):
 # the kernel, where no FFmpeg time limit reaches
 OPENERS_IN_A_CHILD = """
 import sys
-from pipeline import audio, inputs
 from pipeline.config import load_config
-from pipeline.media import ClipReader
+from pipeline.media import audio, inputs
+from pipeline.media.video import ClipReader
 from speech import transcripts
 from stages import asr
 openers = {"open_input": lambda uri: inputs.open_input(uri, 5.0),

@@ -7,9 +7,9 @@ from kmeans_factory import write_manifest as write_features_manifest
 
 from pipeline import visual_words
 from pipeline.config import KmeansConfig, load_config
-from pipeline.executors import LocalExecutor
-from pipeline.lineage import InputNotReady, Lineage
-from pipeline.workdir import WorkDir
+from pipeline.engine.lineage import InputNotReady, Lineage
+from pipeline.engine.workdir import WorkDir
+from pipeline.executors.local import LocalExecutor
 from stages import kmeans
 
 PLANTED_SETTINGS = ["kmeans.depth=2", "kmeans.k=12", "kmeans.niter=10", "kmeans.nredo=3"]

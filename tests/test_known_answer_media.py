@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from benchmarks import known_answer_media as kam
-from pipeline.lineage import Lineage
+from pipeline.engine.lineage import Lineage
 from speech.wer import normalise
 
 pytestmark = pytest.mark.skipif(not Path(kam.ESPEAK).exists(), reason=f"{kam.ESPEAK} (Debian espeak-ng) is absent")

@@ -16,9 +16,9 @@ from work_factory import write_part
 import schemas
 from pipeline import cli, storage
 from pipeline.config import load_config
-from pipeline.lineage import InputNotReady, Lineage
-from pipeline.manifest import read_manifest
-from pipeline.workdir import WorkDir
+from pipeline.engine.lineage import InputNotReady, Lineage
+from pipeline.engine.manifest import read_manifest
+from pipeline.engine.workdir import WorkDir
 from reports.validate import validate_work_dir
 from videobert.train import training_inputs
 

@@ -4,7 +4,7 @@ import pytest
 
 from pipeline import storage
 from pipeline.config import load_config
-from pipeline.manifest import ManifestError, build_manifest, make_video_id, write_manifest
+from pipeline.engine.manifest import ManifestError, build_manifest, make_video_id, write_manifest
 
 
 def _touch(path, data=b"x"):
@@ -87,7 +87,7 @@ def test_manifest_records_the_folder_transcripts_are_confined_to(tmp_path):
 
 def test_the_current_folder_as_work_dir(tmp_path, monkeypatch):
     """`--work-dir .`: records name their files inside the work dir whatever way its root is spelled."""
-    from pipeline.lineage import Lineage
+    from pipeline.engine.lineage import Lineage
     videos = tmp_path / "videos"
     _touch(videos / "a.mp4")
     work = tmp_path / "work"
@@ -101,21 +101,21 @@ def test_the_current_folder_as_work_dir(tmp_path, monkeypatch):
 
 
 def _decode_and_asr(cfg, work):
-    from pipeline import runner
+    from pipeline.engine import runner
     for stage in ("decode", "asr"):
         runner.run_one_shard(cfg, work, stage, 0, quiet=True)
 
 
 def _sentences(work):
-    from pipeline.workdir import WorkDir
+    from pipeline.engine.workdir import WorkDir
     return [s["text"] for row in pq.read_table(WorkDir(work).part("asr", 0)).to_pylist() for s in row["sentences"]]
 
 
 def test_a_transcript_added_or_removed_beside_a_listed_video_redoes_asr_but_not_decode(tmp_path):
     from media_factory import make_video
 
-    from pipeline.lineage import Lineage
-    from pipeline.workdir import WorkDir
+    from pipeline.engine.lineage import Lineage
+    from pipeline.engine.workdir import WorkDir
     folder, work = tmp_path / "videos", tmp_path / "work"
     folder.mkdir()
     make_video(folder / "one.mp4", duration_s=1.0)
@@ -149,9 +149,9 @@ def test_a_transcript_added_or_removed_beside_a_listed_video_redoes_asr_but_not_
 def test_a_moved_input_folder_rewrites_the_paths_and_redoes_nothing(tmp_path):
     from media_factory import make_video
 
-    from pipeline.lineage import Lineage
-    from pipeline.manifest import recorded_transcript_root
-    from pipeline.workdir import WorkDir
+    from pipeline.engine.lineage import Lineage
+    from pipeline.engine.manifest import recorded_transcript_root
+    from pipeline.engine.workdir import WorkDir
     old, new, work = tmp_path / "old", tmp_path / "new", tmp_path / "work"
     old.mkdir()
     make_video(old / "one.mp4", duration_s=1.0)
@@ -175,7 +175,7 @@ def test_a_video_rewritten_in_place_with_the_same_size_is_redone_and_validate_sa
 
     from media_factory import make_video
 
-    from pipeline.lineage import Lineage
+    from pipeline.engine.lineage import Lineage
     from reports.validate import validate_work_dir
     folder, work = tmp_path / "videos", tmp_path / "work"
     folder.mkdir()
@@ -183,7 +183,7 @@ def test_a_video_rewritten_in_place_with_the_same_size_is_redone_and_validate_sa
     cfg = load_config(None)
     rows = write_manifest(cfg, folder, work)[1].to_pylist()
     assert rows[0]["content_tag"] == f"mtime:{video.stat().st_mtime_ns}"
-    from pipeline import runner
+    from pipeline.engine import runner
     runner.run_one_shard(cfg, work, "decode", 0, quiet=True)
     assert validate_work_dir(work) == []
     data = bytearray(video.read_bytes())
@@ -200,7 +200,7 @@ def test_a_video_rewritten_in_place_with_the_same_size_is_redone_and_validate_sa
 def test_object_storage_listings_give_a_content_tag(tmp_path):
     import fsspec
 
-    from pipeline.manifest import list_videos, remote_tag
+    from pipeline.engine.manifest import list_videos, remote_tag
     fs = fsspec.filesystem("memory")
     fs.pipe("/tagged/one.mp4", b"bytes")
     try:
@@ -217,8 +217,8 @@ def test_a_file_name_that_is_not_utf8_is_listed_by_its_bytes_and_decoded(tmp_pat
 
     from media_factory import make_video
 
-    from pipeline import runner
-    from pipeline.workdir import WorkDir
+    from pipeline.engine import runner
+    from pipeline.engine.workdir import WorkDir
     folder, work = tmp_path / "videos", tmp_path / "work"
     folder.mkdir()
     make_video(folder / "plain.mp4", duration_s=1.0)

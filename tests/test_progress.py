@@ -10,7 +10,7 @@ import pytest
 
 from pipeline import progress as progress_module
 from pipeline.config import load_config
-from pipeline.executors import LocalExecutor
+from pipeline.executors.local import LocalExecutor
 from pipeline.progress import Progress, format_duration, format_number, format_rate
 
 ISO_TIME = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d\d:\d\d"

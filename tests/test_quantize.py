@@ -4,11 +4,12 @@ import pytest
 from kmeans_factory import PROVENANCE_HASH, brute_force_descent, make_work_dir, pin_codebook, planted_hierarchy
 
 import schemas
-from pipeline import runner, storage, visual_words
+from pipeline import storage, visual_words
 from pipeline.config import load_config
-from pipeline.executors import LocalExecutor
-from pipeline.lineage import InputNotReady
-from pipeline.workdir import WorkDir
+from pipeline.engine import runner
+from pipeline.engine.lineage import InputNotReady
+from pipeline.engine.workdir import WorkDir
+from pipeline.executors.local import LocalExecutor
 from stages import kmeans
 
 SETTINGS = ["kmeans.depth=2", "kmeans.k=12", "kmeans.niter=10", "kmeans.nredo=3"]

@@ -14,15 +14,15 @@ from media_factory import make_video
 
 from pipeline import cli
 from pipeline.config import ConfigError, load_config
-from pipeline.executors import LocalExecutor
-from pipeline.lineage import Lineage
-from pipeline.manifest import write_manifest
-from pipeline.workdir import WorkDir
+from pipeline.engine.lineage import Lineage
+from pipeline.engine.manifest import write_manifest
+from pipeline.engine.workdir import WorkDir
+from pipeline.executors.local import LocalExecutor
 from reports.status import status_text
 from stages import kmeans
 
 ray = pytest.importorskip("ray")
-from pipeline.ray_executor import RayExecutor, task_options  # noqa: E402
+from pipeline.executors.ray import RayExecutor, task_options  # noqa: E402
 
 # the smallest clips S3D takes (14 frames), random weights: each clip costs about a second on 2 cores
 TINY_FEATURES = ["features.weights=random", "decode.clip_frames=14", "decode.min_clip_frames=7",
@@ -160,11 +160,12 @@ def test_task_resources_come_from_the_config_over_the_defaults():
 
 
 def test_the_ray_executor_names_no_stage():
-    """Split stages come to it through their registry record (pipeline/split.py): it branches on no stage's
+    """Split stages come to it through their registry record (pipeline/engine/split.py): it branches on no stage's
     name and knows nothing of features or decode (k-means subtrees keep their resource role for `map`)."""
     import re
 
-    from pipeline import ray_executor, registry
+    from pipeline import registry
+    from pipeline.executors import ray as ray_executor
     source = Path(ray_executor.__file__).read_text()
     assert not re.search(r"stage *(==|!=|in) ", source)
     assert [name for name in registry.NAMES if re.search(rf"[\"']{name}[\"']", source)] == ["kmeans"]

@@ -431,8 +431,9 @@ def test_per_video_table_names_a_too_short_video_and_rejected_sentences(tmp_path
     import pyarrow as pa
 
     import schemas
-    from pipeline import lineage, storage
-    from pipeline.workdir import WorkDir
+    from pipeline import storage
+    from pipeline.engine import lineage
+    from pipeline.engine.workdir import WorkDir
     from schemas.metadata import Provenance
 
     work = factory.make_work_dir(tmp_path, v3_too_short=True)

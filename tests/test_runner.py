@@ -13,11 +13,11 @@ from media_factory import make_video
 
 from pipeline import storage
 from pipeline.config import load_config
-from pipeline.executors import select_shards
-from pipeline.lineage import Lineage
-from pipeline.manifest import write_manifest
-from pipeline.runner import run_one_shard
-from pipeline.workdir import WorkDir
+from pipeline.engine.lineage import Lineage
+from pipeline.engine.manifest import write_manifest
+from pipeline.engine.runner import run_one_shard
+from pipeline.engine.workdir import WorkDir
+from pipeline.executors.dispatch import select_shards
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -15,9 +15,9 @@ from work_factory import write_manifest_rows
 
 from pipeline import cli
 from pipeline.config import ConfigError, load_config
-from pipeline.manifest import write_manifest
-from pipeline.slurm import REPO, ScriptError, sbatch_script, sbatch_scripts
-from pipeline.workdir import WorkDir
+from pipeline.engine.manifest import write_manifest
+from pipeline.engine.workdir import WorkDir
+from pipeline.executors.slurm import REPO, ScriptError, sbatch_script, sbatch_scripts
 
 
 def _directives(script: str) -> list[str]:

@@ -19,10 +19,10 @@ from pipeline import registry
 from pipeline.config import ConfigError, load_config
 from pipeline.config_fields import ConfigError as FieldError
 from pipeline.config_fields import setting
-from pipeline.executors import LocalExecutor
-from pipeline.lineage import Lineage
-from pipeline.runner import ShardResult, prepare_stage
-from pipeline.workdir import WorkDir
+from pipeline.engine.lineage import Lineage
+from pipeline.engine.runner import ShardResult, prepare_stage
+from pipeline.engine.workdir import WorkDir
+from pipeline.executors.local import LocalExecutor
 from reports.status import status_text
 from reports.validate import Invalid, Part, validate_work_dir
 

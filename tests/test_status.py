@@ -18,9 +18,9 @@ from media_factory import make_video
 
 from pipeline import cli
 from pipeline.config import load_config
-from pipeline.executors import LocalExecutor
-from pipeline.manifest import write_manifest
-from pipeline.workdir import WorkDir
+from pipeline.engine.manifest import write_manifest
+from pipeline.engine.workdir import WorkDir
+from pipeline.executors.local import LocalExecutor
 from reports.status import errors_text, status_text
 
 REPO = Path(__file__).resolve().parent.parent

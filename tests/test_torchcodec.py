@@ -1,7 +1,7 @@
 """decode.backend: torchcodec (the way to decode on a GPU): on the samples its clips are PyAV's (equal counts
 and times) and its frames agree within a pixel mean absolute difference of MAX_MAE (of 255). torchcodec
 loads FFmpeg's libraries by their standard names: the checks run in processes started with PyAV's FFmpeg on
-LD_LIBRARY_PATH (pipeline/ffmpeg_libs.py), as the features stage starts its decode workers."""
+LD_LIBRARY_PATH (pipeline/media/ffmpeg_libs.py), as the features stage starts its decode workers."""
 
 import json
 import subprocess
@@ -13,11 +13,11 @@ import pytest
 import torch
 from media_factory import make_video
 
-from pipeline import ffmpeg_libs
 from pipeline.config import load_config
-from pipeline.manifest import write_manifest
-from pipeline.runner import run_one_shard
-from pipeline.workdir import WorkDir
+from pipeline.engine.manifest import write_manifest
+from pipeline.engine.runner import run_one_shard
+from pipeline.engine.workdir import WorkDir
+from pipeline.media import ffmpeg_libs
 
 pytest.importorskip("torchcodec")
 
@@ -28,19 +28,20 @@ MAX_MAE = 2.5     # measured 1.3 to 1.8 on the samples (0.98 to 1.2 on real 360p
 COMPARE = """
 import json, sys
 import numpy as np
-from pipeline import media
 from pipeline.config import load_config
+from pipeline.media.clip_readers import open_clip_reader, to_numpy
+from pipeline.media.video import ClipReader
 device = sys.argv[1]
 torchcodec = load_config(None, ["decode.backend=torchcodec", f"decode.device={device}"]).decode
 pyav = load_config(None).decode
 out = {}
 for path in sys.argv[2:]:
-    with media.open_clip_reader(path, torchcodec) as reader:
+    with open_clip_reader(path, torchcodec) as reader:
         kind = type(reader).__name__
-        a = [(c.start_s, c.end_s, c.n_real_frames, c.padded, media.to_numpy(c.frames)) for c in reader.clips()]
-    with media.open_clip_reader(path, torchcodec) as reader:   # the decode stage's pass: middle frames only
-        middles = [media.to_numpy(c.frames) for c in reader.clips(with_frames=False)]
-    with media.ClipReader(path, pyav) as reader:
+        a = [(c.start_s, c.end_s, c.n_real_frames, c.padded, to_numpy(c.frames)) for c in reader.clips()]
+    with open_clip_reader(path, torchcodec) as reader:   # the decode stage's pass: middle frames only
+        middles = [to_numpy(c.frames) for c in reader.clips(with_frames=False)]
+    with ClipReader(path, pyav) as reader:
         b = [(c.start_s, c.end_s, c.n_real_frames, c.padded, c.frames) for c in reader.clips()]
     out[path] = {"reader": kind, "clips": [len(a), len(b)], "keys_equal": [x[:4] for x in a] == [y[:4] for y in b],
                  "middles_equal": len(middles) == len(a) and all(
@@ -78,10 +79,10 @@ def test_torchcodec_on_the_gpu_gives_pyavs_clips_on_the_samples():
 def test_a_process_without_ffmpeg_libraries_is_told_how_to_start(tmp_path):
     if ffmpeg_libs.torchcodec_error() is None:
         pytest.skip("torchcodec loads in this process (FFmpeg's libraries are installed or on LD_LIBRARY_PATH)")
-    from pipeline import media
-    from pipeline.media_torchcodec import TorchcodecUnavailable
+    from pipeline.media.clip_readers import open_clip_reader
+    from pipeline.media.torchcodec_reader import TorchcodecUnavailable
     with pytest.raises(TorchcodecUnavailable, match="LD_LIBRARY_PATH"):
-        media.open_clip_reader(str(SAMPLES[0]), load_config(None, ["decode.backend=torchcodec"]).decode)
+        open_clip_reader(str(SAMPLES[0]), load_config(None, ["decode.backend=torchcodec"]).decode)
 
 
 def test_the_features_stage_decodes_with_torchcodec_in_its_worker_processes(tmp_path, monkeypatch):

@@ -17,10 +17,11 @@ import pytest
 import torch
 from transformers import BertConfig, BertForPreTraining, BertModel
 
-from pipeline import lineage, visual_words
+from pipeline import visual_words
 from pipeline.config import load_config
+from pipeline.engine import lineage
+from pipeline.engine.workdir import WorkDir
 from pipeline.tokenizer import load_tokenizer
-from pipeline.workdir import WorkDir
 from videobert import evaluate, zero_shot
 from videobert.checkpoints import latest_checkpoint
 from videobert.data import VocabLayout

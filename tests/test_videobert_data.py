@@ -14,8 +14,8 @@ from work_factory import write_manifest_rows, write_part
 
 import schemas
 from pipeline import storage
-from pipeline.lineage import Lineage
-from pipeline.workdir import WorkDir
+from pipeline.engine.lineage import Lineage
+from pipeline.engine.workdir import WorkDir
 from schemas.metadata import Provenance
 from videobert import data
 from videobert import stream as streaming

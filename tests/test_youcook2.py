@@ -19,9 +19,9 @@ from work_factory import write_manifest_rows, write_part
 import schemas
 from pipeline import cli, storage
 from pipeline.config import load_config
-from pipeline.manifest import ManifestError
+from pipeline.engine.manifest import ManifestError
+from pipeline.engine.workdir import WorkDir
 from pipeline.tokenizer import load_tokenizer
-from pipeline.workdir import WorkDir
 from videobert import probe, youcook2, zero_shot
 from videobert.data import VocabLayout
 from videobert.synthetic import NOUNS, VERBS, write_synthetic

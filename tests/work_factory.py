@@ -8,9 +8,10 @@ from pathlib import Path
 import pyarrow as pa
 
 import schemas
-from pipeline import lineage, storage
-from pipeline.manifest import write_manifest_table
-from pipeline.workdir import WorkDir
+from pipeline import storage
+from pipeline.engine import lineage
+from pipeline.engine.manifest import write_manifest_table
+from pipeline.engine.workdir import WorkDir
 from schemas.metadata import Provenance
 
 MADE_BY = "tests.work_factory"

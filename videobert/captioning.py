@@ -41,8 +41,8 @@ from torch import nn
 
 from pipeline import storage
 from pipeline.config import Config
+from pipeline.engine.workdir import WorkDir
 from pipeline.progress import Progress
-from pipeline.workdir import WorkDir
 from schemas.metadata import Provenance
 from videobert import caption_metrics
 from videobert.data import assemble

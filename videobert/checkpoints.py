@@ -25,8 +25,8 @@ import time
 from pathlib import Path
 
 from pipeline import storage
-from pipeline.lineage import CorruptFile
-from pipeline.workdir import WorkDir
+from pipeline.engine.lineage import CorruptFile
+from pipeline.engine.workdir import WorkDir
 
 TRAINER_STATE_NAME = "trainer.pt"
 

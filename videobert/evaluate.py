@@ -21,10 +21,10 @@ import torch
 
 from pipeline import storage, visual_words
 from pipeline.config import Config
-from pipeline.lineage import Lineage
+from pipeline.engine.lineage import Lineage
+from pipeline.engine.workdir import WorkDir
 from pipeline.progress import Progress
 from pipeline.tokenizer import encode, load_tokenizer
-from pipeline.workdir import WorkDir
 from schemas.metadata import Provenance
 from videobert import checkpoints
 from videobert.data import VocabLayout, assemble, pad_examples, read_segments

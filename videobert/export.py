@@ -19,9 +19,9 @@ from pathlib import Path
 import torch
 
 from pipeline import storage
-from pipeline.lineage import Lineage
+from pipeline.engine.lineage import Lineage
+from pipeline.engine.workdir import WorkDir
 from pipeline.tokenizer import load_tokenizer
-from pipeline.workdir import WorkDir
 from videobert import checkpoints
 from videobert.model import VideoBert, _quiet_transformers
 

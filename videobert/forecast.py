@@ -18,7 +18,7 @@ import torch
 
 from pipeline import storage
 from pipeline.config import Config
-from pipeline.workdir import WorkDir
+from pipeline.engine.workdir import WorkDir
 from videobert.data import EMPTY, assemble
 from videobert.evaluate import Evaluator
 

@@ -26,7 +26,7 @@ from transformers import BertConfig, BertModel
 from transformers.models.bert.modeling_bert import BertPredictionHeadTransform
 
 from pipeline import storage
-from videobert import PRESETS
+from pipeline.models import PRESETS
 from videobert.vocab import VocabLayout
 
 WEIGHTS_NAME = "model.safetensors"

@@ -23,8 +23,8 @@ import numpy as np
 
 from pipeline import storage
 from pipeline.config import Config
-from pipeline.lineage import Lineage
-from pipeline.workdir import WorkDir
+from pipeline.engine.lineage import Lineage
+from pipeline.engine.workdir import WorkDir
 from videobert.zero_shot import (
     PARTS,
     TOP_K,

@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 
 from pipeline import storage
 from pipeline.config import Config
-from pipeline.workdir import WorkDir
+from pipeline.engine.workdir import WorkDir
 
 
 def choose_videos(video_ids: list[str], count: int, seed: int) -> list[str]:

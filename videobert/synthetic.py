@@ -17,10 +17,11 @@ import pyarrow as pa
 
 import schemas
 import schemas.codebook as codebook_format
-from pipeline import lineage, storage, visual_words
-from pipeline.manifest import write_manifest_table
+from pipeline import storage, visual_words
+from pipeline.engine import lineage
+from pipeline.engine.manifest import write_manifest_table
+from pipeline.engine.workdir import WorkDir
 from pipeline.tokenizer import encode
-from pipeline.workdir import WorkDir
 from schemas.metadata import Provenance
 
 VERBS = ("cut", "mix", "pour", "fry")

@@ -44,10 +44,10 @@ from torch.utils.data import DataLoader
 import schemas.codebook as codebook_format
 from pipeline import devices, storage, visual_words
 from pipeline.config import Config, ConfigError
-from pipeline.lineage import InputNotReady, Lineage, explain
+from pipeline.engine.lineage import InputNotReady, Lineage, explain
+from pipeline.engine.workdir import WorkDir
 from pipeline.progress import Progress
 from pipeline.tokenizer import load_tokenizer, vocabulary_sha256
-from pipeline.workdir import WorkDir
 from videobert import checkpoints
 from videobert.checkpoints import CorruptCheckpoint, TrainingDiverged, latest_checkpoint
 from videobert.data import (REGIMES, DataParams, ShardDataset, VocabLayout, replacement_text_ids, streams_per_rank,

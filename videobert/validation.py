@@ -58,7 +58,7 @@ def choose_validation_videos(video_ids: list[str], spec: float, seed: int) -> li
 def split_shards(cfg, work_dir, shards: list[Path], *, write: bool = True) -> tuple[list[Path], list[str]]:
     """(the shards to train on, the validation videos): `shards` and [] without train.validation_videos,
     else the shards without the validation videos' rows (written when `write`: on one rank only)."""
-    from pipeline.workdir import WorkDir
+    from pipeline.engine.workdir import WorkDir
 
     spec = cfg.train.validation_videos
     if not spec:

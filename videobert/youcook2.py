@@ -35,10 +35,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 import schemas
-from pipeline import lineage, storage
+from pipeline import storage
 from pipeline.config import Config
-from pipeline.lineage import Lineage
-from pipeline.manifest import (
+from pipeline.engine import lineage
+from pipeline.engine.lineage import Lineage
+from pipeline.engine.manifest import (
     TRANSCRIPT_EXTENSIONS,
     VIDEO_EXTENSIONS,
     ManifestError,
@@ -49,7 +50,7 @@ from pipeline.manifest import (
     previous_assignment,
     write_manifest_table,
 )
-from pipeline.workdir import WorkDir
+from pipeline.engine.workdir import WorkDir
 from schemas.metadata import Provenance
 from videobert.data import EMPTY, Segment
 from videobert.data_checks import require_codebook

@@ -45,9 +45,9 @@ import torch
 
 from pipeline import storage, visual_words
 from pipeline.config import Config
+from pipeline.engine.workdir import WorkDir
 from pipeline.progress import Progress
 from pipeline.tokenizer import encode
-from pipeline.workdir import WorkDir
 from schemas.metadata import Provenance
 from videobert.data import assemble
 from videobert.evaluate import Evaluator, batched

@@ -32,10 +32,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 import schemas
-from pipeline import lineage, storage
+from pipeline import storage
 from pipeline.config import Config
-from pipeline.inputs import local_path
-from pipeline.workdir import WorkDir
+from pipeline.engine import lineage
+from pipeline.engine.workdir import WorkDir
+from pipeline.media.inputs import local_path
 from schemas.metadata import Provenance
 
 VIDEO_EXTENSIONS = {".mp4", ".m4v", ".mov", ".mkv", ".webm", ".avi", ".mpg", ".mpeg", ".ts", ".mts",

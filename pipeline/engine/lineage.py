@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pipeline import registry, storage
-from pipeline.workdir import STATE, WorkDir
+from pipeline.engine.workdir import STATE, WorkDir
+from pipeline.file_cache import FileCache
 
 VERSION = 1          # bump when a code change alters what a stage makes from the same inputs
 EXTERNAL = "external"   # lineage of parts made outside the stages (synthetic training data, tests)
@@ -57,7 +58,7 @@ def rows_digest(rows: list[dict]) -> str:
                                for row in rows), key=lambda row: row["video_id"]))
 
 
-_JSON_CACHE: dict[str, tuple[tuple[int, int], dict]] = {}
+_RECORDS: FileCache[dict] = FileCache(max_entries=100_000)
 
 
 def read_json(path: Path) -> dict | None:
@@ -70,18 +71,9 @@ def read_json(path: Path) -> dict | None:
             return None
     path = Path(path)
     try:
-        stat = path.stat()
+        return _RECORDS.get(path, lambda: _parse_json(path, path.read_bytes()))
     except FileNotFoundError:
         return None
-    key, stamp = str(path), (stat.st_mtime_ns, stat.st_size)
-    cached = _JSON_CACHE.get(key)
-    if cached and cached[0] == stamp:
-        return cached[1]
-    value = _parse_json(path, path.read_bytes())
-    if len(_JSON_CACHE) > 100_000:
-        _JSON_CACHE.clear()
-    _JSON_CACHE[key] = (stamp, value)
-    return value
 
 
 def _parse_json(path, data: bytes) -> dict:

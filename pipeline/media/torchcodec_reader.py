@@ -18,10 +18,10 @@ from typing import Iterator
 
 import torch
 
-from pipeline import ffmpeg_libs
 from pipeline.config import DecodeConfig
-from pipeline.inputs import open_target
-from pipeline.media import Clip, ClipReader, truncation
+from pipeline.media import ffmpeg_libs
+from pipeline.media.inputs import open_target
+from pipeline.media.video import Clip, ClipReader, truncation
 
 log = logging.getLogger("pipeline.media")
 

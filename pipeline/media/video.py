@@ -18,7 +18,7 @@ import av
 import numpy as np
 
 from pipeline.config import DecodeConfig
-from pipeline.inputs import InputError, input_timeout, open_input, open_target
+from pipeline.media.inputs import InputError, input_timeout, open_input, open_target
 
 
 class VideoDecodeError(Exception):
@@ -389,19 +389,3 @@ class ClipReader:
                 window = []
         if len(window) >= cfg.min_clip_frames:
             yield cut(clip_index, len(window))   # padded by repeating the last real frame
-
-
-
-def to_numpy(frame) -> np.ndarray:
-    """A frame as a NumPy array on the CPU (the torchcodec reader's frames are tensors, maybe on a GPU)."""
-    return frame if isinstance(frame, np.ndarray) else frame.cpu().numpy()
-
-
-def open_clip_reader(uri: str, cfg: DecodeConfig):
-    """The clip reader of `decode.backend`: PyAV's ClipReader, or torchcodec's (pipeline/media_torchcodec.py),
-    which falls back to PyAV for a video it cannot decode. Both raise VideoDecodeError for an input that
-    cannot be opened at all and give the same clips (frames within a small pixel difference)."""
-    if cfg.backend == "torchcodec":
-        from pipeline.media_torchcodec import open_torchcodec_reader
-        return open_torchcodec_reader(uri, cfg)
-    return ClipReader(uri, cfg)

@@ -1,7 +1,7 @@
 """`python -m pipeline submit STAGE [--num-shards N] ...`: a stage as a Slurm job array.
 
 Every array task runs the same command line; its task index picks its manifest shards (shard s goes to
-task s % N, see executors.select_shards), so N may be smaller than the number of manifest shards (it
+task s % N, see dispatch.select_shards), so N may be smaller than the number of manifest shards (it
 defaults to their number). Resources come from the executor section (slurm_*); the stages whose registry
 record says they use a GPU (`uses_gpu`: features, asr, train) get `executor.slurm_gpus` GPUs. `--requeue`
 lets Slurm restart a preempted or failed-node task: completion records make the rerun skip finished shards,
@@ -47,11 +47,11 @@ from pathlib import Path
 from pipeline import registry, storage
 from pipeline.config import Config
 from pipeline.config_rules import has_control_characters
-from pipeline.lineage import Lineage
+from pipeline.engine.lineage import Lineage
+from pipeline.engine.workdir import WorkDir
 from pipeline.registry import SHARD_STAGES
-from pipeline.workdir import WorkDir
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 JOB_ID = re.compile(r"\d+(_\d+)?")
 SUBMIT_STAGES = SHARD_STAGES + ("kmeans", "train")
 # a value sbatch reads as one plain word on a #SBATCH line: no space, quote, backslash, "#" (a comment) or

@@ -7,7 +7,7 @@ one the default path decodes with, under renamed files: `link_folder()` gives th
 in a cache folder, so that a process started with `environment()` (LD_LIBRARY_PATH, read by the dynamic
 linker at process start) loads torchcodec on PyAV's FFmpeg. The features stage starts its decode worker
 processes that way; a process that decodes with torchcodec itself (decode_workers 0, GPU decoding) must
-be started so: `eval "$(python -m pipeline.ffmpeg_libs)"` prints the export."""
+be started so: `eval "$(python -m pipeline.media.ffmpeg_libs)"` prints the export."""
 
 from __future__ import annotations
 
@@ -80,7 +80,7 @@ def torchcodec_error() -> str | None:
     except Exception as error:  # noqa: BLE001 - torchcodec raises RuntimeError/OSError/ImportError
         line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         return (f"torchcodec cannot be used in this process ({line}): start it with FFmpeg's libraries on "
-                f"LD_LIBRARY_PATH (eval \"$(python -m pipeline.ffmpeg_libs)\") or install them")
+                f"LD_LIBRARY_PATH (eval \"$(python -m pipeline.media.ffmpeg_libs)\") or install them")
 
 
 if __name__ == "__main__":

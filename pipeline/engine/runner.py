@@ -22,10 +22,11 @@ from typing import Callable
 import pyarrow as pa
 
 import schemas
-from pipeline import lineage, registry, storage
+from pipeline import registry, storage
 from pipeline.config import Config
-from pipeline.lineage import CorruptFile, InputNotReady, Lineage
-from pipeline.workdir import WorkDir
+from pipeline.engine import lineage
+from pipeline.engine.lineage import CorruptFile, InputNotReady, Lineage
+from pipeline.engine.workdir import WorkDir
 from schemas.metadata import Provenance
 
 log = logging.getLogger("pipeline")

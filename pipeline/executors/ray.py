@@ -12,7 +12,7 @@ node sees at the same path (NFS, Lustre, a mounted bucket), and every node needs
 - Progress across the cluster: shards done/total and clips/s, from the shards' completion stats.
 - `map(fn, items)` runs a global stage's parts (k-means subtree fits) as Ray tasks.
 
-A stage that declares a split (pipeline/split.py: a producer and an encoder, named in its registry record)
+A stage that declares a split (pipeline/engine/split.py: a producer and an encoder, named in its registry record)
 and asks for encoder actors (`Split.actors(cfg)`, a value of its config) runs
 its producers as CPU tasks that stream batches through the object store to a pool of encoder actors (one
 GPU each by default), so a GPU never waits on a decode and decoding scales over CPU nodes. Producers cut
@@ -32,15 +32,19 @@ import traceback
 import warnings
 from functools import partial
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 
 import numpy as np
 
-from pipeline import registry, runner, storage
+from pipeline import registry, storage
 from pipeline.config import Config
-from pipeline.lineage import CorruptFile, InputNotReady, Lineage
+from pipeline.engine import runner
+from pipeline.engine.lineage import CorruptFile, InputNotReady, Lineage
+from pipeline.engine.workdir import WorkDir
 from pipeline.progress import Progress
-from pipeline.workdir import WorkDir
+
+if TYPE_CHECKING:
+    from pipeline.engine.split import Split
 
 log = logging.getLogger("pipeline.ray")
 
@@ -68,7 +72,7 @@ def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
 
 
 def _run_shard_task(cfg: Config, work_dir: Path, stage: str, shard_index: int, force: bool,
-                    actors: list | None, encoder_info: dict | None) -> dict:
+                    split: Split | None, actors: list | None, encoder_info: dict | None) -> dict:
     """One attempt at one shard, in a Ray worker. Its log lines and any traceback go to the shard's log."""
     path = WorkDir(work_dir).shard_log(stage, shard_index)
     # on object storage nothing appends: the attempt logs to a local file, added to the shard's log after
@@ -82,7 +86,7 @@ def _run_shard_task(cfg: Config, work_dir: Path, stage: str, shard_index: int, f
     root.setLevel(logging.INFO)
     try:
         log.info("%s part %d%s%s (pid %d)", stage, shard_index, ATTEMPT_STARTED, socket.gethostname(), os.getpid())
-        compute = partial(split_with_actors, stage=stage, actors=actors, info=encoder_info) if actors else None
+        compute = partial(split_with_actors, split=split, actors=actors, info=encoder_info) if actors else None
         stats = runner.run_one_shard(cfg, work_dir, stage, shard_index, force=force, quiet=True, compute=compute)
         log.info("%s part %d: done (%s)", stage, shard_index, "already current" if stats.get("skipped") else
                  f"{stats.get('seconds', 0):.1f} s")
@@ -122,10 +126,10 @@ def _failure(work_dir: Path, stage: str, shard_index: int, error: BaseException,
 
 # ------------------------------------------------------------------ split stages: producer tasks -> encoder actors
 
-def _produce(stage: str, cfg: Config, videos: list[dict]) -> Iterator:
+def _produce(split: Split, cfg: Config, videos: list[dict]) -> Iterator:
     """A Ray streaming task: one producer stream of a shard. Yields each batch's meta (with `has_payload`),
     then its payload as a NumPy array when it has one."""
-    for batch in registry.stage(stage).function("split").produce(cfg, videos):
+    for batch in split.produce(cfg, videos):
         payload = batch["payload"]
         yield {**batch["meta"], "has_payload": payload is not None}
         if payload is not None:
@@ -135,8 +139,8 @@ def _produce(stage: str, cfg: Config, videos: list[dict]) -> Iterator:
 class EncoderActor:
     """A Ray actor holding a split stage's encoder on its device (the GPU Ray gave it, when it asked for one)."""
 
-    def __init__(self, stage: str, cfg: Config):
-        self.encoder = registry.stage(stage).function("split").encoder(cfg)
+    def __init__(self, split: Split, cfg: Config):
+        self.encoder = split.encoder(cfg)
         # payloads arrive as read-only views of the object store; the encoder only reads them
         warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
 
@@ -148,22 +152,22 @@ class EncoderActor:
         return self.encoder.describe()
 
 
-def split_with_actors(ctx: runner.ShardContext, stage: str, actors: list, info: dict) -> runner.ShardResult:
+def split_with_actors(ctx: runner.ShardContext, split: Split, actors: list, info: dict) -> runner.ShardResult:
     """A split stage's result for one shard, computed by producer tasks feeding `actors` (EncoderActor,
     which `info` describes: they all run alike).
     The producer streams split the videos as the local DataLoader's workers do (every n-th), and each cuts
     its own batches, so the encoder sees the same batches and the files come out byte-identical."""
     import ray
 
-    from pipeline.split import stream_videos
+    # imported here: it loads torch, which a driver that runs no split stage does without
+    from pipeline.engine.split import stream_videos
 
-    split = registry.stage(stage).function("split")
     cfg = split.settle(ctx.cfg, _device(info["device"]))
     n_streams = max(1, min(split.streams(cfg), len(ctx.videos)))
     produce = ray.remote(_produce).options(
         num_returns="streaming", max_retries=0,   # a failed stream fails the shard task, which is retried
         _generator_backpressure_num_objects=2 * ENCODER_BATCHES_IN_FLIGHT, **task_options(cfg, split.roles[0]))
-    streams = [produce.remote(stage, cfg, videos) for videos in stream_videos(ctx.videos, n_streams)]
+    streams = [produce.remote(split, cfg, videos) for videos in stream_videos(ctx.videos, n_streams)]
     first = ctx.shard_index % len(actors)   # shards start their round-robin on different actors
     actor_cycle = itertools.cycle(actors[first:] + actors[:first])
     metas, array_refs, in_flight = [], [], []
@@ -218,24 +222,19 @@ class RayExecutor:
         return (f"ray: {len(self._ray.nodes())} node(s), {resources.get('CPU', 0):g} CPUs, "
                 f"{resources.get('GPU', 0):g} GPUs")
 
-    def _encoder_actors(self, stage: str) -> list:
+    def _encoder_actors(self, split: Split | None) -> list:
         """The encoder actors of a split stage that asks for them (none otherwise)."""
-        spec = registry.stage(stage)
-        if not spec.split:
-            return []
-        split = spec.function("split")
-        count = split.actors(self.cfg)
+        count = split.actors(self.cfg) if split is not None else 0
         if not count:
             return []
         ex = self.cfg.executor
         actor = self._ray.remote(EncoderActor).options(
             max_restarts=ex.max_retries, max_task_retries=ex.max_retries, **task_options(self.cfg, split.roles[1]))
-        return [actor.remote(stage, self.cfg) for _ in range(count)]
+        return [actor.remote(split, self.cfg) for _ in range(count)]
 
-    def _shards_in_flight(self, stage: str, n_actors: int, device) -> int:
+    def _shards_in_flight(self, split: Split, n_actors: int, device) -> int:
         """Shards producing at once: enough producer tasks to fill the cluster's CPUs (a GPU eats clips far
         faster than one CPU decodes them), and at least SHARDS_PER_ACTOR per encoder actor on `device`."""
-        split = registry.stage(stage).function("split")
         cpus = self._ray.cluster_resources().get("CPU", 1.0)
         streams = max(1, split.streams(split.settle(self.cfg, device)))
         cpus_per_shard = streams * max(task_options(self.cfg, split.roles[0])["num_cpus"], 0.01)
@@ -252,11 +251,13 @@ class RayExecutor:
         checker = Lineage(work_dir, cfg)
         states = {} if force else {s: checker.state(stage, s, verify=True) for s in shards}
         pending = [s for s in shards if force or not states[s].current]
-        actors = self._encoder_actors(stage) if pending else []
+        spec = registry.stage(stage)   # looked up once: tasks and actors are handed its split
+        split = spec.function("split") if spec.split else None
+        actors = self._encoder_actors(split) if pending else []
         encoder_info = ray.get(actors[0].describe.remote()) if actors else None   # asked once, not per shard
         if actors:
             options = {"num_cpus": 0}   # the shard task only coordinates: producers and encoders do the work
-            max_in_flight = self._shards_in_flight(stage, len(actors), _device(encoder_info["device"]))
+            max_in_flight = self._shards_in_flight(split, len(actors), _device(encoder_info["device"]))
         else:
             options = task_options(cfg, stage)
             max_in_flight = len(pending)
@@ -276,7 +277,7 @@ class RayExecutor:
             while queue or in_flight:
                 while queue and len(in_flight) < max_in_flight:
                     shard_index = queue.popleft()
-                    in_flight[task.remote(cfg, work_dir, stage, shard_index, force, actors, encoder_info)] = shard_index
+                    in_flight[task.remote(cfg, work_dir, stage, shard_index, force, split, actors, encoder_info)] = shard_index
                 # block for one, then take every other one that is done too
                 ready, waiting = ray.wait(list(in_flight), num_returns=1)
                 if waiting:

@@ -1,5 +1,5 @@
 """Audio decoding for speech recognition: a video's first audio stream as 16 kHz mono float32, beside the
-clip reader (pipeline/media.py) and opened the same way (regular files only, time limits). Times are on
+clip reader (pipeline/media/video.py) and opened the same way (regular files only, time limits). Times are on
 the container clock, the clock of the clip times."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import av
 import numpy as np
 
 from pipeline.config import DecodeConfig
-from pipeline.inputs import input_timeout, open_input
-from pipeline.media import is_truncated
+from pipeline.media.inputs import input_timeout, open_input
+from pipeline.media.video import is_truncated
 
 SAMPLE_RATE = 16_000           # what Whisper models take
 

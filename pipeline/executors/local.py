@@ -1,10 +1,7 @@
-"""Executors decide where a shard runs, and nothing else: the stage code is the same under all of them.
-
-- local: the shards in a process pool on this machine (or in-process for one worker);
-- slurm: this array task's shards (`--shard/--num-shards`, defaulting to SLURM_ARRAY_TASK_ID/COUNT);
-- ray:   shards as Ray tasks on a cluster (pipeline/ray_executor.py).
-
-Every executor also offers `map(fn, items)` for a global stage's parallel parts (k-means subtrees)."""
+"""The local executor: a stage's shards in a process pool on this machine (or in-process for one worker).
+Under a Slurm array each task runs its own shards with it (pipeline/executors/slurm.py makes the arrays).
+It also offers `map(fn, items)` for a global stage's parallel parts (k-means subtrees), as the Ray
+executor does."""
 
 from __future__ import annotations
 
@@ -14,24 +11,10 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Callable, Iterable
 
-from pipeline import registry, runner
+from pipeline import registry
 from pipeline.config import Config
+from pipeline.engine import runner
 from pipeline.progress import Progress
-
-
-def select_shards(all_shards: list[int], shard: int | None, num_shards: int | None) -> list[int]:
-    """Task `shard` of `num_shards` takes manifest shards s with s % num_shards == shard."""
-    if shard is None and num_shards is None:
-        env_id, env_count = os.environ.get("SLURM_ARRAY_TASK_ID"), os.environ.get("SLURM_ARRAY_TASK_COUNT")
-        if env_id is not None and env_count is not None:
-            shard, num_shards = int(env_id), int(env_count)
-    if shard is None and num_shards is None:
-        return list(all_shards)
-    if shard is None or num_shards is None:
-        raise ValueError("--shard and --num-shards go together")
-    if not 0 <= shard < num_shards:
-        raise ValueError(f"--shard must be in 0..{num_shards - 1} (got {shard})")
-    return [s for s in all_shards if s % num_shards == shard]
 
 
 def default_workers(cfg: Config) -> int:
@@ -92,12 +75,3 @@ class LocalExecutor:
             return [fn(item) for item in items]
         with _spawn_pool(min(self.workers, len(items))) as pool:
             return list(pool.map(fn, items))
-
-
-def make_executor(cfg: Config, kind: str | None = None, workers: int | None = None, ray_address: str | None = None):
-    kind = kind or cfg.executor.kind
-    if kind == "ray":
-        from pipeline.ray_executor import RayExecutor
-        return RayExecutor(cfg, address=ray_address or cfg.executor.ray_address)
-    # under a Slurm array each task runs its own shards locally
-    return LocalExecutor(cfg, workers)

@@ -1,0 +1,38 @@
+"""Executors decide where a shard runs, and nothing else: the stage code is the same under all of them.
+
+- local: the shards in a process pool on this machine (pipeline/executors/local.py);
+- slurm: this array task's shards (`--shard/--num-shards`, defaulting to SLURM_ARRAY_TASK_ID/COUNT), run locally;
+- ray:   shards as Ray tasks on a cluster (pipeline/executors/ray.py).
+
+Every executor also offers `map(fn, items)` for a global stage's parallel parts (k-means subtrees)."""
+
+from __future__ import annotations
+
+import os
+
+from pipeline.config import Config
+from pipeline.executors.local import LocalExecutor
+
+
+def select_shards(all_shards: list[int], shard: int | None, num_shards: int | None) -> list[int]:
+    """Task `shard` of `num_shards` takes manifest shards s with s % num_shards == shard."""
+    if shard is None and num_shards is None:
+        env_id, env_count = os.environ.get("SLURM_ARRAY_TASK_ID"), os.environ.get("SLURM_ARRAY_TASK_COUNT")
+        if env_id is not None and env_count is not None:
+            shard, num_shards = int(env_id), int(env_count)
+    if shard is None and num_shards is None:
+        return list(all_shards)
+    if shard is None or num_shards is None:
+        raise ValueError("--shard and --num-shards go together")
+    if not 0 <= shard < num_shards:
+        raise ValueError(f"--shard must be in 0..{num_shards - 1} (got {shard})")
+    return [s for s in all_shards if s % num_shards == shard]
+
+
+def make_executor(cfg: Config, kind: str | None = None, workers: int | None = None, ray_address: str | None = None):
+    kind = kind or cfg.executor.kind
+    if kind == "ray":
+        from pipeline.executors.ray import RayExecutor  # imports Ray: only when chosen
+        return RayExecutor(cfg, address=ray_address or cfg.executor.ray_address)
+    # under a Slurm array each task runs its own shards locally
+    return LocalExecutor(cfg, workers)
