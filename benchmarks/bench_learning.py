@@ -6,7 +6,8 @@
    (closed set, `eval.videos: validation`), far above the text-only prior; printed side by side with it.
 2. When `benchmarks/known_answer_media.py` is importable: the set made end to end from generated media
    (spoken sentences naming a verb and a noun over pictures that show them, through features, kmeans, asr
-   and align), trained and evaluated the same way on its held-out videos. Otherwise a printed note.
+   and align), trained and evaluated the same way on its held-out videos (at lr MEDIA_LR). Otherwise a
+   printed note.
 
     .venv/bin/python benchmarks/bench_learning.py                  # both sets, CPU
     .venv/bin/python benchmarks/bench_learning.py --steps 600 --work-dir /tmp/learning"""
