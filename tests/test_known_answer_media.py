@@ -1,7 +1,8 @@
 """The known-answer set (benchmarks/known_answer_media.py), built small: three videos of three steps run
 through the whole pipeline. Its labels are those of every align segment and name the step each one shows;
-the speech recognised in a spoken step names that step's verb and noun; the visual words follow the
-pictures' nouns; a second build reuses the videos. Skips when espeak-ng (which speaks the steps) is absent."""
+the speech recognised in a spoken step names that step's verb and noun; the features follow the
+pictures' nouns and verbs, and the clips of one step are alike; a second build reuses the videos. Skips
+when espeak-ng (which speaks the steps) is absent."""
 
 import csv
 import json
@@ -99,6 +100,21 @@ def test_the_features_follow_the_pictures_noun_and_verb(built):
     # the pattern (noun) and the tool's motion (verb) each make clips alike across steps and videos
     assert np.mean(same_noun) > np.mean(neither) and np.mean(same_verb) > np.mean(neither), \
         (np.mean(same_noun), np.mean(same_verb), np.mean(neither))
+
+
+def test_each_clip_is_nearest_to_a_clip_of_its_own_step(built):
+    # every motion runs whole cycles within a clip and no tool changes size, so the clips of one step hold
+    # the same picture and k-means can give them one visual word
+    videos = _steps(built)
+    clips = kam._rows(built["work_dir"], "features", ["video_id", "start_s", "end_s", "feature"])
+    steps = [(c["video_id"], kam.shown_step(videos[c["video_id"]]["steps"], c["start_s"], c["end_s"])["start_s"])
+             for c in clips]
+    vectors = np.array([c["feature"] for c in clips], dtype=np.float64)
+    distances = ((vectors[:, None] - vectors[None]) ** 2).sum(axis=-1)
+    np.fill_diagonal(distances, np.inf)
+    nearest = distances.argmin(axis=1)
+    assert all(steps[i] == steps[j] for i, j in enumerate(nearest)), \
+        [(steps[i], steps[j]) for i, j in enumerate(nearest) if steps[i] != steps[j]]
 
 
 def test_a_second_build_reuses_the_videos(built):
