@@ -28,8 +28,9 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m pip install --quiet -c constraints.txt -e ".[dev,ray,whisper]"
 	touch $(STAMP)
 
+# in parallel, one worker per CPU (tests/conftest.py); ARGS="-n 0" runs them in this one process
 test: $(STAMP)
-	HF_HUB_OFFLINE=1 $(PY) -m pytest -q $(ARGS)
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -n auto --dist loadfile --no-loadscope-reorder $(ARGS)
 
 # The whole pipeline on the bundled sample (samples/, made by scripts/make_samples.py).
 DEMO_WORK ?= work/demo

@@ -21,3 +21,29 @@ def realdata() -> Path:
     if not folder.is_dir():
         pytest.skip(f"real media folder {folder} not present (set VIDEOBERT_REALDATA)")
     return folder
+
+
+# `make test` runs the tests in parallel (pytest-xdist, `-n auto --dist loadfile`: each module on one worker,
+# so that its module fixtures are built once). A worker holds up to about 4 GiB at its peak (S3D, Whisper and
+# a trainer in one process, plus the stage processes it starts).
+WORKER_MEMORY = 4 << 30
+
+# The modules that run longest (half a minute and more on 2 cores) go to the workers first: started last,
+# one of them would keep a worker busy long after the others are done (`--no-loadscope-reorder` keeps this
+# order; pytest-xdist's own puts the modules with the most tests first).
+LONGEST_FIRST = ("test_videobert", "test_object_storage", "test_lineage", "test_asr", "test_pipeline_e2e",
+                 "test_captioning_e2e", "test_status", "test_known_answer_media", "test_input_limits",
+                 "test_ray", "test_caption_metrics")
+
+
+def pytest_xdist_auto_num_workers(config):
+    """One worker per CPU this process may use, as many as the memory holds."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return max(1, min(cpus, memory // WORKER_MEMORY))
+
+
+def pytest_collection_modifyitems(config, items):
+    if hasattr(config, "workerinput"):   # a pytest-xdist worker: the order is the one modules are handed out in
+        rank = {name: index for index, name in enumerate(LONGEST_FIRST)}
+        items.sort(key=lambda item: rank.get(item.module.__name__ if item.module else "", len(rank)))

@@ -5,6 +5,7 @@ current."""
 
 import json
 import os
+import shutil
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -201,10 +202,14 @@ def cli_output(capsys, *args) -> str:
 
 # ---------------------------------------------------------------- the codebook and what is made from it
 
-@pytest.fixture
-def chain(tmp_path, capsys):
-    """features (hand-made, two shards of two videos) -> kmeans -> quantize -> asr (hand-made) -> align."""
-    work = tmp_path / "work"
+SETTINGS = [part for setting in KMEANS for part in ("--set", setting)]
+
+
+@pytest.fixture(scope="module")
+def finished_chain(tmp_path_factory):
+    """features (hand-made, two shards of two videos) -> kmeans -> quantize -> asr (hand-made) -> align, run
+    once for the module."""
+    work = tmp_path_factory.mktemp("chain") / "work"
     vectors, _, _ = planted_hierarchy(groups=3, subgroups=3, per_subgroup=4, seed=5)
     tables = make_work_dir(work, [vectors[:18], vectors[18:]], clips_per_video=9)
     for shard, table in tables.items():
@@ -213,11 +218,18 @@ def chain(tmp_path, capsys):
                  "words": []} for video in sorted(set(table["video_id"].to_pylist()))]
         write_part(work, "asr", shard, pa.Table.from_pylist(rows, schema=schemas.ASR.arrow), schemas.ASR,
                    record={"videos": len(rows)})
-    settings = [part for setting in KMEANS for part in ("--set", setting)]
     for stage in ("kmeans", "quantize", "align"):
-        assert run(capsys, stage, "--work-dir", work, "--quiet", *settings)[0] == 0, stage
+        assert cli.main([stage, "--work-dir", str(work), "--quiet", *SETTINGS]) == 0, stage
+    return work
+
+
+@pytest.fixture
+def chain(finished_chain, tmp_path):
+    """A copy of the finished chain, for the test to change."""
+    work = tmp_path / "work"
+    shutil.copytree(finished_chain, work)
     assert validate_work_dir(work) == []
-    return work, settings
+    return work, SETTINGS
 
 
 def test_a_refit_codebook_redoes_quantize_and_align_and_train_refuses_until_then(chain, capsys):
