@@ -30,6 +30,7 @@ $(STAMP): pyproject.toml constraints.txt
 
 # in parallel, one worker per CPU (tests/conftest.py); ARGS="-n 0" runs them in this one process
 test: $(STAMP)
+	$(PY) -m ruff check --quiet .
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -n auto --dist loadfile --no-loadscope-reorder $(ARGS)
 
 # The whole pipeline on the bundled sample (samples/, made by scripts/make_samples.py).

@@ -16,7 +16,7 @@ import pyarrow as pa  # noqa: E402
 
 import schemas  # noqa: E402
 from pipeline import storage  # noqa: E402
-from pipeline.engine import lineage
+from pipeline.engine import lineage  # noqa: E402
 from pipeline.engine.manifest import write_manifest_table  # noqa: E402
 from pipeline.engine.workdir import WorkDir  # noqa: E402
 from schemas.metadata import Provenance  # noqa: E402

@@ -59,7 +59,7 @@ def test_captioning_writes_the_table_predictions_and_provenance(trained, capsys)
     report = captioning.run_captioning(cfg, work, quiet=True, use_java=False)     # Java: the CLI test
     assert (report["train_segments"], report["test_segments"]) == (12, 6)
     assert list(report["rows"]) == ["s3d", "videobert", "videobert_s3d"]
-    for name, row in report["rows"].items():
+    for row in report["rows"].values():
         assert set(row["scores"]) >= {"BLEU-3", "BLEU-4", "ROUGE-L", "CIDEr", "METEOR"}
         assert row["losses"][-1][1] < row["losses"][0][1]
     # the planted S3D directions name each segment's caption: the S3D rows decode them

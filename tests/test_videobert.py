@@ -440,8 +440,10 @@ def test_validation_records_on_held_out_videos(tmp_path, tokenizer):
     # the same examples and the same figures every time they are computed
     cfg = config(tmp_path, "train.validation_videos=0.25")
     from videobert.data import DataParams, replacement_text_ids
-    build = lambda: ValidationSet.build(read_validation_videos(align_shards, model.layout, held_out), model.layout,
-                                        replacement_text_ids(tokenizer), DataParams.from_config(cfg.train), 0)
+
+    def build():
+        return ValidationSet.build(read_validation_videos(align_shards, model.layout, held_out), model.layout,
+                                   replacement_text_ids(tokenizer), DataParams.from_config(cfg.train), 0)
     first, second = build(), build()
     assert first.regimes == second.regimes and first.alignment_labels == second.alignment_labels
     assert all(np.array_equal(a[0], b[0]) and np.array_equal(a[2], b[2]) for a, b in zip(first.examples, second.examples))

@@ -151,7 +151,7 @@ def validate(model, validation: ValidationSet, step: int, batch_size: int, devic
             batch = {name: tensor.to(device) for name, tensor in batch.items()}
             captured = {}
 
-            def forward(*args):
+            def forward(*args, captured=captured):     # called within this batch only
                 out = model(*args)
                 captured["alignment"] = out[2]
                 return out
