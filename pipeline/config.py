@@ -208,7 +208,7 @@ class TrainConfig:
     init_checkpoint: str = setting("bert-large-uncased", rule=rules.init_checkpoint)
     max_len: int = setting(128, ge=8, le=4096)   # a checkpoint may hold fewer positions: 512 for BERT
     batch_size: int = setting(128, gt=0, le=65_536)   # a multiple of grad_accum
-    grad_accum: int = setting(1, gt=0, le=1024, rule=rules.batch_of_whole_steps)
+    grad_accum: int = setting(1, gt=0, le=1024, rule=rules.multiple_of("batch_size", "grad_accum"))
     lr: float = setting(1e-5, gt=0, le=1)
     warmup_steps: int = setting(0, ge=0)
     max_steps: int = setting(500_000, gt=0)
@@ -311,7 +311,7 @@ class CaptionConfig:
                                       rule=rules.subsets_apart)
     layers: int = setting(2, gt=0)      # encoder and decoder layers each
     hidden: int = setting(128, gt=0)    # a multiple of heads
-    heads: int = setting(8, gt=0, rule=rules.heads_divide_hidden)
+    heads: int = setting(8, gt=0, rule=rules.multiple_of("hidden", "heads"))
     feedforward: int = setting(512, gt=0)
     dropout: float = setting(0.4, ge=0, lt=1)
     lr: float = setting(1.0e-3, gt=0)   # Adam, decayed linearly to 0 over steps

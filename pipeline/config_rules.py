@@ -141,10 +141,14 @@ def absolute_roots(a, prefix: str) -> None:
                               f"(got {root!r})")
 
 
-def batch_of_whole_steps(t, prefix: str) -> None:
-    if t.batch_size % t.grad_accum:
-        raise ConfigError(f"config error: {prefix}batch_size must be a multiple of {prefix}grad_accum "
-                          f"(got {t.batch_size} and {t.grad_accum})")
+def multiple_of(name: str, divisor: str):
+    """The rule that field `name` is a whole multiple of field `divisor` (a batch of whole accumulation
+    steps, a hidden size the attention heads divide)."""
+    def rule(section, prefix: str) -> None:
+        if getattr(section, name) % getattr(section, divisor):
+            raise ConfigError(f"config error: {prefix}{name} must be a multiple of {prefix}{divisor} "
+                              f"(got {getattr(section, name)} and {getattr(section, divisor)})")
+    return rule
 
 
 def weights_of(name: str):
@@ -220,12 +224,6 @@ def subsets_apart(c, prefix: str) -> None:
     if set(c.train_subsets) & set(c.test_subsets):
         raise ConfigError(f"config error: {prefix}test_subsets must not share a subset with {prefix}train_subsets "
                           f"(got {c.test_subsets!r} and {c.train_subsets!r})")
-
-
-def heads_divide_hidden(c, prefix: str) -> None:
-    if c.hidden % c.heads:
-        raise ConfigError(f"config error: {prefix}hidden must be a multiple of {prefix}heads "
-                          f"(got {c.hidden} and {c.heads})")
 
 
 def folds(c, prefix: str) -> None:
