@@ -200,12 +200,18 @@ def load_model(folder: Path, device="cpu", *, resuming: bool):
     except Exception as error:   # safetensors, JSON and shape errors alike: the folder cannot be used
         raise damaged(folder, f"{Path(folder) / WEIGHTS_NAME} or its model.json cannot be loaded "
                               f"({storage.one_line(error)})", resuming=resuming) from None
+    bad = non_finite_weights(model)
+    if bad:
+        raise damaged(folder, f"{Path(folder) / WEIGHTS_NAME} holds non-finite weights ({bad})", resuming=resuming)
+    return model, info
+
+
+def non_finite_weights(model) -> str:
+    """Empty when every floating-point weight of `model` is finite, else the first such tensor's name and how
+    many more there are ("encoder.x.weight and 2 more")."""
     bad = [name for name, tensor in model.state_dict().items()
            if tensor.is_floating_point() and not bool(tensor.isfinite().all())]
-    if bad:
-        raise damaged(folder, f"{Path(folder) / WEIGHTS_NAME} holds non-finite weights ({bad[0]}"
-                              f"{f' and {len(bad) - 1} more' if len(bad) > 1 else ''})", resuming=resuming)
-    return model, info
+    return f"{bad[0]}{f' and {len(bad) - 1} more' if len(bad) > 1 else ''}" if bad else ""
 
 
 def load_trainer_state(folder: Path, *, resuming: bool = True) -> dict:

@@ -143,11 +143,9 @@ def _save_checkpoint(work: WorkDir, step: int, model: VideoBert, info: dict, tra
 
 
 def _stop_on_non_finite_weights(model: VideoBert, step: int) -> None:
-    bad = [name for name, tensor in model.state_dict().items()
-           if tensor.is_floating_point() and not bool(tensor.isfinite().all())]
+    bad = checkpoints.non_finite_weights(model)
     if bad:
-        raise TrainingDiverged(step, f"the weights hold non-finite values after the update ({bad[0]}"
-                                     f"{f' and {len(bad) - 1} more' if len(bad) > 1 else ''})")
+        raise TrainingDiverged(step, f"the weights hold non-finite values after the update ({bad})")
 
 
 def _stop_if_not_finite(run: "Run", loss: torch.Tensor, grad_norm: torch.Tensor, runtime: Runtime) -> None:
