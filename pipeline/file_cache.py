@@ -22,9 +22,10 @@ class FileCache(Generic[T]):
     def get(self, path: str | Path, compute: Callable[[], T]) -> T:
         """The value of `path` (a FileNotFoundError when it is missing), `compute()` when the file is new
         or changed since. `path` may be a path object of object storage (storage.location), which has
-        stat() and resolve() too."""
+        stat() too. Keyed by the path as given (no resolve() per lookup: lineage reads records by the
+        thousand, by paths built from one work dir)."""
         path = Path(path) if isinstance(path, str) else path
-        key = str(path.resolve())
+        key = str(path)
         stat = path.stat()
         stamp = (stat.st_mtime_ns, stat.st_size)
         entry = self._entries.get(key)
