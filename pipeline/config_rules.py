@@ -260,7 +260,7 @@ def check_devices(cfg, command: str) -> None:
     for key in keys:
         section, name = key.split(".")
         value = getattr(getattr(cfg, section), name)
-        if not value.startswith("cuda") or (section == "decode" and cfg.decode.backend != "torchcodec"):
+        if not value.startswith("cuda"):    # (a cuda decode.device without torchcodec is refused at load)
             continue
         library = "ctranslate2" if section == "asr" and cfg.asr.backend == "faster-whisper" else "torch"
         count = devices.cuda_device_count(library)
