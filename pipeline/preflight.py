@@ -127,15 +127,13 @@ def check_features(cfg: Config, speech_needed: bool = True) -> None:
                 f"(--set features.weights=/path/to/s3d.pth), or --set features.weights=random (features NOT "
                 f"pretrained, recorded as such)")
         return
-    path = Path(weights).expanduser()
+    path = Path(weights)     # as the features stage opens it
     if not path.is_file():
         raise PreflightError(f"features.weights: {weights} not found: give an S3D state dict file, kinetics400 "
                              f"(downloaded) or random")
-    import torch
-    from torchvision.models.video import s3d
+    from pipeline.s3d.model import load_s3d
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-        s3d(weights=None).load_state_dict(state.get("state_dict", state) if isinstance(state, dict) else state)
+        load_s3d(cfg)
     except Exception as error:  # noqa: BLE001 - any failure to load is the one line
         first = " ".join(str(error).split())[:300]
         raise PreflightError(f"features.weights: {weights} does not load as torchvision's S3D state dict "
