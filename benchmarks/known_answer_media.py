@@ -32,8 +32,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
-import wave
 from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass
 from fractions import Fraction
@@ -44,6 +42,8 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 import numpy as np  # noqa: E402
+
+from scripts import make_samples as samples  # noqa: E402  (the sample media's espeak-ng and resampling)
 
 VERBS = ("cut", "pour", "stir", "fold")
 NOUNS = ("tomato", "onion", "dough", "sauce")
@@ -78,7 +78,6 @@ AUDIO_RATE = 16_000
 ESPEAK = "/usr/bin/espeak-ng"
 ESPEAK_SPEED = 140             # words per minute: the pace a sentence is first measured at
 ESPEAK_SPEEDS = (90, 210)      # the paces a sentence may be fitted to
-ESPEAK_TRIM_THRESHOLD = 64     # |int16| above this counts as sound when trimming espeak-ng's silence
 SPEECH_LEAD_S = 0.2            # a sentence starts this long after its step begins
 MEDIA_VERSION = 2              # bump when the pictures or the sound change: the videos are made again
 
@@ -249,41 +248,17 @@ def espeak_version() -> str:
     if not Path(ESPEAK).exists():
         raise EspeakMissing(f"{ESPEAK} not found: the known-answer set needs espeak-ng for its speech "
                             "(Debian: apt-get install espeak-ng)")
-    out = subprocess.run([ESPEAK, "--version"], check=True, capture_output=True, text=True)
-    return out.stdout.split("Data at")[0].strip()
-
-
-def _espeak(text: str, speed: int) -> tuple[np.ndarray, int]:
-    """`text` spoken by espeak-ng (en-us) at `speed` words per minute: int16 samples with the leading and
-    trailing silence trimmed, and their rate."""
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "speech.wav"
-        subprocess.run([ESPEAK, "-v", "en-us", "-s", str(speed), "-w", str(path), text],
-                       check=True, capture_output=True)
-        with wave.open(str(path)) as handle:
-            rate = handle.getframerate()
-            pcm = np.frombuffer(handle.readframes(handle.getnframes()), dtype=np.int16)
-    loud = np.nonzero(np.abs(pcm.astype(np.int32)) > ESPEAK_TRIM_THRESHOLD)[0]
-    if not loud.size:
-        raise RuntimeError(f"espeak-ng made silence for {text!r}")
-    return pcm[loud[0]: loud[-1] + 1], rate
+    return samples.espeak_version(ESPEAK)
 
 
 def synthesize(text: str, seconds: float = SPEECH_S) -> np.ndarray:
     """`text` spoken by espeak-ng (en-us) as float32 mono at AUDIO_RATE, its leading and trailing silence
     trimmed, at the pace (within ESPEAK_SPEEDS) that makes it last about `seconds`."""
-    pcm, rate = _espeak(text, ESPEAK_SPEED)
+    pcm, rate = samples.espeak_pcm(text, "en-us", ESPEAK_SPEED, ESPEAK)
     speed = int(round(min(max(ESPEAK_SPEED * len(pcm) / rate / seconds, ESPEAK_SPEEDS[0]), ESPEAK_SPEEDS[1])))
     if speed != ESPEAK_SPEED:
-        pcm, rate = _espeak(text, speed)
-    samples = pcm.astype(np.float64) / 32768.0
-    # band-limited FFT resampling to 16 kHz (espeak-ng writes 22,050 Hz)
-    n_out = int(round(len(samples) * AUDIO_RATE / rate))
-    spectrum = np.fft.rfft(samples)
-    keep = min(len(spectrum), n_out // 2 + 1)
-    out_spectrum = np.zeros(n_out // 2 + 1, dtype=complex)
-    out_spectrum[:keep] = spectrum[:keep]
-    return (np.fft.irfft(out_spectrum, n_out) * (n_out / len(samples))).astype(np.float32)
+        pcm, rate = samples.espeak_pcm(text, "en-us", speed, ESPEAK)
+    return samples.resample(pcm.astype(np.float64) / 32768.0, rate, AUDIO_RATE).astype(np.float32)
 
 
 def soundtrack(plan: VideoPlan, speech: dict[str, np.ndarray]) -> tuple[np.ndarray, list[dict]]:

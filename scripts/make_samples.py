@@ -152,24 +152,30 @@ SCENES.update({
 # Audio helpers
 # --------------------------------------------------------------------------------------------
 
-def espeak_version() -> str:
-    out = subprocess.run(["espeak-ng", "--version"], check=True, capture_output=True, text=True)
+def espeak_version(binary: str = "espeak-ng") -> str:
+    out = subprocess.run([binary, "--version"], check=True, capture_output=True, text=True)
     return out.stdout.split("Data at")[0].strip()
 
 
-def synthesize(text: str, voice: str) -> np.ndarray:
-    """Speak `text` with espeak-ng; return float32 mono at AUDIO_RATE, trailing silence trimmed."""
+def espeak_pcm(text: str, voice: str, speed: int = ESPEAK_SPEED, binary: str = "espeak-ng") -> tuple[np.ndarray, int]:
+    """`text` spoken by espeak-ng at `speed` words per minute: int16 mono samples with the leading and
+    trailing silence trimmed, and their rate."""
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "speech.wav"
-        subprocess.run(["espeak-ng", "-v", voice, "-s", str(ESPEAK_SPEED), "-w", str(path), text],
-                       check=True, capture_output=True)
+        subprocess.run([binary, "-v", voice, "-s", str(speed), "-w", str(path), text], check=True, capture_output=True)
         with wave.open(str(path)) as w:
             assert w.getnchannels() == 1 and w.getsampwidth() == 2, "unexpected espeak-ng output"
             rate = w.getframerate()
             pcm = np.frombuffer(w.readframes(w.getnframes()), dtype=np.int16)
     loud = np.nonzero(np.abs(pcm.astype(np.int32)) > ESPEAK_TRIM_THRESHOLD)[0]
-    assert loud.size, f"espeak-ng produced silence for {text!r}"
-    pcm = pcm[loud[0]:loud[-1] + 1]
+    if not loud.size:
+        raise RuntimeError(f"espeak-ng made silence for {text!r}")
+    return pcm[loud[0]:loud[-1] + 1], rate
+
+
+def synthesize(text: str, voice: str) -> np.ndarray:
+    """Speak `text` with espeak-ng; return float32 mono at AUDIO_RATE, trailing silence trimmed."""
+    pcm, rate = espeak_pcm(text, voice)
     speech = resample(pcm.astype(np.float64) / 32768.0, rate, AUDIO_RATE)
     rms = float(np.sqrt(np.mean(speech ** 2)))
     assert rms > 0.02, f"espeak-ng output too quiet (rms {rms:.4f}) for {text!r}"
