@@ -45,8 +45,7 @@ from pipeline.engine.workdir import WorkDir
 from pipeline.progress import Progress
 from schemas.metadata import Provenance
 from videobert import caption_metrics
-from videobert.data import assemble
-from videobert.evaluate import Evaluator, batched
+from videobert.evaluate import Evaluator, segment_vectors
 
 ROWS = (("s3d", "S3D"), ("videobert", "VideoBERT"), ("videobert_s3d", "VideoBERT + S3D"))
 # the paper's Table 4 (YouCook II validation, ground-truth segments), in its units (percent, CIDEr as is)
@@ -229,26 +228,11 @@ def cross_validate(features: np.ndarray, captions: list[str], groups: list[str],
 # ---------------------------------------------------------------- features of the annotated segments
 
 def videobert_features(ev: Evaluator, template: str, segments) -> dict[tuple[str, int], np.ndarray]:
-    """(video_id, segment_index) -> [mean visual-token state, mean masked-template state] of each segment
-    with visual tokens (float32 forward passes)."""
-    template_ids = ev.text_ids(template)
-    mask_at = torch.from_numpy(1 + np.flatnonzero(template_ids == ev.layout.mask_id)).to(ev.device)
-    video_start = 1 + len(template_ids) + 1
-    budget = ev.max_len - video_start - 1
-    if budget < 1:
-        raise ValueError("eval.features_template leaves no room for visual tokens")
-    found = {}
-    for batch in batched(((s, x) for s, x in segments if s.visual_ids.size), ev.cfg.eval.batch_size):
-        examples = [assemble(ev.layout, template_ids, s.visual_ids[:budget], with_separator=True) for s, _ in batch]
-        hidden, _, attention = ev.forward(examples, float32=True)
-        positions = torch.arange(hidden.shape[1], device=ev.device)[None, :]
-        lengths = attention.sum(dim=1, keepdim=True)
-        is_video = (positions >= video_start) & (positions < lengths - 1)
-        video_mean = (hidden * is_video[..., None]).sum(dim=1) / is_video.sum(dim=1, keepdim=True)
-        text_mean = hidden[:, mask_at].mean(dim=1)
-        for (s, x), row in zip(batch, torch.cat([video_mean, text_mean], dim=1).cpu().numpy()):
-            found[(s.video_id, int(x["segment_index"]))] = row
-    return found
+    """(video_id, segment_index) -> the VideoBERT features (evaluate.segment_vectors) of each segment with
+    visual tokens (float32 forward passes)."""
+    return {(s.video_id, int(x["segment_index"])): row
+            for batch, features in segment_vectors(ev, template, segments, float32=True)
+            for (s, x), row in zip(batch, features)}
 
 
 def standardise(train: np.ndarray, test: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

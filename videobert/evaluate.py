@@ -123,36 +123,41 @@ def batched(items, size: int):
 
 # ---------------------------------------------------------------- features
 
-def extract_features(cfg: Config, work_dir: Path, checkpoint: str | Path | None = None) -> Path:
-    """One 2*hidden vector per segment with visual tokens: [mean of visual-token states, mean of the
-    template's masked-token states]; returns DIR/eval/features.parquet."""
-    work_dir = WorkDir(work_dir).root
-    ev = Evaluator(cfg, work_dir, checkpoint)
-    template = ev.text_ids(cfg.eval.features_template)
-    mask_at = torch.from_numpy(1 + np.flatnonzero(template == ev.layout.mask_id)).to(ev.device)
-    video_start = 1 + len(template) + 1                     # after [CLS], the template and [>]
+def segment_vectors(ev: "Evaluator", template: str, segments, *, float32: bool = False):
+    """Batches of (segment, extra) with visual tokens and their VideoBERT features, one 2*hidden row each:
+    [mean of the visual-token states, mean of the template's masked-token states] (the paper's features for
+    captioning and the linear probe), fed as [CLS] template [>] visual tokens [SEP]."""
+    template_ids = ev.text_ids(template)
+    mask_at = torch.from_numpy(1 + np.flatnonzero(template_ids == ev.layout.mask_id)).to(ev.device)
+    video_start = 1 + len(template_ids) + 1                  # after [CLS], the template and [>]
     video_budget = ev.max_len - video_start - 1
     if video_budget < 1:
         raise ValueError("eval.features_template leaves no room for visual tokens")
+    for batch in batched(((s, x) for s, x in segments if s.visual_ids.size), ev.cfg.eval.batch_size):
+        examples = [assemble(ev.layout, template_ids, segment.visual_ids[:video_budget], with_separator=True)
+                    for segment, _ in batch]
+        hidden, _, attention = ev.forward(examples, float32=float32)
+        positions = torch.arange(hidden.shape[1], device=ev.device)[None, :]
+        lengths = attention.sum(dim=1, keepdim=True)
+        # visual tokens sit between [>] and the final [SEP]
+        is_video = (positions >= video_start) & (positions < lengths - 1)
+        video_mean = (hidden * is_video[..., None]).sum(dim=1) / is_video.sum(dim=1, keepdim=True)
+        text_mean = hidden[:, mask_at].mean(dim=1)
+        yield batch, torch.cat([video_mean, text_mean], dim=1).cpu().numpy()
+
+
+def extract_features(cfg: Config, work_dir: Path, checkpoint: str | Path | None = None) -> Path:
+    """One 2*hidden vector per segment with visual tokens (segment_vectors); returns DIR/eval/features.parquet."""
+    work_dir = WorkDir(work_dir).root
+    ev = Evaluator(cfg, work_dir, checkpoint)
     width = 2 * ev.model.config.hidden_size
     schema = pa.schema([("video_id", pa.string()), ("segment_index", pa.int32()), ("start_s", pa.float64()),
                         ("end_s", pa.float64()), ("kind", pa.string()),
                         ("feature", pa.list_(pa.float32(), width))])
 
     def tables():
-        segments = ((s, x) for s, x in ev.segments(work_dir) if s.visual_ids.size)
         with Progress(total=None, unit="segments", desc="features") as progress:
-            for batch in batched(segments, cfg.eval.batch_size):
-                examples = [assemble(ev.layout, template, segment.visual_ids[:video_budget], with_separator=True)
-                            for segment, _ in batch]
-                hidden, _, attention = ev.forward(examples)
-                positions = torch.arange(hidden.shape[1], device=ev.device)[None, :]
-                lengths = attention.sum(dim=1, keepdim=True)
-                # visual tokens sit between [>] and the final [SEP]
-                is_video = (positions >= video_start) & (positions < lengths - 1)
-                video_mean = (hidden * is_video[..., None]).sum(dim=1) / is_video.sum(dim=1, keepdim=True)
-                text_mean = hidden[:, mask_at].mean(dim=1)
-                features = torch.cat([video_mean, text_mean], dim=1).cpu().numpy()
+            for batch, features in segment_vectors(ev, cfg.eval.features_template, ev.segments(work_dir)):
                 yield pa.table({"video_id": [s.video_id for s, _ in batch],
                                 "segment_index": [x["segment_index"] for _, x in batch],
                                 "start_s": [x["start_s"] for _, x in batch], "end_s": [x["end_s"] for _, x in batch],
