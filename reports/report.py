@@ -25,7 +25,6 @@ per video) and of leaves, never with the number of clips or sentences."""
 from __future__ import annotations
 
 import html
-import json
 import math
 from pathlib import Path
 
@@ -256,41 +255,20 @@ def example_segments(work_dir: Path, limit: int = EXAMPLE_SEGMENTS) -> list[dict
     return examples
 
 
-def _log_records(work_dir: Path) -> list[dict]:
-    """The training log's records of the latest run: from its last start record on (a resume continues
-    the run, a start begins another); a line cut off by a killed run is skipped."""
-    path = WorkDir(work_dir).train_log
-    if not path.exists():
-        return []
-    records = []
-    for line in path.read_text().splitlines():
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        if not isinstance(record, dict):
-            continue
-        if record.get("event") == "start":
-            records = []
-        records.append(record)
-    return records
+def training_log(records: list[dict]) -> list[dict]:
+    return [record for record in records if record.get("event") == "train"]
 
 
-def training_log(work_dir: Path) -> list[dict]:
-    return [record for record in _log_records(work_dir) if record.get("event") == "train"]
-
-
-def validation_log(work_dir: Path) -> list[dict]:
+def validation_log(records: list[dict]) -> list[dict]:
     """The `validation` records (the objectives on held-out videos every train.validation_every steps)."""
-    return [record for record in _log_records(work_dir) if record.get("event") == "validation"]
+    return [record for record in records if record.get("event") == "validation"]
 
 
-def training_header(work_dir: Path) -> dict | None:
+def training_header(records: list[dict]) -> dict | None:
     """The latest start or resume record: notes, warnings, the held-out videos."""
-    headers = [record for record in _log_records(work_dir) if record.get("event") in ("start", "resume")]
-    if not headers:
+    last = summary.train_header(records)
+    if last is None:
         return None
-    last = headers[-1]
     return {key: last.get(key) for key in ("event", "step", "notes", "warnings", "validation_videos")}
 
 
@@ -385,12 +363,13 @@ def collect(cfg: Config, work_dir: Path) -> dict:
     work_dir = WorkDir(work_dir).root
     evaluation = WorkDir(work_dir).eval_folder
     zero_shot = read_json(evaluation / "zero_shot.json")
+    log = summary.log_records(work_dir)        # the training log, read once
     return {"summary": summary.collect(work_dir), "stages": stage_runs(work_dir),
             "error_examples": error_examples(work_dir), "visual_words": visual_word_stats(work_dir),
             "text": text_stats(cfg, work_dir), "examples": example_segments(work_dir),
             "videos": video_table(work_dir),
-            "train": training_log(work_dir), "validation": validation_log(work_dir),
-            "train_header": training_header(work_dir), "zero_shot": zero_shot,
+            "train": training_log(log), "validation": validation_log(log),
+            "train_header": training_header(log), "zero_shot": zero_shot,
             "zero_shot_predictions": zero_shot_predictions(work_dir, zero_shot),
             "linear_probe": read_json(evaluation / "linear_probe.json"), "predicted_video": predicted_video(work_dir),
             "forecast": forecast_data(work_dir)}

@@ -34,21 +34,30 @@ def token_counts(work_dir: Path, num_leaves: int = 0) -> np.ndarray:
     return counts
 
 
-def train_header(work_dir: Path) -> dict | None:
-    """The training log's latest start or resume record (None without one); a line cut off by a killed run
-    is skipped."""
+def log_records(work_dir: Path) -> list[dict]:
+    """The training log's records of the latest run: from its last start record on (a resume continues
+    the run, a start begins another); a line cut off by a killed run is skipped."""
     path = WorkDir(work_dir).train_log
     if not path.exists():
-        return None
-    header = None
+        return []
+    records = []
     for line in path.read_text().splitlines():
         try:
             record = json.loads(line)
         except ValueError:
             continue
-        if isinstance(record, dict) and record.get("event") in ("start", "resume"):
-            header = record
-    return header
+        if not isinstance(record, dict):
+            continue
+        if record.get("event") == "start":
+            records = []
+        records.append(record)
+    return records
+
+
+def train_header(records: list[dict]) -> dict | None:
+    """The latest start or resume record of the training log's `records` (None without one)."""
+    headers = [record for record in records if record.get("event") in ("start", "resume")]
+    return headers[-1] if headers else None
 
 
 def warnings(work_dir: Path) -> list[dict]:
@@ -59,7 +68,7 @@ def warnings(work_dir: Path) -> list[dict]:
     if work.codebook_sidecar.exists() and Lineage(work).current("kmeans"):
         sidecar = read_json(work.codebook_sidecar) or {}
         found += [{"stage": "kmeans", "message": str(message)} for message in sidecar.get("warnings") or []]
-    header = train_header(work_dir) or {}
+    header = train_header(log_records(work_dir)) or {}
     found += [{"stage": "train", "message": str(message)} for message in header.get("warnings") or []]
     return found
 
