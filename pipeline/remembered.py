@@ -15,7 +15,7 @@ import time
 
 from pipeline import registry, storage
 from pipeline.config import Config, ConfigError, load_config
-from pipeline.engine.lineage import CorruptFile, read_json
+from pipeline.engine.lineage import CorruptFile, changed_keys, flatten, read_json
 from pipeline.engine.workdir import WorkDir
 
 SHOWN_KEYS = 4   # keys named in the one-line notice; more are counted
@@ -37,20 +37,6 @@ def record(work_dir, cfg: Config, command: str) -> None:
     """Remember `cfg` as the work dir's config (after its command was checked to be able to write there)."""
     storage.atomic_write_json(WorkDir(work_dir).remembered_config,
                               {"config": cfg.to_dict(), "written_by": command, "at": time.time()})
-
-
-def flatten(value, prefix: str = "") -> dict[str, object]:
-    if isinstance(value, dict) and value:
-        flat = {}
-        for key, inner in value.items():
-            flat.update(flatten(inner, f"{prefix}{key}."))
-        return flat
-    return {prefix.rstrip("."): value}
-
-
-def differing_keys(old: dict, new: dict) -> list[str]:
-    old_flat, new_flat = flatten(old), flatten(new)
-    return [key for key in sorted(set(old_flat) | set(new_flat)) if old_flat.get(key) != new_flat.get(key)]
 
 
 def stages_redone(keys: list[str]) -> list[str]:
@@ -84,11 +70,10 @@ def _value(flat: dict, key: str) -> str:
 
 def difference_line(work_dir, old: dict, cfg: Config) -> str | None:
     """One line naming the keys in which `cfg` differs from the remembered config and what it redoes."""
-    new = cfg.to_dict()
-    keys = differing_keys(old, new)
+    old_flat, new_flat = flatten(old, keep_empty=True), flatten(cfg.to_dict(), keep_empty=True)
+    keys = changed_keys(old_flat, new_flat)
     if not keys:
         return None
-    old_flat, new_flat = flatten(old), flatten(new)
     shown = ", ".join(f"{key} {_value(old_flat, key)} -> {_value(new_flat, key)}" for key in keys[:SHOWN_KEYS])
     more = f" and {len(keys) - SHOWN_KEYS} more" if len(keys) > SHOWN_KEYS else ""
     work = WorkDir(work_dir)

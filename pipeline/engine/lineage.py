@@ -206,13 +206,19 @@ class State:
         return self.status == "current"
 
 
-def _flatten(value, prefix: str = "") -> dict[str, object]:
-    if isinstance(value, dict):
+def flatten(value, prefix: str = "", *, keep_empty: bool = False) -> dict[str, object]:
+    """A nested mapping as {"section.key": value}; `keep_empty`: an empty mapping is a value of its own."""
+    if isinstance(value, dict) and (value or not keep_empty):
         flat = {}
         for key, inner in value.items():
-            flat.update(_flatten(inner, f"{prefix}{key}."))
+            flat.update(flatten(inner, f"{prefix}{key}.", keep_empty=keep_empty))
         return flat
     return {prefix.rstrip("."): value}
+
+
+def changed_keys(old_flat: dict, new_flat: dict) -> list[str]:
+    """The keys, sorted, whose values differ between two flattened mappings (absent counts as a value)."""
+    return [key for key in sorted(set(old_flat) | set(new_flat)) if old_flat.get(key) != new_flat.get(key)]
 
 
 def explain(old: dict | None, new: dict) -> str:
@@ -220,8 +226,8 @@ def explain(old: dict | None, new: dict) -> str:
     if not old or old.get("version") != new.get("version"):
         return "made by an earlier version of the pipeline"
     reasons = []
-    old_config, new_config = _flatten(old.get("config", {})), _flatten(new.get("config", {}))
-    changed = [key for key in sorted(set(old_config) | set(new_config)) if old_config.get(key) != new_config.get(key)]
+    old_config, new_config = flatten(old.get("config", {})), flatten(new.get("config", {}))
+    changed = changed_keys(old_config, new_config)
     if changed:
         reasons.append("config " + ", ".join(f"{key} {old_config.get(key)!r} -> {new_config.get(key)!r}"
                                              for key in changed[:3]) + (" ..." if len(changed) > 3 else ""))
