@@ -166,6 +166,38 @@ def test_each_stream_reads_only_its_own_shards(tmp_path, monkeypatch):
     assert not epoch0[0] & epoch0[1]
 
 
+def test_data_smaller_than_the_buffer_is_read_once_and_streams_the_same(tmp_path, monkeypatch):
+    # 2 shards of 6 segments under a 1,000-unit buffer: the buffer holds each unit many times over
+    shards = write_shards(tmp_path, shards=2, videos_per_shard=1, segments=6)
+    opened = []
+    real_read = streaming.read_segments
+
+    def recording_read(path, layout, columns=(), start_row=0):
+        opened.append(path)
+        return real_read(path, layout, columns, start_row)
+
+    monkeypatch.setattr(streaming, "read_segments", recording_read)
+    kept = data.PlanStream(shards, LAYOUT, params(shuffle_buffer=1000), 5, 0, 1)
+    plans = [signature(next(kept)) for _ in range(200)]
+    assert kept.rows_read > 1000 and sorted(opened) == sorted(shards)     # many epochs, each shard opened once
+
+    # the same plans as a stream that reads the files every time
+    monkeypatch.setattr(data.PlanStream, "_open", lambda self, path, start_row: streaming.read_videos(
+        path, self.layout, start_row))
+    opened.clear()
+    read = data.PlanStream(shards, LAYOUT, params(shuffle_buffer=1000), 5, 0, 1)
+    assert [signature(next(read)) for _ in range(200)] == plans and len(opened) > 100
+
+    # more rows than the buffer: nothing is kept, every epoch reads the files
+    monkeypatch.undo()
+    monkeypatch.setattr(streaming, "read_segments", recording_read)
+    opened.clear()
+    small = data.PlanStream(shards, LAYOUT, params(shuffle_buffer=4), 5, 0, 1)
+    while small.rows_read < 60:
+        next(small)
+    assert len(opened) >= 9 and not small._kept
+
+
 def test_batches_are_seeded_and_resume_skips_exactly(tmp_path):
     shards = write_shards(tmp_path)
 

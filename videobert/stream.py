@@ -3,7 +3,11 @@
   1. shards: every epoch the complete shards are permuted (seeded by epoch, the same on all ranks) and
      stream g of G = world_size * workers takes shards g, g+G, ...: no shard is read twice in an epoch;
   2. rows are read one record batch at a time (pyarrow `iter_batches`), never a whole shard, and grouped
-     into videos (a video's rows are contiguous, in time order): one video is held while its units are made;
+     into videos (a video's rows are contiguous, in time order): one video is held while its units are made.
+     Shards read whole are kept, decoded, while they fit in `shuffle_buffer` rows in all (the buffer's own
+     bound), and read from memory in later epochs: data smaller than the buffer is otherwise opened again and
+     again to fill it (with 10,000 units over 6 segments, 1,700 opens, each several requests on object
+     storage); the videos are the same either way, so plans and resumes do not change;
   3. neighbouring segments of one video are joined into a unit with probability `concat_prob`
      (2..`max_concat` segments; text with text, video with video, so the pair stays aligned);
   4. a shuffle buffer of `shuffle_buffer` units (bounded memory) picks the next unit at random;
@@ -274,6 +278,8 @@ class PlanStream:
         self.kinds = [0, 0]                      # buffered units with text and video, with video only
         self.rows_read = 0                       # rows this object made units of (none replayed on resume)
         self._videos: Iterator[tuple[int, Video]] | None = None      # the open shard
+        self._kept: dict[Path, list[tuple[int, Video]]] = {}          # shards held decoded (module doc, 2.)
+        self._kept_rows = 0
         if state is not None:
             self.rng.bit_generator.state = state["rng"]
             self.epoch, self.shard, self.row, self.epoch_units = (state[key] for key in ("epoch", "shard", "row",
@@ -306,7 +312,7 @@ class PlanStream:
         while not self.pending:
             mine = self._mine()
             if self._videos is None:
-                self._videos = read_videos(mine[self.shard], self.layout, self.row)
+                self._videos = self._open(mine[self.shard], self.row)
             found = next(self._videos, None)
             if found is None:                    # the shard is done: the next one, or the next epoch
                 self._videos, self.row, self.shard = None, 0, self.shard + 1
@@ -321,6 +327,26 @@ class PlanStream:
             self.pending = [Unit(video, first, last) for first, last in reversed(made)]
             self.epoch_units += len(made)
         return self.pending.pop()
+
+    def _open(self, path: Path, start_row: int) -> Iterator[tuple[int, Video]]:
+        """(the row after it, video) of each video of `path` from `start_row` on: from memory if the shard is
+        kept, else read (and kept if it was read whole and fits)."""
+        kept = self._kept.get(path)
+        if kept is not None:
+            return iter([(end, video) for end, video in kept if end - video.segments >= start_row])
+        return self._read_and_keep(path, start_row)
+
+    def _read_and_keep(self, path: Path, start_row: int) -> Iterator[tuple[int, Video]]:
+        videos: list[tuple[int, Video]] | None = [] if start_row == 0 else None
+        for end, video in read_videos(path, self.layout, start_row):
+            if videos is not None:
+                videos.append((end, video))
+                if self._kept_rows + end > self.params.shuffle_buffer:
+                    videos = None
+            yield end, video
+        if videos is not None:
+            self._kept[path] = videos
+            self._kept_rows += videos[-1][0] if videos else 0
 
     def _count(self, unit: Unit, change: int) -> None:
         if unit.visual_ids.size:
