@@ -60,6 +60,9 @@ class Stage:
     # "module:attribute": the stage's pipeline.engine.split.Split (a CPU producer and a device encoder), which
     # executors may run apart (the Ray executor: producer tasks feeding encoder actors)
     split: str = ""
+    # bump when a change of the stage's code alters what it makes from the same inputs and config: its
+    # outputs made before become stale (recorded from 2 on, so a bump redoes this stage and what follows)
+    version: int = 1
 
     def function(self, which: str = "run") -> Callable:
         """The code (or class) a "module:name" field names: a function, the `split` record or the
@@ -122,7 +125,8 @@ STAGES: tuple[Stage, ...] = (
           max_parallel_shards=1,   # the backend already uses every core it is given
           section="asr", section_type="pipeline.config:AsrConfig", uses_gpu=True, device_keys=("asr.device",),
           ray_roles={"asr": {"num_cpus": 2}}, preflight="pipeline.preflight:check_asr",
-          checks={"": ("reports.validate:speech_in_order",)}, card_configs={"": "asr"}),
+          checks={"": ("reports.validate:speech_in_order",)}, card_configs={"": "asr"},
+          version=2),   # 2: a run-on's split prefers a boundary Whisper capitalised (speech/sentences.py)
     Stage("align", "the training shards: each sentence with the visual words of its span",
           reads=("quantize", "asr"), config_sections=("align",), per_shard=True, writes="align/part-*.parquet",
           tables={"": schemas.ALIGN}, run="stages.align:run_shard", identities="stages.align:identities",

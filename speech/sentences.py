@@ -32,14 +32,24 @@ def has_sentence_punctuation(words: list[Word]) -> bool:
     return any(ends_sentence(word.text) for word in words)
 
 
+def _marks_a_boundary(previous: Word, word: Word) -> bool:
+    """A sentence boundary Whisper left unpunctuated: a clause mark before, or a capital after (Whisper
+    capitalises a sentence's first word even where it leaves out the full stop before it: "stir the dough
+    Now we are going to fold it"). "I" and words in capitals throughout are no sign."""
+    text = word.text.strip()
+    return previous.text.strip().endswith((",", ";", ":")) or (text[:1].isupper() and not text.isupper())
+
+
 def _split_at_longest_pause(words: list[Word], max_sentence_s: float) -> list[list[Word]]:
     """Split recursively at the longest pause until each part lasts at most max_sentence_s (or is one
-    word). Ties (e.g. captions with no pauses at all) go to the pause nearest the middle."""
+    word). Ties (Whisper's word times in a run-on often leave no gap at all; captions may have none) go to
+    an unpunctuated boundary (_marks_a_boundary), then to the pause nearest the middle."""
     if len(words) < 2 or words[-1].end_s - words[0].start_s <= max_sentence_s:
         return [words]
     middle = (words[0].start_s + words[-1].end_s) / 2
     cut = max(range(1, len(words)),
-              key=lambda i: (round(words[i].start_s - words[i - 1].end_s, 6), -abs(words[i].start_s - middle)))
+              key=lambda i: (round(words[i].start_s - words[i - 1].end_s, 6), _marks_a_boundary(words[i - 1], words[i]),
+                             -abs(words[i].start_s - middle)))
     return _split_at_longest_pause(words[:cut], max_sentence_s) + _split_at_longest_pause(words[cut:], max_sentence_s)
 
 

@@ -184,6 +184,26 @@ def test_long_sentence_without_pauses_splits_near_the_middle():
     assert [s.text for s in sentences] == ["w0 w1 w2 w3", "w4 w5 w6 w7"]
 
 
+def test_a_run_on_without_pauses_splits_where_whisper_capitalised_or_put_a_comma():
+    # Whisper's word times in a run-on: each word ends where the next starts
+    def run_on(*texts):
+        return words(*[(text, i * 0.3, i * 0.3 + 0.3) for i, text in enumerate(texts)])
+
+    sentences = split_sentences(run_on("And", "then", "you", "stir", "the", "dough", "Now", "we", "are", "going",
+                                       "to", "fold", "the", "dough."), max_sentence_s=3.0)
+    assert [s.text for s in sentences] == ["And then you stir the dough", "Now we are going to fold the dough."]
+    sentences = split_sentences(run_on("next", "we", "stir", "the", "onion,", "cut", "the", "dough", "like", "this"),
+                                max_sentence_s=2.0)
+    assert [s.text for s in sentences] == ["next we stir the onion,", "cut the dough like this"]
+    # "I" and words in capitals are no boundary: the middle, as without any sign
+    sentences = split_sentences(run_on("so", "I", "stir", "it", "then", "I", "FOLD", "it"), max_sentence_s=1.5)
+    assert [s.text for s in sentences] == ["so I stir it", "then I FOLD it"]
+    # a real pause still comes first
+    stream = run_on("stir", "the", "dough", "Now", "we", "fold", "it")
+    stream[5:] = [Word(w.text, w.start_s + 0.5, w.end_s + 0.5, None) for w in stream[5:]]
+    assert [s.text for s in split_sentences(stream, max_sentence_s=1.6)] == ["stir the dough Now we", "fold it"]
+
+
 def test_unpunctuated_words_split_at_pauses():
     stream = words(("now", 0.0, 0.3), ("stir", 0.4, 0.7), ("it", 2.0, 2.2), ("well", 2.3, 2.6))
     cfg = AsrConfig(pause_split_s=1.0)

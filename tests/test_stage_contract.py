@@ -141,6 +141,20 @@ def test_a_registered_stage_runs_skips_goes_stale_and_validates(sizes_stage, tmp
     assert [stats.get("skipped") for stats in _run(other, work)] == [True, True]
 
 
+def test_a_new_version_of_a_stages_code_makes_its_outputs_stale(tmp_path):
+    work = tmp_path / "work"
+    write_manifest_rows(work, [{"video_id": "v0", "uri": "/videos/v0.mp4", "bytes": 10_000,
+                                "transcript_uri": None, "shard": 0}])
+    with registry.register(SIZES_STAGE):
+        _run(load_config(None, ["executor.workers=1"]), work)
+    with registry.register(dataclasses.replace(SIZES_STAGE, version=2)):
+        cfg = load_config(None, ["executor.workers=1"])
+        state = Lineage(WorkDir(work), cfg).state("sizes", 0, verify=True)
+        assert state.status == "stale" and "version 1 of the stage's code, now 2" in state.reason
+        assert "redone" in _run(cfg, work)[0]
+        assert Lineage(WorkDir(work), cfg).state("sizes", 0, verify=True).current
+
+
 def test_validate_runs_the_checks_a_record_names(tmp_path):
     work = tmp_path / "work"
     write_manifest_rows(work, [{"video_id": "v0", "uri": "/videos/v0.mp4", "bytes": 1, "transcript_uri": None,

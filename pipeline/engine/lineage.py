@@ -225,6 +225,8 @@ def explain(old: dict | None, new: dict) -> str:
     """Why a record's lineage differs from the one its inputs and config give now, in one line."""
     if not old or old.get("version") != new.get("version"):
         return "made by an earlier version of the pipeline"
+    if old.get("stage_version", 1) != new.get("stage_version", 1):
+        return f"made by version {old.get('stage_version', 1)} of the stage's code, now {new.get('stage_version', 1)}"
     reasons = []
     old_config, new_config = flatten(old.get("config", {})), flatten(new.get("config", {}))
     changed = changed_keys(old_config, new_config)
@@ -314,6 +316,8 @@ class Lineage:
         and identities are those of `record` (consistency only)."""
         stage = registry.stage(stage_name)
         lineage = {"version": VERSION, "schemas": {name: schema.tag for name, schema in stage.tables.items()}}
+        if stage.version != 1:
+            lineage["stage_version"] = stage.version
         if self.cfg is not None:
             config = json.loads(self.cfg.section_json(*stage.config_sections))
             for key in stage.operational_keys:
