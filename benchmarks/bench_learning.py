@@ -10,7 +10,8 @@
    printed note.
 
     .venv/bin/python benchmarks/bench_learning.py                  # both sets, CPU
-    .venv/bin/python benchmarks/bench_learning.py --steps 600 --work-dir /tmp/learning"""
+    .venv/bin/python benchmarks/bench_learning.py --steps 600 --work-dir /tmp/learning
+    .venv/bin/python benchmarks/bench_learning.py --media-root /tmp/media   # keep the media set's build"""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ import json
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from common import machine
@@ -44,6 +46,16 @@ TRAIN_SETTINGS = ["train.batch_size=32", "train.num_workers=0", "train.max_len=4
 # the media set's 1-2 visual tokens per segment: at 3e-3 its training alignment stayed at 0.5 until the
 # linear decay brought the rate under about 1.5e-3 (docs/training-data.md)
 MEDIA_LR = 1e-3
+# 386 trained text segments of 1-3 visual tokens, most sentences unique in their punctuation and ASR
+# slips: without weight decay the model learnt them by heart (held-out zero-shot varied from 0.59 to 0.97
+# with the wording of the template), with 0.1 every wording of the set gave 0.86-1.0 (docs/training-data.md)
+MEDIA_WEIGHT_DECAY = 0.1
+MEDIA_VIDEOS = 64
+# zero-shot on the media set asks in its own words: the paper's template reads like the paper's ASR text,
+# not like this set's (no sentence of it begins "now let me", and Whisper ends each with a period, so a
+# noun slot with nothing after it is a place the model never saw a noun); the paper's template is
+# reported beside it (docs/training-data.md)
+MEDIA_TEMPLATE = "let me show you how to [MASK] the [MASK]."
 
 
 def tiny_bert(folder: Path, tokenizer) -> Path:
@@ -70,20 +82,31 @@ def learning_config(work: Path, verbs: Path, nouns: Path, labels: Path, steps: i
                               "eval.videos=validation", "eval.rankings=[closed]", *extra])
 
 
-def run_set(name: str, work: Path, cfg, quiet: bool) -> dict:
+def top1(closed: dict, row: str) -> dict:
+    return {part: closed[row][part]["top1"] for part in ("verb", "noun")}
+
+
+def run_set(name: str, work: Path, cfg, quiet: bool, also_template: str | None = None) -> dict:
+    """Train, then zero-shot on the held-out videos; with `also_template`, zero-shot once more with that
+    template (reported, not judged)."""
     started = time.process_time(), time.perf_counter()
     summary = train(cfg, work, restart=True, quiet=quiet)
     train_cpu, train_wall = time.process_time() - started[0], time.perf_counter() - started[1]
     report = zero_shot.zero_shot(cfg, work, quiet=True)
     closed = report["results"]["closed"]
     validation = summary["validation"]
-    return {"set": name, "steps": summary["step"], "train_cpu_s": round(train_cpu, 1),
-            "train_wall_s": round(train_wall, 1), "held_out_videos": validation["videos"],
-            "alignment_acc": validation["alignment_acc"], "alignment_auc": validation["alignment_auc"],
-            "zero_shot_segments": report["segments"],
-            "videobert": {part: closed["videobert"][part]["top1"] for part in ("verb", "noun")},
-            "text_only_prior": {part: closed["text_only_prior"][part]["top1"] for part in ("verb", "noun")},
-            "chance": {part: closed["chance"][part]["top1"] for part in ("verb", "noun")}}
+    result = {"set": name, "steps": summary["step"], "train_cpu_s": round(train_cpu, 1),
+              "train_wall_s": round(train_wall, 1), "held_out_videos": validation["videos"],
+              "alignment_acc": validation["alignment_acc"], "alignment_auc": validation["alignment_auc"],
+              "zero_shot_segments": report["segments"], "template": cfg.eval.zero_shot_template,
+              "videobert": top1(closed, "videobert"), "text_only_prior": top1(closed, "text_only_prior"),
+              "chance": top1(closed, "chance")}
+    if also_template is not None:
+        other = replace(cfg, eval=replace(cfg.eval, zero_shot_template=also_template))
+        closed = zero_shot.zero_shot(other, work, quiet=True)["results"]["closed"]
+        result["also"] = {"template": also_template, "videobert": top1(closed, "videobert"),
+                          "text_only_prior": top1(closed, "text_only_prior")}
+    return result
 
 
 def print_result(result: dict) -> bool:
@@ -98,6 +121,13 @@ def print_result(result: dict) -> bool:
     for part in ("verb", "noun"):
         print(f"  {'zero-shot ' + part + ' top-1 (closed)':<28}{result['videobert'][part]:>10.3f}"
               f"{result['text_only_prior'][part]:>17.3f}{result['chance'][part]:>8.3f}")
+    print(f"  (zero-shot template {result['template']!r})")
+    if "also" in result:
+        also = result["also"]
+        print(f"  with the template {also['template']!r} (reported, not judged):")
+        for part in ("verb", "noun"):
+            print(f"  {'zero-shot ' + part + ' top-1 (closed)':<28}{also['videobert'][part]:>10.3f}"
+                  f"{also['text_only_prior'][part]:>17.3f}{result['chance'][part]:>8.3f}")
     print(f"  {'PASS' if passed else 'FAIL'} (needs alignment and both top-1 >= {THRESHOLD})")
     return passed
 
@@ -109,7 +139,10 @@ def main() -> int:
     parser.add_argument("--videos", type=int, default=48)
     parser.add_argument("--held-out", type=float, default=12)
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--media-steps", type=int, default=3000)
+    parser.add_argument("--media-steps", type=int, default=6000)
+    parser.add_argument("--media-videos", type=int, default=MEDIA_VIDEOS)
+    parser.add_argument("--media-root", type=Path, default=None,
+                        help="build (or reuse) the media set here instead of under the work dir")
     parser.add_argument("--skip-media", action="store_true")
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args()
@@ -134,12 +167,16 @@ def main() -> int:
             media = None
             print(f"\nmedia set: skipped: benchmarks/known_answer_media.py is not importable ({error})")
         if media is not None:
-            made = media.build_known_answer_set(root / "media", seed=0, quiet=not args.verbose)
+            made = media.build_known_answer_set(args.media_root or root / "media", seed=0, quiet=not args.verbose,
+                                                videos=args.media_videos)
             videos = len(made["videos"])
             cfg = learning_config(made["work_dir"], made["verbs"], made["nouns"], made["labels"], args.media_steps,
                                   max(1, round(videos * 0.25)), args.threads, base=made["config"],
-                                  extra=["train.max_len=64", f"train.lr={MEDIA_LR:g}"])
-            results.append(run_set(f"generated media ({videos} videos)", made["work_dir"], cfg, not args.verbose))
+                                  extra=["train.max_len=64", f"train.lr={MEDIA_LR:g}", f"train.weight_decay={MEDIA_WEIGHT_DECAY:g}",
+                                         f"eval.zero_shot_template={MEDIA_TEMPLATE}"])
+            paper = load_config(None, []).eval.zero_shot_template
+            results.append(run_set(f"generated media ({videos} videos)", made["work_dir"], cfg, not args.verbose,
+                                   also_template=paper))
             passed &= print_result(results[-1])
     (root / "bench_learning.json").write_text(json.dumps(results, indent=2) + "\n")
     print(f"\nresults: {root / 'bench_learning.json'}")

