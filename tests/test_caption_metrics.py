@@ -133,7 +133,7 @@ def test_cider_of_one_segment_is_zero():
     assert result["scores"]["BLEU-3"] == pytest.approx(1.0, rel=1e-6)
 
 
-def test_meteor_with_java(scored):
+def test_meteor_with_java(scored, monkeypatch):
     if scored["meteor"] is None:
         assert scored["scores"]["METEOR"] is None and scored["notes"]
         return
@@ -141,8 +141,16 @@ def test_meteor_with_java(scored):
     # reference (not even a stem, synonym or paraphrase) scores 0; partial matches lie between
     assert scored["per_segment"]["b"]["METEOR"] == pytest.approx(1.0)
     assert 0 < scored["per_segment"]["a"]["METEOR"] < 1
-    disjoint = caption_metrics.score({"x": ["chop the onion"], "y": ["beat the eggs"]},
-                                     {"x": "pour milk", "y": "beat the eggs"}, use_java=True)
+    # within one_meteor every score uses one METEOR process (a JVM start each otherwise), scoring the same
+    from pycocoevalcap.meteor import meteor
+    started, original = [], meteor.Meteor.__init__
+    monkeypatch.setattr(meteor.Meteor, "__init__", lambda self: (started.append(self), original(self))[-1])
+    with caption_metrics.one_meteor():
+        again = caption_metrics.score(REFERENCES, PREDICTIONS, use_java=True)
+        disjoint = caption_metrics.score({"x": ["chop the onion"], "y": ["beat the eggs"]},
+                                         {"x": "pour milk", "y": "beat the eggs"}, use_java=True)
+    assert again["per_segment"] == scored["per_segment"] and len(started) == 1
+    assert started[0].meteor_p.poll() is not None         # ended with the block
     assert disjoint["per_segment"]["x"]["METEOR"] == 0.0
     assert disjoint["per_segment"]["y"]["METEOR"] == pytest.approx(1.0)
     assert disjoint["tokenizer"].startswith("Stanford PTBTokenizer")

@@ -105,6 +105,7 @@ def test_captioning_and_forecast_through_the_command_line(trained, capsys):
     work, _, annotations = trained
     common = ["--work-dir", str(work), "--quiet", "--set", f"eval.segments={annotations}",
               *[item for setting in TINY_CAPTION + ["train.max_len=48", "caption.rows=[s3d]", "caption.cv_folds=2",
+                                                    "caption.steps=30",   # what the command writes; learning: the test above
                                                     "caption.cv_grid={dropout: [0.1, 0.2]}", "caption.cv_metric=ROUGE-L"]
                 for item in ("--set", setting)]]
     assert cli.main(["eval", "captioning", *common]) == 0

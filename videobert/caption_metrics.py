@@ -82,6 +82,48 @@ def _quiet_stderr():
         os.close(saved)
 
 
+_shared_meteor = None
+
+
+@contextlib.contextmanager
+def one_meteor():
+    """Every score() inside the block uses one METEOR process: each one started is a JVM loading METEOR's
+    paraphrase table, about 5 s, and cross-validation scores many times. Started at the first METEOR
+    score, ended with the block."""
+    global _shared_meteor
+    outer = _shared_meteor
+    _shared_meteor = outer or {}
+    try:
+        yield
+    finally:
+        if outer is None:
+            scorer = _shared_meteor.pop("scorer", None)
+            _shared_meteor = None
+            if scorer is not None:
+                _end(scorer)
+
+
+def _end(scorer) -> None:
+    """End a METEOR process now (what its __del__ does, which waits for the last reference to go)."""
+    with scorer.lock:
+        scorer.meteor_p.stdin.close()
+        scorer.meteor_p.kill()
+        scorer.meteor_p.wait()
+
+
+def _meteor(gts: dict, res: dict):
+    from pycocoevalcap.meteor.meteor import Meteor
+    if _shared_meteor is not None:
+        if "scorer" not in _shared_meteor:
+            _shared_meteor["scorer"] = Meteor()
+        return _shared_meteor["scorer"].compute_score(gts, res)
+    scorer = Meteor()
+    try:
+        return scorer.compute_score(gts, res)
+    finally:
+        _end(scorer)
+
+
 def score(references: dict[str, list[str]], predictions: dict[str, str], *, use_java: bool | None = None) -> dict:
     """{"scores": {metric: fraction or None}, "per_segment": {key: {metric: value}}, "notes": [...],
     "tokenizer": ..., "meteor": ...} of one predicted caption per key against that key's references."""
@@ -108,12 +150,7 @@ def score(references: dict[str, list[str]], predictions: dict[str, str], *, use_
                          "ROUGE-L": float(rouge_each[i]), "CIDEr": float(cider_each[i])}
                    for i, key in enumerate(keys)}
     if use_java:
-        from pycocoevalcap.meteor.meteor import Meteor
-        meteor_scorer = Meteor()
-        try:
-            meteor, meteor_each = meteor_scorer.compute_score(gts, res)
-        finally:
-            del meteor_scorer
+        meteor, meteor_each = _meteor(gts, res)
         scores["METEOR"] = float(meteor)
         for i, key in enumerate(keys):
             per_segment[key]["METEOR"] = float(meteor_each[i])

@@ -287,7 +287,8 @@ def run_captioning(cfg: Config, work_dir: Path, checkpoint: str | Path | None = 
     references = {f"{v}/{i}": [sentence_of[(v, i)]] for v, i in test_keys}
     results, records, trained = {}, [], {}
     total_steps = c.steps * len(c.rows)
-    with Progress(total=total_steps, unit="steps", desc="captioning", quiet=quiet) as progress:
+    with Progress(total=total_steps, unit="steps", desc="captioning", quiet=quiet) as progress, \
+            caption_metrics.one_meteor():
         for name in c.rows:
             x_train, x_test = standardise(row_features(name, train_keys), row_features(name, test_keys))
             params = dict(hidden=c.hidden, layers=c.layers, heads=c.heads, feedforward=c.feedforward,
