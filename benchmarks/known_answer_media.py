@@ -24,13 +24,14 @@ the videos and the work dir (the pipeline skips its current shards). Needs /usr/
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import hashlib
+import io
 import json
 import math
 import os
 import shutil
-import subprocess
 import sys
 from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass
@@ -419,18 +420,19 @@ eval:
 """)
 
 
-def cli(*args, quiet: bool = True) -> subprocess.CompletedProcess:
-    """`python -m pipeline ARGS` with this repository first on the path; a failure raises with its
-    stderr's end."""
-    env = dict(os.environ, HF_HUB_OFFLINE="1",
-               PYTHONPATH=os.pathsep.join([str(REPO)] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
-    result = subprocess.run([sys.executable, "-m", "pipeline", *map(str, args)], cwd=REPO, env=env,
-                            capture_output=quiet, text=True)
-    if result.returncode != 0:
-        tail = (result.stderr or "")[-3000:]
-        raise RuntimeError(f"python -m pipeline {' '.join(map(str, args[:1]))} failed "
-                           f"(exit {result.returncode}){': ' + tail if tail else ''}")
-    return result
+def cli(*args, quiet: bool = True) -> None:
+    """The project's command line (`python -m pipeline ARGS`), run in this process: a stage command starts
+    torch, faiss and a Whisper model, seconds each time in a new process. Quiet: its stderr kept back, and
+    its end raised with a failure."""
+    from pipeline import cli as pipeline_cli
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err) if quiet else contextlib.nullcontext():
+        code = pipeline_cli.main([str(arg) for arg in args])
+    if code != 0:
+        tail = err.getvalue()[-3000:]
+        raise RuntimeError(f"python -m pipeline {args[0]} failed (exit {code}){': ' + tail if tail else ''}")
 
 
 def run_pipeline(config: Path, work: Path, media: Path, quiet: bool) -> None:
