@@ -1046,13 +1046,13 @@ def test_filter_config_mistakes_stop_at_load_in_one_line(override, key):
 
 
 def test_the_filter_marks_what_whisper_invents_on_generated_noise(tmp_path):
-    """10 s of faint white noise (-80 dBFS), made here, without the voice-activity filter. With the language
-    detected, Whisper base writes "You" with MKL's AMX kernels and nothing with its AVX-512 ones (the tests
-    pin those: tests/conftest.py); either way the language is unsure (0.34), so whatever it writes is
-    not_speech_language. With English claimed by asr.language it writes "You" with both kernels (word
-    probability 0.05, no-speech probability 0.75, measured), which its own signals reject as no_speech;
-    unfiltered it would be kept."""
-    noise = 1e-4 * np.random.default_rng(0).standard_normal(10 * SAMPLE_RATE)
+    """3 s of faint white noise (-80 dBFS), made here, without the voice-activity filter (with MKL's AVX-512
+    kernels, which the tests pin: tests/conftest.py). With the language detected, Whisper base writes "You",
+    but the language is unsure (0.36), so it is not_speech_language. With English claimed by asr.language it
+    writes "You" again (word probability 0.04, no-speech probability 0.74, measured), which its own signals
+    reject as no_speech; unfiltered it would be kept. (On 10 s of the same noise the detected-language pass
+    decodes for 27 s and writes nothing.)"""
+    noise = 1e-4 * np.random.default_rng(0).standard_normal(3 * SAMPLE_RATE)
     path = write_audio(tmp_path / "noise.flac", noise[None].astype(np.float32), SAMPLE_RATE, "mono", codec="flac")
     no_vad = backends.FasterWhisperBackend(AsrConfig(vad=False))
     row = recognise(no_vad, path)
