@@ -17,6 +17,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
+from pipeline import cli
 from pipeline.config import load_config
 from stages.align import load_tokenizer
 from stages.decode import decode_video
@@ -82,8 +83,10 @@ def run(tmp_path_factory):
     _cli("manifest", "--input", videos, *settings)
     # no decode stage: the features pass makes its outputs
     reads = _traced(["features", *settings], root / "strace")
+    # the other stages through the same command line in this process (each new one would start torch,
+    # faiss and Whisper again; `python -m pipeline` itself ran above)
     for stage in ("kmeans", "quantize", "asr", "align"):
-        _cli(stage, *settings)
+        assert cli.main([stage, *map(str, settings)]) == 0, stage
     (root / "reads.json").write_text(json.dumps(reads))
     return work
 
