@@ -54,7 +54,7 @@ def decode_keys(work) -> list[str]:
 
 def test_a_new_video_is_decoded_and_no_video_sits_in_two_parts_after_relisting(tmp_path, videos, capsys):
     work = tmp_path / "work"
-    settings = ["--set", "shards.videos_per_shard=2"]
+    settings = ["--set", "shards.videos_per_shard=2", "--set", "executor.workers=1"]
     assert run(capsys, "manifest", "--work-dir", work, "--input", videos, *settings)[0] == 0
     assert run(capsys, "decode", "--work-dir", work, "--quiet", *settings)[0] == 0
     make_video(videos / "a_new.mp4", duration_s=1.6, fps=25, width=64, height=48)   # sorts first
@@ -111,7 +111,7 @@ def test_a_changed_config_value_redoes_the_stage_and_names_the_key(tmp_path, vid
 
 def test_a_truncated_part_and_a_broken_record_are_named_and_redone(tmp_path, videos, capsys):
     work = tmp_path / "work"
-    settings = ["--set", "shards.videos_per_shard=2"]
+    settings = ["--set", "shards.videos_per_shard=2", "--set", "executor.workers=1"]
     assert run(capsys, "manifest", "--work-dir", work, "--input", videos, *settings)[0] == 0
     assert run(capsys, "decode", "--work-dir", work, "--quiet", *settings)[0] == 0
     reference = {shard: WorkDir(work).part("decode", shard).read_bytes() for shard in (0, 1)}
@@ -160,7 +160,7 @@ def _wrong_shape(record: dict, change) -> dict:
 
 def test_a_record_of_the_wrong_shape_is_named_corrupt_and_its_shard_redone(tmp_path, videos, capsys):
     work = tmp_path / "work"
-    settings = ["--set", "shards.videos_per_shard=2"]
+    settings = ["--set", "shards.videos_per_shard=2", "--set", "executor.workers=1"]
     assert run(capsys, "manifest", "--work-dir", work, "--input", videos, *settings)[0] == 0
     assert run(capsys, "decode", "--work-dir", work, "--quiet", *settings)[0] == 0
     reference = WorkDir(work).part("decode", 1).read_bytes()
@@ -202,7 +202,9 @@ def cli_output(capsys, *args) -> str:
 
 # ---------------------------------------------------------------- the codebook and what is made from it
 
-SETTINGS = [part for setting in KMEANS for part in ("--set", setting)]
+# the chain's shards run in this process (a pool of spawned workers is not what these tests are about:
+# tests/test_runner.py and tests/test_status.py run them)
+SETTINGS = [part for setting in [*KMEANS, "executor.workers=1"] for part in ("--set", setting)]
 
 
 @pytest.fixture(scope="module")
