@@ -90,14 +90,15 @@ def identities(cfg, videos: list[dict]) -> dict[str, str]:
 
 def _row(video_id: str, status: str, source: str, language, language_prob, audio_s,
          sentences: list[Sentence], words: list[Word], rejected: list[str | None] | None = None,
-         speech_s: float | None = None) -> dict:
+         speech_s: float | None = None, confidences: list[confidence.Confidence] | None = None) -> dict:
     rejected = rejected or [None] * len(sentences)
+    confidences = confidences or [confidence.confidence(s.words) for s in sentences]
     return {
         "video_id": video_id, "status": status, "source": source, "language": language,
         "language_prob": language_prob, "audio_s": audio_s, "speech_s": speech_s,
-        "sentences": [{"text": s.text, "start_s": s.start_s, "end_s": s.end_s,
-                       **confidence.confidence(s.words).columns(), "rejected": reason}
-                      for s, reason in zip(sentences, rejected)],
+        "sentences": [{"text": s.text, "start_s": s.start_s, "end_s": s.end_s, **measured.columns(),
+                       "rejected": reason}
+                      for s, measured, reason in zip(sentences, confidences, rejected)],
         "words": [{"word": w.text.strip(), "start_s": w.start_s, "end_s": w.end_s, "prob": w.prob} for w in words],
     }
 
@@ -110,6 +111,7 @@ class Recognised:
     rejected: list[str | None]       # per sentence: None (speech) or the filter's reason
     language: str | None
     language_prob: float | None
+    confidences: list[confidence.Confidence]   # per sentence: what the filter weighed
 
 
 def recognised_sentences(recognition: Recognition, words: list[Word], cfg: AsrConfig) -> Recognised:
@@ -120,14 +122,15 @@ def recognised_sentences(recognition: Recognition, words: list[Word], cfg: AsrCo
     # nothing recognised, nothing to name a language after
     language = recognition.language if words else None
     language_prob = recognition.language_prob if words else None
+    confidences = [confidence.confidence(s.words) for s in sentences]
     rejected: list[str | None] = [None] * len(sentences)
     if cfg.filter:
         if not confidence.language_is_speech(cfg, language_prob, recognition.speech_s):
             language = None
             rejected = ["not_speech_language"] * len(sentences)
         else:
-            rejected = [confidence.rejection(cfg, confidence.confidence(s.words)) for s in sentences]
-    return Recognised(words, sentences, rejected, language, language_prob)
+            rejected = [confidence.rejection(cfg, measured) for measured in confidences]
+    return Recognised(words, sentences, rejected, language, language_prob, confidences)
 
 
 def recognise_video(video: dict, cfg: AsrConfig, backend: Backend, seed: int,
@@ -145,7 +148,7 @@ def recognise_video(video: dict, cfg: AsrConfig, backend: Backend, seed: int,
              for w in recognition.words if w.text.strip()]
     result = recognised_sentences(recognition, words, cfg)
     return _row(video["video_id"], "ok", backend.source, result.language, result.language_prob, audio.duration_s,
-                result.sentences, result.words, result.rejected, recognition.speech_s)
+                result.sentences, result.words, result.rejected, recognition.speech_s, result.confidences)
 
 
 class TranscriptNotAllowed(transcripts.TranscriptError):
