@@ -82,25 +82,25 @@ def _quiet_stderr():
         os.close(saved)
 
 
-_shared_meteor = None
+_block: dict | None = None   # inside one_meteor(): {"scorer": its METEOR process, once started}
 
 
 @contextlib.contextmanager
 def one_meteor():
     """Every score() inside the block uses one METEOR process: each one started is a JVM loading METEOR's
     paraphrase table, about 5 s, and cross-validation scores many times. Started at the first METEOR
-    score, ended with the block."""
-    global _shared_meteor
-    outer = _shared_meteor
-    _shared_meteor = outer or {}
+    score, ended with the block; a block inside another uses the outer one's."""
+    global _block
+    if _block is not None:
+        yield
+        return
+    _block = {}
     try:
         yield
     finally:
-        if outer is None:
-            scorer = _shared_meteor.pop("scorer", None)
-            _shared_meteor = None
-            if scorer is not None:
-                _end(scorer)
+        scorer, _block = _block.get("scorer"), None
+        if scorer is not None:
+            _end(scorer)
 
 
 def _end(scorer) -> None:
@@ -113,15 +113,15 @@ def _end(scorer) -> None:
 
 def _meteor(gts: dict, res: dict):
     from pycocoevalcap.meteor.meteor import Meteor
-    if _shared_meteor is not None:
-        if "scorer" not in _shared_meteor:
-            _shared_meteor["scorer"] = Meteor()
-        return _shared_meteor["scorer"].compute_score(gts, res)
-    scorer = Meteor()
-    try:
-        return scorer.compute_score(gts, res)
-    finally:
-        _end(scorer)
+    if _block is None:
+        scorer = Meteor()
+        try:
+            return scorer.compute_score(gts, res)
+        finally:
+            _end(scorer)
+    if "scorer" not in _block:
+        _block["scorer"] = Meteor()
+    return _block["scorer"].compute_score(gts, res)
 
 
 def score(references: dict[str, list[str]], predictions: dict[str, str], *, use_java: bool | None = None) -> dict:
