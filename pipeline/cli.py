@@ -451,7 +451,7 @@ def _command_config(args):
     if args.command in CONFIGLESS_COMMANDS:
         return load_config(None, [])
     cfg, notes = remembered.resolve(args, writes=args.command in WRITING_COMMANDS)
-    args.config_differs = any(note.startswith("config: differs") for note in notes)
+    args.config_differs = any(note.startswith(remembered.DIFFERS) for note in notes)
     for note in notes:
         if not (args.quiet and note.startswith("config: this work dir's")):
             print(note, file=sys.stderr)
@@ -649,11 +649,8 @@ def _option_problem(args) -> str | None:
         if value is not None and value < 1:
             return f"--{option.replace('_', '-')} must be >= 1 (got {value})"
     if hasattr(args, "shard"):
-        shard, num_shards = args.shard, args.num_shards
-        if (shard is None) != (num_shards is None):
-            return "--shard and --num-shards go together"
-        if shard is not None and not 0 <= shard < num_shards:
-            return f"--shard must be in 0..{num_shards - 1} for --num-shards {num_shards} (got {shard})"
+        from pipeline.executors.dispatch import shard_problem
+        return shard_problem(args.shard, args.num_shards)
     return None
 
 

@@ -68,6 +68,9 @@ def _value(flat: dict, key: str) -> str:
     return json.dumps(flat.get(key), default=str) if key in flat else "(absent)"
 
 
+DIFFERS = "config: differs"   # how the note that the config differs from the remembered one begins
+
+
 def difference_line(work_dir, old: dict, cfg: Config) -> str | None:
     """One line naming the keys in which `cfg` differs from the remembered config and what it redoes."""
     old_flat, new_flat = flatten(old, keep_empty=True), flatten(cfg.to_dict(), keep_empty=True)
@@ -80,7 +83,7 @@ def difference_line(work_dir, old: dict, cfg: Config) -> str | None:
     made = [stage for stage in stages_redone(keys) if _made(work, stage)]
     redo = (f"a run with it redoes {', '.join(made)}" if made else
             "no output made so far depends on them")
-    return (f"config: differs from the one this work dir remembers ({work.remembered_config}) in {shown}{more}; "
+    return (f"{DIFFERS} from the one this work dir remembers ({work.remembered_config}) in {shown}{more}; "
             f"{redo}")
 
 

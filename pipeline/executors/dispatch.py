@@ -14,18 +14,26 @@ from pipeline.config import Config
 from pipeline.executors.local import LocalExecutor
 
 
+def shard_problem(shard: int | None, num_shards: int | None) -> str | None:
+    """What is wrong with a --shard/--num-shards pair (both None: every shard), in one line; None if nothing."""
+    if (shard is None) != (num_shards is None):
+        return "--shard and --num-shards go together"
+    if shard is not None and not 0 <= shard < num_shards:
+        return f"--shard must be in 0..{num_shards - 1} for --num-shards {num_shards} (got {shard})"
+    return None
+
+
 def select_shards(all_shards: list[int], shard: int | None, num_shards: int | None) -> list[int]:
     """Task `shard` of `num_shards` takes manifest shards s with s % num_shards == shard."""
     if shard is None and num_shards is None:
         env_id, env_count = os.environ.get("SLURM_ARRAY_TASK_ID"), os.environ.get("SLURM_ARRAY_TASK_COUNT")
         if env_id is not None and env_count is not None:
             shard, num_shards = int(env_id), int(env_count)
-    if shard is None and num_shards is None:
+    problem = shard_problem(shard, num_shards)
+    if problem:
+        raise ValueError(problem)
+    if shard is None:
         return list(all_shards)
-    if shard is None or num_shards is None:
-        raise ValueError("--shard and --num-shards go together")
-    if not 0 <= shard < num_shards:
-        raise ValueError(f"--shard must be in 0..{num_shards - 1} (got {shard})")
     return [s for s in all_shards if s % num_shards == shard]
 
 
