@@ -225,8 +225,9 @@ def explain(old: dict | None, new: dict) -> str:
     """Why a record's lineage differs from the one its inputs and config give now, in one line."""
     if not old or old.get("version") != new.get("version"):
         return "made by an earlier version of the pipeline"
-    if old.get("stage_version", 1) != new.get("stage_version", 1):
-        return f"made by version {old.get('stage_version', 1)} of the stage's code, now {new.get('stage_version', 1)}"
+    was, now = (lineage.get("stage_version", 1) for lineage in (old, new))   # absent: version 1
+    if was != now:
+        return f"made by version {was} of the stage's code, now {now}"
     reasons = []
     old_config, new_config = flatten(old.get("config", {})), flatten(new.get("config", {}))
     changed = changed_keys(old_config, new_config)
