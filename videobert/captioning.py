@@ -149,6 +149,11 @@ def train_captioner(features: np.ndarray, captions: list[str], *, hidden: int = 
     model = CaptionModel(features.shape[1], len(vocab), hidden=hidden, layers=layers, heads=heads,
                          feedforward=feedforward, dropout=dropout, max_words=max_words)
     encoded = [vocab.encode(caption, max_words) for caption in captions]
+    # every caption padded once; a batch takes its rows, as wide as its longest
+    lengths = torch.tensor([len(ids) for ids in encoded], dtype=torch.long)
+    padded = torch.zeros((len(encoded), int(lengths.max()) if encoded else 0), dtype=torch.long)
+    for row, ids in enumerate(encoded):
+        padded[row, :len(ids)] = torch.tensor(ids, dtype=torch.long)
     x = torch.from_numpy(features.astype(np.float32))[:, None, :]
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: max(0.0, 1 - step / steps))
@@ -158,10 +163,8 @@ def train_captioner(features: np.ndarray, captions: list[str], *, hidden: int = 
     model.train()
     for step in range(1, steps + 1):
         rows = generator.integers(0, len(captions), size=min(batch_size, max(len(captions), 1)))
-        width = max(len(encoded[i]) for i in rows)
-        words = torch.zeros((len(rows), width), dtype=torch.long)
-        for j, i in enumerate(rows):
-            words[j, :len(encoded[i])] = torch.tensor(encoded[i])
+        rows = torch.from_numpy(rows)
+        words = padded[rows, :int(lengths[rows].max())]
         logits = model(x[rows], words[:, :-1])
         loss = loss_fn(logits.reshape(-1, logits.shape[-1]), words[:, 1:].reshape(-1))
         optimizer.zero_grad(set_to_none=True)
