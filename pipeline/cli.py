@@ -639,7 +639,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _option_problem(args) -> str | None:
     """A --shard, --num-shards, --workers or --array-parallelism that no run can take, in one line."""
-    from pipeline.config_rules import MAX_WORKERS
+    from pipeline.config_fields import MAX_WORKERS
 
     workers = getattr(args, "workers", None)
     if workers is not None and not 0 <= workers <= MAX_WORKERS:

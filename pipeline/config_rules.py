@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 from pipeline import registry
-from pipeline.config_fields import MAX_WORKERS, ConfigError, has_control_characters, one_of  # noqa: F401 - MAX_WORKERS re-exported
+from pipeline.config_fields import ConfigError, has_control_characters, one_of
 
 # S3D's limits, as torchvision's S3D_Weights.KINETICS400_V1 states them (meta["min_temporal_size"], the
 # transform's crop); kept here so that loading a config needs no torch, and held equal by a test
