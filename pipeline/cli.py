@@ -91,6 +91,9 @@ def build_parser() -> argparse.ArgumentParser:
                                   "or on object storage (s3://, gs://, hf://)")
             sub.add_argument("--force", action="store_true",
                              help="assign every video a shard anew (default: listed videos keep theirs)")
+            sub.add_argument("--allow-removal", action="store_true",
+                             help="go on when the input no longer lists videos with finished outputs (asked on "
+                                  "a terminal, refused off one); their outputs move to DIR/_state/replaced/")
         elif stage.name == "train":
             sub.add_argument("--resume", action="store_true", help="continue from the latest checkpoint")
             sub.add_argument("--restart", action="store_true",
@@ -143,6 +146,9 @@ def build_parser() -> argparse.ArgumentParser:
     status = commands.add_parser("status", help="per stage: shards current/stale/failed, failures, slowest shards "
                                                 "(with --config: also what that config would redo)")
     _common(status, config=CHECK_CONFIG_HELP)
+    restore = commands.add_parser("restore", help="put back the outputs the last re-listing moved to "
+                                                  "DIR/_state/replaced/ (what they replace moves there in turn)")
+    _common(restore, config=None)
     errors = commands.add_parser("errors", help="list failed videos and crashed shards with their messages")
     _common(errors, config=None)
     errors.add_argument("--stage", help="only this stage's errors")
@@ -210,6 +216,11 @@ def _print_stage_summary(stage: str, results: list[dict], elapsed: float) -> Non
     if errors:
         line += "; video errors: " + ", ".join(f"{name} x{count}" for name, count in errors.items())
     print(line, file=sys.stderr)
+    several = [video for r in ran for video in r.get("several_streams") or []]
+    if several:
+        print(f"  {len(several)} video(s) hold several video streams (decoded: the one marked default, else the "
+              f"longest; the videos table's video_stream says which): {', '.join(several[:SHOWN_PROBLEMS])}"
+              f"{' ...' if len(several) > SHOWN_PROBLEMS else ''}", file=sys.stderr)
     for r in redone[:SHOWN_PROBLEMS]:
         print(f"  {stage} part {r['shard']:05d} redone ({r['redone']})", file=sys.stderr)
     for r in failed[:SHOWN_PROBLEMS]:
@@ -268,7 +279,8 @@ def _preflight(args, cfg, shards: list[int]) -> None:
 def run_manifest(args, cfg) -> int:
     from pipeline.engine.manifest import write_manifest
 
-    path, table, changes = write_manifest(cfg, args.input, args.work_dir, incremental=not args.force)
+    path, table, changes = write_manifest(cfg, args.input, args.work_dir, incremental=not args.force,
+                                          confirm_removal=_confirm_removal(args))
     shards = len(set(table["shard"].to_pylist()))
     if changes.get("unchanged"):
         print(f"manifest: unchanged, {table.num_rows} videos in {shards} shard(s) ({path})", file=sys.stderr)
@@ -284,7 +296,38 @@ def run_manifest(args, cfg) -> int:
     if updated:
         listed = ", ".join(str(shard) for shard in updated[:10]) + (" ..." if len(updated) > 10 else "")
         line += f"; paths or transcripts changed in shard(s) {listed} (asr redoes those whose transcripts changed)"
+    if changes.get("replaced"):
+        line += f"; the outputs of the dropped videos' shards moved to {changes['replaced']}"
     print(line, file=sys.stderr)
+    return EXIT_OK
+
+
+def _confirm_removal(args):
+    """--allow-removal says yes; a person at a terminal is asked; anything else (a batch job) is refused."""
+    if args.allow_removal:
+        return lambda message: True
+    if not (sys.stdin.isatty() and sys.stderr.isatty()):
+        return None
+
+    def ask(message: str) -> bool:
+        print(f"manifest: {message}.", file=sys.stderr)
+        try:
+            return input("Go on? [y/N] ").strip().lower() in ("y", "yes")
+        except EOFError:
+            return False
+    return ask
+
+
+def run_restore(args, cfg) -> int:
+    from pipeline.engine import replaced
+    from pipeline.engine.workdir import WorkDir
+    try:
+        entry, aside, names = replaced.restore(WorkDir(args.work_dir))
+    except LookupError as error:
+        print(f"restore: {error}", file=sys.stderr)
+        return EXIT_FAILED
+    print(f"restore: {len(names)} file(s) put back from {entry}"
+          + (f"; what they replaced is in {aside}" if aside else ""), file=sys.stderr)
     return EXIT_OK
 
 
@@ -434,7 +477,7 @@ def run_export(args, cfg) -> int:
     return EXIT_OK
 
 
-COMMANDS = {"manifest": run_manifest, "kmeans": run_kmeans, "train": run_train, "eval": run_eval,
+COMMANDS = {"manifest": run_manifest, "restore": run_restore, "kmeans": run_kmeans, "train": run_train, "eval": run_eval,
             "export": run_export,
             "youcook2-manifest": run_youcook2, "youcook2-labels": run_youcook2,
             "validate": run_validate, **{name: run_stage for name in registry.SHARD_STAGES}}
@@ -580,6 +623,11 @@ def main(argv: list[str] | None = None) -> int:
         line = storage.remote_error_line(error, args.work_dir, getattr(args, "input", None))
         print(f"{args.command}: error: {line}", file=sys.stderr)
         return EXIT_FAILED
+    except OSError as error:
+        if not _store_refused(error, args):
+            raise
+        print(f"{args.command}: error: {_store_line(error, args)}", file=sys.stderr)
+        return EXIT_FAILED
     blocker = _file_in_the_way(args.work_dir)
     if blocker is not None:
         print(f"{args.command}: --work-dir {args.work_dir}: {blocker} is a file, not a folder: give a folder "
@@ -626,6 +674,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{args.command}: error: {error}", file=sys.stderr)
         return EXIT_FAILED
     except OSError as error:
+        if _store_refused(error, args):
+            print(f"{args.command}: error: {_store_line(error, args)}", file=sys.stderr)
+            return EXIT_FAILED
         hint = storage.disk_error_hint(error)
         if hint is None and not isinstance(error, FileNotFoundError):
             raise
@@ -635,6 +686,23 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{args.command}: error: {where}{error.strerror or error}{on}" + (f" ({hint})" if hint else ""),
               file=sys.stderr)
         return EXIT_FAILED
+
+
+def _store_refused(error: OSError, args) -> bool:
+    """An OSError an object-storage client made of a refused request (s3fs: wrong credentials, no
+    permission: a PermissionError without an errno), while the input or the work dir is on a store."""
+    from pipeline import storage
+    places = (getattr(args, "work_dir", None), getattr(args, "input", None))
+    return error.errno is None and any(place is not None and storage.is_url(str(place)) and
+                                       not str(place).startswith("file:") for place in places)
+
+
+def _store_line(error: OSError, args) -> str:
+    from pipeline import storage
+    line = storage.remote_error_line(error, getattr(args, "work_dir", None), getattr(args, "input", None))
+    if isinstance(error, PermissionError):
+        line += " (check the store's credentials, e.g. AWS_ACCESS_KEY_ID / AWS_PROFILE, and the bucket's permissions)"
+    return line
 
 
 def _option_problem(args) -> str | None:

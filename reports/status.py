@@ -130,6 +130,10 @@ def status_text(work_dir, cfg=None) -> str:
         lines += ["", "shards not current (a rerun of the stage redoes them):"]
         for stage, shard, status, reason in problems:
             lines.append(f"  {stage} part {shard:05d} {status}: {reason}")
+    from pipeline.engine import replaced
+    kept = replaced.summary_lines(work)
+    if kept:
+        lines += ["", f"moved aside, in {replaced.folder(work)} (`restore` puts back the newest re-listing's):", *kept]
     from reports.card import card_state
     card = card_state(work)
     if card is not None:

@@ -34,7 +34,7 @@ import pyarrow.parquet as pq
 import schemas
 from pipeline import storage
 from pipeline.config import Config
-from pipeline.engine import lineage
+from pipeline.engine import lineage, replaced
 from pipeline.engine.workdir import WorkDir
 from pipeline.media.inputs import local_path
 from schemas.metadata import Provenance
@@ -51,6 +51,10 @@ class ManifestError(ValueError):
 
 class NoVideos(ManifestError):
     """The input holds no videos: nothing would run, which a batch job must not report as success."""
+
+
+class RemovalRefused(ManifestError):
+    """A re-listing would drop videos whose outputs are finished, and nobody agreed to it."""
 
 
 def make_video_id(relative_path: str) -> str:
@@ -257,10 +261,27 @@ def previous_assignment(cfg: Config, work: WorkDir) -> dict[str, int] | None:
     return dict(zip(table["video_id"].to_pylist(), table["shard"].to_pylist()))
 
 
-def write_manifest(cfg: Config, input_path: str | Path, work_dir, *, incremental: bool = True) -> tuple[Path, pa.Table, dict]:
+def _old_rows(work: WorkDir) -> dict[str, int]:
+    """video_id -> shard of the existing manifest, whatever its shard size; {} without a readable one."""
+    if not work.manifest.exists():
+        return {}
+    try:
+        table = storage.read_table(work.manifest, columns=["video_id", "shard"])
+    except (OSError, ValueError, pa.ArrowException):
+        return {}
+    return dict(zip(table["video_id"].to_pylist(), table["shard"].to_pylist()))
+
+
+def write_manifest(cfg: Config, input_path: str | Path, work_dir, *, incremental: bool = True,
+                   confirm_removal=None) -> tuple[Path, pa.Table, dict]:
     """List the input and write the manifest with its completion record (the digest of each shard's rows,
     which every later stage's lineage names). Returns (path, table, changes): changes has the shards whose
-    rows changed and the counts of new and removed videos."""
+    rows changed and the counts of new and removed videos.
+
+    A listing that drops videos whose shards some stage finished (a wrong --input costs GPU-hours) goes on
+    only when `confirm_removal(message)` returns True; else RemovalRefused. Going on, the old manifest and
+    the outputs of every finished shard whose rows change move to DIR/_state/replaced/ (`restore` puts them
+    back); changes["replaced"] names that entry."""
     work = WorkDir(work_dir)
     previous = previous_assignment(cfg, work) if incremental else None
     table = build_manifest(cfg, input_path, previous)
@@ -284,6 +305,20 @@ def write_manifest(cfg: Config, input_path: str | Path, work_dir, *, incremental
     # the digests name the videos (ids, sizes, content tags); paths and transcripts are compared row by row:
     # a caption that arrives after the first pass, or a moved input folder, rewrites the rows
     changes["updated_shards"] = sorted(set(_updated_shards(work, table, provenance)) - set(changed))
+    old_rows = _old_rows(work)
+    dropped = sorted(set(old_rows) - ids)
+    at_risk = replaced.finished_shards(work, {old_rows[video] for video in dropped})
+    if at_risk:
+        moved = replaced.finished_shards(work, set(changed) | set(at_risk))
+        lost = [video for video in dropped if old_rows[video] in at_risk]
+        message = (f"--input {input_path} no longer lists {len(lost)} video(s) with finished outputs "
+                   f"(e.g. {lost[0]}) in shard(s) {_listed(at_risk)}; the outputs of shard(s) {_listed(moved)} "
+                   f"would move to {replaced.folder(work)} (`restore --work-dir {work.root}` puts them back)")
+        if confirm_removal is None or not confirm_removal(message):
+            raise RemovalRefused(f"{message}: give --allow-removal to go on")
+        changes["replaced"] = replaced.move_aside(
+            work, moved, "manifest", f"re-listed from {storage.canonical(input_path)}: {len(dropped)} video(s) "
+            f"dropped", with_manifest=True, details={"dropped_videos": dropped[:1000]})
     if not changed and not changes["updated_shards"] and old.get("lineage", {}).get("config") == config \
             and work.manifest.exists():
         changes["unchanged"] = True
@@ -292,6 +327,11 @@ def write_manifest(cfg: Config, input_path: str | Path, work_dir, *, incremental
                                        "input": input_name},
                          provenance, row_group_size=cfg.shards.videos_per_shard * 16)
     return work.manifest, table, changes
+
+
+def _listed(shards) -> str:
+    shards = sorted(shards)
+    return ", ".join(str(shard) for shard in shards[:10]) + (" ..." if len(shards) > 10 else "")
 
 
 def _updated_shards(work: WorkDir, table: pa.Table, provenance: Provenance) -> list[int]:

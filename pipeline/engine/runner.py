@@ -24,7 +24,7 @@ import pyarrow as pa
 import schemas
 from pipeline import registry, storage
 from pipeline.config import Config
-from pipeline.engine import lineage
+from pipeline.engine import lineage, replaced
 from pipeline.engine.lineage import CorruptFile, InputNotReady, Lineage
 from pipeline.engine.workdir import WorkDir
 from schemas.metadata import Provenance
@@ -213,11 +213,10 @@ def prepare_stage(cfg: Config, work_dir, stage: str) -> list[str]:
     for table in spec.tables:
         found |= {int(path.stem.split("-")[1]) for path in work.data_folder(stage, table).glob("part-*.parquet")}
     for shard in sorted(found - shards):
-        work.record(stage, shard).unlink(missing_ok=True)
-        for table in spec.tables:
-            work.part(stage, shard, table).unlink(missing_ok=True)
-        work.errors(stage, shard).unlink(missing_ok=True)
-        notes.append(f"{stage} part {shard:05d}: removed (shard {shard} is no longer in the manifest)")
+        # kept, not deleted: finished work a wrong listing dropped can be put back (`restore`)
+        entry = replaced.move_aside(work, {shard}, stage, f"shard {shard} is no longer in the manifest",
+                                    with_manifest=False, stages=[stage])
+        notes.append(f"{stage} part {shard:05d}: moved to {entry} (shard {shard} is no longer in the manifest)")
     return notes
 
 
