@@ -92,7 +92,8 @@ STAGES: tuple[Stage, ...] = (
           tables={"": schemas.DECODE_CLIPS, "videos": schemas.DECODE_VIDEOS}, run="stages.decode:run_shard",
           section="decode", section_type="pipeline.config:DecodeConfig", device_keys=("decode.device",),
           ray_roles={"decode": {"num_cpus": 1}}, checks={"": CLIP_CHECKS},
-          card_configs={"": "clips", "videos": "videos"}),
+          card_configs={"": "clips", "videos": "videos"},
+          version=2),   # 2: the video stream decoded is the default one, else the longest (not the first)
     Stage("features", "one 1024-d S3D vector per clip, and the decode stage's outputs from the same read",
           reads=("manifest",), config_sections=("decode", "features"), per_shard=True,
           writes="features/part-*.parquet, and decode's decode/ and videos/ parts",
@@ -108,7 +109,8 @@ STAGES: tuple[Stage, ...] = (
           ray_roles={"features": {"num_cpus": 2}, "features_decode": {"num_cpus": 1},
                      "features_model": {"num_cpus": 1, "num_gpus": 1}},
           preflight="pipeline.preflight:check_features", checks={"": CLIP_CHECKS},
-          card_configs={"": "features"}),
+          card_configs={"": "features"},
+          version=2),   # 2: the clips of the chosen video stream (see decode)
     Stage("kmeans", "fit the visual-word codebook (hierarchical k-means) on a sample of the features",
           reads=("features",), config_sections=("kmeans",), per_shard=False,
           writes="kmeans/codebook.safetensors + codebook.json", section="kmeans",

@@ -51,7 +51,8 @@ DECODE_CLIPS = Schema("decode", 1, pa.schema(_clip_key + [
 
 VIDEO_STATUSES = ("ok", "partial", "too_short", "error")
 
-DECODE_VIDEOS = Schema("decode.videos", 1, pa.schema([
+# 2: video_stream and video_streams (the stream decoded is chosen, no longer the first)
+DECODE_VIDEOS = Schema("decode.videos", 2, pa.schema([
     pa.field("video_id", pa.string(), nullable=False),
     pa.field("uri", pa.string(), nullable=False),
     pa.field("status", pa.string(), nullable=False),   # one of VIDEO_STATUSES
@@ -65,6 +66,8 @@ DECODE_VIDEOS = Schema("decode.videos", 1, pa.schema([
     pa.field("rotation", pa.int32()),                  # degrees applied to make the picture upright
     pa.field("n_frames", pa.int64()),                  # frames produced at the target fps
     pa.field("n_clips", pa.int32(), nullable=False),
+    pa.field("video_stream", pa.int32()),              # the stream index decoded: marked default, else the longest
+    pa.field("video_streams", pa.int32()),             # real video streams in the file (no covers or stills)
 ]))
 
 FEATURES = Schema("features", 1, pa.schema(_clip_key + [

@@ -42,6 +42,7 @@ def _video_row(video: dict, status: str, reader, n_clips: int) -> dict:
         "codec": info.codec if info else None, "has_audio": info.has_audio if info else None,
         "rotation": reader.rotation if reader else None,
         "n_frames": reader.n_frames if reader else None, "n_clips": n_clips,
+        "video_stream": info.stream_index if info else None, "video_streams": info.video_streams if info else None,
     }
 
 
@@ -110,6 +111,8 @@ def shard_result(clip_rows: list[dict], video_rows: list[dict], errors: list[dic
                 "videos": pa.Table.from_pylist(video_rows, schema=schemas.DECODE_VIDEOS.arrow)},
         errors=sorted(errors, key=lambda row: row["video_id"]),
         stats={"clips": len(clip_rows), **{f"videos_{s}": statuses.count(s) for s in schemas.VIDEO_STATUSES},
+               # the summary names them: the stream decoded was a choice (video_stream says which)
+               "several_streams": [row["video_id"] for row in video_rows if (row.get("video_streams") or 0) > 1],
                **(stats or {})},
     )
 

@@ -129,7 +129,7 @@ class FeaturesSplit(Split):
                                    [row for meta in metas for row in meta["errors"]], {"made_by": "features"})
         return ShardResult(
             tables={"": feature_table(rows, matrix)}, errors=made.errors,
-            stats={"clips": len(rows), **stats},
+            stats={"clips": len(rows), **stats, "several_streams": made.stats["several_streams"]},
             provenance=Provenance(feature_provenance=json.dumps(provenance, sort_keys=True),
                                   feature_provenance_hash=provenance_hash(provenance),
                                   weights=provenance["weights"]),

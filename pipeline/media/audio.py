@@ -1,5 +1,5 @@
-"""Audio decoding for speech recognition: a video's first audio stream as 16 kHz mono float32, beside the
-clip reader (pipeline/media/video.py) and opened the same way (regular files only, time limits). Times are on
+"""Audio decoding for speech recognition: a video's audio stream (the default, else the longest) as 16 kHz
+mono float32, beside the clip reader (pipeline/media/video.py) and opened the same way (regular files only, time limits). Times are on
 the container clock, the clock of the clip times."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import numpy as np
 
 from pipeline.config import DecodeConfig
 from pipeline.media.inputs import input_timeout, open_input
-from pipeline.media.video import is_truncated
+from pipeline.media.video import choose_stream, is_truncated
 
 SAMPLE_RATE = 16_000           # what Whisper models take
 
@@ -31,7 +31,8 @@ class Audio:
 
 
 def decode_audio(uri: str, io_timeout_s: float = DecodeConfig.io_timeout_s) -> Audio | None:
-    """The first audio stream as 16 kHz mono float32; None when the file has no audio stream.
+    """The audio stream (marked default, else the longest) as 16 kHz mono float32; None when the file has no
+    audio stream.
 
     Streams packet by packet through FFmpeg's resampler (which also downmixes any layout, 5.1 included),
     so memory holds only the 64 KB per second of output, never the source's decoded channels. Other
@@ -46,7 +47,7 @@ def decode_audio(uri: str, io_timeout_s: float = DecodeConfig.io_timeout_s) -> A
     with container:
         if not container.streams.audio:
             return None
-        stream = container.streams.audio[0]
+        stream, _ = choose_stream(container.streams.audio, motion=False)   # the default, else the longest
         container_start_s = (container.start_time or 0) / av.time_base
         resampler = av.AudioResampler(format="flt", layout="mono", rate=SAMPLE_RATE)
         chunks: list[np.ndarray] = []

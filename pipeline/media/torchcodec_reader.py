@@ -56,7 +56,8 @@ class TorchcodecClipReader:
         self.info = header.info
         # frames come at their own size and are scaled here, on their device: torchcodec's own Resize
         # transform ran 4x slower than the decode itself on the CPU (measured on 720p VP8)
-        self.decoder = VideoDecoder(open_target(uri), dimension_order="NHWC", seek_mode="approximate",
+        self.decoder = VideoDecoder(open_target(uri), stream_index=header.stream.index,   # PyAV's choice
+                                    dimension_order="NHWC", seek_mode="approximate",
                                     device=cfg.device, num_ffmpeg_threads=cfg.decode_threads or 0)
         metadata = self.decoder.metadata
         if metadata.rotation not in (None, 0, 0.0):

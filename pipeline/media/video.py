@@ -82,6 +82,55 @@ def truncation(first_frame_s: float, n_frames: int, fps: float, declared_s: floa
                            f"the file is truncated")
 
 
+# codecs of pictures, not of motion: a one-frame stream of these is a cover or a thumbnail
+IMAGE_CODECS = {"mjpeg", "png", "bmp", "gif", "webp", "tiff", "jpeg2000", "jpegls", "ljpeg", "targa", "qoi"}
+_NOT_MOTION = ("attached_pic", "still_image", "timed_thumbnails")
+
+
+def stream_length_s(stream) -> float | None:
+    """A stream's own length: its header's duration, else Matroska's DURATION tag, else frames / rate."""
+    if stream.duration and stream.time_base:
+        return float(stream.duration * stream.time_base)
+    tag = (stream.metadata or {}).get("DURATION") or (stream.metadata or {}).get("duration")
+    if tag:
+        try:
+            hours, minutes, seconds = str(tag).split(":")
+            return int(hours) * 3600 + int(minutes) * 60 + float(seconds)
+        except ValueError:
+            pass
+    rate = stream.average_rate or stream.guessed_rate
+    return stream.frames / float(rate) if stream.frames and rate else None
+
+
+def _has_disposition(stream, name: str) -> bool:
+    flag = getattr(av.stream.Disposition, name, None)
+    return flag is not None and bool(stream.disposition & flag)
+
+
+def is_still(stream) -> bool:
+    """An attached picture (a cover), a still image or thumbnails, or a one-frame picture-codec stream."""
+    if any(_has_disposition(stream, name) for name in _NOT_MOTION):
+        return True
+    if stream.codec_context.name not in IMAGE_CODECS:
+        return False
+    rate = stream.average_rate or stream.guessed_rate
+    length = stream_length_s(stream)
+    return stream.frames == 1 or (length is not None and rate is not None and length * float(rate) <= 1.5)
+
+
+def choose_stream(streams, *, motion: bool):
+    """(the stream to decode, how many could have been): among the real streams (for video: no cover or
+    still image), those marked default, else all; of them the longest, the first on a tie. None when no
+    stream qualifies. Decoding the first stream alone took a 2 s side stream, or a cover picture, for the
+    video."""
+    candidates = [stream for stream in streams if not (motion and is_still(stream))]
+    if not candidates:
+        return None, 0
+    marked = [stream for stream in candidates if _has_disposition(stream, "default")] or candidates
+    chosen = max(marked, key=lambda stream: (stream_length_s(stream) or 0.0, -stream.index))
+    return chosen, len(candidates)
+
+
 @dataclass
 class VideoInfo:
     duration_s: float | None
@@ -91,6 +140,8 @@ class VideoInfo:
     codec: str
     has_audio: bool
     start_s: float          # the container's start time, the zero of every time we write
+    stream_index: int = 0   # the video stream decoded (choose_stream)
+    video_streams: int = 1  # the real video streams the file holds
 
 
 @dataclass
@@ -135,7 +186,10 @@ class ClipReader:
         if not self.container.streams.video:
             self.container.close()
             raise NoVideoStream(f"{uri} has no video stream")
-        self.stream = self.container.streams.video[0]
+        self.stream, candidates = choose_stream(self.container.streams.video, motion=True)
+        if self.stream is None:
+            self.container.close()
+            raise NoVideoStream(f"{uri} has no video stream, only a still picture (a cover image)")
         # the demuxer skips the other streams' packets instead of reading them: in a file whose audio is
         # not interleaved with its picture (the samples), reading both made FFmpeg re-read 32 KB for
         # every frame, 32x the file's bytes; skipped, each video is read about once
@@ -168,7 +222,8 @@ class ClipReader:
             duration_s=duration, source_fps=float(rate) if rate else None,
             width=context.width, height=context.height, codec=context.name,
             has_audio=bool(self.container.streams.audio),
-            start_s=(self.container.start_time or 0) / av.time_base)
+            start_s=(self.container.start_time or 0) / av.time_base,
+            stream_index=self.stream.index, video_streams=candidates)
         self.n_frames = 0
         self.error: Exception | None = None
         self.rotation = 0
