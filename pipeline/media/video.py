@@ -98,7 +98,7 @@ def stream_length_s(stream) -> float | None:
             return int(hours) * 3600 + int(minutes) * 60 + float(seconds)
         except ValueError:
             pass
-    rate = stream.average_rate or stream.guessed_rate
+    rate = getattr(stream, "average_rate", None) or getattr(stream, "guessed_rate", None)   # video streams only
     return stream.frames / float(rate) if stream.frames and rate else None
 
 
