@@ -491,8 +491,10 @@ def _command_config(args):
     """The config the command runs with: --config and --set, or without --config the work dir's remembered
     config with --set on top; the notes about it (which one, what differs from the remembered) printed."""
     from pipeline import remembered
+    from pipeline.config import check_given_once
     if args.command in CONFIGLESS_COMMANDS:
         return load_config(None, [])
+    check_given_once(getattr(args, "set", None) or [])   # --set a=1 --set a=2: which one did the user mean?
     cfg, notes = remembered.resolve(args, writes=args.command in WRITING_COMMANDS)
     args.config_differs = any(note.startswith(remembered.DIFFERS) for note in notes)
     for note in notes:

@@ -479,7 +479,11 @@ def _merged(default: dict, given: dict) -> dict:
 def _shown(text) -> str:
     """A file name or key as written in a one-line message: quoted when it holds a line break or the like."""
     text = str(text)
-    return repr(text) if has_control_characters(text) else text
+    text = repr(text) if has_control_characters(text) else text
+    return text if len(text) <= MAX_SHOWN_NAME_CHARS else f"{text[:MAX_SHOWN_NAME_CHARS - 3]}..."
+
+
+MAX_SHOWN_NAME_CHARS = 200   # a message line stays readable whatever name it quotes
 
 
 def _yaml_problem(error: Exception, text: str) -> tuple[tuple[int, int] | None, str]:
@@ -562,11 +566,30 @@ def _safe_load(text: str, where: str):
         loader.dispose()
 
 
+# a config is a few hundred lines: a file far larger is not one (and /dev/zero would be read until memory ends)
+MAX_CONFIG_BYTES = 1 << 20
+# Python refuses to read longer integers (int_max_str_digits); its own message advises a Python call
+MAX_INT_DIGITS = 4300
+
+
 def _read_config_file(path) -> dict:
+    import os
+    import stat
     try:
-        raw = Path(path).read_bytes()
+        info = os.stat(path)
+        if not stat.S_ISREG(info.st_mode):
+            raise ConfigError(f"config error: {_shown(path)} is not a regular file (a folder, device or pipe): "
+                              f"give the YAML config file")
+        if info.st_size > MAX_CONFIG_BYTES:
+            raise ConfigError(f"config error: {_shown(path)} is {info.st_size:,} bytes, more than a config "
+                              f"can be ({MAX_CONFIG_BYTES:,}): give the YAML config file")
+        with open(path, "rb") as handle:
+            raw = handle.read(MAX_CONFIG_BYTES + 1)
     except OSError as error:
         raise ConfigError(f"config error: cannot read {_shown(path)}: {error.strerror}") from None
+    if len(raw) > MAX_CONFIG_BYTES:   # grew while read
+        raise ConfigError(f"config error: {_shown(path)} is more than {MAX_CONFIG_BYTES:,} bytes: give the YAML "
+                          f"config file")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as error:
@@ -574,6 +597,10 @@ def _read_config_file(path) -> dict:
                           f"UTF-8: {raw[error.start]:#04x}); give the YAML config") from None
     try:
         data = _safe_load(text, _shown(path))
+    except ConfigError:
+        raise
+    except ValueError as error:   # a number of more than MAX_INT_DIGITS digits
+        raise ConfigError(f"config error: {_shown(path)}: {_value_problem(error)}") from None
     except (yaml.YAMLError, RecursionError) as error:
         place, problem = _yaml_problem(error, text)
         where = f"{_shown(path)}:{place[0]}:{place[1]}" if place else _shown(path)
@@ -594,11 +621,43 @@ def _apply_override(data: dict, assignment: str) -> None:
     key = ".".join(parts)
     try:
         value = _safe_load(raw, f"--set {_shown(key)}") if raw != "" else ""
+    except ConfigError:
+        raise
+    except ValueError as error:   # a number of more than MAX_INT_DIGITS digits
+        raise ConfigError(f"config error: --set {_shown(key)}: the value {shown_value(raw)} ({len(raw):,} "
+                          f"characters): {_value_problem(error)}") from None
     except (yaml.YAMLError, RecursionError) as error:
         place, problem = _yaml_problem(error, raw)
         at = f"line {place[0]}, column {place[1]}: " if place else ""
         raise ConfigError(f"config error: --set {_shown(key)}: the value {shown_value(raw)} is not valid YAML ({at}{problem}); "
                           f"quote a string that holds YAML syntax") from None
+    _set_into(data, parts, value, key)
+
+
+def _value_problem(error: ValueError) -> str:
+    if "integer string conversion" in str(error):
+        return f"a number of more than {MAX_INT_DIGITS:,} digits, more than any setting takes"
+    return shown_value(str(error))
+
+
+def _leaves(value, key: str) -> list[str]:
+    """The keys a --set value gives: a mapping gives each of its leaves (decode={fps: 10} gives decode.fps)."""
+    if isinstance(value, dict) and value:
+        return [leaf for name, item in value.items() for leaf in _leaves(item, f"{key}.{name}")]
+    return [key]
+
+
+def _merge(into: dict, value: dict) -> None:
+    for name, item in value.items():
+        if isinstance(item, dict) and isinstance(into.get(name), dict):
+            _merge(into[name], item)
+        else:
+            into[name] = item
+
+
+def _set_into(data: dict, parts: list[str], value, key: str) -> None:
+    """A mapping set over a mapping is merged into it, key by key: `--set decode={crop: 112}` keeps an
+    earlier `--set decode.fps=10` (or the file's fps), as the YAML would."""
     node = data
     for depth, part in enumerate(parts[:-1], 1):
         if node.get(part) is None:      # absent, or an empty section in the file
@@ -607,7 +666,32 @@ def _apply_override(data: dict, assignment: str) -> None:
         if not isinstance(node, dict):
             raise ConfigError(f"config error: --set {_shown(key)}: {_shown('.'.join(parts[:depth]))} is not a "
                               f"section (it holds {shown_value(node)})")
-    node[parts[-1]] = value
+    if isinstance(value, dict) and isinstance(node.get(parts[-1]), dict):
+        _merge(node[parts[-1]], json.loads(json.dumps(value)))
+    else:
+        node[parts[-1]] = value
+
+
+def check_given_once(overrides) -> None:
+    """A key given by two --set options is refused naming both, as a key given twice in the YAML is: the
+    first is a value the user believes is in effect."""
+    given: dict[str, str] = {}
+    for assignment in overrides:
+        key, equals, raw = assignment.partition("=")
+        if not equals:
+            continue   # refused by _apply_override, naming the assignment
+        key = ".".join(part.strip() for part in key.split("."))
+        try:
+            value = _safe_load(raw, f"--set {_shown(key)}") if raw != "" else ""
+        except (yaml.YAMLError, RecursionError, ValueError, ConfigError):
+            continue   # refused by _apply_override, with the reason
+        for leaf in _leaves(value, key):
+            earlier = given.get(leaf) or next((given[other] for other in given
+                                               if other.startswith(leaf + ".") or leaf.startswith(other + ".")), None)
+            if earlier is not None:
+                raise ConfigError(f"config error: {_shown(leaf)} is given twice: --set {_shown(earlier)} "
+                                  f"and --set {_shown(assignment)}: give it once")
+            given[leaf] = assignment
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] = (), base: dict | None = None) -> Config:

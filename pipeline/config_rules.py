@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 from pipeline import registry
-from pipeline.config_fields import ConfigError, has_control_characters, one_of
+from pipeline.config_fields import ConfigError, has_control_characters, one_of, shown_value
 
 # S3D's limits, as torchvision's S3D_Weights.KINETICS400_V1 states them (meta["min_temporal_size"], the
 # transform's crop); kept here so that loading a config needs no torch, and held equal by a test
@@ -105,7 +105,28 @@ def model_name(name: str):
         if not value.strip() or value.strip() in ("pkg:", "random:"):
             raise ConfigError(f"config error: {prefix}{name} must name a model: a hub name, a local path or "
                               f"pkg:<module> (got {value!r})")
+        if not _names_a_model(value.strip()):
+            raise ConfigError(f"config error: {prefix}{name} must name a model: a hub name (name or owner/name), "
+                              f"a local path or pkg:<module>; {shown_value(value)} is none (no such path)")
     return rule
+
+
+# a model hub's repository name, as the hub checks it: [owner/]name of letters, digits, "-", "_" and "."
+_HUB_NAME = re.compile(r"^([A-Za-z0-9_.-]{1,96}/)?[A-Za-z0-9_.-]{1,96}$")
+
+
+def _names_a_model(value: str) -> bool:
+    """A prefixed name (pkg:, random:, a URL), something spelled as a path (checked where it is loaded,
+    which may be another machine), an existing path, or a well-formed hub name; not `a/b/c` or `bad name!`,
+    which the hub library rejects with a traceback."""
+    if ":" in value or value.startswith(("/", "./", "../", "~")):
+        return True
+    try:
+        if Path(value).exists():
+            return True
+    except OSError:   # a name too long for a path
+        pass
+    return bool(_HUB_NAME.match(value)) and ".." not in value and "--" not in value and not value.endswith(".git")
 
 
 def compute_type(a, prefix: str) -> None:

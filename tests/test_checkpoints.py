@@ -36,11 +36,15 @@ def tokenizer():
 
 
 def settings(work_dir: Path, *extra: str) -> list[str]:
+    """The test's settings, each key once (the command line refuses a key given twice): `extra` replaces."""
     synthetic = work_dir / "synthetic"
-    return ["train.init_checkpoint=random:tiny", "train.batch_size=8", "train.max_steps=6", "train.lr=0.001",
-            "train.log_every=1", "train.checkpoint_every=3", "train.shuffle_buffer=32", "train.num_workers=0",
-            "train.num_threads=1", "train.max_len=48", f"eval.verbs={synthetic / 'verbs.txt'}",
-            f"eval.nouns={synthetic / 'nouns.txt'}", f"eval.labels={synthetic / 'labels.csv'}", *extra]
+    given = {item.split("=", 1)[0] for item in extra}
+    return [item for item in [
+        "train.init_checkpoint=random:tiny", "train.batch_size=8", "train.max_steps=6", "train.lr=0.001",
+        "train.log_every=1", "train.checkpoint_every=3", "train.shuffle_buffer=32", "train.num_workers=0",
+        "train.num_threads=1", "train.max_len=48", f"eval.verbs={synthetic / 'verbs.txt'}",
+        f"eval.nouns={synthetic / 'nouns.txt'}", f"eval.labels={synthetic / 'labels.csv'}"]
+        if item.split("=", 1)[0] not in given] + list(extra)
 
 
 def config(work_dir: Path, *extra: str):

@@ -74,7 +74,9 @@ def _cli(capsys, *args) -> str:
 
 
 def _settings(extra=()):
-    return [part for setting in [*SETTINGS, *extra] for part in ("--set", setting)]
+    """--set options, each key once (the command line refuses a key given twice): a later one replaces."""
+    by_key = {setting.split("=", 1)[0]: setting for setting in [*SETTINGS, *extra]}
+    return [part for setting in by_key.values() for part in ("--set", setting)]
 
 
 def test_the_pipeline_on_object_storage_writes_the_shards_of_a_local_run(s3, tmp_path, capsys):

@@ -15,6 +15,7 @@ last, and a pull takes only folders that have one, so a half-uploaded checkpoint
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import hashlib
 import json
@@ -107,6 +108,35 @@ CHECKSUMS_NAME = "checksums.json"
 class CorruptCheckpoint(CorruptFile):
     """A checkpoint whose files are missing, truncated or not what its checksums record says; one line naming
     the file, and the previous complete, verified checkpoint to use instead."""
+
+
+_FULL_DISK_WORDS = ("No space left", "os error 28", "ENOSPC")
+_QUOTA_WORDS = ("quota exceeded", "os error 122", "EDQUOT")
+
+
+@contextlib.contextmanager
+def written(folder: Path):
+    """Writes into a checkpoint folder, with the libraries' write errors as the OSError they are:
+    safetensors says "I/O error: No space left on device (os error 28)" in a SafetensorError, torch.save
+    only "file write failed" in a RuntimeError. The folder (half written) is removed, freeing its space."""
+    try:
+        yield
+    except OSError:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+    except Exception as error:  # noqa: BLE001 - re-raised as it is unless it is a failed write
+        shutil.rmtree(folder, ignore_errors=True)
+        text = str(error)
+        code = errno.ENOSPC if any(word in text for word in _FULL_DISK_WORDS) else \
+            errno.EDQUOT if any(word in text for word in _QUOTA_WORDS) else None
+        if code is None and ("write failed" in text or "I/O error" in text or "failed writing" in text):
+            try:   # torch.save names no cause: the disk's free space does
+                code = errno.ENOSPC if shutil.disk_usage(folder.parent).free < 16 << 20 else errno.EIO
+            except OSError:
+                code = errno.EIO
+        if code is None:
+            raise
+        raise OSError(code, os.strerror(code), str(folder.parent)) from None
 
 
 def write_checksums(folder: Path) -> dict:

@@ -20,6 +20,7 @@ generator, epoch, shard and row, the units of the video in hand and the shuffle 
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
@@ -75,11 +76,68 @@ class DataParams:
 
 # ---------------------------------------------------------------- reading shards
 
+class PinnedShards(list):
+    """The shards training reads: hard links to the files as they were verified (`pin_shards`), and
+    `sha256`, name -> the checksum their records give (what the checkpoint says it read), and `origin`,
+    pin -> the work dir's file it pins (the name outputs made from it record)."""
+    sha256: dict[str, str]
+    origin: dict[Path, Path]
+
+
+def pin_shards(paths: list[Path], temporaries: Path) -> PinnedShards:
+    """Hard links to `paths` in a folder of the work dir's temporaries (removed when the process ends, and
+    by the next run if it is killed): a shard rewritten during training (`align --force` renames a new file
+    over the old) leaves the pinned bytes in place, so an epoch never mixes old and new parts. Object
+    storage cannot link: its shards are returned as they are (unpinned). Call `confirm_pins` after the
+    shards are verified."""
+    import atexit
+    import shutil
+
+    pinned = PinnedShards(paths)
+    pinned.sha256, pinned.origin = {}, {}
+    if not paths or storage.is_remote(paths[0]):
+        return pinned
+    storage.remove_stale_temporaries(temporaries)    # a killed run's pins
+    folder = storage.atomic_path(temporaries / "train-pins", folder=temporaries)
+    folder.mkdir()
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    pinned.clear()
+    for path in paths:
+        link = folder / path.name
+        try:
+            os.link(path, link)
+        except OSError:   # a file system without hard links (some network mounts): a private copy
+            shutil.copy2(path, link)
+        pinned.append(link)
+        pinned.origin[link] = path
+    return pinned
+
+
+def confirm_pins(paths: list[Path], pinned: PinnedShards, checksums: dict[str, str]) -> PinnedShards:
+    """After `paths` were verified against their records: raise ValueError unless each still is the file
+    its pin holds (a rewrite between pinning and verifying would leave the pins unverified)."""
+    pinned.sha256 = dict(checksums)
+    for path, pin in zip(paths, pinned):
+        if pin == path:
+            continue
+        now, held = os.stat(path), os.stat(pin)
+        if (now.st_ino, now.st_dev, now.st_size) != (held.st_ino, held.st_dev, held.st_size) and \
+                storage.file_sha256(pin) != checksums.get(path.name):
+            raise ValueError(f"{path} was rewritten while training started (is align running?): train again "
+                             f"when it is done")
+    return pinned
+
+
 def training_shards(shards: list[Path]) -> list[Path]:
     """The shards holding at least one segment (an empty one would starve a stream)."""
     kept = [path for path in shards if storage.parquet_file(path).metadata.num_rows > 0]
     if not kept:
         raise ValueError(f"the align shards ({len(shards)}) hold no segments")
+    if isinstance(shards, PinnedShards):
+        pinned = PinnedShards(kept)
+        pinned.sha256 = {path.name: shards.sha256[path.name] for path in kept if path.name in shards.sha256}
+        pinned.origin = {path: shards.origin[path] for path in kept if path in shards.origin}
+        return pinned
     return kept
 
 

@@ -66,7 +66,7 @@ def write_video_rows(shards: list[Path], folder: Path, videos: list[str], *, kee
         if write:
             provenance = storage.read_metadata(path)
             storage.write_parquet(target, kept, provenance.merged(extra=dict(
-                provenance.extra, **{source_key: str(path)}, **extra)))
+                provenance.extra, **{source_key: str(getattr(shards, "origin", {}).get(path, path))}, **extra)))
         kept_paths.append(target)
     if write and kept_paths:
         for stale in set(folder.glob("part-*.parquet")) - set(kept_paths):

@@ -44,8 +44,9 @@ from torch.utils.data import DataLoader
 import schemas.codebook as codebook_format
 from pipeline import devices, storage, visual_words
 from pipeline.config import Config, ConfigError
-from pipeline.engine.lineage import InputNotReady, Lineage, explain
+from pipeline.engine.lineage import InputNotReady, Lineage, explain, relative
 from pipeline.engine.workdir import WorkDir
+from pipeline.executors.dispatch import env_int
 from pipeline.progress import Progress
 from pipeline.tokenizer import load_tokenizer, vocabulary_sha256
 from videobert import checkpoints
@@ -55,6 +56,7 @@ from videobert.data import (REGIMES, DataParams, ShardDataset, VocabLayout, repl
 from videobert.data_checks import require_codebook
 from videobert.metrics import Window, compute_losses, format_record, mix_line
 from videobert.model import INFO_NAME, VideoBert, build_model, count_parameters
+from videobert.stream import confirm_pins, pin_shards
 from videobert.subset import subset_shards
 from videobert.validation import ValidationSet, format_validation, read_validation_videos, split_shards, validate
 
@@ -88,8 +90,10 @@ def autocast(device: torch.device, precision: str):
 
 def _start_runtime(device_name: str, num_threads: int = 0) -> tuple[Runtime, bool]:
     """(runtime, whether this call started the process group); torchrun sets RANK and WORLD_SIZE."""
-    world_size = int(os.environ.get("WORLD_SIZE", "1"))
-    rank, local_rank = int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0"))
+    world_size = env_int("WORLD_SIZE", 1, minimum=1)
+    rank, local_rank = env_int("RANK", 0), env_int("LOCAL_RANK", 0)
+    if rank >= world_size:
+        raise ConfigError(f"environment error: RANK={rank} must be below WORLD_SIZE={world_size}")
     device = resolve_device(device_name, local_rank)
     if num_threads:
         torch.set_num_threads(num_threads)
@@ -132,9 +136,10 @@ def _save_checkpoint(work: WorkDir, step: int, model: VideoBert, info: dict, tra
     if runtime.main and not final.exists():
         tmp = storage.atomic_path(final)
         tmp.mkdir()
-        model.save(tmp, dict(info, step=step))
-        torch.save(dict(trainer_state, step=step, ranks=rank_states), tmp / checkpoints.TRAINER_STATE_NAME)
-        checkpoints.write_checksums(tmp)         # inside the folder before it has its final name
+        with checkpoints.written(tmp):           # a full disk: one OSError naming it, not a library's traceback
+            model.save(tmp, dict(info, step=step))
+            torch.save(dict(trainer_state, step=step, ranks=rank_states), tmp / checkpoints.TRAINER_STATE_NAME)
+            checkpoints.write_checksums(tmp)     # inside the folder before it has its final name
         os.replace(tmp, final)
         checkpoints.rotate(root, keep)
     if runtime.distributed:
@@ -276,11 +281,17 @@ def training_inputs(cfg: Config, work: WorkDir) -> tuple[dict, codebook_format.C
                             f"{f' ({codebook_state.reason})' if codebook_state.reason else ''}: run the kmeans stage")
     lineage = checker.expected("train")          # every align shard current, or InputNotReady
     codebook = visual_words.load(work.codebook)
+    parts = [work.part("align", shard) for shard in checker.manifest_shards()]
+    pinned = pin_shards(parts, work.temporaries)   # before verifying: what is verified is what is read
     # checked against their records before training: a flipped bit would become a wrong token for 500k steps
-    shards = [checker.verified("align", shard, work.part("align", shard)) for shard in checker.manifest_shards()]
-    require_codebook(shards, codebook.info.get("sha256"), f"{work.codebook} is", InputNotReady,
+    checksums = {}
+    for shard, path in zip(checker.manifest_shards(), parts):
+        checker.verified("align", shard, path)
+        checksums[path.name] = checker.record("align", shard)["outputs"][relative(work, path)]["sha256"]
+    confirm_pins(parts, pinned, checksums)
+    require_codebook(pinned, codebook.info.get("sha256"), f"{work.codebook} is", InputNotReady,
                      ": run quantize and align again")
-    return lineage, codebook, training_shards(shards)
+    return lineage, codebook, training_shards(pinned)
 
 
 def _checkpoint_matches(latest: Path, info: dict, lineage: dict) -> None:
@@ -517,6 +528,7 @@ def _train(cfg: Config, work: WorkDir, files: WorkDir, runtime: Runtime, resume:
     # model, optimiser, scheduler, data and RNG states: restored from the checkpoint when resuming
     run = _setup(cfg, runtime, shards, codebook, lineage, latest, state, stop_step)
     run.info["validation_videos"] = validation_videos
+    run.info["align_sha256"] = getattr(align_shards, "sha256", None)   # the bytes it reads (pinned: stream.pin_shards)
     validation = _validation_set(cfg, run, align_shards, validation_videos)
     window = Window(runtime.device)
     if state is not None:

@@ -23,12 +23,33 @@ def shard_problem(shard: int | None, num_shards: int | None) -> str | None:
     return None
 
 
+def env_int(name: str, default: int | None = None, minimum: int = 0) -> int | None:
+    """An integer the scheduler (Slurm, torchrun) sets in the environment; ConfigError (exit 2) naming the
+    variable when it is not one: a job script that exports a wrong value must not run the wrong shards."""
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw.strip()) if len(raw) <= 20 else None
+    except ValueError:
+        value = None
+    if value is None or value < minimum:
+        from pipeline.config_fields import ConfigError, shown_value
+        raise ConfigError(f"environment error: {name} must be an integer >= {minimum} (got {shown_value(raw)}): "
+                          f"fix or unset it in the job's environment")
+    return value
+
+
 def select_shards(all_shards: list[int], shard: int | None, num_shards: int | None) -> list[int]:
     """Task `shard` of `num_shards` takes manifest shards s with s % num_shards == shard."""
     if shard is None and num_shards is None:
-        env_id, env_count = os.environ.get("SLURM_ARRAY_TASK_ID"), os.environ.get("SLURM_ARRAY_TASK_COUNT")
+        env_id, env_count = env_int("SLURM_ARRAY_TASK_ID"), env_int("SLURM_ARRAY_TASK_COUNT", minimum=1)
         if env_id is not None and env_count is not None:
-            shard, num_shards = int(env_id), int(env_count)
+            if env_id >= env_count:
+                from pipeline.config_fields import ConfigError
+                raise ConfigError(f"environment error: SLURM_ARRAY_TASK_ID={env_id} must be below "
+                                  f"SLURM_ARRAY_TASK_COUNT={env_count}")
+            shard, num_shards = env_id, env_count
     problem = shard_problem(shard, num_shards)
     if problem:
         raise ValueError(problem)
