@@ -154,11 +154,30 @@ def user_cache(name: str) -> Path:
 
 
 def local_temporary(name: str) -> Path:
-    """A fresh local file for a remote output (or input) to be written through; the caller removes it."""
+    """A fresh local file for a remote output (or input) to be written through; the caller removes it. Its
+    name says which host and process made it (as atomic_path's do), so that the next run removes what a
+    killed one left (remove_stale_local_temporaries): a k-means fit sample there is gigabytes."""
     import tempfile
-    handle, path = tempfile.mkstemp(prefix=f"{TEMPORARY_PREFIX}{os.getpid()}_", suffix=f"_{name}")
+    host = socket.gethostname().replace("_", "-")
+    handle, path = tempfile.mkstemp(prefix=f"{TEMPORARY_PREFIX}{os.getpid()}_{host}_", suffix=f"_{name}")
     os.close(handle)
     return Path(path)
+
+
+def remove_stale_local_temporaries() -> list[Path]:
+    """Delete the local temporary files (local_temporary) of this host's processes that no longer run."""
+    import tempfile
+
+    removed = []
+    host = socket.gethostname().replace("_", "-")
+    for path in Path(tempfile.gettempdir()).glob(f"{TEMPORARY_PREFIX}*_{host}_*"):
+        try:
+            if path.is_file() and _writer_is_gone(path.name, time.time() - path.lstat().st_mtime):
+                path.unlink()
+                removed.append(path)
+        except (OSError, ValueError):
+            continue   # another user's, or gone meanwhile
+    return removed
 
 
 def publish(local: Path, final) -> None:

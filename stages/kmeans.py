@@ -344,6 +344,7 @@ def run(cfg: Config, work_dir, executor, *, force: bool = False, quiet: bool = F
     started = time.time()
     kcfg = cfg.kmeans
     storage.remove_stale_temporaries(work.kmeans_folder)
+    storage.remove_stale_local_temporaries()    # a killed fit's local sample (work dir on object storage)
     shards = [(shard, checker.verified("features", shard, work.part("features", shard)))
               for shard in checker.manifest_shards()]
     provenance_hash, provenance = feature_provenance(shards)

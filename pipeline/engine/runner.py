@@ -208,6 +208,7 @@ def prepare_stage(cfg: Config, work_dir, stage: str) -> list[str]:
                                                                           work.errors_folder, work.temporaries]
     for folder in folders:
         storage.remove_stale_temporaries(folder)
+    storage.remove_stale_local_temporaries()   # what killed runs wrote through for a remote work dir
     shards = set(checker.manifest_shards())
     found = {int(path.stem.split("-")[1]) for path in work.records_folder(stage).glob("part-*.json")}
     for table in spec.tables:

@@ -21,16 +21,41 @@ def default_workers(cfg: Config) -> int:
     return cfg.executor.workers or os.cpu_count() or 1
 
 
-def _ignore_interrupts() -> None:
-    """In a pool worker: Ctrl-C is the parent's to handle (it ends the workers, without their tracebacks)."""
+def die_with_parent(parent_pid: int) -> None:
+    """In a worker process: end when the parent ends, however it ends (kill -9 included), instead of living
+    on with its share of the machine (Linux: PR_SET_PDEATHSIG; elsewhere a thread watching the parent)."""
+    import signal
+    import threading
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(1, signal.SIGKILL, 0, 0, 0) == 0:   # 1: PR_SET_PDEATHSIG
+            if os.getppid() != parent_pid:                  # the parent ended before the call
+                os._exit(1)
+            return
+    except (OSError, AttributeError):
+        pass
+
+    def watch() -> None:
+        import time
+        while os.getppid() == parent_pid:
+            time.sleep(1.0)
+        os._exit(1)
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
+def _worker_start(parent_pid: int) -> None:
+    """In a pool worker: Ctrl-C is the parent's to handle (it ends the workers, without their tracebacks),
+    and the worker ends with its parent."""
     import signal
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    die_with_parent(parent_pid)
 
 
 def _spawn_pool(workers: int) -> ProcessPoolExecutor:
     # spawn, not fork: torch, faiss and FFmpeg keep threads that a forked child must not inherit
     return ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
-                               initializer=_ignore_interrupts)
+                               initializer=_worker_start, initargs=(os.getpid(),))
 
 
 class LocalExecutor:
