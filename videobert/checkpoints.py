@@ -265,6 +265,70 @@ def rotate(folder: Path, keep: int) -> list[Path]:
     return removed
 
 
+# ---------------------------------------------------------------- reading a checkpoint while training runs
+
+class RotatedOut(CorruptFile):
+    """The checkpoint was deleted by a running train's rotation (train.keep_checkpoints) while it was opened."""
+
+
+def _hold(folder: Path) -> Path:
+    """Hard links to a checkpoint's files in a temporary folder beside it: a running train's rotation may
+    delete the folder, and the linked bytes stay readable until they are loaded. RotatedOut when the folder
+    goes while it is linked."""
+    hold = storage.atomic_path(folder.parent / f"hold-{folder.name}")
+    hold.mkdir()
+    try:
+        for path in sorted(folder.iterdir()):
+            if path.is_file():
+                os.link(path, hold / path.name)
+    except FileNotFoundError:
+        shutil.rmtree(hold, ignore_errors=True)
+        raise RotatedOut(f"{folder} was deleted while it was opened") from None
+    except OSError:      # no hard links here: the folder is read in place, as before
+        shutil.rmtree(hold, ignore_errors=True)
+        return folder
+    return hold
+
+
+def load_for_evaluation(files, checkpoint: Path | None, device="cpu", *, attempts: int = 5):
+    """(checkpoint, model, info, notes): `checkpoint`, or the newest complete one, held (`_hold`), verified
+    and loaded from the held files, so that a running train's rotation (train.keep_checkpoints) can delete
+    it meanwhile without harm. A checkpoint gone before it could be held: the newest is taken again, or, for
+    one given, one line says it is gone and which one is newest. "Damaged" only for bytes that do not match
+    their checksums."""
+    for _ in range(attempts):
+        path = Path(checkpoint) if checkpoint else latest_checkpoint(files)
+        if path is None:
+            raise FileNotFoundError(f"no checkpoint in {WorkDir(files).checkpoints}: run train first")
+        try:
+            if not path.is_dir():
+                raise RotatedOut(f"{path} does not exist")
+            hold = _hold(path)
+        except RotatedOut:
+            if checkpoint is None:
+                continue    # the newest one again
+            newest = latest_checkpoint(files)
+            raise RotatedOut(f"checkpoint {checkpoint} does not exist (a running train may have rotated it out: "
+                             f"train.keep_checkpoints); the newest is "
+                             f"{newest if newest is not None else 'none yet'}") from None
+        try:
+            if hold == path:
+                notes = verify(path, resuming=False)
+            else:
+                problem = problem_of(hold)
+                if problem is not None:     # the held bytes themselves: named by the checkpoint's own path
+                    raise damaged(path, problem.replace(str(hold), str(path)), resuming=False)
+                notes = [] if not unverified(hold) else verify(path, resuming=False)
+            model, info = load_model(hold, device, resuming=False)
+            return path, model, info, notes
+        finally:
+            if hold != path:
+                shutil.rmtree(hold, ignore_errors=True)
+    raise RotatedOut(f"the newest checkpoint in {WorkDir(files).checkpoints} was rotated out {attempts} times "
+                     f"before it could be opened (train saves faster than it can be read): raise "
+                     f"train.keep_checkpoints")
+
+
 # ---------------------------------------------------------------- the errors a run stops with
 
 class TrainingDiverged(ArithmeticError):

@@ -39,19 +39,17 @@ class Evaluator:
     """A trained model in eval mode with its tokenizer, and batched forward passes."""
 
     def __init__(self, cfg: Config, work_dir: Path, checkpoint: str | Path | None):
-        path = Path(checkpoint) if checkpoint else checkpoints.latest_checkpoint(
-            checkpoints.local_files(WorkDir(work_dir)))
-        if path is None:
-            raise FileNotFoundError(f"no checkpoint in {WorkDir(work_dir).checkpoints}: run train first")
         if cfg.train.num_threads:
             torch.set_num_threads(cfg.train.num_threads)
-        self.cfg, self.path, self.work_dir = cfg, path, WorkDir(work_dir).root
+        self.cfg, self.work_dir = cfg, WorkDir(work_dir).root
         self.device = resolve_device(cfg.train.device)
-        # its files against the sha256 recorded when it was written (an older checkpoint: a note)
-        self.notes = checkpoints.verify(path, resuming=False)
+        # its files against the sha256 recorded when it was written (an older checkpoint: a note), held
+        # until loaded: a running train's rotation may delete it meanwhile
+        path, self.model, self.info, self.notes = checkpoints.load_for_evaluation(
+            checkpoints.local_files(WorkDir(work_dir)), Path(checkpoint) if checkpoint else None, self.device)
+        self.path = path
         for note in self.notes:
             print(f"[eval] {note}", file=sys.stderr)
-        self.model, self.info = checkpoints.load_model(path, self.device, resuming=False)
         self.model.eval()
         self.layout: VocabLayout = self.model.layout
         self.tokenizer = load_tokenizer(cfg.align.tokenizer)
