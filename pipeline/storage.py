@@ -229,6 +229,12 @@ def _writer_is_gone(name: str, age_s: float) -> bool:
     return False
 
 
+def ended_here(name: str) -> bool:
+    """Whether a temporary's name says it is this host's, of a process that no longer runs (another host's
+    may belong to a run of days: only its own host can tell)."""
+    return f"_{socket.gethostname().replace('_', '-')}_" in name and _writer_is_gone(name, 0.0)
+
+
 def remove_stale_temporaries(folder: Path) -> list[Path]:
     """Delete the temporary files and folders that killed runs left in `folder`; returns them. (Remote
     outputs are written through local temporary files: nothing is left on the store.)"""

@@ -58,7 +58,7 @@ def test_a_rewrite_during_training_is_never_read_and_the_checkpoint_names_what_w
     before = recorded_sha256(work)
     # a killed run's pins: removed by the next run
     gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    leftover = work.temporaries / f".tmp_{int(gone.stdout)}_{os.uname().nodename.replace('_', '-')}_0badc0de_train-pins.partial"
+    leftover = work.state / "pinned" / f".tmp_{int(gone.stdout)}_{os.uname().nodename.replace('_', '-')}_0badc0de_train-pins.partial"
     leftover.mkdir(parents=True)
 
     seen, real_read = [], stream.read_videos

@@ -84,10 +84,10 @@ class PinnedShards(list):
     origin: dict[Path, Path]
 
 
-def pin_shards(paths: list[Path], temporaries: Path) -> PinnedShards:
-    """Hard links to `paths` in a folder of the work dir's temporaries (removed when the process ends, and
-    by the next run if it is killed): a shard rewritten during training (`align --force` renames a new file
-    over the old) leaves the pinned bytes in place, so an epoch never mixes old and new parts. Object
+def pin_shards(paths: list[Path], pins: Path) -> PinnedShards:
+    """Hard links to `paths` in a new folder under `pins` (removed when the process ends, and by the next
+    run on this host if it is killed): a shard rewritten during training (`align --force` renames a new
+    file over the old) leaves the pinned bytes in place, so an epoch never mixes old and new parts. Object
     storage cannot link: its shards are returned as they are (unpinned). Call `confirm_pins` after the
     shards are verified."""
     import atexit
@@ -97,8 +97,11 @@ def pin_shards(paths: list[Path], temporaries: Path) -> PinnedShards:
     pinned.sha256, pinned.origin = {}, {}
     if not paths or storage.is_remote(paths[0]):
         return pinned
-    storage.remove_stale_temporaries(temporaries)    # a killed run's pins
-    folder = storage.atomic_path(temporaries / "train-pins", folder=temporaries)
+    # a killed run's pins: this host's only (another host's run may train for days; age says nothing)
+    for old in (pins.glob(f"{storage.TEMPORARY_PREFIX}*") if pins.is_dir() else []):
+        if storage.ended_here(old.name):
+            shutil.rmtree(old, ignore_errors=True)
+    folder = storage.atomic_path(pins / "train-pins", folder=pins)
     folder.mkdir()
     atexit.register(shutil.rmtree, folder, ignore_errors=True)
     pinned.clear()

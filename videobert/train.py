@@ -282,7 +282,7 @@ def training_inputs(cfg: Config, work: WorkDir) -> tuple[dict, codebook_format.C
     lineage = checker.expected("train")          # every align shard current, or InputNotReady
     codebook = visual_words.load(work.codebook)
     parts = [work.part("align", shard) for shard in checker.manifest_shards()]
-    pinned = pin_shards(parts, work.temporaries)   # before verifying: what is verified is what is read
+    pinned = pin_shards(parts, work.state / "pinned")   # before verifying: what is verified is what is read
     # checked against their records before training: a flipped bit would become a wrong token for 500k steps
     checksums = {}
     for shard, path in zip(checker.manifest_shards(), parts):
