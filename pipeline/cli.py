@@ -311,10 +311,8 @@ def _confirm_removal(args):
 
     def ask(message: str) -> bool:
         print(f"manifest: {message}.", file=sys.stderr)
-        try:
-            return input("Go on? [y/N] ").strip().lower() in ("y", "yes")
-        except EOFError:
-            return False
+        print("Go on? [y/N] ", end="", file=sys.stderr, flush=True)   # stdout stays the command's output
+        return sys.stdin.readline().strip().lower() in ("y", "yes")
     return ask
 
 

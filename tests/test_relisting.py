@@ -1,6 +1,9 @@
 """A re-listing that drops videos with finished outputs: asked first, refused in a batch job, and what it
 replaces kept under DIR/_state/replaced/ until `restore` puts it back."""
 
+import io
+import sys
+
 import pyarrow.parquet as pq
 from media_factory import one_clip_videos
 
@@ -40,11 +43,14 @@ def test_a_relisting_that_drops_finished_videos_is_refused_then_kept_aside_and_r
     assert WorkDir(work).manifest.read_bytes() == manifest_bytes and decoded(work) == before
 
     # on a terminal the user is asked; "n" keeps everything
-    monkeypatch.setattr("sys.stdin.isatty", lambda: True)
-    monkeypatch.setattr("sys.stderr.isatty", lambda: True, raising=False)
-    monkeypatch.setattr("builtins.input", lambda prompt="": "n")
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+    monkeypatch.setattr(sys, "stdin", Terminal("n\n"))
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
     code, err = run(capsys, "manifest", "--work-dir", work, "--input", typo, *SETTINGS)
-    assert code != 0 and "would move to" in err and WorkDir(work).manifest.read_bytes() == manifest_bytes
+    assert code != 0 and "would move to" in err and "Go on? [y/N]" in err
+    assert WorkDir(work).manifest.read_bytes() == manifest_bytes
     monkeypatch.undo()
 
     # agreed to: the old outputs move aside (not deleted); status lists them; decode redoes the new listing
