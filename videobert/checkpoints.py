@@ -87,7 +87,9 @@ def push(files: WorkDir, work: WorkDir) -> None:
     and remove the remote checkpoints the mirror no longer keeps."""
     if files.root == work.root or not files.train_folder.exists():
         return
-    local_files_ = sorted(p for p in files.train_folder.rglob("*") if p.is_file() and not p.name.startswith("."))
+    # not temporaries, nor what is in a temporary folder (a checkpoint being written, one an evaluation holds)
+    local_files_ = sorted(p for p in files.train_folder.rglob("*") if p.is_file() and not any(
+        part.startswith(".") for part in p.relative_to(files.train_folder).parts))
     names = [str(p.relative_to(files.train_folder)) for p in local_files_]
     for path, name in sorted(zip(local_files_, names), key=lambda item: item[0].name == TRAINER_STATE_NAME):
         remote = work.train_folder / name
