@@ -89,14 +89,15 @@ def test_a_forecast_that_ignores_its_context_is_said(trained, tmp_path):
     constant = tmp_path / "step-00000006"
     model.save(constant, info)
     report = forecast.forecast(cfg, work, checkpoint=constant)
-    assert any("does not depend on its context" in note and "same top-1" in note for note in report["notes"])
+    assert any("does not depend on its context: one top-1 visual word" in note and "4 of 4 positions@step" in note
+               for note in report["notes"])
     assert any("all" in note and "visual words of the figure" in note for note in report["notes"])
     assert all(row["distinct_top1"] == 1 for row in report["accuracy"].values())
     # a note exactly where one word takes SAME_SHARE of the contexts
     for checked in (report, forecast.forecast(cfg, work)):
         for row in checked["accuracy"].values():
-            named = any(f"at {row['positions']} position(s), step {row['subsample_step']}, get the same top-1" in note
-                        for note in checked["notes"])
+            key = f"{row['positions']}@{row['subsample_step']} ("
+            named = any("one top-1 visual word" in note and key in note for note in checked["notes"])
             assert named == (row["most_common_top1_share"] >= forecast.SAME_SHARE)
 
 
@@ -108,3 +109,15 @@ def test_without_held_out_videos_there_is_no_number_and_it_says_why(tmp_path):
     train(cfg, tmp_path, quiet=True)
     report = forecast.forecast(cfg, tmp_path)
     assert report["accuracy"] is None and any("no held-out videos" in note for note in report["notes"])
+
+
+def test_the_report_labels_the_horizons_and_shows_the_accuracy(trained):
+    from reports.forecast import forecast_html
+
+    work, cfg = trained
+    report = forecast.forecast(cfg, work)
+    page = forecast_html(dict(report, nearest={}), {})
+    assert "1 position = 1.5 s to 3 s: v" in page and "3 positions = 4.5 s to 9 s: v" in page
+    assert "next visual word on held-out videos" in page and "prior top-1" in page
+    assert page.count("<tr>") == 1 + len(report["accuracy"])
+    assert "One position = one visual token: 1.5 s x the subsampling step (training drew 1..2)." in page

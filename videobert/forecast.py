@@ -145,7 +145,7 @@ def held_out_accuracy(ev: Evaluator, work_dir, steps: list[int], max_rate: int, 
     empty = torch.from_numpy(counts == 0).to(ev.device)
     layout, budget = ev.layout, ev.max_len - 2
     rng = np.random.default_rng([seed, 11])
-    accuracy, notes = {}, []
+    accuracy, notes, ignoring = {}, [], []
     for step in steps:
         for rate in range(1, max_rate + 1):
             pairs = [(c[-max(1, budget - step):], t) for c, t in contexts(tokens, step, rate)]
@@ -183,8 +183,11 @@ def held_out_accuracy(ev: Evaluator, work_dir, steps: list[int], max_rate: int, 
                 **{f"frequency_prior_top{k}": prior_hits[k] / n for k in TOP_K},
                 "repeat_last_top1": repeat_hits / n, "distinct_top1": len(set(top1)), "most_common_top1_share": common}
             if n > 1 and common >= SAME_SHARE:
-                notes.append(f"the forecast does not depend on its context: {common:.0%} of the {n} contexts at "
-                             f"{step} position(s), step {rate}, get the same top-1 visual word")
+                ignoring.append(f"{step}@{rate} ({common:.0%} of {n})")
+    if ignoring:
+        notes.append(f"the forecast does not depend on its context: one top-1 visual word for at least "
+                     f"{SAME_SHARE:.0%} of the contexts at {len(ignoring)} of {len(accuracy)} positions@step: "
+                     f"{', '.join(ignoring)}")
     if not accuracy:
         notes.append(f"the held-out videos ({', '.join(held_out)}) have no clips far enough apart for any horizon")
     return accuracy, notes
