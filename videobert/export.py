@@ -119,7 +119,7 @@ def training_summary(work: WorkDir, info: dict, checkpoint: Path) -> dict:
     keys = ("init_checkpoint", "max_steps", "batch_size", "lr", "max_len", "regime_weights", "concat_prob",
             "max_subsample_step", "validation_videos", "youcook2_excluded_subsets")
     summary = {"step": info.get("step"), "settings": {key: t[key] for key in keys if key in t},
-               "training_videos": None, "last_training": None, "last_validation": None, "zero_shot": None}
+               "youcook2_kept_apart": None, "last_training": None, "last_validation": None, "zero_shot": None}
     log = work.train_log
     if log.exists():
         last_train = last_validation = None
@@ -135,6 +135,15 @@ def training_summary(work: WorkDir, info: dict, checkpoint: Path) -> dict:
             elif record.get("event") == "validation":
                 last_validation = record
         summary["last_training"], summary["last_validation"] = last_train, last_validation
+    from videobert.youcook2 import KEPT_APART_FOLDER
+    kept = work.train_folder / KEPT_APART_FOLDER / "videos.json"
+    record = json.loads(kept.read_text()) if kept.exists() else {}
+    # the record of this run: its subsets and the shards it trained on (a part of them when others were held out)
+    if record and record.get("excluded_subsets") == t.get("youcook2_excluded_subsets") and \
+            set(info.get("shards") or []) <= set(record.get("shards") or []):
+        summary["youcook2_kept_apart"] = {"videos": record.get("videos_left_out"),
+                                          "subsets": record.get("excluded_subsets"),
+                                          "annotations_sha256": record.get("annotations_sha256")}
     report = work.eval_folder / "zero_shot.json"
     if report.exists():
         try:
@@ -231,7 +240,7 @@ def limitations(card: dict) -> list[str]:
     notes = []
     if not card["features"]["pretrained"]:
         notes.append("the S3D features came from random (calibrated) weights, NOT the Kinetics-pretrained S3D: "
-                     "the visual words describe colours and textures, not actions")
+                     "its visual words are not the paper's (action features)")
     training = card["training"]
     settings = training["settings"]
     notes.append(f"trained {training['step']} steps of batch {settings.get('batch_size')} from "
@@ -271,6 +280,13 @@ def _zero_shot_lines(zero: dict | None) -> list[str]:
             if cells:
                 lines.append(f"  - {mode}, {name}: {', '.join(cells)}")
     return lines
+
+
+def _kept_apart(kept: dict | None) -> str:
+    if not kept:
+        return "none"
+    return f"{len(kept['videos'])} of the {'/'.join(kept['subsets'])} subsets ({', '.join(kept['videos'][:10])}" \
+           f"{', ...' if len(kept['videos']) > 10 else ''})"
 
 
 SNIPPET = """from transformers import AutoTokenizer, BertForPreTraining
@@ -315,6 +331,7 @@ def model_card(card: dict) -> str:
         "",
         "## Held-out figures", "",
         f"- validation videos (never trained on): {', '.join(card.get('validation_videos') or []) or 'none'}",
+        f"- YouCook II videos kept out of pre-training: {_kept_apart(training.get('youcook2_kept_apart'))}",
         f"- last validation record: {_figures(training['last_validation'])}",
         *_zero_shot_lines(training["zero_shot"]),
         "",
