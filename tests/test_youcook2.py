@@ -342,3 +342,7 @@ def test_make_youcook2_never_pretrains_on_a_validation_segment(tmp_path, monkeyp
     assert cli.main(["eval", "zero-shot", *run, *[x for item in evaluation for x in ("--set", item)]]) == 0
     predictions = storage.read_table(work / "eval" / "zero_shot_predictions.parquet").to_pylist()
     assert predictions and {row["video_id"] for row in predictions} <= validation
+    # the export's card names the videos kept out
+    assert cli.main(["export", "--work-dir", str(work), "--quiet", str(tmp_path / "export")]) == 0
+    card = json.loads((tmp_path / "export" / "videobert.json").read_text())
+    assert set(card["training"]["youcook2_kept_apart"]["videos"]) == validation
