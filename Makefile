@@ -50,6 +50,8 @@ demo: $(STAMP)
 # a short training run, verb/noun lists and labels from the captions (POS tagger), zero-shot on the
 # annotated validation segments, the supervised S3D linear probe, predicted visual words, forecasts, the report, the
 # transformers export (WORK/export) and, last, the captioning table (train on training, score validation).
+# Every annotated video is quantized with the one codebook; train leaves out the validation and testing
+# videos (train.youcook2_excluded_subsets), so pre-training sees the training videos only.
 # Defaults: the bundled annotation sample (samples/youcook2/annotations.json, naming sample videos).
 # The real benchmark: make youcook2 YC2_ANNOTATIONS=.../youcookii_annotations_trainval.json \
 #                                   YC2_VIDEOS=.../raw_videos YC2_CONFIG=configs/default.yaml YC2_WORK=/data/yc2

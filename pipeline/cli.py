@@ -371,8 +371,10 @@ def run_eval(args, cfg) -> int:
         report = forecast.forecast(cfg, args.work_dir, checkpoint=args.checkpoint)
         for word in report["words"]:
             print(f"v{word['leaf']}: " + "; ".join(
-                f"+{step}: " + ", ".join(f"v{f['leaf']} {f['prob']:.2f}" for f in found)
+                f"+{report['horizons'][step]['label']}: " + ", ".join(f"v{f['leaf']} {f['prob']:.2f}" for f in found)
                 for step, found in word["forecasts"].items()))
+        if not args.quiet:
+            forecast.print_accuracy(report)
     else:
         if not args.sentence:
             print("eval predict-video: give at least one --sentence", file=sys.stderr)

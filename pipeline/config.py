@@ -253,6 +253,15 @@ class TrainConfig:
     # videos, drawn by train.seed; 0 = none. Every validation_every steps their losses and alignment go to the log
     validation_videos: float = setting(0, rule=rules.validation_share_or_count)
     validation_every: int = setting(1000, gt=0)
+    # YouCook II kept apart (videobert/youcook2.py): the videos of these subsets of a YouCook II annotations
+    # file are never trained on (they are still quantized, with the one codebook). The file: this key, else
+    # the manifest's when youcook2-manifest made it; "" = none
+    youcook2_annotations: str = ""
+    youcook2_excluded_subsets: list[str] = setting(factory=lambda: ["validation", "testing"], each=True,
+                                                   choices=("training", "validation", "testing"))
+    # TensorBoard event files in DIR/train/tensorboard with the log's scalars (videobert/tensorboard_log.py;
+    # needs the optional tensorboard package)
+    tensorboard: bool = False
 
 
 @dataclass

@@ -57,11 +57,31 @@ def forecast_html(data: dict | None, thumbnails: dict) -> str:
         return ""
     parts = ["<h2>Forecasting</h2>",
              f'<p class="note">eval forecast: for each visual word (left), the three visual words VideoBERT finds '
-             f'most likely {", ".join(str(s) for s in data["steps"])} clip(s) later (video-only input, '
-             f'[CLS] v [MASK]&hellip; [SEP]), each shown by the clip of this run nearest its leaf centroid.</p>']
+             f'most likely {", ".join(str(s) for s in data["steps"])} position(s) later (video-only input, '
+             f'[CLS] v [MASK]&hellip; [SEP]), each shown by the clip of this run nearest its leaf centroid. '
+             f'{html.escape("One position = " + data["position"] + "." if data.get("position") else "")}</p>']
+    parts += _accuracy_html(data)
     for word in data["words"]:
         figures = [_figure(data, word["leaf"], f"v{word['leaf']} (given)", thumbnails)]
         for step, found in word["forecasts"].items():
-            figures += [_figure(data, f["leaf"], f"+{step}: v{f['leaf']} {f['prob']:.2f}", thumbnails) for f in found]
+            label = (data.get("horizons") or {}).get(step, {}).get("label", f"+{step}")
+            figures += [_figure(data, f["leaf"], f"{label}: v{f['leaf']} {f['prob']:.2f}", thumbnails) for f in found]
         parts.append(f'<div class="example predicted"><div class="thumbs">{"".join(figures)}</div></div>')
     return "\n".join(parts)
+
+
+def _accuracy_html(data: dict) -> list[str]:
+    """The held-out accuracy table beside its priors, and the notes (a forecast that ignores its context)."""
+    rows = data.get("accuracy") or {}
+    parts = [f'<p class="note">{html.escape(note)}</p>' for note in data.get("notes") or []]
+    if not rows:
+        return parts
+    head = ("positions", "step", "seconds", "contexts", "top-1", "top-5", "prior top-1", "prior top-5", "repeat last")
+    body = "".join(
+        "<tr>" + "".join(f"<td>{cell}</td>" for cell in (
+            row["positions"], row["subsample_step"], f"{row['seconds']:g}", row["contexts"], f"{row['top1']:.3f}",
+            f"{row['top5']:.3f}", f"{row['frequency_prior_top1']:.3f}", f"{row['frequency_prior_top5']:.3f}",
+            f"{row['repeat_last_top1']:.3f}")) + "</tr>" for row in rows.values())
+    table = ("<table><caption>next visual word on held-out videos</caption><tr>"
+             + "".join(f"<th>{h}</th>" for h in head) + f"</tr>{body}</table>")
+    return [table, *parts]

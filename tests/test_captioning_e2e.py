@@ -78,6 +78,14 @@ def test_captioning_writes_the_table_predictions_and_provenance(trained, capsys)
     assert meta.codebook_sha256 and "caption" in meta.extra["caption_config"]
     table = capsys.readouterr().out
     assert "VideoBERT + S3D" in table and "paper: VideoBERT + S3D" in table and "4.33" in table
+    # how many captions, which steps and weights made the table; the paper's other rows apart, for comparison
+    assert "scored on 6 validation captions of 2 videos, trained on 12 training captions of 4 videos" in table
+    assert "captioner 150 steps of batch 8" in table and "S3D weights random" in table
+    assert f"VideoBERT step {report['made_by']['videobert_step']} from " in table
+    mine, comparison = table.split("for comparison, the paper:")
+    assert "paper:" not in mine and "40K steps of batch 128" in comparison
+    assert all(f"paper: {label}" in comparison for label in ("S3D", "VideoBERT", "VideoBERT + S3D", "Zhou et al. 2018"))
+    assert "0.31" in comparison and "0.49" in comparison and "0.38" in comparison
 
 
 def test_captioning_needs_an_annotations_file(trained):
@@ -121,7 +129,7 @@ def test_captioning_and_forecast_through_the_command_line(trained, capsys):
         assert saved["metrics"]["tokenizer"].startswith("Stanford PTBTokenizer")
     assert cli.main(["eval", "forecast", *common, "--set", "eval.forecast_words=2"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
-    assert len(lines) == 2 and all(" +1: " in line or line.count("+") == 3 for line in lines)
+    assert len(lines) == 2 and all(" +1 position = 1.5 s to 7.5 s: " in line and line.count("+") == 3 for line in lines)
 
 
 def test_the_report_shows_each_word_and_its_forecasts_as_thumbnails():

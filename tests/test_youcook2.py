@@ -19,6 +19,7 @@ from work_factory import write_manifest_rows, write_part
 import schemas
 from pipeline import cli, storage
 from pipeline.config import load_config
+from pipeline.engine.lineage import Lineage
 from pipeline.engine.manifest import ManifestError
 from pipeline.engine.workdir import WorkDir
 from pipeline.tokenizer import load_tokenizer
@@ -258,3 +259,90 @@ def test_linear_probe_through_the_command_line(tmp_path, capsys):
                  for item in ("--set", f"eval.{key}={value}")]
     assert cli.main(["eval", "linear-probe", "--work-dir", str(tmp_path), *overrides]) == 0
     assert "S3D linear probe (supervised)" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- kept apart from pre-training
+
+def spy_on_training_shards(monkeypatch) -> list[Path]:
+    """The shards the training run streams (the ones its model, data and log are set up with)."""
+    import videobert.train as train_module
+    seen: list[Path] = []
+    setup = train_module._setup
+
+    def spying(cfg, runtime, shards, *args, **kwargs):
+        seen.extend(shards)
+        return setup(cfg, runtime, shards, *args, **kwargs)
+
+    monkeypatch.setattr(train_module, "_setup", spying)
+    return seen
+
+
+def trained_video_ids(shards: list[Path]) -> set[str]:
+    return {v for path in shards for v in storage.read_table(path, columns=["video_id"])["video_id"].to_pylist()}
+
+
+def test_pre_training_leaves_out_the_videos_of_the_evaluation_subsets(tmp_path, monkeypatch):
+    write_synthetic(tmp_path, load_tokenizer(TOKENIZER_SPEC), videos=8, videos_per_shard=2)
+    annotations = annotations_file(tmp_path / "annotations.json", {
+        "synthetic0001": entry("validation", [(0, 3, "cut the onion")]),
+        "synthetic0002": entry("testing", [(0, 3, "mix the egg")]),
+        "synthetic0003": entry("training", [(0, 3, "fry the sauce")]),
+        "not_in_the_shards": entry("validation", [(0, 3, "pour it")])})
+    seen = spy_on_training_shards(monkeypatch)
+    train(config(tmp_path, f"train.youcook2_annotations={annotations}"), tmp_path, quiet=True)
+    assert seen and all(path.parent.name == youcook2.KEPT_APART_FOLDER for path in seen)
+    assert trained_video_ids(seen) == {f"synthetic{v:04d}" for v in range(8)} - {"synthetic0001", "synthetic0002"}
+    record = json.loads((WorkDir(tmp_path).train_folder / youcook2.KEPT_APART_FOLDER / "videos.json").read_text())
+    assert record["videos_left_out"] == ["synthetic0001", "synthetic0002"]
+    assert record["annotations_sha256"] == storage.file_sha256(annotations)
+    # opted out: every video trained on (an empty list), and the setting is part of the run's lineage
+    seen.clear()
+    train(config(tmp_path / "all", f"train.youcook2_annotations={annotations}", "train.youcook2_excluded_subsets=[]"),
+          tmp_path, restart=True, quiet=True)
+    assert trained_video_ids(seen) == {f"synthetic{v:04d}" for v in range(8)}
+    # a subset name that YouCook II does not have stops at load, naming the key
+    with pytest.raises(Exception, match="train.youcook2_excluded_subsets"):
+        config(tmp_path, "train.youcook2_excluded_subsets=[val]")
+    # an annotations file naming every video leaves nothing to train on: said so
+    everything = annotations_file(tmp_path / "everything.json", {
+        f"synthetic{v:04d}": entry("validation", [(0, 3, "cut the onion")]) for v in range(8)})
+    with pytest.raises(ValueError, match="nothing is left to pre-train on"):
+        youcook2.keep_apart(config(tmp_path, f"train.youcook2_annotations={everything}"), tmp_path,
+                            sorted((tmp_path / "align").glob("part-*.parquet")), write=False)
+
+
+def test_make_youcook2_never_pretrains_on_a_validation_segment(tmp_path, monkeypatch):
+    """The flow of `make youcook2` on the bundled sample (every stage on the sample videos, demo settings):
+    every video quantized with the one codebook, no validation video in the training shards, zero-shot
+    scored on the validation segments."""
+    work = tmp_path / "work"
+    run = ["--config", str(REPO / "configs" / "demo.yaml"), "--work-dir", str(work), "--quiet"]
+    assert cli.main(["youcook2-manifest", *run, "--annotations", str(SAMPLE), "--videos", str(REPO / "samples")]) == 0
+    for stage in ("features", "kmeans", "quantize", "asr", "align"):
+        assert cli.main([stage, *run]) == 0, stage
+    annotations = youcook2.read_annotations(SAMPLE)
+    validation = {v for v, video in annotations.items() if video.subset == "validation"}
+    assert validation and validation < set(annotations)
+    # one codebook for all: the validation videos are quantized (and aligned) like the others
+    quantized = {v for _, path in Lineage(WorkDir(work)).current_parts("quantize")
+                 for v in storage.read_table(path, columns=["video_id"])["video_id"].to_pylist()}
+    assert quantized == set(annotations)
+    seen = spy_on_training_shards(monkeypatch)
+    assert cli.main(["train", *run, "--resume", "--set", "train.max_steps=4", "--set", "train.validation_every=2"]) == 0
+    assert seen and not trained_video_ids(seen) & validation
+    assert trained_video_ids(seen) <= {v for v, video in annotations.items() if video.subset == "training"}
+    # nor does the held-out set of train.validation_videos take one of them
+    log = [json.loads(line) for line in (work / "train" / "log.jsonl").read_text().splitlines()]
+    assert not set(log[0]["validation_videos"]) & validation
+    # zero-shot scores the validation segments
+    labels = youcook2.labels_folder(work)
+    assert cli.main(["youcook2-labels", *run, "--annotations", str(SAMPLE)]) == 0
+    evaluation = [f"eval.segments={SAMPLE}", f"eval.verbs={labels / 'verbs.txt'}", f"eval.nouns={labels / 'nouns.txt'}",
+                  f"eval.labels={labels / 'labels.csv'}"]
+    assert cli.main(["eval", "zero-shot", *run, *[x for item in evaluation for x in ("--set", item)]]) == 0
+    predictions = storage.read_table(work / "eval" / "zero_shot_predictions.parquet").to_pylist()
+    assert predictions and {row["video_id"] for row in predictions} <= validation
+    # the export's card names the videos kept out
+    assert cli.main(["export", "--work-dir", str(work), "--quiet", str(tmp_path / "export")]) == 0
+    card = json.loads((tmp_path / "export" / "videobert.json").read_text())
+    assert set(card["training"]["youcook2_kept_apart"]["videos"]) == validation

@@ -49,7 +49,13 @@ from videobert.evaluate import Evaluator, segment_vectors
 
 ROWS = (("s3d", "S3D"), ("videobert", "VideoBERT"), ("videobert_s3d", "VideoBERT + S3D"))
 # the paper's Table 4 (YouCook II validation, ground-truth segments), in its units (percent, CIDEr as is)
-PAPER = {"videobert_s3d": {"BLEU-3": 7.59, "BLEU-4": 4.33, "METEOR": 11.94, "ROUGE-L": 28.80, "CIDEr": 0.55}}
+PAPER = {"s3d": {"BLEU-3": 6.12, "BLEU-4": 3.24, "METEOR": 9.52, "ROUGE-L": 26.09, "CIDEr": 0.31},
+         "videobert": {"BLEU-3": 6.80, "BLEU-4": 4.04, "METEOR": 11.01, "ROUGE-L": 27.50, "CIDEr": 0.49},
+         "videobert_s3d": {"BLEU-3": 7.59, "BLEU-4": 4.33, "METEOR": 11.94, "ROUGE-L": 28.80, "CIDEr": 0.55}}
+# the table's other row, a captioner this setup does not train (Zhou et al. 2018's end-to-end transformer)
+PAPER_OTHER = {"Zhou et al. 2018": {"BLEU-3": 7.53, "BLEU-4": 3.84, "METEOR": 11.55, "ROUGE-L": 27.44, "CIDEr": 0.38}}
+PAPER_SETUP = ("the paper: Kinetics-pretrained S3D, VideoBERT (BERT-large) pre-trained 500K steps on 312K cooking "
+               "videos without YouCook II, the captioner trained 40K steps of batch 128 on about 10K training captions")
 PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
 
 
@@ -324,7 +330,12 @@ def run_captioning(cfg: Config, work_dir: Path, checkpoint: str | Path | None = 
         "train_subsets": c.train_subsets, "test_subsets": c.test_subsets,
         "train_segments": len(train_keys), "test_segments": len(test_keys),
         "rows": {name: dict(results[name], label=dict(ROWS)[name]) for name in c.rows},
-        "paper": PAPER, "units": "BLEU, METEOR, ROUGE-L in percent; CIDEr as is (the paper's)",
+        "train_videos": len({v for v, _ in train_keys}), "test_videos": len({v for v, _ in test_keys}),
+        "made_by": {"caption_steps": c.steps, "caption_batch_size": c.batch_size,
+                    "videobert_step": ev.info.get("step"), "videobert_init": ev.info.get("init_checkpoint"),
+                    "s3d_weights": s3d_weights},
+        "paper": PAPER, "paper_other": PAPER_OTHER, "paper_setup": PAPER_SETUP,
+        "units": "BLEU, METEOR, ROUGE-L in percent; CIDEr as is (the paper's)",
         "metrics": {"toolkit": any_scored["toolkit"], "tokenizer": any_scored["tokenizer"],
                     "meteor": any_scored["meteor"]},
         "setup": {"features_template": cfg.eval.features_template, "s3d_weights": s3d_weights,
@@ -348,6 +359,10 @@ def run_captioning(cfg: Config, work_dir: Path, checkpoint: str | Path | None = 
     return report
 
 
+def _of_videos(count) -> str:
+    return "" if count is None else f" of {count} video{'s' if count != 1 else ''}"
+
+
 def json_section(cfg: Config) -> str:
     return cfg.section_json("caption")
 
@@ -358,12 +373,22 @@ def format_table(report: dict) -> str:
         return "-" if value is None else f"{value:.2f}"
 
     header = f"{'':28}" + "".join(f"{m:>9}" for m in caption_metrics.METRICS)
-    lines = [f"YouCook II captioning, {report['test_segments']} {'/'.join(report['test_subsets'])} segments "
-             f"(trained on {report['train_segments']}); {report['metrics']['tokenizer']}", header]
-    for name, row in report["rows"].items():
+    made = report.get("made_by") or {}
+    weights = ", ".join(sorted(set(made.get("s3d_weights") or []))) or "unknown"
+    lines = [f"YouCook II captioning: scored on {report['test_segments']} {'/'.join(report['test_subsets'])} captions"
+             f"{_of_videos(report.get('test_videos'))}, trained on {report['train_segments']} "
+             f"{'/'.join(report['train_subsets'])} captions{_of_videos(report.get('train_videos'))}; "
+             f"{report['metrics']['tokenizer']}",
+             f"made by: captioner {made.get('caption_steps')} steps of batch {made.get('caption_batch_size')}; "
+             f"VideoBERT step {made.get('videobert_step')} from {made.get('videobert_init')}; S3D weights {weights}",
+             header]
+    for row in report["rows"].values():
         lines.append(f"{row['label']:28}" + "".join(f"{cell(row['paper_units'][m]):>9}" for m in caption_metrics.METRICS))
-        if name in report["paper"]:
-            lines.append(f"{'  paper: ' + row['label']:28}"
-                         + "".join(f"{cell(report['paper'][name][m]):>9}" for m in caption_metrics.METRICS))
+    # the paper's rows apart from this run's: a far larger setup, for comparison only
+    lines.append(f"for comparison, {report.get('paper_setup', 'the paper')}:")
+    paper_rows = [("  paper: " + label, report["paper"][name]) for name, label in ROWS if name in report["paper"]]
+    paper_rows += [("  paper: " + label, scores) for label, scores in (report.get("paper_other") or {}).items()]
+    for label, scores in paper_rows:
+        lines.append(f"{label:28}" + "".join(f"{cell(scores[m]):>9}" for m in caption_metrics.METRICS))
     lines += [f"note: {note}" for note in report["notes"]]
     return "\n".join(lines)

@@ -49,7 +49,7 @@ from pipeline.engine.workdir import WorkDir
 from pipeline.executors.dispatch import env_int
 from pipeline.progress import Progress
 from pipeline.tokenizer import load_tokenizer, vocabulary_sha256
-from videobert import checkpoints
+from videobert import checkpoints, tensorboard_log, youcook2
 from videobert.checkpoints import CorruptCheckpoint, TrainingDiverged, latest_checkpoint
 from videobert.data import (REGIMES, DataParams, ShardDataset, VocabLayout, replacement_text_ids, streams_per_rank,
                             training_shards)
@@ -513,6 +513,10 @@ def _train(cfg: Config, work: WorkDir, files: WorkDir, runtime: Runtime, resume:
     if restart:
         _restart_checks(cfg, work, runtime, codebook, shards)
     latest, state = _open_checkpoint(work, files, runtime, lineage, resume, restart, quiet)
+    # YouCook II's evaluation videos never reach pre-training (videobert/youcook2.py; written by rank 0)
+    shards, kept_apart = youcook2.keep_apart(cfg, work, shards, write=runtime.main, quiet=quiet)
+    if runtime.distributed and kept_apart:
+        dist.barrier()
     # train.validation_videos: held-out videos, never trained on; then train.subset_videos: the segments of a
     # seeded subset of the other videos only (both written by rank 0)
     align_shards = shards
@@ -536,6 +540,7 @@ def _train(cfg: Config, work: WorkDir, files: WorkDir, runtime: Runtime, resume:
     warnings = _start_warnings(cfg, runtime, shards, quiet)
     log_file = _open_log(cfg, files, runtime, run, start_step, shards, state is not None, quiet,
                          {"warnings": warnings, "validation_videos": validation_videos})
+    log_file = tensorboard_log.tee(cfg, files, log_file)      # train.tensorboard: the same records as events
     last_validation = None
 
     step, last_record, checkpoint, started = start_step, None, latest, time.time()

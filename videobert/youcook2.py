@@ -26,6 +26,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import sys
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -309,3 +310,54 @@ def write_labels(cfg: Config, annotations_path, out_dir) -> dict:
 
 def labels_folder(work_dir) -> Path:
     return WorkDir(work_dir).eval_folder / "youcook2"
+
+
+# ---------------------------------------------------------------- kept apart from pre-training
+
+KEPT_APART_FOLDER = "youcook2_kept_apart"
+
+
+def kept_apart_annotations(cfg: Config, work_dir) -> str | None:
+    """The annotations file whose train.youcook2_excluded_subsets never reach pre-training:
+    train.youcook2_annotations, else the manifest's when youcook2-manifest made it, else None."""
+    if cfg.train.youcook2_annotations:
+        return cfg.train.youcook2_annotations
+    manifest = WorkDir(work_dir).manifest
+    if not manifest.exists():
+        return None
+    extra = storage.read_metadata(manifest).extra or {}
+    return extra.get("annotations") if extra.get("annotations_sha256") else None
+
+
+def kept_apart_videos(cfg: Config, work_dir) -> tuple[str | None, list[str]]:
+    """(the annotations file, its videos of train.youcook2_excluded_subsets, sorted)."""
+    source = kept_apart_annotations(cfg, work_dir)
+    if source is None:
+        return None, []
+    excluded = set(cfg.train.youcook2_excluded_subsets)
+    return source, sorted(v.video_id for v in read_annotations(source).values() if v.subset in excluded)
+
+
+def keep_apart(cfg: Config, work_dir, shards: list[Path], *, write: bool = True,
+               quiet: bool = True) -> tuple[list[Path], list[str]]:
+    """(the shards to pre-train on, the YouCook II videos kept out of them). Without such videos in `shards`
+    the shards themselves; else their rows of the other videos, written to DIR/train/youcook2_kept_apart/
+    (on one rank only when `write`) with videos.json naming the videos left out and the annotations file."""
+    from videobert.subset import shard_video_ids, write_video_rows
+
+    source, videos = kept_apart_videos(cfg, work_dir)
+    present = sorted(set(videos) & set(shard_video_ids(shards))) if videos else []
+    if not present:
+        return shards, []
+    kept = write_video_rows(
+        shards, WorkDir(work_dir).train_folder / KEPT_APART_FOLDER, present, keep=False, source_key="kept_apart_of",
+        write=write, extra={"youcook2_excluded_subsets": ",".join(cfg.train.youcook2_excluded_subsets)},
+        summary={"annotations": str(source), "annotations_sha256": storage.file_sha256(Path(source)),
+                 "excluded_subsets": cfg.train.youcook2_excluded_subsets, "videos_left_out": present})
+    if not kept:
+        raise ValueError(f"every video of the align shards is in {', '.join(cfg.train.youcook2_excluded_subsets)} "
+                         f"of {source}: nothing is left to pre-train on (train.youcook2_excluded_subsets)")
+    if write and not quiet:
+        print(f"[train] YouCook II kept apart: the {len(present)} {'/'.join(cfg.train.youcook2_excluded_subsets)} "
+              f"video(s) of {source} are not trained on", file=sys.stderr)
+    return kept, present
