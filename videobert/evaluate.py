@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from pipeline import storage, visual_words
+from pipeline import storage, threads, visual_words
 from pipeline.config import Config
 from pipeline.engine.lineage import Lineage
 from pipeline.engine.workdir import WorkDir
@@ -43,8 +43,7 @@ class Evaluator:
             checkpoints.local_files(WorkDir(work_dir)))
         if path is None:
             raise FileNotFoundError(f"no checkpoint in {WorkDir(work_dir).checkpoints}: run train first")
-        if cfg.train.num_threads:
-            torch.set_num_threads(cfg.train.num_threads)
+        threads.set_torch_threads(cfg.train.num_threads)
         self.cfg, self.path, self.work_dir = cfg, path, WorkDir(work_dir).root
         self.device = resolve_device(cfg.train.device)
         # its files against the sha256 recorded when it was written (an older checkpoint: a note)

@@ -42,7 +42,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader
 
 import schemas.codebook as codebook_format
-from pipeline import devices, storage, visual_words
+from pipeline import devices, storage, threads, visual_words
 from pipeline.config import Config, ConfigError
 from pipeline.engine.lineage import InputNotReady, Lineage, explain
 from pipeline.engine.workdir import WorkDir
@@ -91,8 +91,7 @@ def _start_runtime(device_name: str, num_threads: int = 0) -> tuple[Runtime, boo
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     rank, local_rank = int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0"))
     device = resolve_device(device_name, local_rank)
-    if num_threads:
-        torch.set_num_threads(num_threads)
+    threads.set_torch_threads(num_threads)   # 0: this rank's share of the task's CPUs (pipeline/threads.py)
     started = False
     if world_size > 1 and not dist.is_initialized():
         if device.type == "cuda":

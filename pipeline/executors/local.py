@@ -6,31 +6,33 @@ executor does."""
 from __future__ import annotations
 
 import multiprocessing
-import os
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Callable, Iterable
 
-from pipeline import registry
+from pipeline import registry, threads
 from pipeline.config import Config
 from pipeline.engine import runner
 from pipeline.progress import Progress
 
 
 def default_workers(cfg: Config) -> int:
-    return cfg.executor.workers or os.cpu_count() or 1
+    """executor.workers, or one per CPU the task was given (pipeline/threads.py), not per core of the machine."""
+    return cfg.executor.workers or threads.allocated_cpus()[0]
 
 
-def _ignore_interrupts() -> None:
-    """In a pool worker: Ctrl-C is the parent's to handle (it ends the workers, without their tracebacks)."""
+def _start_worker(workers: int) -> None:
+    """In a pool worker: Ctrl-C is the parent's to handle (it ends the workers, without their tracebacks);
+    the workers share the allocation's CPUs, so each one's default thread count is its share."""
     import signal
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    threads.share_among(workers)
 
 
 def _spawn_pool(workers: int) -> ProcessPoolExecutor:
     # spawn, not fork: torch, faiss and FFmpeg keep threads that a forked child must not inherit
     return ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
-                               initializer=_ignore_interrupts)
+                               initializer=_start_worker, initargs=(workers,))
 
 
 class LocalExecutor:
