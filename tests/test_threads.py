@@ -132,3 +132,26 @@ print(threads.allocated_cpus()[1] != "Ray num_cpus", ray.get(three), ray.get(qua
 """
     assert ray is not None
     assert _child(code) == ("True ((3, 'Ray num_cpus'), 3, 3) ((1, 'Ray num_cpus'), 1, 1) (2, 'Ray num_cpus')")
+
+
+def test_torchrun_ranks_of_a_training_run_share_the_task_cpus(tmp_path):
+    """The real trainer under torchrun with 2 ranks on a task given 2 CPUs: each rank trains on 1 thread, and
+    the run's log says so (how it was made)."""
+    import json
+
+    from pipeline.tokenizer import load_tokenizer
+    from videobert.synthetic import write_synthetic
+
+    write_synthetic(tmp_path, load_tokenizer(load_config(None, []).align.tokenizer), videos=4, videos_per_shard=2)
+    script = tmp_path / "run.py"
+    script.write_text("import sys\nfrom pipeline.config import load_config\nfrom videobert.train import train\n"
+                      "train(load_config(None, sys.argv[2:]), sys.argv[1], quiet=True)\n")
+    overrides = [f"train.{key}" for key in ("init_checkpoint=random:tiny", "batch_size=4", "max_steps=1",
+                                            "num_workers=0", "max_len=48", "log_every=1", "checkpoint_every=1")]
+    base = {k: v for k, v in os.environ.items() if k not in ALLOCATION_ENV}
+    subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(script),
+                    str(tmp_path), *overrides], check=True, env={**base, "OMP_NUM_THREADS": "2"}, timeout=600,
+                   capture_output=True)
+    header = json.loads((tmp_path / "train" / "log.jsonl").read_text().splitlines()[0])
+    assert header["world_size"] == 2
+    assert header["threads"] == "1 threads (2 CPUs from OMP_NUM_THREADS, shared by 2 processes)"

@@ -441,7 +441,8 @@ def _open_log(cfg: Config, work: WorkDir, runtime: Runtime, run: Run, start_step
     total_params, trainable_params = count_parameters(run.model)
     header = {"event": "resume" if resumed else "start", "step": start_step, "time": time.time(),
               "notes": run.notes, "parameters": total_params, "trainable_parameters": trainable_params,
-              "device": str(runtime.device), "shards": len(shards), **run.data_shape,
+              "device": str(runtime.device), "threads": threads.describe(cfg.train.num_threads),
+              "shards": len(shards), **run.data_shape,
               "config": json.loads(cfg.section_json("train")), **(extra or {})}
     work.train_log.parent.mkdir(parents=True, exist_ok=True)
     log_file = open(work.train_log, "a", buffering=1)
