@@ -45,7 +45,7 @@ class ShardsConfig:
 @dataclass
 class ExecutorConfig:
     kind: str = setting("local", choices=("local", "ray", "slurm"))
-    workers: int = count()              # local process pool size; 0 = number of CPUs
+    workers: int = count()              # local process pool size; 0 = the task's CPUs (pipeline/threads.py)
     ray_address: str | None = None      # None starts a local Ray instance; "auto" joins a running cluster
     max_retries: int = setting(2, ge=0, le=100)   # Ray: attempts after the first failure of a shard task
     max_failed_share: float = setting(0.5, **FRACTION)   # a stage whose share of failed videos is larger exits with 3
