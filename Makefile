@@ -13,7 +13,7 @@ RUN    := $(VENV)/bin/videobert
 .PHONY: install test demo youcook2 pipeline samples clean \
         manifest decode features kmeans quantize asr align validate summary card status train eval codebook-info \
         bench-decode bench-features bench-kmeans bench-asr bench-train bench-scale bench-lineage bench-gallery \
-        bench-learning
+        bench-learning bench-threads
 
 install: $(STAMP)
 
@@ -126,6 +126,8 @@ bench-learning: $(STAMP)
 	HF_HUB_OFFLINE=1 $(PY) benchmarks/bench_learning.py $(ARGS)
 bench-lineage: $(STAMP)
 	$(PY) benchmarks/bench_lineage.py $(ARGS)
+bench-threads: $(STAMP)
+	$(PY) benchmarks/bench_threads.py $(ARGS)
 bench-gallery: $(STAMP)
 	$(PY) benchmarks/bench_gallery.py $(ARGS)
 

@@ -45,7 +45,7 @@ class ShardsConfig:
 @dataclass
 class ExecutorConfig:
     kind: str = setting("local", choices=("local", "ray", "slurm"))
-    workers: int = count()              # local process pool size; 0 = number of CPUs
+    workers: int = count()              # local process pool size; 0 = the task's CPUs (pipeline/threads.py)
     ray_address: str | None = None      # None starts a local Ray instance; "auto" joins a running cluster
     max_retries: int = setting(2, ge=0, le=100)   # Ray: attempts after the first failure of a shard task
     max_failed_share: float = setting(0.5, **FRACTION)   # a stage whose share of failed videos is larger exits with 3
@@ -122,7 +122,7 @@ class FeaturesConfig:
     batch_size: int = setting(0, ge=0, le=1024)   # clips per forward pass; 0 = 8 on a CPU, 128 on a GPU
     # processes decoding clips; 0 = in the main one; null = 1 on a CPU, every core but one feeding a GPU
     decode_workers: int | None = count(None)
-    num_threads: int = count()          # torch intra-op threads; 0 = torch's default
+    num_threads: int = count()          # torch intra-op threads; 0 = the task's CPUs (pipeline/threads.py)
 
 
 @dataclass
@@ -137,7 +137,7 @@ class KmeansConfig:
     niter: int = setting(20, gt=0, le=1000)   # k-means iterations per node (faiss's default is 25)
     nredo: int = setting(1, gt=0, le=100)     # k-means restarts per node, the best one is kept
     seed: int = setting(0, **SEED)
-    workers: int = count()              # processes fitting subtrees; 0 = number of CPUs
+    workers: int = count()              # processes fitting subtrees; 0 = the task's CPUs
 
 
 @dataclass
@@ -168,7 +168,7 @@ class AsrConfig:
     vad: bool = True                    # voice-activity filter: silence and music give no sentences
     max_sentence_s: float = setting(20.0, gt=0, le=600)   # longer sentences are split at their longest pause
     pause_split_s: float = setting(1.0, gt=0, le=60)   # unpunctuated transcripts: a pause this long ends a sentence
-    num_threads: int = count()          # CPU threads for the backend; 0 = its default
+    num_threads: int = count()          # CPU threads for the backend; 0 = the task's CPUs (pipeline/threads.py)
     # an imported transcript larger than this (16 MiB; captions of 15 minutes are tens of KB) is an error
     # row, and no read goes past it: a runaway file cannot exhaust memory
     max_transcript_bytes: int = setting(16 * 1024 * 1024, ge=1, le=2**30)
@@ -242,7 +242,7 @@ class TrainConfig:
     device: str = setting("auto", rule=rules.device_of_model)   # auto | cpu | cuda | cuda:N
     # auto (bf16 autocast on GPU, float32 on CPU) | float32 | bfloat16
     precision: str = setting("auto", choices=("auto", "float32", "bfloat16"))
-    num_threads: int = count()          # torch intra-op threads (train, eval); 0 = default
+    num_threads: int = count()          # torch intra-op threads (train, eval); 0 = the task's CPUs per rank
     seed: int = setting(0, **SEED)
     # train on the align segments of this many videos only (0 = all), drawn by subset_seed from the videos
     # of the align shards (a seeded permutation: the first N of the same seed, so smaller subsets are
@@ -329,7 +329,7 @@ class CaptionConfig:
     max_words: int = setting(20, gt=0)  # captions are cut there for training; decoding stops there
     min_word_count: int = setting(1, gt=0)   # rarer training-caption words become <unk>
     seed: int = setting(0, **SEED)
-    num_threads: int = count()          # torch threads; 0 = train.num_threads / default
+    num_threads: int = count()          # torch threads; 0 = train.num_threads / the task's CPUs
     # >= 2 with a cv_grid: each row's hyper-parameters chosen by cv_folds-fold cross-validation on the
     # training segments (folds of whole videos), by cv_metric; 0 = the values above (the paper: 5 folds)
     cv_folds: int = setting(0, rule=rules.folds)

@@ -23,7 +23,7 @@ from typing import Callable, Protocol
 
 import numpy as np
 
-from pipeline import devices, models
+from pipeline import devices, models, threads
 from pipeline.config import AsrConfig
 from pipeline.media.audio import SAMPLE_RATE
 from speech.transcripts import SegmentSignals, Word
@@ -139,7 +139,8 @@ class FasterWhisperBackend:
             "float16" if self.device == "cuda" else "int8")
         self.cfg = cfg
         self.model = faster_whisper.WhisperModel(resolved.location, device=self.device,
-                                                 compute_type=self.compute_type, cpu_threads=cfg.num_threads)
+                                                 compute_type=self.compute_type,
+                                                 cpu_threads=threads.threads(cfg.num_threads))
         self.multilingual = bool(self.model.model.is_multilingual)
         self.batched = faster_whisper.BatchedInferencePipeline(self.model) if cfg.batch_size else None
         self.source, self.metadata = _describe(
@@ -196,15 +197,13 @@ class OpenAIWhisperBackend:
     voice-activity filter, so the stage runs the same Silero VAD faster-whisper uses and maps times back."""
 
     def __init__(self, cfg: AsrConfig):
-        import torch
         import whisper
         resolved = models.resolve(cfg.model)
         self.device = devices.resolve_name(cfg.device)
         self.fp16 = cfg.compute_type == "float16" or (cfg.compute_type == "auto" and self.device == "cuda")
         if self.fp16 and self.device == "cpu":
             raise ValueError("asr.compute_type float16 needs asr.device cuda with the whisper backend")
-        if cfg.num_threads:
-            torch.set_num_threads(cfg.num_threads)
+        threads.set_torch_threads(cfg.num_threads)
         location = Path(resolved.location)
         if location.is_dir() and (location / "model.bin").exists():
             self.model = ctranslate2_to_openai_whisper(location).to(self.device)

@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 import schemas.codebook as codebook_format
-from pipeline import storage, visual_words
+from pipeline import storage, threads, visual_words
 from pipeline.config import Config, KmeansConfig
 from pipeline.engine import lineage
 from pipeline.engine.workdir import WorkDir
@@ -191,8 +191,9 @@ def size_warning(clips: int, depth: int, k: int, empty_leaves: int | None = None
 
 def threads_per_task(workers: int | None, k: int) -> int:
     """Threads for each node fit in a local pool of `workers` processes: the cores shared among the
-    processes instead of oversubscribed (at most k subtrees run at once); 0 (faiss's default) elsewhere."""
-    return max(1, (os.cpu_count() or 1) // min(workers, k)) if workers else 0
+    processes instead of oversubscribed (at most k subtrees run at once); 0 elsewhere: a Ray task's own
+    share (pipeline/threads.py)."""
+    return max(1, threads.allocated_cpus()[0] // min(workers, k)) if workers else 0
 
 
 def node_seed(seed: int, level: int, row: int) -> int:
@@ -261,9 +262,8 @@ def split_node(sample: np.ndarray, members: np.ndarray, level: int, row: int, kc
 def fit_subtree(task: dict) -> dict:
     """Fit levels 2..depth below one level-1 node: an `executor.map` task (top level, picklable).
     `task`: sample_path, sample_size, row (the level-1 row), members, centroid, kcfg, threads."""
-    if task["threads"]:
-        import faiss
-        faiss.omp_set_num_threads(task["threads"])
+    import faiss
+    faiss.omp_set_num_threads(task["threads"] or threads.threads())
     kcfg: KmeansConfig = task["kcfg"]
     k, root = kcfg.k, task["row"]
     sample = np.load(task["sample_path"], mmap_mode="r")[:task["sample_size"]]
@@ -306,7 +306,13 @@ def fit_tree(sample_path: Path, kcfg: KmeansConfig, map_fn=map, *, sample_size: 
                          f"got {sample_size}: run the features stage on more videos or lower kmeans.k")
     members = np.arange(sample_size, dtype=np.int64)
     root_centroid = np.zeros(sample.shape[1], dtype=np.float32)   # unused: the root always has >= k members
-    centroids, nearest, squared = split_node(sample, members, 0, 0, kcfg, root_centroid)
+    import faiss
+    previous = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(threads.threads())   # the task's CPUs, not faiss's one per core of the machine
+    try:
+        centroids, nearest, squared = split_node(sample, members, 0, 0, kcfg, root_centroid)
+    finally:
+        faiss.omp_set_num_threads(previous)
     fit = TreeFit(centroids=[centroids], counts=[np.bincount(nearest, minlength=kcfg.k).astype(np.int64)],
                   inertia=[float(squared.sum())])
     if kcfg.depth == 1:

@@ -170,3 +170,18 @@ def test_the_ray_executor_names_no_stage():
     assert not re.search(r"stage *(==|!=|in) ", source)
     assert [name for name in registry.NAMES if re.search(rf"[\"']{name}[\"']", source)] == ["kmeans"]
     assert "feature" not in source.lower().replace("ray_feature_models", "") and "s3d" not in source.lower()
+
+
+def test_a_task_no_node_can_hold_is_named_before_it_is_submitted():
+    from pipeline.executors.ray import infeasible
+    nodes = [{"Alive": True, "Resources": {"CPU": 3.0, "memory": 16 * 2**30}},
+             {"Alive": True, "Resources": {"CPU": 1.0, "GPU": 1.0, "memory": 2**30}},
+             {"Alive": False, "Resources": {"CPU": 64.0, "GPU": 8.0}}]          # a dead node holds nothing
+    assert infeasible("asr", {"num_cpus": 1, "num_gpus": 1}, nodes) is None
+    assert infeasible("asr", {"num_cpus": 3, "num_gpus": 0}, nodes) is None
+    assert infeasible("asr", {"num_cpus": 16, "num_gpus": 0}, nodes) == (
+        "executor.ray_resources.asr asks for 16 CPU(s) per task, but no node of the Ray cluster has that (its 2 "
+        "node(s) have at most 3 CPUs, 1 GPUs, 16.0 GB of memory): lower it, or add such a node")
+    # each alone fits a node, together none: both named
+    assert "asks for 2 CPU(s), 1 GPU(s) per task" in infeasible("asr", {"num_cpus": 2, "num_gpus": 1}, nodes)
+    assert "asks for 1024 GB of memory per task" in infeasible("asr", {"num_cpus": 1, "memory": 2**40}, nodes)

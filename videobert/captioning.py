@@ -39,7 +39,7 @@ import pyarrow as pa
 import torch
 from torch import nn
 
-from pipeline import storage
+from pipeline import storage, threads
 from pipeline.config import Config
 from pipeline.engine.workdir import WorkDir
 from pipeline.progress import Progress
@@ -265,8 +265,7 @@ def run_captioning(cfg: Config, work_dir: Path, checkpoint: str | Path | None = 
     c = cfg.caption
     work_dir = WorkDir(work_dir).root
     ev = Evaluator(cfg, work_dir, checkpoint)
-    if c.num_threads:
-        torch.set_num_threads(c.num_threads)
+    threads.set_torch_threads(c.num_threads or cfg.train.num_threads)
     wanted = [*c.train_subsets, *[s for s in c.test_subsets if s not in c.train_subsets]]
     segments = list(youcook2.annotated_segments(cfg, work_dir, ev.layout, ev.info.get("codebook_sha256"),
                                                 subsets=wanted))

@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from pipeline import storage, visual_words
+from pipeline import storage, threads, visual_words
 from pipeline.config import Config
 from pipeline.engine.lineage import Lineage
 from pipeline.engine.workdir import WorkDir
@@ -39,8 +39,7 @@ class Evaluator:
     """A trained model in eval mode with its tokenizer, and batched forward passes."""
 
     def __init__(self, cfg: Config, work_dir: Path, checkpoint: str | Path | None):
-        if cfg.train.num_threads:
-            torch.set_num_threads(cfg.train.num_threads)
+        threads.set_torch_threads(cfg.train.num_threads)
         self.cfg, self.work_dir = cfg, WorkDir(work_dir).root
         self.device = resolve_device(cfg.train.device)
         # its files against the sha256 recorded when it was written (an older checkpoint: a note), held

@@ -42,7 +42,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader
 
 import schemas.codebook as codebook_format
-from pipeline import devices, storage, visual_words
+from pipeline import devices, storage, threads, visual_words
 from pipeline.config import Config, ConfigError
 from pipeline.engine.lineage import InputNotReady, Lineage, explain, relative
 from pipeline.engine.workdir import WorkDir
@@ -95,8 +95,7 @@ def _start_runtime(device_name: str, num_threads: int = 0) -> tuple[Runtime, boo
     if rank >= world_size:
         raise ConfigError(f"environment error: RANK={rank} must be below WORLD_SIZE={world_size}")
     device = resolve_device(device_name, local_rank)
-    if num_threads:
-        torch.set_num_threads(num_threads)
+    threads.set_torch_threads(num_threads)   # 0: this rank's share of the task's CPUs (pipeline/threads.py)
     started = False
     if world_size > 1 and not dist.is_initialized():
         if device.type == "cuda":
@@ -453,7 +452,8 @@ def _open_log(cfg: Config, work: WorkDir, runtime: Runtime, run: Run, start_step
     total_params, trainable_params = count_parameters(run.model)
     header = {"event": "resume" if resumed else "start", "step": start_step, "time": time.time(),
               "notes": run.notes, "parameters": total_params, "trainable_parameters": trainable_params,
-              "device": str(runtime.device), "shards": len(shards), **run.data_shape,
+              "device": str(runtime.device), "threads": threads.describe(cfg.train.num_threads),
+              "shards": len(shards), **run.data_shape,
               "config": json.loads(cfg.section_json("train")), **(extra or {})}
     work.train_log.parent.mkdir(parents=True, exist_ok=True)
     log_file = open(work.train_log, "a", buffering=1)

@@ -11,14 +11,15 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Callable, Iterable
 
-from pipeline import registry
+from pipeline import registry, threads
 from pipeline.config import Config
 from pipeline.engine import runner
 from pipeline.progress import Progress
 
 
 def default_workers(cfg: Config) -> int:
-    return cfg.executor.workers or os.cpu_count() or 1
+    """executor.workers, or one per CPU the task was given (pipeline/threads.py), not per core of the machine."""
+    return cfg.executor.workers or threads.allocated_cpus()[0]
 
 
 def die_with_parent(parent_pid: int) -> None:
@@ -44,18 +45,20 @@ def die_with_parent(parent_pid: int) -> None:
     threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
-def _worker_start(parent_pid: int) -> None:
+def _worker_start(parent_pid: int, workers: int) -> None:
     """In a pool worker: Ctrl-C is the parent's to handle (it ends the workers, without their tracebacks),
-    and the worker ends with its parent."""
+    the worker ends with its parent, and the workers share the allocation's CPUs, so each one's default
+    thread count is its share."""
     import signal
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     die_with_parent(parent_pid)
+    threads.share_among(workers)
 
 
 def _spawn_pool(workers: int) -> ProcessPoolExecutor:
     # spawn, not fork: torch, faiss and FFmpeg keep threads that a forked child must not inherit
     return ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
-                               initializer=_worker_start, initargs=(os.getpid(),))
+                               initializer=_worker_start, initargs=(os.getpid(), workers))
 
 
 class LocalExecutor:

@@ -4,7 +4,9 @@ Every shard task runs `runner.run_one_shard`, the code the local executor runs, 
 byte-identical to a local run and just as atomic and idempotent. The work dir must be a folder that every
 node sees at the same path (NFS, Lustre, a mounted bucket), and every node needs this package installed.
 
-- Resources per task come from `executor.ray_resources` (per stage: num_cpus, num_gpus, memory_gb).
+- Resources per task come from `executor.ray_resources` (per stage: num_cpus, num_gpus, memory_gb); a task's
+  default thread counts are its num_cpus (pipeline/threads.py). A stage asking for more than any node of the
+  cluster has fails before its first task, naming the setting (Ray itself would wait for such a node forever).
 - A failed task is retried `executor.max_retries` times, whether it raised or its worker died. Each
   attempt's log lines and traceback are appended to DIR/_state/logs/<stage>/part-NNNNN.log; a shard that keeps
   failing comes back as {"failed": True, "error", "traceback" (the log's tail)} and the finished shards
@@ -36,11 +38,12 @@ from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 
 import numpy as np
 
-from pipeline import registry, storage
+from pipeline import registry, storage, threads
 from pipeline.config import Config
 from pipeline.engine import runner
 from pipeline.engine.lineage import CorruptFile, InputNotReady, Lineage
 from pipeline.engine.workdir import WorkDir
+from pipeline.preflight import PreflightError
 from pipeline.progress import Progress
 
 if TYPE_CHECKING:
@@ -64,6 +67,24 @@ def task_options(cfg: Config, role: str) -> dict:
     return options
 
 
+def infeasible(role: str, options: dict, nodes: list[dict]) -> str | None:
+    """Why no alive node among `nodes` (ray.nodes()) can run a task of `role` with these Ray options; None
+    when one can. Nodes an autoscaler has not started yet are not among them."""
+    wanted = {"CPU": options.get("num_cpus", 0), "GPU": options.get("num_gpus", 0), "memory": options.get("memory", 0)}
+    alive = [node.get("Resources", {}) for node in nodes if node.get("Alive")]
+    if any(all(resources.get(key, 0) >= value for key, value in wanted.items() if value) for resources in alive):
+        return None
+    # named: what no node has enough of; all of it where each alone fits some node, but not together
+    short = {key: value for key, value in wanted.items()
+             if value and not any(resources.get(key, 0) >= value for resources in alive)}
+    asked = ", ".join(f"{value / 2**30:g} GB of memory" if key == "memory" else f"{value:g} {key}(s)"
+                      for key, value in (short or {k: v for k, v in wanted.items() if v}).items())
+    most = {key: max((resources.get(key, 0) for resources in alive), default=0) for key in wanted}
+    return (f"executor.ray_resources.{role} asks for {asked} per task, but no node of the Ray cluster has that "
+            f"(its {len(alive)} node(s) have at most {most['CPU']:g} CPUs, {most['GPU']:g} GPUs, "
+            f"{most['memory'] / 2**30:.1f} GB of memory): lower it, or add such a node")
+
+
 def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
     try:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
@@ -85,7 +106,9 @@ def _run_shard_task(cfg: Config, work_dir: Path, stage: str, shard_index: int, f
     root.addHandler(handler)
     root.setLevel(logging.INFO)
     try:
-        log.info("%s part %d%s%s (pid %d)", stage, shard_index, ATTEMPT_STARTED, socket.gethostname(), os.getpid())
+        import ray
+        log.info("%s part %d%s%s (Ray node %s, pid %d, %s)", stage, shard_index, ATTEMPT_STARTED, socket.gethostname(),
+                 ray.get_runtime_context().get_node_id(), os.getpid(), threads.describe())
         compute = partial(split_with_actors, split=split, actors=actors, info=encoder_info) if actors else None
         stats = runner.run_one_shard(cfg, work_dir, stage, shard_index, force=force, quiet=True, compute=compute)
         log.info("%s part %d: done (%s)", stage, shard_index, "already current" if stats.get("skipped") else
@@ -222,6 +245,14 @@ class RayExecutor:
         return (f"ray: {len(self._ray.nodes())} node(s), {resources.get('CPU', 0):g} CPUs, "
                 f"{resources.get('GPU', 0):g} GPUs")
 
+    def require_feasible(self, *roles_options: tuple[str, dict]) -> None:
+        """Stop before the first task when a role asks for what no node has (PreflightError, one line)."""
+        nodes = self._ray.nodes()
+        for role, options in roles_options:
+            problem = infeasible(role, options, nodes)
+            if problem:
+                raise PreflightError(problem)
+
     def _encoder_actors(self, split: Split | None) -> list:
         """The encoder actors of a split stage that asks for them (none otherwise)."""
         count = split.actors(self.cfg) if split is not None else 0
@@ -253,6 +284,10 @@ class RayExecutor:
         pending = [s for s in shards if force or not states[s].current]
         spec = registry.stage(stage)   # looked up once: tasks and actors are handed its split
         split = spec.function("split") if spec.split else None
+        if pending:
+            uses_actors = split is not None and split.actors(cfg) > 0
+            self.require_feasible(*([(role, task_options(cfg, role)) for role in split.roles] if uses_actors
+                                    else [(stage, task_options(cfg, stage))]))
         actors = self._encoder_actors(split) if pending else []
         encoder_info = ray.get(actors[0].describe.remote()) if actors else None   # asked once, not per shard
         if actors:
@@ -298,6 +333,7 @@ class RayExecutor:
         retried like shards); a part that keeps failing raises, naming it. `fn` may be any picklable
         callable (a function, a functools.partial), as for the local executor's process pool."""
         ray, cfg = self._ray, self.cfg
+        self.require_feasible(("kmeans", task_options(cfg, "kmeans")))
         remote = ray.remote(_apply).options(max_retries=cfg.executor.max_retries, retry_exceptions=True,
                                             **task_options(cfg, "kmeans"))
         shared_fn = ray.put(fn)

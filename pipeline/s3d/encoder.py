@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from pipeline import devices
+from pipeline import devices, threads
 from pipeline.config import Config
 from pipeline.engine.split import Encoder
 from pipeline.s3d.model import clip_embedding, load_s3d, normalise
@@ -95,8 +95,7 @@ _ENCODERS: dict[str, S3DEncoder] = {}
 
 def encoder_for(cfg: Config) -> S3DEncoder:
     """One model per process and config: a worker that runs many shards loads the weights once."""
-    if cfg.features.num_threads:
-        torch.set_num_threads(cfg.features.num_threads)
+    threads.set_torch_threads(cfg.features.num_threads)
     key = f"{cfg.seed}:{cfg.features.weights}:{cfg.features.precision}:{resolve_device(cfg)}"
     if key not in _ENCODERS:
         _ENCODERS.clear()
