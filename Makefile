@@ -2,7 +2,9 @@
 PYTHON_SYSTEM ?= python3.11
 VENV   := .venv
 PY     := $(VENV)/bin/python
-CONFIG ?= configs/default.yaml
+# empty: a command uses the config its work dir remembers (the built-in defaults for a new one)
+CONFIG ?=
+CONFIG_ARG = $(if $(CONFIG),--config $(CONFIG))
 WORK   ?= work
 INPUT  ?= samples
 ARGS   ?=
@@ -26,6 +28,8 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m pip install --quiet "setuptools>=68,<81" wheel
 	$(PY) -m pip install --quiet --no-build-isolation -c constraints.txt openai-whisper
 	$(PY) -m pip install --quiet -c constraints.txt -e ".[dev,ray,whisper]"
+	# the top-level package names (pipeline, stages, ...) are generic: no other installed distribution may own one
+	$(PY) -m pipeline.packaging
 	touch $(STAMP)
 
 # in parallel, one worker per CPU (tests/conftest.py); ARGS="-n 0" runs them in this one process
@@ -76,29 +80,23 @@ youcook2: $(STAMP)
 	$(RUN) export --work-dir $(YC2_WORK) $(YC2_WORK)/export
 	HF_HUB_OFFLINE=1 $(RUN) eval captioning $(YC2_RUN) $(YC2_EVAL) $(ARGS)
 
-# manifest -> features -> kmeans -> quantize -> asr -> align -> validate, then the summary and the dataset
-# card (WORK/README.md, WORK/dataset.json). The features pass reads each video once and also writes the
-# decode stage's outputs (clip index, thumbnails, videos).
+# `videobert run`: manifest -> features -> kmeans -> quantize -> asr -> align -> validate -> summary (the
+# summary and the dataset card, WORK/README.md and WORK/dataset.json), each stage skipping what is current.
+# The features pass reads each video once and also writes the decode stage's outputs. make's own exit status
+# is 2 on any failure; the command's is in make's "Error N" line (run `videobert run` for it as the status).
 pipeline: $(STAMP)
-	$(RUN) manifest --config $(CONFIG) --work-dir $(WORK) --input $(INPUT) $(ARGS)
-	$(RUN) features --config $(CONFIG) --work-dir $(WORK) $(ARGS)
-	$(RUN) kmeans   --config $(CONFIG) --work-dir $(WORK) $(ARGS)
-	$(RUN) quantize --config $(CONFIG) --work-dir $(WORK) $(ARGS)
-	$(RUN) asr      --config $(CONFIG) --work-dir $(WORK) $(ARGS)
-	$(RUN) align    --config $(CONFIG) --work-dir $(WORK) $(ARGS)
-	$(RUN) validate --work-dir $(WORK)
-	$(RUN) summary  --config $(CONFIG) --work-dir $(WORK)
+	$(RUN) run $(CONFIG_ARG) --work-dir $(WORK) --input $(INPUT) $(ARGS)
 
 manifest: $(STAMP)
-	$(RUN) manifest --config $(CONFIG) --work-dir $(WORK) --input $(INPUT) $(ARGS)
+	$(RUN) manifest $(CONFIG_ARG) --work-dir $(WORK) --input $(INPUT) $(ARGS)
 decode features kmeans quantize asr align train: $(STAMP)
-	$(RUN) $@ --config $(CONFIG) --work-dir $(WORK) $(ARGS)
+	$(RUN) $@ $(CONFIG_ARG) --work-dir $(WORK) $(ARGS)
 eval: $(STAMP)
-	$(RUN) eval zero-shot --config $(CONFIG) --work-dir $(WORK) $(ARGS)
+	$(RUN) eval zero-shot $(CONFIG_ARG) --work-dir $(WORK) $(ARGS)
 validate: $(STAMP)
 	$(RUN) validate --work-dir $(WORK)
 summary codebook-info: $(STAMP)
-	$(RUN) $@ --config $(CONFIG) --work-dir $(WORK)
+	$(RUN) $@ $(CONFIG_ARG) --work-dir $(WORK)
 # the dataset card (summary writes it too); where the run stands
 card status: $(STAMP)
 	$(RUN) $@ --work-dir $(WORK)
