@@ -8,6 +8,7 @@ CONFIG_ARG = $(if $(CONFIG),--config $(CONFIG))
 WORK   ?= work
 INPUT  ?= samples
 ARGS   ?=
+TORCH_INDEX ?=
 STAMP  := $(VENV)/.installed
 # the console command `make install` puts in .venv (the same as $(PY) -m pipeline)
 RUN    := $(VENV)/bin/videobert
@@ -23,6 +24,8 @@ $(STAMP): pyproject.toml constraints.txt
 	@command -v $(PYTHON_SYSTEM) >/dev/null || { echo "needs $(PYTHON_SYSTEM)"; exit 1; }
 	test -x $(PY) || $(PYTHON_SYSTEM) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
+	# TORCH_INDEX=https://download.pytorch.org/whl/cpu: PyTorch's CPU builds of the pinned pair (no CUDA libraries)
+	$(if $(TORCH_INDEX),$(PY) -m pip install --quiet torch==2.14.1 torchvision==0.29.1 --index-url $(TORCH_INDEX))
 	# openai-whisper ships only a source archive whose setup.py needs pkg_resources, which setuptools 81 and
 	# later no longer have: it is built here with an older setuptools instead of pip's latest
 	$(PY) -m pip install --quiet "setuptools>=68,<81" wheel

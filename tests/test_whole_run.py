@@ -222,3 +222,26 @@ def test_the_make_targets_pass_config_only_when_config_is_given():
 def test_the_remembered_config_file_is_json(whole_run):
     record = json.loads(WorkDir(whole_run[0]).remembered_config.read_text())
     assert record["config"]["kmeans"]["k"] == 2
+
+
+# ---------------------------------------------------------------- status and summary after the run
+
+def test_status_shows_kmeans_stale_after_a_features_part_was_corrupted(tmp_path, whole_run):
+    from reports.status import status_text
+    work = tmp_path / "work"
+    shutil.copytree(whole_run[0], work)
+    assert "kmeans" in status_text(work) and " current  codebook" in status_text(work)
+    part = WorkDir(work).part("features", 1)
+    part.write_bytes(part.read_bytes()[:-100])   # cut short
+    kmeans_line = next(line for line in status_text(work).splitlines() if line.startswith("kmeans"))
+    assert kmeans_line.split()[1] == "stale"
+    assert "features part 00001 is corrupt: run the features stage, then kmeans" in kmeans_line
+
+
+def test_the_summary_counts_the_features_pass_once_not_under_decode_too(whole_run):
+    summary = json.loads((whole_run[0] / "summary.json").read_text())
+    assert summary["stages"]["decode"]["made_in"] == "features"
+    assert summary["stages"]["decode"]["seconds"] == 0.0 and summary["stages"]["features"]["seconds"] > 0
+    from reports import summary as summary_module
+    line = next(line for line in summary_module.render(summary).splitlines() if line.strip().startswith("decode"))
+    assert line.rstrip().endswith("in features")
