@@ -481,6 +481,10 @@ def _command_config(args):
     cfg, notes = remembered.resolve(args, writes=args.command in WRITING_COMMANDS)
     args.config_differs = any(note.startswith(remembered.DIFFERS) for note in notes)
     for note in notes:
+        if _run_notes is not None:   # inside `run`: each note once, not once per stage
+            if note in _run_notes:
+                continue
+            _run_notes.add(note)
         if not (args.quiet and note.startswith("config: this work dir's")):
             print(note, file=sys.stderr)
     return cfg
@@ -724,6 +728,7 @@ RUN_STAGES = ("manifest", "features", "kmeans", "quantize", "asr", "align")
 # the stages whose preflight `doctor` checks (and `run` before its first stage)
 CHECKED_STAGES = ("features", "asr", "align", "train")
 _outcomes: dict[str, str] = {}   # command -> what it did, one phrase (set by the stage commands for `run`)
+_run_notes: set[str] | None = None   # while `run` runs its stages: the config notes already printed
 
 
 def _add_whole_run_commands(commands) -> None:
@@ -771,7 +776,6 @@ def run_pipeline(args, cfg) -> int:
     after one preflight of every stage that has work to do; a table of what each did at the end."""
     from pipeline import remembered
     started = time.time()
-    shown = _program_name()
     cfg, _ = remembered.resolve(args, writes=True)   # the config the stages will resolve, as they will
     problems = _doctor_problems(cfg, args.work_dir, args.input, stages=("features", "asr", "align"))
     if problems:
@@ -782,6 +786,18 @@ def run_pipeline(args, cfg) -> int:
         return EXIT_USAGE
     steps = [*RUN_STAGES, "validate", "summary"]
     done: list[tuple[str, int, float, str]] = []
+    global _run_notes
+    _run_notes = set()
+    try:
+        code = _run_steps(args, steps, done)
+    finally:
+        _run_notes = None
+    _print_run_table(args, steps, done, code, time.time() - started)
+    return code
+
+
+def _run_steps(args, steps: list[str], done: list) -> int:
+    """The steps one by one, each as its own command, until one fails: its exit code (0 when none did)."""
     code = EXIT_OK
     for number, stage in enumerate(steps, 1):
         if not args.quiet:
@@ -795,19 +811,23 @@ def run_pipeline(args, cfg) -> int:
         done.append((stage, code, time.time() - stage_started, _outcomes.get(stage, "")))
         if code != EXIT_OK:
             break
+    return code
+
+
+def _print_run_table(args, steps: list[str], done: list, code: int, seconds: float) -> None:
+    shown = _program_name()
     width = max(len(stage) for stage in steps)
     verdict = "done" if code == EXIT_OK else f"stopped at {done[-1][0]} (exit {code})"
-    print(f"run: {verdict} in {time.time() - started:.1f}s, work dir {args.work_dir}", file=sys.stderr)
-    for stage, stage_code, seconds, outcome in done:
+    print(f"run: {verdict} in {seconds:.1f}s, work dir {args.work_dir}", file=sys.stderr)
+    for stage, stage_code, stage_seconds, outcome in done:
         status = outcome or ("ok" if stage_code == EXIT_OK else f"exit {stage_code}")
-        print(f"  {stage:<{width}} {seconds:7.1f}s  {status}", file=sys.stderr)
+        print(f"  {stage:<{width}} {stage_seconds:7.1f}s  {status}", file=sys.stderr)
     if code == EXIT_OK:
         print(f"next: {shown} train --work-dir {args.work_dir} --resume, then {shown} report --work-dir "
               f"{args.work_dir}", file=sys.stderr)
     elif code != EXIT_USAGE:
         print(f"  what failed: {shown} errors --work-dir {args.work_dir}; rerun the same command to go on "
               f"(finished shards are kept)", file=sys.stderr)
-    return code
 
 
 def _doctor_problems(cfg, work_dir, input_path=None, stages=CHECKED_STAGES) -> list[str]:

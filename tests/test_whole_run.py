@@ -98,6 +98,7 @@ def test_a_rerun_starts_no_pool_and_says_every_stage_is_current(whole_run, video
         assert rows[stage].endswith("0 shard(s) run, 2 already current"), rows[stage]
     assert rows["kmeans"].endswith("the codebook is current")
     assert "run: [2/8] features" in err
+    assert err.count("config: this work dir's") == 1   # said once, not once per stage
     assert _parquet_digests(work) == before
 
 
