@@ -221,13 +221,13 @@ def _print_stage_summary(stage: str, results: list[dict], elapsed: float) -> Non
         details = ", ".join(str(r[key]) for key in ("failure_record", "log") if r.get(key))
         print(f"  {stage} part {r['shard']:05d} FAILED: {r['error']} (details: {details or '-'})", file=sys.stderr)
     groups = _blocked_groups(blocked)
-    for reason, parts in groups[:SHOWN_PROBLEMS]:
+    for first, parts in groups[:SHOWN_PROBLEMS]:
         if len(parts) == 1:
-            print(f"  {stage} part {parts[0]:05d} could not run: {reason.replace('part N', f'part {parts[0]:05d}')}",
-                  file=sys.stderr)
+            print(f"  {stage} part {parts[0]:05d} could not run: {first}", file=sys.stderr)
         else:
             listed = ", ".join(f"{part:05d}" for part in parts[:SHOWN_PROBLEMS]) + (" ..." if len(parts) > SHOWN_PROBLEMS else "")
-            print(f"  {stage}: {len(parts)} parts could not run ({listed}): {reason}", file=sys.stderr)
+            print(f"  {stage}: {len(parts)} parts could not run ({listed}), for the same reason as the first: "
+                  f"{first}", file=sys.stderr)
     hidden = max(len(redone) - SHOWN_PROBLEMS, 0) + max(len(failed) - SHOWN_PROBLEMS, 0) + \
         sum(len(parts) for _, parts in groups[SHOWN_PROBLEMS:])
     if hidden:
@@ -235,13 +235,14 @@ def _print_stage_summary(stage: str, results: list[dict], elapsed: float) -> Non
 
 
 def _blocked_groups(blocked: list[dict]) -> list[tuple[str, list[int]]]:
-    """Shards that could not run for the same reason (their part numbers aside) as one entry: (the reason
-    with `part N` for the part numbers, the shards), the largest group first."""
+    """Shards that could not run for the same reason (their part numbers aside) as one entry: (the first
+    one's message, the shards), the largest group first."""
     import re
-    groups: dict[str, list[int]] = {}
+    groups: dict[str, tuple[str, list[int]]] = {}
     for r in blocked:
-        groups.setdefault(re.sub(r"\bpart \d{5}\b", "part N", str(r["error"])), []).append(r["shard"])
-    return sorted(groups.items(), key=lambda item: -len(item[1]))
+        reason = re.sub(r"\bpart \d{5}\b", "part N", str(r["error"]))
+        groups.setdefault(reason, (str(r["error"]), []))[1].append(r["shard"])
+    return sorted(groups.values(), key=lambda group: -len(group[1]))
 
 
 def run_stage(args, cfg) -> int:

@@ -56,8 +56,9 @@ def test_a_stage_run_out_of_order_says_so_in_one_line_not_one_per_shard(listed, 
     lines = [line for line in err.splitlines() if not line.startswith("config:")]
     assert lines == ["align: 0 shard(s) run, 0 already current, 0 failed, 8 could not run; 0 videos, 0 clips in "
                      + lines[0].split(" clips in ")[1],
-                     "  align: 8 parts could not run (00000, 00001, 00002, 00003, 00004 ...): align part N needs "
-                     "quantize part N, which is missing: run the quantize stage first"]
+                     "  align: 8 parts could not run (00000, 00001, 00002, 00003, 00004 ...), for the same reason as "
+                     "the first: align part 00000 needs quantize part 00000, which is missing: run the quantize "
+                     "stage first"]
 
 
 @pytest.mark.parametrize("argv0, name", [("/x/.venv/bin/videobert", "videobert"),
