@@ -2,10 +2,13 @@
 PYTHON_SYSTEM ?= python3.11
 VENV   := .venv
 PY     := $(VENV)/bin/python
-CONFIG ?= configs/default.yaml
+# empty: a command uses the config its work dir remembers (the built-in defaults for a new one)
+CONFIG ?=
+CONFIG_ARG = $(if $(CONFIG),--config $(CONFIG))
 WORK   ?= work
 INPUT  ?= samples
 ARGS   ?=
+TORCH_INDEX ?=
 STAMP  := $(VENV)/.installed
 # the console command `make install` puts in .venv (the same as $(PY) -m pipeline)
 RUN    := $(VENV)/bin/videobert
@@ -21,11 +24,15 @@ $(STAMP): pyproject.toml constraints.txt
 	@command -v $(PYTHON_SYSTEM) >/dev/null || { echo "needs $(PYTHON_SYSTEM)"; exit 1; }
 	test -x $(PY) || $(PYTHON_SYSTEM) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
+	# TORCH_INDEX=https://download.pytorch.org/whl/cpu: PyTorch's CPU builds of the pinned pair (no CUDA libraries)
+	$(if $(TORCH_INDEX),$(PY) -m pip install --quiet torch==2.14.1 torchvision==0.29.1 --index-url $(TORCH_INDEX))
 	# openai-whisper ships only a source archive whose setup.py needs pkg_resources, which setuptools 81 and
 	# later no longer have: it is built here with an older setuptools instead of pip's latest
 	$(PY) -m pip install --quiet "setuptools>=68,<81" wheel
 	$(PY) -m pip install --quiet --no-build-isolation -c constraints.txt openai-whisper
 	$(PY) -m pip install --quiet -c constraints.txt -e ".[dev,ray,whisper]"
+	# the top-level package names (pipeline, stages, ...) are generic: no other installed distribution may own one
+	$(PY) -m pipeline.packaging
 	touch $(STAMP)
 
 # in parallel, one worker per CPU (tests/conftest.py); ARGS="-n 0" runs them in this one process
@@ -78,29 +85,23 @@ youcook2: $(STAMP)
 	$(RUN) export --work-dir $(YC2_WORK) $(YC2_WORK)/export
 	HF_HUB_OFFLINE=1 $(RUN) eval captioning $(YC2_RUN) $(YC2_EVAL) $(ARGS)
 
-# manifest -> features -> kmeans -> quantize -> asr -> align -> validate, then the summary and the dataset
-# card (WORK/README.md, WORK/dataset.json). The features pass reads each video once and also writes the
-# decode stage's outputs (clip index, thumbnails, videos).
+# `videobert run`: manifest -> features -> kmeans -> quantize -> asr -> align -> validate -> summary (the
+# summary and the dataset card, WORK/README.md and WORK/dataset.json), each stage skipping what is current.
+# The features pass reads each video once and also writes the decode stage's outputs. make's own exit status
+# is 2 on any failure; the command's is in make's "Error N" line (run `videobert run` for it as the status).
 pipeline: $(STAMP)
-	$(RUN) manifest --config $(CONFIG) --work-dir $(WORK) --input $(INPUT) $(ARGS)
-	$(RUN) features --config $(CONFIG) --work-dir $(WORK) $(ARGS)
-	$(RUN) kmeans   --config $(CONFIG) --work-dir $(WORK) $(ARGS)
-	$(RUN) quantize --config $(CONFIG) --work-dir $(WORK) $(ARGS)
-	$(RUN) asr      --config $(CONFIG) --work-dir $(WORK) $(ARGS)
-	$(RUN) align    --config $(CONFIG) --work-dir $(WORK) $(ARGS)
-	$(RUN) validate --work-dir $(WORK)
-	$(RUN) summary  --config $(CONFIG) --work-dir $(WORK)
+	$(RUN) run $(CONFIG_ARG) --work-dir $(WORK) --input $(INPUT) $(ARGS)
 
 manifest: $(STAMP)
-	$(RUN) manifest --config $(CONFIG) --work-dir $(WORK) --input $(INPUT) $(ARGS)
+	$(RUN) manifest $(CONFIG_ARG) --work-dir $(WORK) --input $(INPUT) $(ARGS)
 decode features kmeans quantize asr align train: $(STAMP)
-	$(RUN) $@ --config $(CONFIG) --work-dir $(WORK) $(ARGS)
+	$(RUN) $@ $(CONFIG_ARG) --work-dir $(WORK) $(ARGS)
 eval: $(STAMP)
-	$(RUN) eval zero-shot --config $(CONFIG) --work-dir $(WORK) $(ARGS)
+	$(RUN) eval zero-shot $(CONFIG_ARG) --work-dir $(WORK) $(ARGS)
 validate: $(STAMP)
 	$(RUN) validate --work-dir $(WORK)
 summary codebook-info: $(STAMP)
-	$(RUN) $@ --config $(CONFIG) --work-dir $(WORK)
+	$(RUN) $@ $(CONFIG_ARG) --work-dir $(WORK)
 # the dataset card (summary writes it too); where the run stands
 card status: $(STAMP)
 	$(RUN) $@ --work-dir $(WORK)

@@ -28,6 +28,8 @@ EXIT_BROKEN_PIPE = 141   # the reader of stdout stopped reading (128 + SIGPIPE, 
 SHOWN_PROBLEMS = 5   # per stage run: failed or blocked shards listed one line each
 
 
+REMEMBERED_HELP = ("YAML config (default: the config this work dir remembers, DIR/_state/config.json, recorded by the "
+                   "last command that succeeded here; for a new work dir the built-in defaults, the paper's values)")
 CHECK_CONFIG_HELP = ("check the outputs against this config too: shards made with other values are stale, "
                      "naming the key (default: only that the records agree with each other)")
 
@@ -36,7 +38,7 @@ def _common(parser: argparse.ArgumentParser, work_dir_required: bool = True, con
     """--config/--work-dir/--set/--quiet. `config` is the help of --config and --set ("": a config that
     shapes what the command makes; None: the command takes no config)."""
     if config is not None:
-        parser.add_argument("--config", help=config or "YAML config (default: the built-in defaults, the paper's values)")
+        parser.add_argument("--config", help=config or REMEMBERED_HELP)
     parser.add_argument("--work-dir", required=work_dir_required,
                         help="where every stage writes: a folder, or a URL on object storage (s3://bucket/run1)")
     if config is not None:
@@ -187,6 +189,7 @@ def build_parser() -> argparse.ArgumentParser:
     validate.add_argument("work_dir_positional", nargs="?", metavar="DIR",
                           help="the work dir, as --work-dir (kept for older scripts)")
     _common(validate, work_dir_required=False, config=CHECK_CONFIG_HELP)
+    _add_whole_run_commands(commands)
     return parser
 
 
@@ -221,17 +224,36 @@ def _print_stage_summary(stage: str, results: list[dict], elapsed: float) -> Non
         print(f"  {len(several)} video(s) hold several video streams (decoded: the one marked default, else the "
               f"longest; the videos table's video_stream says which): {', '.join(several[:SHOWN_PROBLEMS])}"
               f"{' ...' if len(several) > SHOWN_PROBLEMS else ''}", file=sys.stderr)
+    _outcomes[stage] = (f"{len(ran)} shard(s) run, {len(skipped)} already current"
+                        + (f", {len(failed) + len(blocked)} failed or could not run" if failed or blocked else ""))
     for r in redone[:SHOWN_PROBLEMS]:
         print(f"  {stage} part {r['shard']:05d} redone ({r['redone']})", file=sys.stderr)
     for r in failed[:SHOWN_PROBLEMS]:
         details = ", ".join(str(r[key]) for key in ("failure_record", "log") if r.get(key))
         print(f"  {stage} part {r['shard']:05d} FAILED: {r['error']} (details: {details or '-'})", file=sys.stderr)
-    for r in blocked[:SHOWN_PROBLEMS]:
-        print(f"  {stage} part {r['shard']:05d} could not run: {r['error']}", file=sys.stderr)
+    groups = _blocked_groups(blocked)
+    for first, parts in groups[:SHOWN_PROBLEMS]:
+        if len(parts) == 1:
+            print(f"  {stage} part {parts[0]:05d} could not run: {first}", file=sys.stderr)
+        else:
+            listed = ", ".join(f"{part:05d}" for part in parts[:SHOWN_PROBLEMS]) + (" ..." if len(parts) > SHOWN_PROBLEMS else "")
+            print(f"  {stage}: {len(parts)} parts could not run ({listed}), for the same reason as the first: "
+                  f"{first}", file=sys.stderr)
     hidden = max(len(redone) - SHOWN_PROBLEMS, 0) + max(len(failed) - SHOWN_PROBLEMS, 0) + \
-        max(len(blocked) - SHOWN_PROBLEMS, 0)
+        sum(len(parts) for _, parts in groups[SHOWN_PROBLEMS:])
     if hidden:
-        print(f"  ... and {hidden} more (python -m pipeline status --work-dir DIR)", file=sys.stderr)
+        print(f"  ... and {hidden} more ({_program_name()} status --work-dir DIR)", file=sys.stderr)
+
+
+def _blocked_groups(blocked: list[dict]) -> list[tuple[str, list[int]]]:
+    """Shards that could not run for the same reason (their part numbers aside) as one entry: (the first
+    one's message, the shards), the largest group first."""
+    import re
+    groups: dict[str, tuple[str, list[int]]] = {}
+    for r in blocked:
+        reason = re.sub(r"\bpart \d{5}\b", "part N", str(r["error"]))
+        groups.setdefault(reason, (str(r["error"]), []))[1].append(r["shard"])
+    return sorted(groups.values(), key=lambda group: -len(group[1]))
 
 
 def run_stage(args, cfg) -> int:
@@ -247,12 +269,14 @@ def run_stage(args, cfg) -> int:
     started = time.time()
     results = executor.run_shards(args.work_dir, args.command, shards, force=args.force, quiet=args.quiet)
     _print_stage_summary(args.command, results, time.time() - started)
+    # outputs were made with this config (at least one shard done): it is the one to remember
+    args.made_outputs = any(not (r.get("skipped") or r.get("failed") or r.get("blocked")) for r in results)
     if any(r.get("failed") or r.get("blocked") for r in results):
         return EXIT_FAILED
     failed, videos = _failed_share(results)
     if videos and failed / videos > cfg.executor.max_failed_share:
         print(f"{args.command}: {failed} of {videos} videos failed ({failed / videos:.0%}), more than "
-              f"executor.max_failed_share={cfg.executor.max_failed_share:g}: see python -m pipeline errors "
+              f"executor.max_failed_share={cfg.executor.max_failed_share:g}: see {_program_name()} errors "
               f"--work-dir {args.work_dir}", file=sys.stderr)
         return EXIT_TOO_MANY_FAILED
     return EXIT_OK
@@ -282,6 +306,8 @@ def run_manifest(args, cfg) -> int:
     path, table, changes = write_manifest(cfg, args.input, args.work_dir, incremental=not args.force,
                                           confirm_removal=_confirm_removal(args))
     shards = len(set(table["shard"].to_pylist()))
+    _outcomes["manifest"] = (f"{table.num_rows} video(s) in {shards} shard(s)"
+                             f"{', unchanged' if changes.get('unchanged') else ''}")
     if changes.get("unchanged"):
         print(f"manifest: unchanged, {table.num_rows} videos in {shards} shard(s) ({path})", file=sys.stderr)
         return EXIT_OK
@@ -335,6 +361,7 @@ def run_kmeans(args, cfg) -> int:
     executor = dispatch.make_executor(cfg, args.executor, args.workers or cfg.kmeans.workers or None,
                                        args.ray_address)
     stats = kmeans.run(cfg, args.work_dir, executor, force=args.force, quiet=args.quiet)
+    _outcomes["kmeans"] = "the codebook is current" if stats.get("skipped") else "codebook fitted"
     if stats.get("skipped"):
         print(f"kmeans: the codebook is current ({stats['codebook']})", file=sys.stderr)
     else:
@@ -379,7 +406,8 @@ def run_eval(args, cfg) -> int:
         if not args.sentence:
             print("eval predict-video: give at least one --sentence", file=sys.stderr)
             return EXIT_USAGE
-        print(evaluate.predict_video(cfg, args.work_dir, args.sentence, checkpoint=args.checkpoint))
+        path = evaluate.predict_video(cfg, args.work_dir, args.sentence, checkpoint=args.checkpoint)
+        _print_predictions(path)
     return EXIT_OK
 
 
@@ -417,6 +445,7 @@ def run_validate(args, cfg) -> int:
         if len(problems) > 20:
             print(f"  ... and {len(problems) - 20} more", file=sys.stderr)
         return EXIT_FAILED
+    _outcomes["validate"] = "valid"
     print(f"valid: every output under {args.work_dir} matches its schema, checksums, lineage and invariants",
           file=sys.stderr)
     return EXIT_OK
@@ -498,6 +527,10 @@ def _command_config(args):
     cfg, notes = remembered.resolve(args, writes=args.command in WRITING_COMMANDS)
     args.config_differs = any(note.startswith(remembered.DIFFERS) for note in notes)
     for note in notes:
+        if _run_notes is not None:   # inside `run`: each note once, not once per stage
+            if note in _run_notes:
+                continue
+            _run_notes.add(note)
         if not (args.quiet and note.startswith("config: this work dir's")):
             print(note, file=sys.stderr)
     return cfg
@@ -612,7 +645,7 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_USAGE
         args.work_dir = args.work_dir or args.work_dir_positional
         if args.work_dir is None:
-            print("validate: give the work dir (python -m pipeline validate --work-dir DIR)", file=sys.stderr)
+            print(f"validate: give the work dir ({_program_name()} validate --work-dir DIR)", file=sys.stderr)
             return EXIT_USAGE
     try:
         cfg = _command_config(args)
@@ -639,14 +672,16 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         print(missing, file=sys.stderr)
         return EXIT_FAILED
+    left_empty = _folders_made_by(args)
     try:
         if args.command not in ("manifest", "youcook2-manifest", "validate") and args.work_dir is not None:
             WorkDir(args.work_dir).check_layout()
         if args.command in WRITING_COMMANDS:
             WorkDir(args.work_dir).check_writable()
         code = dispatch(args, cfg)
-        if args.command in WRITING_COMMANDS and code != EXIT_USAGE:
-            _remember_config(args, cfg)   # what its outputs were made with (a refused config is not)
+        if args.command in WRITING_COMMANDS and (code == EXIT_OK or getattr(args, "made_outputs", False)):
+            # what its outputs were made with: a refused config, or one every shard failed with, is not
+            _remember_config(args, cfg)
         return code
     except storage.remote_error_types() as error:   # an unreachable endpoint, no credentials, a refused request
         line = storage.remote_error_line(error, args.work_dir, getattr(args, "input", None))
@@ -688,6 +723,27 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{args.command}: error: {where}{error.strerror or error}{on}" + (f" ({hint})" if hint else ""),
               file=sys.stderr)
         return EXIT_FAILED
+    finally:
+        _remove_if_empty(left_empty)
+
+
+def _folders_made_by(args) -> list[Path]:
+    """The local work dir and its _state/ folder where they do not exist yet (the writable check makes
+    them): a command that fails before writing anything must not leave them behind, empty."""
+    from pipeline import storage
+    from pipeline.engine.workdir import WorkDir
+    if args.work_dir is None or args.command not in WRITING_COMMANDS or storage.is_url(str(args.work_dir)):
+        return []
+    work = WorkDir(args.work_dir)
+    return [folder for folder in (work.state, Path(work.root)) if not folder.exists()]
+
+
+def _remove_if_empty(folders: list[Path]) -> None:
+    for folder in folders:   # the innermost first
+        try:
+            folder.rmdir()   # only an empty folder goes
+        except OSError:
+            pass
 
 
 def _store_refused(error: OSError, args) -> bool:
@@ -734,3 +790,204 @@ def _file_in_the_way(work_dir) -> Path | None:
         if place.exists():
             return None if place.is_dir() else place
     return None
+
+
+# ---------------------------------------------------------------- run, doctor, config
+
+# the stages `run` runs, in order (features also writes decode's outputs, in the same read of each video)
+RUN_STAGES = ("manifest", "features", "kmeans", "quantize", "asr", "align")
+# the stages whose preflight `doctor` checks (and `run` before its first stage)
+CHECKED_STAGES = ("features", "asr", "align", "train")
+_outcomes: dict[str, str] = {}   # command -> what it did, one phrase (set by the stage commands for `run`)
+_run_notes: set[str] | None = None   # while `run` runs its stages: the config notes already printed
+
+
+def _add_whole_run_commands(commands) -> None:
+    run = commands.add_parser(
+        "run", help="the whole pipeline in order (manifest, features with decode, kmeans, quantize, asr, align, "
+                    "then validate and summary), each stage skipping what is current",
+        description="Every stage in order, each skipping what is current, as the stage commands one by one would "
+                    "run them; stops at the first stage that fails, with its exit code.")
+    _common(run)
+    run.add_argument("--input", required=True, help="the videos: a folder (searched recursively) or a list file")
+    run.add_argument("--force", action="store_true", help="redo every stage even where it is current")
+    run.add_argument("--workers", type=int, help="local process pool size (default: executor.workers)")
+    doctor = commands.add_parser(
+        "doctor", help="every stage's preflight at once (models, weights, the work dir, the input): exit 0 only "
+                       "if the whole run can start")
+    _common(doctor, work_dir_required=False)
+    doctor.add_argument("--input", help="the videos the run will read (checked to exist)")
+    config = commands.add_parser("config", help="the work dir's remembered config: show it, diff another against "
+                                                "it, or list the configs commands that succeeded used here")
+    config.add_argument("action", choices=("show", "diff", "history"),
+                        help="show: the remembered config (YAML); diff: --config/--set against it (without "
+                             "them: against the one before it); history: one line per config used")
+    _common(config, config="the config to diff against the remembered one (diff only)")
+
+
+def _stage_argv(args, stage: str) -> list[str]:
+    argv = [stage, "--work-dir", str(args.work_dir)]
+    if args.config:
+        argv += ["--config", str(args.config)]
+    for value in args.set:
+        argv += ["--set", value]
+    if args.quiet:
+        argv.append("--quiet")
+    if stage == "manifest":
+        argv += ["--input", str(args.input)]
+    if args.force:
+        argv.append("--force")
+    if args.workers is not None and stage != "manifest":
+        argv += ["--workers", str(args.workers)]
+    return argv
+
+
+def run_pipeline(args, cfg) -> int:
+    """`run`: the stage commands one by one (each as if typed, so the same shards, records and exit codes),
+    after one preflight of every stage that has work to do; a table of what each did at the end."""
+    from pipeline import remembered
+    started = time.time()
+    cfg, _ = remembered.resolve(args, writes=True)   # the config the stages will resolve, as they will
+    problems = _doctor_problems(cfg, args.work_dir, args.input, stages=("features", "asr", "align"))
+    if problems:
+        print(f"run: cannot start ({len(problems)} problem{'s' if len(problems) != 1 else ''}, nothing was run):",
+              file=sys.stderr)
+        for line in problems:
+            print(f"  {line}", file=sys.stderr)
+        return EXIT_USAGE
+    steps = [*RUN_STAGES, "validate", "summary"]
+    done: list[tuple[str, int, float, str]] = []
+    global _run_notes
+    _run_notes = set()
+    try:
+        code = _run_steps(args, steps, done)
+    finally:
+        _run_notes = None
+    _print_run_table(args, steps, done, code, time.time() - started)
+    return code
+
+
+def _run_steps(args, steps: list[str], done: list) -> int:
+    """The steps one by one, each as its own command, until one fails: its exit code (0 when none did)."""
+    code = EXIT_OK
+    for number, stage in enumerate(steps, 1):
+        if not args.quiet:
+            print(f"run: [{number}/{len(steps)}] {stage}", file=sys.stderr, flush=True)
+        argv = (["validate", "--work-dir", str(args.work_dir)] if stage == "validate" else
+                ["summary", "--work-dir", str(args.work_dir), "--quiet"] if stage == "summary" else
+                _stage_argv(args, stage))
+        _outcomes.pop(stage, None)
+        stage_started = time.time()
+        code = main(argv)
+        done.append((stage, code, time.time() - stage_started, _outcomes.get(stage, "")))
+        if code != EXIT_OK:
+            break
+    return code
+
+
+def _print_run_table(args, steps: list[str], done: list, code: int, seconds: float) -> None:
+    shown = _program_name()
+    width = max(len(stage) for stage in steps)
+    verdict = "done" if code == EXIT_OK else f"stopped at {done[-1][0]} (exit {code})"
+    print(f"run: {verdict} in {seconds:.1f}s, work dir {args.work_dir}", file=sys.stderr)
+    for stage, stage_code, stage_seconds, outcome in done:
+        status = outcome or ("ok" if stage_code == EXIT_OK else f"exit {stage_code}")
+        print(f"  {stage:<{width}} {stage_seconds:7.1f}s  {status}", file=sys.stderr)
+    if code == EXIT_OK:
+        print(f"next: {shown} train --work-dir {args.work_dir} --resume, then {shown} report --work-dir "
+              f"{args.work_dir}", file=sys.stderr)
+    elif code != EXIT_USAGE:
+        print(f"  what failed: {shown} errors --work-dir {args.work_dir}; rerun the same command to go on "
+              f"(finished shards are kept)", file=sys.stderr)
+
+
+def _doctor_problems(cfg, work_dir, input_path=None, stages=CHECKED_STAGES) -> list[str]:
+    """Every reason the run cannot start, one line each: a model or weights that cannot load (each stage's
+    preflight, for the stages that have work to do), a work dir that cannot be written, an input that is
+    not there."""
+    import os
+
+    from pipeline import preflight, storage
+    from pipeline.engine.lineage import Lineage
+    from pipeline.engine.workdir import WorkDir
+    from pipeline.packaging import collisions
+    problems = collisions()   # another distribution owning one of the product's top-level package names
+    if input_path is not None and not storage.is_url(str(input_path)) and not Path(input_path).exists():
+        problems.append(f"--input {input_path}: no such file or folder")
+    if work_dir is not None and not storage.is_url(str(work_dir)):
+        place = Path(work_dir)
+        existing = next((p for p in (place, *place.parents) if p.exists()), None)
+        if existing is not None and not existing.is_dir():
+            problems.append(f"--work-dir {work_dir}: {existing} is a file, not a folder")
+        elif existing is not None and not os.access(existing, os.W_OK | os.X_OK):
+            problems.append(f"--work-dir {work_dir}: {existing} is not writable here")
+    checker = None
+    if work_dir is not None and (storage.is_remote(storage.location(work_dir)) or
+                                 WorkDir(work_dir).manifest.exists()):
+        checker = Lineage(work_dir, cfg)
+    for stage in stages:
+        speech_needed = True
+        if checker is not None and stage != "train":
+            try:   # a stage with nothing to do needs nothing (as the stage itself decides)
+                if all(state.current for state in checker.stage_states(stage).values()):
+                    continue
+                if stage == "asr":
+                    from pipeline.engine.manifest import read_manifest
+                    uris = read_manifest(work_dir, columns=["transcript_uri"])["transcript_uri"].to_pylist()
+                    speech_needed = not all(uris)
+            except Exception:  # noqa: BLE001 - an unreadable run is the stage's to report; check everything
+                pass
+        try:
+            preflight.check_stage(cfg, stage, speech_needed=speech_needed)
+        except preflight.PreflightError as error:
+            problems.append(f"{stage}: {error}")
+    return problems
+
+
+def run_doctor(args, cfg) -> int:
+    from pipeline import remembered
+    cfg, _ = remembered.resolve(args, writes=args.work_dir is not None)   # the work dir's, as a stage's
+    problems = _doctor_problems(cfg, args.work_dir, args.input)
+    where = f" for {args.work_dir}" if args.work_dir else ""
+    if problems:
+        print(f"doctor: the run cannot start{where}: {len(problems)} problem{'s' if len(problems) != 1 else ''}",
+              file=sys.stderr)
+        for line in problems:
+            print(f"  {line}", file=sys.stderr)
+        return EXIT_USAGE
+    print(f"doctor: ok{where}: every stage ({', '.join(CHECKED_STAGES)}) can start with this config",
+          file=sys.stderr)
+    return EXIT_OK
+
+
+def run_config(args, cfg) -> int:
+    from pipeline import remembered
+    if args.action == "show":
+        text = remembered.show(args.work_dir)
+    elif args.action == "history":
+        text = remembered.history_text(args.work_dir)
+    else:
+        given = cfg if (args.config or args.set) else None
+        text = remembered.diff_text(args.work_dir, given)
+    if text is None:
+        print(f"config: {args.work_dir} remembers no config yet (a command that wrote there and succeeded "
+              f"records it)", file=sys.stderr)
+        return EXIT_FAILED
+    print(text)
+    return EXIT_OK
+
+
+COMMANDS.update({"run": run_pipeline, "doctor": run_doctor, "config": run_config})
+# run's stages resolve, check and remember their own config; doctor and config only read
+CONFIGLESS_COMMANDS.add("run")
+MAKES_WORK_DIR.update({"run", "doctor"})
+
+
+def _print_predictions(path) -> None:
+    """predict-video's answer: each sentence with the visual words predicted for it (their probabilities),
+    then where the table is."""
+    from pipeline import storage
+    for row in storage.read_table(path).to_pylist():
+        words = ", ".join(f"v{leaf} {prob:.2f}" for leaf, prob in zip(row["visual_ids"], row["probs"]))
+        print(f"{row['sentence']!r}: {words}")
+    print(f"(visual word ids are codebook leaves: `gallery --ids` shows their clips) -> {path}")

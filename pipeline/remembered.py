@@ -33,10 +33,106 @@ def remembered(work_dir) -> dict | None:
     return config if isinstance(config, dict) else None
 
 
+HISTORY_KEPT = 100   # configs kept in the history (the oldest beyond are dropped)
+
+
+def history_path(work_dir):
+    """The configs commands that succeeded here ran with, oldest first, one entry per change."""
+    return WorkDir(work_dir).state / "config_history.json"
+
+
+def history(work_dir) -> list[dict]:
+    try:
+        found = read_json(history_path(work_dir))
+    except (CorruptFile, OSError):
+        return []
+    entries = (found or {}).get("entries")
+    return [entry for entry in entries if isinstance(entry, dict)] if isinstance(entries, list) else []
+
+
 def record(work_dir, cfg: Config, command: str) -> None:
-    """Remember `cfg` as the work dir's config (after its command was checked to be able to write there)."""
+    """Remember `cfg` as the work dir's config (after its command succeeded, or, for a stage, made at least
+    one shard with it); a config other than the last one recorded is added to the history."""
+    now = time.time()
+    config = cfg.to_dict()
     storage.atomic_write_json(WorkDir(work_dir).remembered_config,
-                              {"config": cfg.to_dict(), "written_by": command, "at": time.time()})
+                              {"config": config, "written_by": command, "at": now})
+    entries = history(work_dir)
+    if entries and entries[-1].get("config") == config:
+        return
+    entries.append({"config": config, "written_by": command, "at": now})
+    storage.atomic_write_json(history_path(work_dir), {"entries": entries[-HISTORY_KEPT:]})
+
+
+def _when(at) -> str:
+    from pipeline.progress import timestamp
+    return timestamp(at) if isinstance(at, (int, float)) else "?"
+
+
+def show(work_dir) -> str | None:
+    """The remembered config as YAML (a config file: `--config` takes it), under a comment saying which
+    command recorded it and when; None when the work dir remembers none."""
+    import yaml
+    try:
+        found = read_json(WorkDir(work_dir).remembered_config)
+    except (CorruptFile, OSError):
+        found = None
+    config = (found or {}).get("config")
+    if not isinstance(config, dict):
+        return None
+    head = (f"# the config {WorkDir(work_dir).remembered_config} remembers: recorded by "
+            f"{found.get('written_by', '?')} at {_when(found.get('at'))}")
+    return head + "\n" + yaml.safe_dump(config, sort_keys=False).rstrip()
+
+
+def _differences(old: dict, new: dict) -> list[str]:
+    old_flat, new_flat = flatten(old, keep_empty=True), flatten(new, keep_empty=True)
+    return [f"{key}: {_value(old_flat, key)} -> {_value(new_flat, key)}"
+            for key in changed_keys(old_flat, new_flat)]
+
+
+def diff_text(work_dir, cfg: Config | None) -> str | None:
+    """`cfg` against the remembered config, key by key, with the stages it would redo; without `cfg`, the
+    remembered config against the one before it in the history. None when nothing is remembered."""
+    old = remembered(work_dir)
+    if old is None:
+        return None
+    if cfg is None:
+        entries = history(work_dir)
+        if len(entries) < 2:
+            return "no earlier config in the history: the remembered config is the only one used here"
+        before, after = entries[-2], entries[-1]
+        lines = _differences(before["config"], after["config"])
+        head = (f"the remembered config ({after.get('written_by', '?')}, {_when(after.get('at'))}) against the "
+                f"one before it ({before.get('written_by', '?')}, {_when(before.get('at'))}):")
+        return "\n".join([head, *(f"  {line}" for line in lines)])
+    lines = _differences(old, cfg.to_dict())
+    if not lines:
+        return "the config given is the one this work dir remembers: no differences"
+    keys = changed_keys(flatten(old, keep_empty=True), flatten(cfg.to_dict(), keep_empty=True))
+    work = WorkDir(work_dir)
+    made = [stage for stage in stages_redone(keys) if _made(work, stage)]
+    redo = f"a run with it redoes {', '.join(made)}" if made else "no output made so far depends on them"
+    return "\n".join([f"the config given against the one this work dir remembers ({len(lines)} key"
+                      f"{'s' if len(lines) != 1 else ''}; {redo}):", *(f"  {line}" for line in lines)])
+
+
+def history_text(work_dir) -> str | None:
+    """One line per config recorded here, oldest first: when, by which command, what changed."""
+    entries = history(work_dir)
+    if not entries:
+        return None
+    lines = []
+    for index, entry in enumerate(entries):
+        if index == 0:
+            what = "first config"
+        else:
+            changed = changed_keys(flatten(entries[index - 1]["config"], keep_empty=True),
+                                   flatten(entry["config"], keep_empty=True))
+            what = ", ".join(changed[:SHOWN_KEYS]) + (f" and {len(changed) - SHOWN_KEYS} more"
+                                                     if len(changed) > SHOWN_KEYS else "")
+        lines.append(f"{index + 1:>3}  {_when(entry.get('at'))}  {entry.get('written_by', '?'):<10} {what}")
+    return "\n".join(lines)
 
 
 def stages_redone(keys: list[str]) -> list[str]:

@@ -301,4 +301,4 @@ def card_state(work_dir) -> str | None:
         return "current"
     changed = sorted(set(now.items()) ^ set(written.items()))
     return (f"stale: {len({name for name, _ in changed})} align shard(s) changed since it was written "
-            f"(python -m pipeline card, or summary, writes it anew)")
+            f"(videobert card, or summary, writes it anew)")

@@ -52,9 +52,13 @@ h1 { font-size: 1.4em; } h2 { font-size: 1.15em; margin-top: 1.6em; border-botto
 .cluster { display: flex; gap: 12px; align-items: flex-start; padding: 6px 0; border-top: 1px solid #eee; }
 .cluster .label { flex: 0 0 190px; font-size: 0.9em; }
 .cluster.empty .label { color: #999; }
-.thumbs { display: flex; flex-wrap: wrap; gap: 4px; }
+.cluster .thumbs { flex: 1 1 auto; min-width: 0; }
+/* one row of thumbnails per node at any page width: columns shrink below the thumbnails' size, never wrap */
+.thumbs { display: grid; gap: 4px; }
 figure { margin: 0; text-align: center; font-size: 0.75em; color: #666; }
 figure img { display: block; image-rendering: auto; }
+.thumbs figure { min-width: 0; } .thumbs figure img { max-width: 100%; height: auto; }
+.thumbs figcaption { overflow: hidden; text-overflow: ellipsis; white-space: nowrap; }
 table { border-collapse: collapse; margin: 0.5em 0; }
 th, td { border: 1px solid #ddd; padding: 3px 8px; text-align: right; }
 th:first-child, td:first-child { text-align: left; }
@@ -225,11 +229,16 @@ def _codebook_note(codebook: codebook_format.Codebook) -> str:
     return f'<p class="provenance">{note}</p>'
 
 
+def counted(number: int, noun: str) -> str:
+    """`1 clip`, `2 clips`: a count with its noun in the right number."""
+    return f"{number:,} {noun}{'' if number == 1 else 's'}"
+
+
 def _row_html(codebook: codebook_format.Codebook, entry: NodeClips, thumbnails: dict, link: str | None) -> str:
     level, node, k = entry.level, entry.node, codebook.k
     members = int(codebook.counts[level - 1][node])
     label = (f"<b>level {level}, node {node}</b><br>path {codebook_format.path_label(k, level, node)}<br>"
-             f"{members:,} training members<br>{entry.clips:,} clips in this run")
+             f"{counted(members, 'training member')}<br>{counted(entry.clips, 'clip')} in this run")
     if members == 0:
         return (f'<section class="cluster empty" id="node-{level}-{node}" data-level="{level}" data-node="{node}">'
                 f'<div class="label">{label}<br>empty: descent never chooses it</div></section>')
@@ -242,10 +251,14 @@ def _row_html(codebook: codebook_format.Codebook, entry: NodeClips, thumbnails: 
             continue   # counted in the sidecar as missing
         title = html.escape(f"{clip.video_id} clip {clip.clip_index} at {clip.start_s:.1f}s, "
                             f"squared distance {clip.distance:.4g}", quote=True)
+        # under each thumbnail: where it is from (the video, the clip's start) and its distance
         figures.append(f'<figure><img src="{jpeg_data_uri(jpeg)}" alt="{title}" title="{title}">'
-                       f'<figcaption>{clip.distance:.3g}</figcaption></figure>')
+                       f'<figcaption title="{title}">{html.escape(clip.video_id)}<br>{clip.start_s:.1f} s &middot; '
+                       f'd {clip.distance:.3g}</figcaption></figure>')
+    columns = f"grid-template-columns: repeat({max(entry.keep, 1)}, minmax(0, max-content))"
     return (f'<section class="cluster" id="node-{level}-{node}" data-level="{level}" data-node="{node}">'
-            f'<div class="label">{label}</div><div class="thumbs">{"".join(figures)}</div></section>')
+            f'<div class="label">{label}</div><div class="thumbs" style="{columns}">{"".join(figures)}</div>'
+            f'</section>')
 
 
 def _wrap(draw: ImageDraw.ImageDraw, text: str, font, width: int) -> list[str]:
@@ -282,7 +295,7 @@ def contact_sheet(codebook: codebook_format.Codebook, entries: list[NodeClips], 
         members = int(codebook.counts[entry.level - 1][entry.node])
         lines = [f"L{entry.level} node {entry.node}",
                  f"path {codebook_format.path_label(codebook.k, entry.level, entry.node)}",
-                 f"{members:,} members" if members else "empty"]
+                 counted(members, "member") if members else "empty"]
         for number, text in enumerate(lines):
             draw.text((4, top + 4 + LINE_PX * number), text, fill="black", font=font)
         for column, clip in enumerate(entry.nearest):

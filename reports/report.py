@@ -63,6 +63,9 @@ svg text { font: 11px system-ui, sans-serif; fill: #333; }
 td.text { text-align: left; } td.num { text-align: right; }
 table.videos td { white-space: nowrap; }
 table.videos td:first-child, table.predictions td { white-space: normal; overflow-wrap: anywhere; }
+table.videos td:last-child { white-space: normal; overflow-wrap: anywhere; min-width: 16em; max-width: 36em; }
+td.text { overflow-wrap: anywhere; } td details summary { cursor: pointer; }
+span.held-out { color: #555; font-size: 90%; }
 table.videos th, table.predictions th { text-align: left; }
 table.videos tr.flagged td { background: #fff4e5; }
 ul.warnings li { margin: 4px 0; }
@@ -107,6 +110,12 @@ def stage_runs(work_dir: Path) -> dict[str, dict]:
         if not records:
             continue
         seconds = sum(record.get("seconds", 0.0) for record in records)
+        if summary.made_in(records):   # made in another stage's pass (decode in features'): its time is that one's
+            stages[stage] = {"shards": len(records), "seconds": 0.0, "wall_seconds": None,
+                             "made_in": summary.made_in(records),
+                             **{key: sum(record.get(key, 0) for record in records) for key in ("videos", "clips", "errors")
+                                if any(key in record for record in records)}}
+            continue
         ends = [record["finished_at"] for record in records if "finished_at" in record]
         starts = [record["finished_at"] - record.get("seconds", 0.0) for record in records if "finished_at" in record]
         entry = {"shards": len(records), "seconds": round(seconds, 3),
@@ -372,7 +381,7 @@ def collect(cfg: Config, work_dir: Path) -> dict:
             "train_header": training_header(log), "zero_shot": zero_shot,
             "zero_shot_predictions": zero_shot_predictions(work_dir, zero_shot),
             "linear_probe": read_json(evaluation / "linear_probe.json"), "predicted_video": predicted_video(work_dir),
-            "forecast": forecast_data(work_dir)}
+            "forecast": forecast_data(work_dir), "uniform_loss": uniform_losses(cfg, work_dir) if log else None}
 
 
 # ---------------------------------------------------------------- the page
@@ -395,6 +404,11 @@ def _stages_html(data: dict) -> str:
         unit = "clips" if "clips_per_s" in entry else "videos"
         done = entry.get(unit, 0)
         extra = f"{entry['realtime_factor']}x real time" if "realtime_factor" in entry else ""
+        if entry.get("made_in"):
+            rows.append([stage, f"{counted['shards_complete']}/{counted['shards_total']}", _number(entry.get("videos")),
+                         _number(counted["rows"]), _number(entry.get("errors", 0)), f"in {entry['made_in']}", "-", "-",
+                         f"made in the {entry['made_in']} stage's pass (one read of each video): its time is counted there"])
+            continue
         rows.append([stage, f"{counted['shards_complete']}/{counted['shards_total']}", _number(entry.get("videos")),
                      _number(counted["rows"]), _number(entry.get("errors", 0)), _number(entry["seconds"]),
                      format_rate(done, entry["seconds"], unit), format_rate(done, entry["wall_seconds"] or 0, unit),
@@ -414,7 +428,10 @@ def _stages_html(data: dict) -> str:
                              for error_type, entry in run.get("failures_by_type", {}).items()]))
         parts.append(_table(["stages", "video", "error type", "message"],
                             [[", ".join(row.get("stages", [row["stage"]])), row["video_id"], row["error_type"],
-                              row["message"]] for row in data["error_examples"]]))
+                              _shortened(row["message"])] for row in data["error_examples"]]))
+        if any(_shortened(row["message"]) != row["message"] for row in data["error_examples"]):
+            parts.append(f'<p class="note">messages longer than {SHOWN_MESSAGE} characters are cut short here; '
+                         f'report.json and `videobert errors` have them in full.</p>')
     else:
         parts.append("<p>errors: none</p>")
     return "\n".join(parts)
@@ -541,23 +558,39 @@ def _loss_top(records: list[dict]) -> float | None:
     return svg_axis_top(max(values))
 
 
-def _train_html(records: list[dict], validation: list[dict] | None = None, header: dict | None = None) -> str:
+def _train_html(records: list[dict], validation: list[dict] | None = None, header: dict | None = None,
+                uniform: dict | None = None) -> str:
     if not records:
         return ""
     validation = validation or []
     header = header or {}
     last = records[-1]
     steps, losses = [r["step"] for r in records], [r["loss"] for r in records]
-    metrics = [[name, _number(last.get(f"{name}_loss")), _number(last.get(f"{name}_acc"))]
+
+    def baseline(name: str) -> list[str]:
+        if not uniform:
+            return []
+        return [_number(uniform["alignment" if name == "alignment" else "mlm"])]
+
+    metrics = [[name, *baseline(name), _number(last.get(f"{name}_loss")), _number(last.get(f"{name}_acc"))]
                + ([_number(validation[-1].get(f"{name}_loss")), _number(validation[-1].get(f"{name}_acc"))]
                   if validation else [])
                for name in OBJECTIVES if f"{name}_loss" in last]
     held_out = header.get("validation_videos")
     parts = ["<h2>Training</h2>",
              f"<p>step {last['step']:,}, loss {last['loss']:.4g}, {_number(last.get('tokens_per_s'))} tokens/s</p>",
-             _table(["objective", "loss", "accuracy"]
+             _table(["objective"] + (["uniform baseline"] if uniform else []) + ["loss", "accuracy"]
                     + ([f"validation loss (step {validation[-1]['step']:,})", "validation accuracy"]
                        if validation else []), metrics)]
+    if uniform:
+        parts.append(
+            f'<p class="note">uniform baseline: the loss of a model that finds every token equally likely, ln V = '
+            f'{uniform["mlm"]:.2f} for the masked-token objectives (each predicts over the whole vocabulary, '
+            f'V = {uniform["vocabulary"]:,}: {uniform["text_vocabulary"]:,} word pieces, '
+            f'{uniform["visual_words"]:,} visual words and [&gt;]) and ln 2 = {uniform["alignment"]:.2f} for '
+            f'alignment. A loss below it has learnt something; a loss above it is confidently wrong, not merely '
+            f'uninformed: usual early in training, and on held-out videos whose visual words training rarely '
+            f'saw.</p>')
     if validation:
         videos = validation[-1].get("videos")
         parts.append(f"<p>validation: the objectives on {_number(videos)} held-out video{'' if videos == 1 else 's'}"
@@ -602,33 +635,76 @@ def _rejected(row: dict) -> str:
     return f"{row['sentences_rejected']}" + (f" ({reasons})" if reasons else "")
 
 
-def _videos_html(videos: dict) -> str:
+def _videos_html(videos: dict, held_out: list[str] | None = None) -> str:
+    """`held_out`: the videos training kept for validation (marked: never trained on)."""
     if not videos["rows"]:
         return ""
+    held_out = set(held_out or ())
     head = ["video", "shard", "decode status", "duration", "clips", "ASR", "language", "sentences kept",
             "rejected", "text segments", "video-only segments", "errors"]
     body = []
     for row in videos["rows"]:
         language = "-" if row["language"] is None else (
             row["language"] + ("" if row["language_prob"] is None else f" {row['language_prob']:.2f}"))
-        cells = [("text", row["video_id"]), ("num", row["shard"]),
+        cells = [("video", row["video_id"]), ("num", row["shard"]),
                  ("text", row["status"] or "not decoded"),
                  ("num", "-" if row["duration_s"] is None else f"{row['duration_s']:.1f} s"),
                  ("num", _number(row["clips"])), ("text", row["asr_status"] or "-"), ("text", language),
                  ("num", _number(row["sentences_kept"])), ("text", _rejected(row)),
                  ("num", _number(row["text_segments"])), ("num", _number(row["video_only_segments"])),
-                 ("text", "; ".join(row["errors"]) or "-")]
+                 ("errors", "; ".join(row["errors"]) or "-")]
         flagged = ' class="flagged"' if _needs_a_look(row) else ""
-        body.append(f"<tr{flagged}>" + "".join(f'<td class="{kind}">{html.escape(str(value))}</td>'
-                                              for kind, value in cells) + "</tr>")
+
+        def shown(kind: str, value) -> str:
+            if kind == "errors":
+                return _folded(str(value))
+            if kind == "video" and value in held_out:
+                return f'{html.escape(str(value))} <span class="held-out">(held out)</span>'
+            return html.escape(str(value))
+
+        body.append(f"<tr{flagged}>" + "".join(
+            f'<td class="{"text" if kind in ("video", "errors") else kind}">{shown(kind, value)}</td>'
+            for kind, value in cells) + "</tr>")
     listed = len(videos["rows"])
     note = (f'<p class="note">{listed:,} of {videos["videos"]:,} videos listed, those to look at first; the '
             f'other {videos["not_listed"]:,} decoded, have text and no error.</p>' if videos["not_listed"] else "")
     return ("<h2>Videos</h2>"
             '<p class="note">one row per video of the manifest; highlighted: a decode status other than ok, '
-            'an error, rejected sentences, or no text segment.</p>' + note
+            'an error, rejected sentences, or no text segment.'
+            + (f' <i>(held out)</i>: one of the {len(held_out):,} video{"" if len(held_out) == 1 else "s"} training '
+               f'keeps for validation (train.validation_videos), never trained on.' if held_out else "")
+            + '</p>' + note
             + '<table class="videos"><tr>' + "".join(f"<th>{html.escape(name)}</th>" for name in head) + "</tr>"
             + "".join(body) + "</table>")
+
+
+SHOWN_MESSAGE = 160   # characters of an error message shown before it is cut short (or folded)
+
+
+def _shortened(message: str) -> str:
+    return message if len(message) <= SHOWN_MESSAGE else message[:SHOWN_MESSAGE - 1].rstrip() + "…"
+
+
+def _folded(message: str) -> str:
+    """A message as HTML: in full when short, else its beginning with the rest folded (a click opens it)."""
+    if len(message) <= SHOWN_MESSAGE:
+        return html.escape(message)
+    return (f"<details><summary>{html.escape(_shortened(message))}</summary>{html.escape(message)}</details>")
+
+
+def uniform_losses(cfg: Config, work_dir: Path) -> dict | None:
+    """The loss of a model that finds every token equally likely: ln V for the masked-token objectives (all
+    three predict over the whole vocabulary: word pieces, visual words, [>]), ln 2 for alignment."""
+    try:
+        from pipeline.tokenizer import load_tokenizer
+        info = read_json(WorkDir(work_dir).codebook_sidecar) or {}
+        visual = int(info["k"]) ** int(info["depth"])
+        text = len(load_tokenizer(cfg.align.tokenizer))
+    except Exception:  # noqa: BLE001 - no codebook or tokenizer here: the report goes without the baseline
+        return None
+    vocabulary = text + visual + 1
+    return {"vocabulary": vocabulary, "text_vocabulary": text, "visual_words": visual,
+            "mlm": round(math.log(vocabulary), 4), "alignment": round(math.log(2), 4)}
 
 
 def render(data: dict, thumbnails: dict, work_dir: Path) -> str:
@@ -638,10 +714,11 @@ def render(data: dict, thumbnails: dict, work_dir: Path) -> str:
             f'{run["shards"]} shard(s). Every number here is in report.json.</p>']
     if (WorkDir(work_dir).gallery / "index.html").exists():
         body.append('<p><a href="gallery/index.html">the visual words as pictures (gallery)</a></p>')
-    body += [_warnings_html(run.get("warnings") or []), _stages_html(data), _videos_html(data["videos"]),
+    body += [_warnings_html(run.get("warnings") or []), _stages_html(data),
+             _videos_html(data["videos"], (data.get("train_header") or {}).get("validation_videos")),
              _visual_words_html(data["visual_words"]), _text_html(data["text"]),
              _examples_html(data["examples"], thumbnails),
-             _train_html(data["train"], data.get("validation"), data.get("train_header")),
+             _train_html(data["train"], data.get("validation"), data.get("train_header"), data.get("uniform_loss")),
              zero_shot_html(data.get("zero_shot"), data.get("linear_probe"), data.get("zero_shot_predictions")),
              predicted_video_html(data.get("predicted_video") or [], thumbnails),
              forecast_html(data.get("forecast"), thumbnails)]

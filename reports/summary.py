@@ -73,6 +73,12 @@ def warnings(work_dir: Path) -> list[dict]:
     return found
 
 
+def made_in(records: list[dict]) -> str | None:
+    """The stage whose pass made every one of these records (features makes decode's), or None."""
+    stages = {record.get("made_in") for record in records}
+    return stages.pop() if len(stages) == 1 and None not in stages else None
+
+
 def collect(work_dir: Path) -> dict:
     work = WorkDir(work_dir)
     checker = Lineage(work)
@@ -86,6 +92,8 @@ def collect(work_dir: Path) -> dict:
             continue
         entry = {"shards_complete": len(records), "shards_total": total_shards,
                  "seconds": round(sum(r.get("seconds", 0) for r in records), 1)}
+        if made_in(records):   # one pass made both: its time is counted once, under the stage that ran it
+            entry.update(seconds=0.0, made_in=made_in(records))
         parts = _parts(work_dir, stage)
         entry["rows"] = sum(parquet_rows(p) for p in parts)
         summary["stages"][stage] = entry
@@ -161,8 +169,9 @@ def render(summary: dict) -> str:
         lines.append(f"  clips: {summary['clips']}")
     lines.append(f"  {'stage':<10}{'shards':>12}{'rows':>10}{'seconds':>10}")
     for stage, entry in summary["stages"].items():
+        seconds = f"in {entry['made_in']}" if entry.get("made_in") else entry["seconds"]
         lines.append(f"  {stage:<10}{entry['shards_complete']:>6}/{entry['shards_total']:<5}"
-                     f"{entry['rows']:>10}{entry['seconds']:>10}")
+                     f"{entry['rows']:>10}{seconds:>10}")
     if "distinct_visual_tokens" in summary:
         lines.append(f"  distinct visual tokens used: {summary['distinct_visual_tokens']}")
     if "segments_by_kind" in summary:

@@ -259,9 +259,11 @@ def run_captioning(cfg: Config, work_dir: Path, checkpoint: str | Path | None = 
     from videobert import youcook2
     from videobert.probe import segment_features
 
-    if not cfg.eval.segments.endswith(".json"):
-        raise ValueError("eval captioning needs eval.segments: a YouCook II annotations .json file "
-                         "(the captions and their subsets)")
+    if not cfg.eval.segments.endswith(".json"):   # a config mistake: exit status 2, as the other unset values
+        from pipeline.config import ConfigError
+        got = f" (got {cfg.eval.segments!r})" if cfg.eval.segments else ""
+        raise ConfigError(f"config error: eval captioning needs eval.segments to be a YouCook II annotations .json "
+                          f"file (the captions and their subsets){got}: --set eval.segments=FILE.json")
     c = cfg.caption
     work_dir = WorkDir(work_dir).root
     ev = Evaluator(cfg, work_dir, checkpoint)

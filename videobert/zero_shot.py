@@ -261,9 +261,12 @@ class Scorer:
 
 
 def _top(scores: np.ndarray, words: list[str], subset: np.ndarray | None = None) -> list[tuple[list[str], list[float]]]:
-    """Per row, the TOP_K best words (ties: candidate order) and their scores, among `subset` if given."""
+    """Per row, the TOP_K best words (ties: candidate order) and their scores, among `subset` if given: then
+    log-probabilities over that set (they sum to 1 over it, so a closed set of 10 words never reads "0%")."""
     if subset is not None:
         scores = scores[:, subset]
+        top = scores.max(axis=1, keepdims=True)
+        scores = scores - (top + np.log(np.exp(scores - top).sum(axis=1, keepdims=True)))
     order = np.argsort(-scores, axis=1, kind="stable")[:, :TOP_K]
     index = subset if subset is not None else np.arange(scores.shape[1])
     return [([words[index[i]] for i in row], [float(scores[r, i]) for i in row]) for r, row in enumerate(order)]
@@ -396,7 +399,7 @@ def zero_shot(cfg: Config, work_dir: Path, checkpoint: str | Path | None = None,
             fields += [(f"{part}_top5_{mode}", pa.list_(pa.string())), (f"{part}_scores_{mode}", pa.list_(pa.float32()))]
     how = {"template": e.zero_shot_template, "rankings": ",".join(e.rankings), "precision": "float32",
            "segments": e.segments, "videos": e.videos, "scoring": "sum of the pieces' log-probabilities (text vocabulary), one [MASK] "
-                                              "per piece", "labels": str(e.labels)}
+                                              "per piece; closed set: normalised over the closed set", "labels": str(e.labels)}
     storage.write_parquet(predictions_path, pa.Table.from_pylist(records, schema=pa.schema(fields)),
                           Provenance(codebook_sha256=ev.info.get("codebook_sha256"), extra=dict(ev.provenance(), **how)))
     split = [dict(item, slot="verb") for item in verb_split] + [dict(item, slot="noun") for item in noun_split]

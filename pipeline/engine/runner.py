@@ -120,6 +120,8 @@ def run_one_shard(cfg: Config, work_dir, stage: str, shard_index: int, *, force:
     elapsed = time.time() - started
     for other in spec.also_makes:
         if force or not checker.state(other, shard_index, verify=True).current:
+            # its seconds are this pass's: summaries count them once, under this stage
+            result.also[other].stats["made_in"] = stage
             _write_shard(cfg, work, checker, registry.stage(other), shard_index, result.also[other], elapsed,
                          len(ctx.videos))
     stats = _write_shard(cfg, work, checker, spec, shard_index, result, elapsed, len(ctx.videos), expected)
@@ -156,6 +158,28 @@ def _write_shard(cfg: Config, work: WorkDir, checker: Lineage, spec: registry.St
     work.failure(stage, shard_index).unlink(missing_ok=True)
     stats.update(stage=stage, shard=shard_index)
     return stats
+
+
+def current_shards(cfg: Config, work_dir, stage: str, shards: list[int], threads: int = 1) -> dict[int, dict]:
+    """The shards of `stage` that are current (lineage and file hashes, as `run_one_shard` checks before it
+    skips): shard -> its skip stats. Asked by an executor before it starts workers, so that a rerun with
+    nothing to do starts none; hashing releases the GIL, so `threads` hash files in parallel."""
+    checker = Lineage(WorkDir(work_dir), cfg)
+
+    def skip(shard_index: int) -> dict | None:
+        try:
+            state = checker.state(stage, shard_index, verify=True)
+        except Exception:  # noqa: BLE001 - anything odd is the worker's to find and report
+            return None
+        return dict(state.record, skipped=True) if state.current else None
+
+    if threads > 1 and len(shards) > 1:
+        from concurrent.futures import ThreadPoolExecutor
+        with ThreadPoolExecutor(min(threads, len(shards))) as pool:
+            found = list(pool.map(skip, shards))
+    else:
+        found = [skip(shard_index) for shard_index in shards]
+    return {shard_index: stats for shard_index, stats in zip(shards, found) if stats is not None}
 
 
 def run_one_shard_safely(cfg: Config, work_dir, stage: str, shard_index: int, **kwargs) -> dict:

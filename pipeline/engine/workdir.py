@@ -135,14 +135,18 @@ class WorkDir:
             probe.write_bytes(b"\0")
             probe.unlink(missing_ok=True)
             return
-        self.state.mkdir(parents=True, exist_ok=True)
         try:
-            with open(probe, "wb") as handle:
-                handle.write(b"\0" * 4096)
-                handle.flush()
-                os.fsync(handle.fileno())
-        finally:
-            probe.unlink(missing_ok=True)
+            self.state.mkdir(parents=True, exist_ok=True)
+            try:
+                with open(probe, "wb") as handle:
+                    handle.write(b"\0" * 4096)
+                    handle.flush()
+                    os.fsync(handle.fileno())
+            finally:
+                probe.unlink(missing_ok=True)
+        except OSError as error:   # the probe file is ours, not the user's: the work dir is what to name
+            error.filename = str(self.root)
+            raise
 
     def check_layout(self) -> None:
         """Work dirs of earlier versions kept completion records inside the data folders (`<stage>/_done`);

@@ -81,17 +81,21 @@ class LocalExecutor:
                 progress.update(1, videos=stats.get("videos", 0) if ran else 0,
                                 clips=stats.get("clips", 0) if ran else 0)
 
+            # the current shards are found here, without a pool: a rerun with nothing to do starts none
+            by_shard = {} if force else runner.current_shards(self.cfg, work_dir, stage, shards, workers)
+            for stats in by_shard.values():
+                done(stats)
+            todo = [shard_index for shard_index in shards if shard_index not in by_shard]
+            workers = min(workers, max(len(todo), 1))
             if workers <= 1:
-                results = []
-                for shard_index in shards:
-                    results.append(runner.run_one_shard_safely(self.cfg, work_dir, stage, shard_index,
-                                                               force=force, quiet=quiet))
-                    done(results[-1])
-                return results
+                for shard_index in todo:
+                    by_shard[shard_index] = runner.run_one_shard_safely(self.cfg, work_dir, stage, shard_index,
+                                                                        force=force, quiet=quiet)
+                    done(by_shard[shard_index])
+                return [by_shard[shard_index] for shard_index in shards]
             with _spawn_pool(workers) as pool:
                 futures = {pool.submit(runner.run_one_shard_safely, self.cfg, work_dir, stage, shard_index,
-                                       force=force, quiet=True): shard_index for shard_index in shards}
-                by_shard = {}
+                                       force=force, quiet=True): shard_index for shard_index in todo}
                 for future in as_completed(futures):
                     by_shard[futures[future]] = future.result()
                     done(by_shard[futures[future]])
