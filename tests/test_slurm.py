@@ -404,8 +404,12 @@ def test_multi_node_training_is_srun_with_one_torchrun_per_node_meeting_at_the_f
     # run it: scontrol names the job's nodes, srun records what it would start on each
     bin_dir = tmp_path / "slurm-bin"
     bin_dir.mkdir()
+    # the first node's name does not resolve; its NodeAddr does
     (bin_dir / "scontrol").write_text('#!/bin/bash\n[ "$1 $2 $3" = "show hostnames gpu-[07-08]" ] && '
-                                      'printf "gpu-07\\ngpu-08\\n"\n')
+                                      'printf "gpu-07\\ngpu-08\\n"\n'
+                                      '[ "$1 $2 $3" = "show node gpu-07" ] && '
+                                      'echo "NodeName=gpu-07 Arch=x86_64" && echo "   NodeAddr=127.0.0.1 NodeHostName=gpu-07"\n'
+                                      'exit 0\n')
     (bin_dir / "scontrol").chmod(0o755)
     recorded = tmp_path / "srun.txt"
     (bin_dir / "srun").write_text(f'#!/bin/bash\n{{ echo "MASTER_ADDR=$MASTER_ADDR MASTER_PORT=$MASTER_PORT"; '
@@ -418,11 +422,19 @@ def test_multi_node_training_is_srun_with_one_torchrun_per_node_meeting_at_the_f
     run = subprocess.run(["bash", str(path)], env=env, capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stderr
     lines = recorded.read_text().splitlines()
-    assert lines[0] == "MASTER_ADDR=gpu-07 MASTER_PORT=29511"
+    assert lines[0] == "MASTER_ADDR=127.0.0.1 MASTER_PORT=29511"
     srun_args = lines[1:]
     assert "--cpus-per-task=16" in srun_args
     torchrun = _torchrun_args(["srun", *srun_args])
-    assert (torchrun.rdzv_endpoint, torchrun.rdzv_id) == ("gpu-07:29511", "9001")
+    assert (torchrun.rdzv_endpoint, torchrun.rdzv_id) == ("127.0.0.1:29511", "9001")
+
+    # a first node whose address does not resolve stops the job with one line before any torchrun starts
+    (bin_dir / "scontrol").write_text('#!/bin/bash\n[ "$1 $2" = "show hostnames" ] && echo gpu-07.invalid\nexit 0\n')
+    recorded.unlink()
+    run = subprocess.run(["bash", str(path)], env=env, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 1 and not recorded.exists()
+    assert run.stderr == ("train: the first node's address gpu-07.invalid (node gpu-07.invalid) does not resolve: "
+                          "the rendezvous cannot start\n")
 
     # without scontrol's answer the job stops with one line instead of a torchrun that waits forever
     (bin_dir / "scontrol").write_text("#!/bin/bash\nexit 1\n")
