@@ -13,7 +13,7 @@ RUN    := $(VENV)/bin/videobert
 .PHONY: install test demo youcook2 pipeline samples clean \
         manifest decode features kmeans quantize asr align validate summary card status train eval codebook-info \
         bench-decode bench-features bench-kmeans bench-asr bench-train bench-scale bench-lineage bench-gallery \
-        bench-learning
+        bench-learning bench-slurm
 
 install: $(STAMP)
 
@@ -126,6 +126,9 @@ bench-lineage: $(STAMP)
 	$(PY) benchmarks/bench_lineage.py $(ARGS)
 bench-gallery: $(STAMP)
 	$(PY) benchmarks/bench_gallery.py $(ARGS)
+# starts a two-node Slurm on this machine (needs slurm-wlm and munge: see .ci/run)
+bench-slurm: $(STAMP)
+	$(PY) benchmarks/bench_slurm.py $(ARGS)
 
 clean:
 	rm -rf work .pytest_cache

@@ -9,10 +9,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from media_factory import make_video
-from work_factory import write_manifest_rows
+from work_factory import write_manifest_rows, write_part
 
+import schemas
 from pipeline import cli
 from pipeline.config import ConfigError, load_config
 from pipeline.engine.manifest import write_manifest
@@ -482,3 +484,50 @@ def test_array_size_and_node_counts_are_checked_at_load():
     for key, value in (("slurm_max_array_size", 0), ("slurm_nodes", 0), ("slurm_rdzv_port", 80)):
         with pytest.raises(ConfigError, match=f"executor.{key} must be"):
             load_config(None, [f"executor.{key}={value}"])
+
+
+def test_submit_splits_at_the_clusters_max_array_size_unless_the_setting_says_otherwise(tmp_path, fake_sbatch, capsys):
+    bin_dir = fake_sbatch.parent / "bin"
+    (bin_dir / "scontrol").write_text('#!/bin/bash\n[ "$1 $2" = "show config" ] && '
+                                      'printf "MaxArrayJobs = 5\\nMaxArraySize            = 3\\nMaxJobCount = 10000\\n"\n')
+    (bin_dir / "scontrol").chmod(0o755)
+    work = tmp_path / "work"
+    assert cli.main(["submit", "asr", "--work-dir", str(work), "--num-shards", "7", "--quiet"]) == 0
+    assert capsys.readouterr().out.strip() == "4242:4243:4244"          # tasks 0-2, 3-5, 6
+    fake_sbatch.unlink()
+    assert cli.main(["submit", "asr", "--work-dir", str(work), "--num-shards", "7", "--quiet",
+                     "--set", "executor.slurm_max_array_size=4"]) == 0
+    assert capsys.readouterr().out.strip() == "4242:4243"               # the setting wins
+
+
+def test_an_sbatch_refusal_is_one_line_with_sbatchs_message_and_the_fix(tmp_path, monkeypatch, capsys):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "sbatch").write_text('#!/bin/bash\necho "sbatch: error: Batch job submission failed: '
+                                    'Invalid job array specification" >&2\nexit 1\n')
+    (bin_dir / "sbatch").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    assert cli.main(["submit", "asr", "--work-dir", str(tmp_path), "--num-shards", "5", "--quiet",
+                     "--set", "executor.slurm_max_array_size=5"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1
+    assert err.startswith("submit: sbatch refused asr (")
+    assert ("sbatch: error: Batch job submission failed: Invalid job array specification; the array is longer "
+            "than the cluster's MaxArraySize (5 assumed; ") in err and "set executor.slurm_max_array_size" in err
+
+
+def test_only_incomplete_asks_for_the_unfinished_tasks_by_their_numbers(tmp_path, capsys):
+    write_manifest_rows(tmp_path, [{"video_id": f"v{i}", "uri": f"/v/{i}.mp4", "bytes": 1, "transcript_uri": None,
+                                    "shard": i} for i in range(7)])
+    # shards 0, 2, 3 and 6 done (hand-made parts vouched for by their records)
+    for shard in (0, 2, 3, 6):
+        write_part(tmp_path, "decode", shard, pa.Table.from_pylist([], schema=schemas.DECODE_CLIPS.arrow),
+                   schemas.DECODE_CLIPS, record={"videos": 1})
+    args = ["submit", "decode", "--work-dir", str(tmp_path), "--dry-run", "--only-incomplete",
+            "--set", "executor.slurm_max_array_size=3"]
+    assert cli.main(args) == 0
+    out = capsys.readouterr().out
+    # tasks 0-2 are one job, 3-5 the next, 6 the last: tasks 1, 4 and 5 remain
+    assert "#SBATCH --array=1\n" in out and "#SBATCH --array=1,2\n" in out and out.count("#!/bin/bash") == 2
+    assert '--shard "$SLURM_ARRAY_TASK_ID" --num-shards 7' in out
+    assert '--shard "$((SLURM_ARRAY_TASK_ID + 3))" --num-shards 7' in out

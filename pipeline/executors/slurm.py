@@ -238,7 +238,7 @@ def sbatch_script(cfg: Config, stage: str, *, work_dir: Path, config: str | None
                   "| sed -n 's/^NodeAddr=//p' | head -n 1 || true)\"",
                   'export MASTER_ADDR="${MASTER_ADDR:-$first_node}"',
                   f"export MASTER_PORT={int(ex.slurm_rdzv_port)}",
-                  'getent hosts "$MASTER_ADDR" >/dev/null || { echo "train: the first node\'s address '
+                  'getent ahosts "$MASTER_ADDR" >/dev/null || { echo "train: the first node\'s address '
                   '$MASTER_ADDR (node $first_node) does not resolve: the rendezvous cannot start" >&2; exit 1; }']
     lines += ["exec " + pipeline_command(stage, work_dir=work_dir, config=config, overrides=list(overrides),
                                          num_shards=num_shards, gpus=gpus, python=python, first_task=first_task,
