@@ -117,7 +117,8 @@ def chain(slurm, tmp_path_factory):
     jobs = dict(line.split() for line in submitted.stdout.splitlines())
     # while Slurm works: the local run, stage by stage, then a two-process training run
     for stage in ("features", "kmeans", "quantize", "asr", "align"):
-        assert cli.main([stage, "--work-dir", str(local), "--quiet", *_settings()]) == 0, stage
+        # in this process, as each Slurm task runs its shards (--workers is the task's CPUs, 1 here)
+        assert cli.main([stage, "--work-dir", str(local), "--quiet", "--workers", "1", *_settings()]) == 0, stage
     # train requeued once it has saved its first checkpoint: it must resume from it
     first = on_slurm / "train" / "checkpoints" / "step-00000002" / "trainer.pt"
     _wait_for(first.exists, 300, "train's first checkpoint", slurm)
@@ -179,7 +180,7 @@ def _decode_run(root: Path, count: int = VIDEOS) -> tuple[Path, Path]:
     on_slurm, local = root / "slurm", root / "local"
     for work in (on_slurm, local):
         assert cli.main(["manifest", "--input", str(videos), "--work-dir", str(work), "--quiet", *_settings()]) == 0
-    assert cli.main(["decode", "--work-dir", str(local), "--quiet", *_settings()]) == 0
+    assert cli.main(["decode", "--work-dir", str(local), "--quiet", "--workers", "1", *_settings()]) == 0
     return on_slurm, local
 
 
