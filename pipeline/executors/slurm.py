@@ -10,15 +10,17 @@ resumes from its newest checkpoint, so a requeued or time-limited job continues 
 
 - **Logs**: tasks run without --quiet: their progress lines, each starting with its time, go to
   DIR/_state/slurm/logs/<job name>-<array job>_<index>.out.
-- **Arrays longer than the cluster's MaxArraySize** (`executor.slurm_max_array_size`, Slurm's default
-  1001: indexes 0..1000) are submitted as several array jobs of at most that many tasks; the job for
+- **Arrays longer than the cluster's MaxArraySize** (read from `scontrol show config`;
+  `executor.slurm_max_array_size` overrides it; Slurm's default 1001, indexes 0..1000, where neither says)
+  are submitted as several array jobs of at most that many tasks; the job for
   tasks F.. runs `--shard $((SLURM_ARRAY_TASK_ID + F))`, so together they run every task 0..N-1 once.
   With a throttle (`--array-parallelism M`) each job waits for the one before it (afterany), so that at
   most M tasks run at once over all of them; without one they are all submitted at once.
 - **Multi-node training**: with `executor.slurm_nodes` > 1, `submit train` asks for that many nodes with
   one task each; srun starts one torchrun per node, and the torchruns meet in a c10d rendezvous on the
-  job's first node (`scontrol show hostnames $SLURM_JOB_NODELIST | head -n 1`, port
-  `executor.slurm_rdzv_port`, id $SLURM_JOB_ID) and start `executor.slurm_gpus` training processes each
+  job's first node (`scontrol show hostnames $SLURM_JOB_NODELIST | head -n 1`, at its NodeAddr from
+  `scontrol show node`: a node's name need not resolve; port `executor.slurm_rdzv_port`, id $SLURM_JOB_ID;
+  an address that does not resolve stops the job with one line) and start `executor.slurm_gpus` training processes each
   (torchrun sets RANK, WORLD_SIZE and LOCAL_RANK; videobert/train.py reads them).
 
 Stages chain with afterok dependencies; the job id is the only thing printed on stdout (several ids of a
@@ -26,6 +28,12 @@ split array joined by ":", which --after and --dependency take as they are):
 
     decode=$(python -m pipeline submit decode --num-shards 100 --work-dir W)
     python -m pipeline submit features --num-shards 20 --work-dir W --after "$decode"
+
+`submit pipeline` submits features, kmeans, quantize, asr and align (and train, --with-train) as one such
+chain, each stage after the ones it reads (PIPELINE_AFTER), and prints a `STAGE IDS` line per stage.
+`--only-incomplete` submits only the tasks with a shard that is not current, with their own task numbers
+(`--array=1,4`), so a retry after a failure redoes nothing that is done. A refusal of sbatch is printed on
+one line with the setting that fixes it (sbatch_failure) and exits 2.
 
 What goes into the script is checked first: a path or value with a control character (a line break
 would end a #SBATCH line and start a command) is refused, the #SBATCH values are plain words (the
