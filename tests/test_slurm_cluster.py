@@ -3,12 +3,13 @@ machine, MaxArraySize 2): `submit pipeline` (features -> kmeans -> quantize -> a
 over more shards than MaxArraySize, under --array-parallelism, gives the local run's bytes in every data
 folder; train on both nodes (srun, one torchrun each, gloo) requeued mid-run ends with the checkpoint of an
 uninterrupted two-process local run; and the scheduler's faults: a running task requeued, a task killed with
-SIGKILL then retried with --only-incomplete, a shard that fails for good (its downstream jobs cancelled,
+SIGKILL then retried with --only-incomplete, a training job past its time limit, a shard that fails for good (its downstream jobs cancelled,
 `status` and `errors` naming it), sbatch's refusals."""
 
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -20,6 +21,7 @@ from slurm_cluster import SlurmCluster, missing_programs
 
 from pipeline import cli
 from pipeline.engine.lineage import Lineage
+from videobert.checkpoints import problem_of as checkpoints_problem
 
 REPO = Path(__file__).resolve().parent.parent
 MAX_ARRAY_SIZE = 2
@@ -278,3 +280,32 @@ def test_sbatch_refusing_an_array_prints_its_message_and_the_fix_in_one_line(slu
     assert len(said) == 1 and done.stderr.endswith(said[0] + "\n"), done.stderr
     assert "sbatch: error: Batch job submission failed: Invalid job array specification" in said[0]
     assert "MaxArraySize" in said[0] and "set executor.slurm_max_array_size" in said[0]
+
+
+def test_train_past_its_time_limit_keeps_only_complete_checkpoints_and_resumes_from_the_newest(chain, tmp_path):
+    cluster = chain["cluster"]
+    work = tmp_path / "work"
+    shutil.copytree(chain["slurm"], work, ignore=shutil.ignore_patterns("train", "slurm"))
+    settings = _settings(*TRAIN_SETTINGS, *SLURM_SETTINGS, "train.max_steps=100000", "executor.slurm_nodes=2",
+                         f"executor.slurm_rdzv_port={_free_port()}")
+    job = _pipeline("submit", "train", "--work-dir", work, "--quiet", *settings).stdout.strip()
+    checkpoints = work / "train" / "checkpoints"
+    _wait_for(lambda: (checkpoints / "step-00000002" / "trainer.pt").exists(), 300, "a first checkpoint", cluster)
+    # its time is up now: Slurm's next time-limit check ends it (SIGTERM, then SIGKILL after KillWait)
+    cluster.scontrol("update", f"JobId={job}", "EndTime=now")
+    _wait_for(lambda: cluster.job_states(job)[job] not in ("RUNNING", "COMPLETING"), 120, "the time limit", cluster)
+    assert cluster.job_states(job) == {job: "TIMEOUT"}
+    # every checkpoint that passes for one is complete (a cut-off one is still under its temporary name)
+    saved = sorted(checkpoints.glob("step-*"))
+    assert saved and all(checkpoints_problem(folder) is None for folder in saved)
+    newest = int(saved[-1].name.split("-")[1])
+    again = _pipeline("submit", "train", "--work-dir", work, "--quiet", "--only-incomplete", *settings).stdout.strip()
+    log = work / "train" / "log.jsonl"
+
+    def resumed():
+        records = [json.loads(line) for line in log.read_text().splitlines()]
+        return [r for r in records if r["event"] == "resume"]
+    _wait_for(resumed, 300, "the resubmitted job's resume", cluster)
+    assert resumed()[0]["step"] == newest and resumed()[0]["world_size"] == 2
+    subprocess.run(["scancel", again], check=True, timeout=60)
+    cluster.wait_for_jobs(120)
