@@ -16,7 +16,7 @@ RUN    := $(VENV)/bin/videobert
 .PHONY: install test demo youcook2 pipeline samples clean \
         manifest decode features kmeans quantize asr align validate summary card status train eval codebook-info \
         bench-decode bench-features bench-kmeans bench-asr bench-train bench-scale bench-lineage bench-gallery \
-        bench-learning bench-threads
+        bench-learning bench-threads bench-slurm
 
 install: $(STAMP)
 
@@ -131,6 +131,9 @@ bench-threads: $(STAMP)
 	$(PY) benchmarks/bench_threads.py $(ARGS)
 bench-gallery: $(STAMP)
 	$(PY) benchmarks/bench_gallery.py $(ARGS)
+# starts a two-node Slurm on this machine (needs slurm-wlm and munge: see .ci/run)
+bench-slurm: $(STAMP)
+	$(PY) benchmarks/bench_slurm.py $(ARGS)
 
 clean:
 	rm -rf work .pytest_cache

@@ -157,17 +157,22 @@ def build_parser() -> argparse.ArgumentParser:
 
     submit = commands.add_parser("submit", help="write (and submit) a Slurm job array for a stage; train on "
                                                 "executor.slurm_nodes nodes")
-    submit.add_argument("stage", choices=tuple(name for name in registry.NAMES if name != "manifest"))
+    submit.add_argument("stage", choices=tuple(name for name in registry.NAMES if name != "manifest") + ("pipeline",),
+                        help="a stage, or `pipeline`: features, kmeans, quantize, asr and align as one afterok "
+                             "chain (prints a `STAGE JOB_IDS` line each)")
     _common(submit)
     submit.add_argument("--executor", choices=("slurm",), default="slurm")
     submit.add_argument("--num-shards", type=int,
-                        help="array tasks (default: one per manifest shard); more than "
-                             "executor.slurm_max_array_size are submitted as several array jobs")
+                        help="array tasks (default: one per manifest shard); more than the cluster's "
+                             "MaxArraySize (or executor.slurm_max_array_size) are submitted as several array jobs")
     submit.add_argument("--array-parallelism", type=int, help="at most this many tasks at once")
     submit.add_argument("--after", action="append", default=[], metavar="JOB_ID",
                         help="start after this job succeeds (afterok; repeatable; ids joined by ':' as "
                              "submit prints them)")
     submit.add_argument("--dry-run", action="store_true", help="print the sbatch script(s), submit nothing")
+    submit.add_argument("--only-incomplete", action="store_true",
+                        help="only the tasks with a shard that is not current (a retry), numbered as before")
+    submit.add_argument("--with-train", action="store_true", help="submit pipeline: train after align too")
 
     gallery = commands.add_parser("gallery", help="the visual words as thumbnail grids (HTML + PNG)")
     _common(gallery)

@@ -59,9 +59,9 @@ class ExecutorConfig:
     # GPUs per array task for the stages whose registry record says they use one (features, asr, train)
     slurm_gpus: int = setting(0, ge=0)
     slurm_array_parallelism: int | None = setting(None, gt=0)   # at most this many array tasks at once
-    # the cluster's MaxArraySize (`scontrol show config`); Slurm's default 1001 allows indexes 0..1000: a
-    # longer array is submitted as several jobs, each task's index offset
-    slurm_max_array_size: int = setting(1001, ge=1, le=4_000_001)
+    # the cluster's MaxArraySize; None: `submit` reads it from `scontrol show config` (Slurm's default 1001,
+    # indexes 0..1000, where it cannot): a longer array is submitted as several jobs, each task's index offset
+    slurm_max_array_size: int | None = setting(None, ge=1, le=4_000_001)
     # nodes of a `submit train` job; more than one trains data-parallel over all of them (srun starts one
     # torchrun per node, joined by a c10d rendezvous), slurm_gpus processes per node
     slurm_nodes: int = setting(1, ge=1, le=4096)

@@ -31,7 +31,8 @@ WORKER_MEMORY = 4 << 30
 # The modules that run longest (half a minute and more on 2 cores) go to the workers first: started last,
 # one of them would keep a worker busy long after the others are done (`--no-loadscope-reorder` keeps this
 # order; pytest-xdist's own puts the modules with the most tests first).
-LONGEST_FIRST = ("test_asr", "test_videobert", "test_pipeline_e2e", "test_input_limits", "test_status",
+LONGEST_FIRST = ("test_slurm_cluster",
+                 "test_asr", "test_videobert", "test_pipeline_e2e", "test_input_limits", "test_status",
                  "test_ray", "test_known_answer_media", "test_features", "test_object_storage",
                  "test_caption_metrics", "test_captioning_e2e", "test_torchcodec", "test_bad_inputs")
 

@@ -9,10 +9,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from media_factory import make_video
-from work_factory import write_manifest_rows
+from work_factory import write_manifest_rows, write_part
 
+import schemas
 from pipeline import cli
 from pipeline.config import ConfigError, load_config
 from pipeline.engine.manifest import write_manifest
@@ -404,8 +406,12 @@ def test_multi_node_training_is_srun_with_one_torchrun_per_node_meeting_at_the_f
     # run it: scontrol names the job's nodes, srun records what it would start on each
     bin_dir = tmp_path / "slurm-bin"
     bin_dir.mkdir()
+    # the first node's name does not resolve; its NodeAddr does
     (bin_dir / "scontrol").write_text('#!/bin/bash\n[ "$1 $2 $3" = "show hostnames gpu-[07-08]" ] && '
-                                      'printf "gpu-07\\ngpu-08\\n"\n')
+                                      'printf "gpu-07\\ngpu-08\\n"\n'
+                                      '[ "$1 $2 $3" = "show node gpu-07" ] && '
+                                      'echo "NodeName=gpu-07 Arch=x86_64" && echo "   NodeAddr=127.0.0.1 NodeHostName=gpu-07"\n'
+                                      'exit 0\n')
     (bin_dir / "scontrol").chmod(0o755)
     recorded = tmp_path / "srun.txt"
     (bin_dir / "srun").write_text(f'#!/bin/bash\n{{ echo "MASTER_ADDR=$MASTER_ADDR MASTER_PORT=$MASTER_PORT"; '
@@ -418,11 +424,19 @@ def test_multi_node_training_is_srun_with_one_torchrun_per_node_meeting_at_the_f
     run = subprocess.run(["bash", str(path)], env=env, capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stderr
     lines = recorded.read_text().splitlines()
-    assert lines[0] == "MASTER_ADDR=gpu-07 MASTER_PORT=29511"
+    assert lines[0] == "MASTER_ADDR=127.0.0.1 MASTER_PORT=29511"
     srun_args = lines[1:]
     assert "--cpus-per-task=16" in srun_args
     torchrun = _torchrun_args(["srun", *srun_args])
-    assert (torchrun.rdzv_endpoint, torchrun.rdzv_id) == ("gpu-07:29511", "9001")
+    assert (torchrun.rdzv_endpoint, torchrun.rdzv_id) == ("127.0.0.1:29511", "9001")
+
+    # a first node whose address does not resolve stops the job with one line before any torchrun starts
+    (bin_dir / "scontrol").write_text('#!/bin/bash\n[ "$1 $2" = "show hostnames" ] && echo gpu-07.invalid\nexit 0\n')
+    recorded.unlink()
+    run = subprocess.run(["bash", str(path)], env=env, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 1 and not recorded.exists()
+    assert run.stderr == ("train: the first node's address gpu-07.invalid (node gpu-07.invalid) does not resolve: "
+                          "the rendezvous cannot start\n")
 
     # without scontrol's answer the job stops with one line instead of a torchrun that waits forever
     (bin_dir / "scontrol").write_text("#!/bin/bash\nexit 1\n")
@@ -470,3 +484,50 @@ def test_array_size_and_node_counts_are_checked_at_load():
     for key, value in (("slurm_max_array_size", 0), ("slurm_nodes", 0), ("slurm_rdzv_port", 80)):
         with pytest.raises(ConfigError, match=f"executor.{key} must be"):
             load_config(None, [f"executor.{key}={value}"])
+
+
+def test_submit_splits_at_the_clusters_max_array_size_unless_the_setting_says_otherwise(tmp_path, fake_sbatch, capsys):
+    bin_dir = fake_sbatch.parent / "bin"
+    (bin_dir / "scontrol").write_text('#!/bin/bash\n[ "$1 $2" = "show config" ] && '
+                                      'printf "MaxArrayJobs = 5\\nMaxArraySize            = 3\\nMaxJobCount = 10000\\n"\n')
+    (bin_dir / "scontrol").chmod(0o755)
+    work = tmp_path / "work"
+    assert cli.main(["submit", "asr", "--work-dir", str(work), "--num-shards", "7", "--quiet"]) == 0
+    assert capsys.readouterr().out.strip() == "4242:4243:4244"          # tasks 0-2, 3-5, 6
+    fake_sbatch.unlink()
+    assert cli.main(["submit", "asr", "--work-dir", str(work), "--num-shards", "7", "--quiet",
+                     "--set", "executor.slurm_max_array_size=4"]) == 0
+    assert capsys.readouterr().out.strip() == "4242:4243"               # the setting wins
+
+
+def test_an_sbatch_refusal_is_one_line_with_sbatchs_message_and_the_fix(tmp_path, monkeypatch, capsys):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "sbatch").write_text('#!/bin/bash\necho "sbatch: error: Batch job submission failed: '
+                                    'Invalid job array specification" >&2\nexit 1\n')
+    (bin_dir / "sbatch").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    assert cli.main(["submit", "asr", "--work-dir", str(tmp_path), "--num-shards", "5", "--quiet",
+                     "--set", "executor.slurm_max_array_size=5"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1
+    assert err.startswith("submit: sbatch refused asr (")
+    assert ("sbatch: error: Batch job submission failed: Invalid job array specification; the array is longer "
+            "than the cluster's MaxArraySize (5 assumed; ") in err and "set executor.slurm_max_array_size" in err
+
+
+def test_only_incomplete_asks_for_the_unfinished_tasks_by_their_numbers(tmp_path, capsys):
+    write_manifest_rows(tmp_path, [{"video_id": f"v{i}", "uri": f"/v/{i}.mp4", "bytes": 1, "transcript_uri": None,
+                                    "shard": i} for i in range(7)])
+    # shards 0, 2, 3 and 6 done (hand-made parts vouched for by their records)
+    for shard in (0, 2, 3, 6):
+        write_part(tmp_path, "decode", shard, pa.Table.from_pylist([], schema=schemas.DECODE_CLIPS.arrow),
+                   schemas.DECODE_CLIPS, record={"videos": 1})
+    args = ["submit", "decode", "--work-dir", str(tmp_path), "--dry-run", "--only-incomplete",
+            "--set", "executor.slurm_max_array_size=3"]
+    assert cli.main(args) == 0
+    out = capsys.readouterr().out
+    # tasks 0-2 are one job, 3-5 the next, 6 the last: tasks 1, 4 and 5 remain
+    assert "#SBATCH --array=1\n" in out and "#SBATCH --array=1,2\n" in out and out.count("#!/bin/bash") == 2
+    assert '--shard "$SLURM_ARRAY_TASK_ID" --num-shards 7' in out
+    assert '--shard "$((SLURM_ARRAY_TASK_ID + 3))" --num-shards 7' in out

@@ -168,6 +168,10 @@ def test_resumed_run_matches_an_uninterrupted_one(tmp_path, tokenizer, workers, 
     final_split, _ = VideoBert.load(latest_checkpoint(split))
     for (name, a), b in zip(final_whole.state_dict().items(), final_split.state_dict().values()):
         assert torch.equal(a, b), name
+    # byte for byte: the trainer state a resumed run saves is the uninterrupted run's (model.json differs
+    # only in the recorded train.steps_per_run)
+    for name in ("model.safetensors", "trainer.pt"):
+        assert (latest_checkpoint(split) / name).read_bytes() == (latest_checkpoint(whole) / name).read_bytes(), name
     assert third["regime_mix"] == summary["regime_mix"]
     # nothing more to do: a finished run resumes to itself
     assert train(config(split, *overrides), split, resume=True, quiet=True)["steps_this_run"] == 0

@@ -264,11 +264,13 @@ def read_videos(path: Path, layout: VocabLayout, start_row: int = 0) -> Iterator
 
 
 def _encode_units(units: list[Unit]) -> dict:
-    """Units as tensors: each of their videos once (units of a video share it), then (video, first, last)."""
-    index: dict[int, int] = {}
+    """Units as tensors: each of their videos once, then (video, first, last). A video is keyed by its id, not
+    its object: after a resume, the units restored and those read afresh hold the same video in two objects,
+    and the saved state must be the one an uninterrupted run saves."""
+    index: dict[str, int] = {}
     videos: list[Video] = []
     for unit in units:
-        if index.setdefault(id(unit.video), len(videos)) == len(videos):
+        if index.setdefault(unit.video.video_id, len(videos)) == len(videos):
             videos.append(unit.video)
 
     def joined(name: str, dtype) -> torch.Tensor:
@@ -278,7 +280,7 @@ def _encode_units(units: list[Unit]) -> dict:
             "segments": torch.tensor([video.segments for video in videos], dtype=torch.int64),
             "clips": joined("clips", np.int32), "text": joined("text", np.int32),
             "clip_bounds": joined("clip_bounds", np.int64), "text_bounds": joined("text_bounds", np.int64),
-            "units": torch.tensor([(index[id(u.video)], u.first, u.last) for u in units], dtype=torch.int64).view(-1, 3)}
+            "units": torch.tensor([(index[u.video.video_id], u.first, u.last) for u in units], dtype=torch.int64).view(-1, 3)}
 
 
 def _decode_units(encoded: dict) -> list[Unit]:

@@ -137,13 +137,25 @@ def _save_checkpoint(work: WorkDir, step: int, model: VideoBert, info: dict, tra
         tmp.mkdir()
         with checkpoints.written(tmp):           # a full disk: one OSError naming it, not a library's traceback
             model.save(tmp, dict(info, step=step))
-            torch.save(dict(trainer_state, step=step, ranks=rank_states), tmp / checkpoints.TRAINER_STATE_NAME)
+            torch.save(_interned_keys(dict(trainer_state, step=step, ranks=rank_states)),
+                       tmp / checkpoints.TRAINER_STATE_NAME)
             checkpoints.write_checksums(tmp)     # inside the folder before it has its final name
         os.replace(tmp, final)
         checkpoints.rotate(root, keep)
     if runtime.distributed:
         dist.barrier()
     return final
+
+
+def _interned_keys(value):
+    """`value` with every dict's string keys interned. Pickle writes a string once per object: the optimiser
+    state a resumed run loaded holds keys ("step", ...) that are other objects than the code's own, and
+    without this its trainer.pt would differ in bytes from an uninterrupted run's."""
+    if isinstance(value, dict):
+        return {sys.intern(k) if type(k) is str else k: _interned_keys(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_interned_keys(v) for v in value]
+    return value
 
 
 def _stop_on_non_finite_weights(model: VideoBert, step: int) -> None:
