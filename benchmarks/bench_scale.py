@@ -98,7 +98,7 @@ def main() -> None:
                  "asr.num_threads=1"]
     configs = {workers: load_config(args.config, overrides + [cpus_per_task(3 - workers)]) for workers in (1, 2)}
     root = Path(tempfile.mkdtemp(prefix="bench-scale-"))
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         executors = {workers: RayExecutor(cfg) for workers, cfg in configs.items()}
         executors[2].map(partial(_warm_up, configs[2]), range(2))

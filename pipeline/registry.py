@@ -17,6 +17,11 @@ from typing import Callable, Iterator
 import schemas
 
 
+class PreflightError(ValueError):
+    """What a stage needs is not there (a model, weights, a resource no node has): one line naming the config
+    value and the fix. Raised by a stage's preflight check and by an executor before the first task."""
+
+
 @dataclass(frozen=True)
 class Stage:
     name: str

@@ -150,7 +150,8 @@ def test_a_full_disk_while_saving_a_checkpoint_is_one_line_naming_the_disk(tmp_p
 def refusing_store(monkeypatch):
     """An S3-compatible server that checks credentials (moto with authentication on) and keys it never issued."""
     pytest.importorskip("moto")
-    pytest.importorskip("s3fs")
+    s3fs = pytest.importorskip("s3fs")
+    s3fs.S3FileSystem.clear_instance_cache()   # a file system another test made holds that test's endpoint
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -168,6 +169,7 @@ def refusing_store(monkeypatch):
                         "AWS_SECRET_ACCESS_KEY": "wrong", "AWS_DEFAULT_REGION": "us-east-1"}.items():
         monkeypatch.setenv(name, value)
     yield f"http://127.0.0.1:{port}"
+    s3fs.S3FileSystem.clear_instance_cache()
     server.terminate()
     server.wait(timeout=30)
 

@@ -31,7 +31,7 @@ TINY_FEATURES = ["features.weights=random", "decode.clip_frames=14", "decode.min
 
 @pytest.fixture(scope="module")
 def ray_instance():
-    ray.init(num_cpus=2, include_dashboard=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False)
     yield
     ray.shutdown()
 

@@ -11,6 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 from media_factory import make_video
 
+import schemas
 from pipeline import storage
 from pipeline.config import load_config
 from pipeline.engine.lineage import Lineage
@@ -116,4 +117,4 @@ def test_outputs_record_config_schema_and_inputs(tmp_path, videos):
     metadata = storage.read_metadata(WorkDir(tmp_path).part("decode", 0))
     assert metadata.schema == "decode:1" and metadata.stage == "decode"
     assert '"fps":20.0' in metadata.config and metadata.config_hash == cfg.section_hash("decode")
-    assert storage.read_metadata(WorkDir(tmp_path).part("decode", 0, "videos")).schema == "decode.videos:1"
+    assert storage.read_metadata(WorkDir(tmp_path).part("decode", 0, "videos")).schema == schemas.DECODE_VIDEOS.tag

@@ -286,7 +286,9 @@ def test_train_past_its_time_limit_keeps_only_complete_checkpoints_and_resumes_f
     cluster = chain["cluster"]
     work = tmp_path / "work"
     shutil.copytree(chain["slurm"], work, ignore=shutil.ignore_patterns("train", "slurm"))
-    settings = _settings(*TRAIN_SETTINGS, *SLURM_SETTINGS, "train.max_steps=100000", "executor.slurm_nodes=2",
+    # a run far longer than the time it is given (the chain's train.max_steps replaced)
+    settings = _settings(*[s for s in TRAIN_SETTINGS if not s.startswith("train.max_steps=")], *SLURM_SETTINGS,
+                         "train.max_steps=100000", "executor.slurm_nodes=2",
                          f"executor.slurm_rdzv_port={_free_port()}")
     job = _pipeline("submit", "train", "--work-dir", work, "--quiet", *settings).stdout.strip()
     checkpoints = work / "train" / "checkpoints"

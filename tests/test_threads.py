@@ -118,7 +118,7 @@ def test_a_ray_task_and_actor_get_their_num_cpus():
     code = """
 import ray
 from pipeline import threads
-ray.init(num_cpus=3, include_dashboard=False, log_to_driver=False)
+ray.init(address="local", num_cpus=3, include_dashboard=False, log_to_driver=False)
 def task_share():
     import torch
     return threads.allocated_cpus(), threads.set_torch_threads(), torch.get_num_threads()

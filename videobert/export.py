@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -95,8 +96,6 @@ def feature_provenance(work_dir) -> dict:
 def feature_settings(work_dir) -> dict | None:
     """The decode and features config sections, the S3D weights and the feature provenance of the current
     features parts, with the run's seed (random S3D weights are seeded by it); None without features parts."""
-    from pipeline.remembered import remembered
-
     made = {}
     for _, path in Lineage(WorkDir(work_dir)).current_parts("features"):
         meta = storage.read_metadata(path)
@@ -108,7 +107,9 @@ def feature_settings(work_dir) -> dict | None:
                          f"their visual words do not share one S3D space")
     config, weights, provenance = next(iter(made))
     sections = json.loads(config or "{}")
-    return {"config": {"seed": (remembered(work_dir) or {}).get("seed", 0), **sections},
+    # random S3D weights are seeded by the run's seed, which their identity names ("random(seed=N, ...")
+    seeded = re.match(r"random\(seed=(\d+)", weights or "")
+    return {"config": {"seed": int(seeded.group(1)) if seeded else 0, **sections},
             "weights": weights, "feature_provenance": json.loads(provenance or "{}")}
 
 

@@ -43,7 +43,7 @@ from pipeline.config import Config
 from pipeline.engine import runner
 from pipeline.engine.lineage import CorruptFile, InputNotReady, Lineage
 from pipeline.engine.workdir import WorkDir
-from pipeline.preflight import PreflightError
+from pipeline.registry import PreflightError
 from pipeline.progress import Progress
 
 if TYPE_CHECKING:
@@ -236,7 +236,9 @@ class RayExecutor:
             if address:
                 ray.init(address=address)
             else:
-                ray.init(num_cpus=cfg.executor.workers or None, include_dashboard=False)
+                # "local": a Ray of its own, even where a cluster runs on this machine (ray.init without an
+                # address would join that one, and refuse num_cpus)
+                ray.init(address="local", num_cpus=cfg.executor.workers or None, include_dashboard=False)
         self._ray = ray
         self._shard_task = ray.remote(_run_shard_task)
 
