@@ -10,8 +10,10 @@ Outputs in DIR/train/:
 - log.jsonl: a start/resume record, then per `train.log_every` steps the loss, masked accuracy and
   alignment accuracy per regime, the examples of each regime and their share (the realised mix), learning
   rate and tokens/s. A run ends by printing the mix of all examples trained on so far. The start record
-  also has `warnings` (data that cannot teach, videobert/data_checks.py) and `validation_videos`; every
-  `train.validation_every` steps a `validation` record gives the held-out figures (videobert/validation.py).
+  also has `warnings` (data that cannot teach, videobert/data_checks.py; regimes the held-out videos cannot
+  measure), `validation_videos` and `test_videos` (train.splits); every `train.validation_every` steps a
+  `validation` record gives the held-out figures, under the clean protocol and the run's own noise
+  (videobert/validation.py).
 
 `resume=True` continues from the newest checkpoint and gives the same losses and weights as a run that was
 never stopped: every data stream continues from its saved state (see videobert/data.py; nothing is
