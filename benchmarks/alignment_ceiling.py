@@ -6,7 +6,12 @@ A visual word is checked against the text's word of its kind (verb or noun); one
 show (masked) checks nothing; the rule says "aligned" when the share of checked words that agree is at least
 a threshold, the best one for each protocol (so each figure is an upper bound for that rule).
 
-    .venv/bin/python benchmarks/alignment_ceiling.py DIR     # DIR: a benchmark's synthetic set (train.splits)"""
+With --model, the trained checkpoint of DIR instead: its alignment accuracy on the clean examples of 12
+videos of each split, by kind (positive, negative) and by whether the text's (verb, noun) pair was ever shown
+in a training video (synthetic.HELD_OUT_PAIRS): where held-out alignment falls short of training alignment.
+
+    .venv/bin/python benchmarks/alignment_ceiling.py DIR     # DIR: a benchmark's synthetic set (train.splits)
+    .venv/bin/python benchmarks/alignment_ceiling.py DIR --model"""
 
 from __future__ import annotations
 
@@ -55,10 +60,46 @@ def ceiling(root: Path, split: str, concat_prob: float, max_subsample_step: int,
     return max(float(np.mean((shares >= t) == gold)) for t in np.unique(np.r_[shares, 1.01])), len(gold)
 
 
+def model_by_group(root: Path) -> None:
+    import torch
+
+    from videobert.evaluate import Evaluator
+    from videobert.synthetic import HELD_OUT_PAIRS
+    from videobert.validation import Protocols
+
+    cfg = load_config(None, ["train.max_len=48", "train.concat_prob=0", "train.max_subsample_step=1"])
+    ev = Evaluator(cfg, root, None)
+    tokenizer = load_tokenizer(cfg.align.tokenizer)
+    word_of = {encode(tokenizer, word)[0]: word for word in VERBS + NOUNS}
+    held = {(VERBS[v], NOUNS[n]) for v, n in HELD_OUT_PAIRS}
+    splits = read_splits(root / "synthetic" / "splits.csv")
+    for split in ("train", "validation", "test"):
+        videos = read_validation_videos(ev.shards(root), ev.layout,
+                                        sorted(v for v, s in splits.items() if s == split)[:12])
+        examples = Protocols.build(videos, ev.layout, replacement_text_ids(tokenizer), DataParams.from_config(cfg.train),
+                                   0).clean
+        groups: dict[str, list[bool]] = {}
+        for (ids, types, _), regime, label in zip(examples.examples, examples.regimes, examples.alignment_labels):
+            if regime != TEXT_VIDEO:
+                continue
+            words = tuple(word_of[t] for t in ids[types == 0] if t in word_of)[:2]
+            with torch.no_grad():
+                out = ev.model(torch.tensor(ids)[None], torch.tensor(types)[None], torch.ones(1, len(ids), dtype=torch.long),
+                               None)
+            aligned = torch.softmax(out[2].float(), -1)[0, ALIGNED].item() >= 0.5
+            key = f"{'held-out' if words in held else 'trained'} pair, {'positive' if label == ALIGNED else 'negative'}"
+            groups.setdefault(key, []).append(aligned == (label == ALIGNED))
+        print(f"{split:<11}" + "; ".join(f"{key} {np.mean(hits):.3f} ({len(hits)})" for key, hits in sorted(groups.items())))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("root", type=Path)
+    parser.add_argument("--model", action="store_true", help="the trained checkpoint's accuracy by group")
     args = parser.parse_args()
+    if args.model:
+        model_by_group(args.root)
+        return 0
     for split in ("validation", "test"):
         for name, (concat, step) in PROTOCOLS.items():
             accuracy, count = ceiling(args.root, split, concat, step)

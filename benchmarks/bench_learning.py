@@ -247,6 +247,9 @@ def main() -> int:
     parser.add_argument("--skip-media", action="store_true")
     parser.add_argument("--skip-synthetic", action="store_true")
     parser.add_argument("--verbose", action="store_true")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="a training setting to try (applied to both sets after the benchmark's own); compare "
+                             "its validation figures, not its test ones")
     parser.add_argument("--combine", type=Path, nargs="+", default=None,
                         help="summarise the runs of these bench_learning.json files together (seeds run in "
                              "separate processes) and exit")
@@ -267,7 +270,7 @@ def main() -> int:
         results.append(run_set(f"synthetic shards ({args.videos} videos)", synthetic,
                                lambda seed: learning_config(synthetic, Path(made["verbs"]), Path(made["nouns"]),
                                                             Path(made["labels"]), args.steps, Path(made["splits"]),
-                                                            args.threads, seed),
+                                                            args.threads, seed, extra=args.overrides),
                                args.seeds, not args.verbose))
         passed &= print_summary(results[-1], load_config(None, []).eval.zero_shot_template)
         (root / "bench_learning.json").write_text(json.dumps(results, indent=2) + "\n")
@@ -285,7 +288,8 @@ def main() -> int:
             made = media.build_known_answer_set(args.media_root or root / "media", seed=0, quiet=not args.verbose,
                                                 videos=args.media_videos)
             videos = len(made["videos"])
-            extra = ["train.max_len=64", f"train.lr={MEDIA_LR:g}", f"train.weight_decay={MEDIA_WEIGHT_DECAY:g}"]
+            extra = ["train.max_len=64", f"train.lr={MEDIA_LR:g}", f"train.weight_decay={MEDIA_WEIGHT_DECAY:g}",
+                     *args.overrides]
             results.append(run_set(f"generated media ({videos} videos)", made["work_dir"],
                                    lambda seed: learning_config(made["work_dir"], made["verbs"], made["nouns"],
                                                                 made["labels"], args.media_steps, made["splits"],
