@@ -42,12 +42,12 @@ test: $(STAMP)
 
 # The whole pipeline on the bundled sample (samples/, made by scripts/make_samples.py).
 DEMO_WORK ?= work/demo
-# then a short VideoBERT run on its shards, the zero-shot report, the gallery and the run report
+# then a short VideoBERT run on its shards (the small-run preset, configs/small.yaml), the zero-shot report, the gallery and the run report
 DEMO_EVAL = --set eval.verbs=samples/zero_shot/verbs.txt --set eval.nouns=samples/zero_shot/nouns.txt \
             --set eval.labels=$(DEMO_WORK)/eval/labels.csv
 demo: $(STAMP)
 	HF_HUB_OFFLINE=1 $(MAKE) --no-print-directory pipeline CONFIG=configs/demo.yaml WORK=$(DEMO_WORK) INPUT=samples
-	HF_HUB_OFFLINE=1 $(RUN) train --config configs/demo.yaml --work-dir $(DEMO_WORK) --resume
+	HF_HUB_OFFLINE=1 $(RUN) train --config configs/small.yaml --work-dir $(DEMO_WORK) --resume
 	$(PY) scripts/demo_labels.py $(DEMO_WORK)
 	HF_HUB_OFFLINE=1 $(RUN) eval zero-shot --config configs/demo.yaml --work-dir $(DEMO_WORK) $(DEMO_EVAL)
 	$(RUN) gallery --config configs/demo.yaml --work-dir $(DEMO_WORK) $(DEMO_EVAL) --quiet

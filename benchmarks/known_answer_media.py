@@ -59,7 +59,7 @@ NOUN_LOOKS = {
 # verb -> motion of the pattern (and its tool)
 VERB_MOTIONS = {"cut": "slide", "pour": "fall", "stir": "turn", "fold": "pulse"}
 
-# the spoken wordings; each names the verb and the noun once
+# the spoken wordings of the training videos; each names the verb and the noun once
 TEMPLATES = (
     "now {verb} the {noun}",
     "let me show you how to {verb} the {noun}",
@@ -68,6 +68,17 @@ TEMPLATES = (
     "{verb} the {noun} like this",
     "and then you {verb} the {noun}",
 )
+# the wordings of the validation and test videos, none of them a training wording: a held-out sentence is
+# never a copy of a trained one, so a model that recalls its training sentences gains nothing there
+HELD_OUT_TEMPLATES = (
+    "time to {verb} the {noun}",
+    "go ahead and {verb} the {noun}",
+    "first you {verb} the {noun}",
+    "we will {verb} the {noun} here",
+)
+# the share of the videos in each split (by video, drawn by the seed): the benchmark chooses its settings
+# and template on validation and reports test
+SPLIT_SHARES = {"validation": 0.1875, "test": 0.1875}
 # every sentence is spoken at the pace that makes it last this long (within ESPEAK_SPEEDS), so that it
 # covers its step's clips: at one pace the short wordings overlapped a single clip of their step
 SPEECH_S = 2.3
@@ -80,7 +91,7 @@ ESPEAK = "/usr/bin/espeak-ng"
 ESPEAK_SPEED = 140             # words per minute: the pace a sentence is first measured at
 ESPEAK_SPEEDS = (90, 210)      # the paces a sentence may be fitted to
 SPEECH_LEAD_S = 0.2            # a sentence starts this long after its step begins
-MEDIA_VERSION = 2              # bump when the pictures or the sound change: the videos are made again
+MEDIA_VERSION = 3              # bump when the pictures or the sound change: the videos are made again
 
 
 class EspeakMissing(RuntimeError):
@@ -119,11 +130,27 @@ class VideoPlan:
 
 # ------------------------------------------------------------------ the plan
 
+def video_splits(count: int, seed: int) -> list[str]:
+    """The split of each of `count` videos (train, validation or test), by SPLIT_SHARES: a seeded
+    permutation's first videos are validation, the next test (at least one each from 4 videos on)."""
+    order = np.random.default_rng([seed, 11]).permutation(count)
+    splits = ["train"] * count
+    first = 0
+    for name, share in SPLIT_SHARES.items():
+        size = max(1, round(share * count)) if count >= 4 else 0
+        for index in order[first:first + size]:
+            splits[index] = name
+        first += size
+    return splits
+
+
 def plan_videos(count: int, steps_per_video: int, clips_per_step: int, spoken_share: float,
                 seed: int) -> list[VideoPlan]:
     """`count` videos of `steps_per_video` steps each. Each (verb, noun) appears about equally often over the
     set (a shuffled deck of the 16 pairs, dealt out; neighbouring steps never repeat a pair); a step is
-    spoken with probability `spoken_share`, at least one per video, with a wording drawn per step."""
+    spoken with probability `spoken_share`, at least one per video, with a wording drawn per step: from
+    TEMPLATES in training videos, from HELD_OUT_TEMPLATES in validation and test ones (`video_splits`)."""
+    splits = video_splits(count, seed)
     rng = np.random.default_rng(seed)
     pairs = [(verb, noun) for verb in VERBS for noun in NOUNS]
     deck: list[tuple[str, str]] = []
@@ -143,7 +170,8 @@ def plan_videos(count: int, steps_per_video: int, clips_per_step: int, spoken_sh
             start = position * step_s
             sentence = None
             if spoken[position]:
-                sentence = TEMPLATES[rng.integers(len(TEMPLATES))].format(verb=verb, noun=noun)
+                wordings = TEMPLATES if splits[index] == "train" else HELD_OUT_TEMPLATES
+                sentence = wordings[rng.integers(len(wordings))].format(verb=verb, noun=noun)
             steps.append(Step(verb, noun, round(start, 3), round(start + step_s, 3), sentence,
                               round(start + SPEECH_LEAD_S, 3) if sentence else None))
         # a little: in a probe of 128 clips the (verb, noun) explained 0.94 of the features' variance, the
@@ -477,6 +505,17 @@ def write_labels(path: Path, align_rows: list[dict], videos: dict[str, dict]) ->
     return rows
 
 
+def write_splits(path: Path, video_ids: list[str], splits: list[str]) -> Path:
+    """video_id,split for every video (the form `train.splits` reads)."""
+    temporary = path.with_name(f".{path.name}.partial")
+    with open(temporary, "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["video_id", "split"])
+        writer.writerows(sorted(zip(video_ids, splits)))
+    temporary.replace(path)
+    return path
+
+
 def visual_word_purity(clips: list[dict], videos: dict[str, dict]) -> dict:
     """How well the visual words follow what is shown: for each word, the share of its clips that show its
     most common (verb, noun) (purity, averaged over clips: 1/16 would be chance), the same for the noun and
@@ -551,6 +590,7 @@ def build_known_answer_set(root: Path, seed: int = 0, quiet: bool = True, *, vid
     plans = plan_videos(videos, steps_per_video, clips_per_step, spoken_share, seed)
     shown = make_media(root / "media", plans, quiet)
     by_id = {video["video_id"]: video for video in shown}
+    splits = write_splits(root / "splits.csv", [video["video_id"] for video in shown], video_splits(videos, seed))
     verbs, nouns, labels = root / "verbs.txt", root / "nouns.txt", root / "labels.csv"
     verbs.write_text("".join(f"{verb}\n" for verb in VERBS))
     nouns.write_text("".join(f"{noun}\n" for noun in NOUNS))
@@ -571,7 +611,7 @@ def build_known_answer_set(root: Path, seed: int = 0, quiet: bool = True, *, vid
     (root / "known_answer.json").write_text(json.dumps({"seed": seed, "videos": shown, "measured": measured},
                                                        indent=1))
     return {"work_dir": work, "config": config, "verbs": verbs, "nouns": nouns, "labels": labels,
-            "videos": [video["video_id"] for video in shown], "measured": measured,
+            "videos": [video["video_id"] for video in shown], "measured": measured, "splits": splits,
             "known_answer": root / "known_answer.json"}
 
 

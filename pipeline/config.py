@@ -253,6 +253,10 @@ class TrainConfig:
     # videos, drawn by train.seed; 0 = none. Every validation_every steps their losses and alignment go to the log
     validation_videos: float = setting(0, rule=rules.validation_share_or_count)
     validation_every: int = setting(1000, gt=0)
+    # instead of validation_videos, a fixed split by video: a CSV of video_id,split (train | validation |
+    # test). Validation videos are held out and scored as above; test videos are neither trained on nor
+    # scored during training (eval.videos: test); videos it does not name are trained on
+    splits: str | None = setting(None, rule=rules.splits_or_share)
     # YouCook II kept apart (videobert/youcook2.py): the videos of these subsets of a YouCook II annotations
     # file are never trained on (they are still quantized, with the one codebook). The file: this key, else
     # the manifest's when youcook2-manifest made it; "" = none
@@ -296,8 +300,9 @@ class EvalConfig:
     probe_seed: int = setting(0, **SEED)
     batch_size: int = setting(32, gt=0)
     predict_video_tokens: int = setting(8, gt=0)
-    # all | validation: the segments of the checkpoint's held-out videos only (train.validation_videos)
-    videos: str = setting("all", choices=("all", "validation"))
+    # all | validation: the segments of the checkpoint's held-out videos only (train.validation_videos) |
+    # test: those of its test videos (train.splits)
+    videos: str = setting("all", choices=("all", "validation", "test"))
     # eval forecast: the most frequent non-empty visual words forecast, and the horizons in clips at which
     # their top-3 later visual words are read
     forecast_words: int = setting(8, gt=0)

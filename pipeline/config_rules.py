@@ -202,6 +202,12 @@ def validation_share_or_count(t, prefix: str) -> None:
                           f">= 1 (got {t.validation_videos!r})")
 
 
+def splits_or_share(t, prefix: str) -> None:
+    if t.splits is not None and t.validation_videos:
+        raise ConfigError(f"config error: {prefix}splits and {prefix}validation_videos both choose the held-out "
+                          f"videos: set one (got {t.splits!r} and {t.validation_videos!r})")
+
+
 def masks(count: int, what: str, name: str):
     """A template must hold `count` [MASK] (at least one when count is 0)."""
     def rule(e, prefix: str) -> None:

@@ -558,6 +558,24 @@ def _loss_top(records: list[dict]) -> float | None:
     return svg_axis_top(max(values))
 
 
+def _validation_protocol_html(record: dict) -> str:
+    """How the validation figures were made (the clean protocol; the run's noise beside it) and what the
+    held-out videos could not measure: a regime without examples is null for that reason, said so."""
+    parts = []
+    if record.get("protocol") == "clean":
+        parts.append("<p>validation figures: the clean protocol (no joining, no subsampling), comparable across "
+                     "runs")
+        noisy = record.get("noisy") or {}
+        if noisy.get("alignment_acc") is not None:
+            parts.append(f"; with this run's own noise, alignment accuracy {noisy['alignment_acc']:.3f}"
+                         + (f", AUC {noisy['alignment_auc']:.3f}" if noisy.get("alignment_auc") is not None else ""))
+        parts.append(".</p>")
+    if record.get("missing"):
+        parts.append('<p class="note">the held-out videos give nothing to measure for: '
+                     f"{html.escape(', '.join(record['missing']))} (those figures are empty, not zero).</p>")
+    return "".join(parts)
+
+
 def _train_html(records: list[dict], validation: list[dict] | None = None, header: dict | None = None,
                 uniform: dict | None = None) -> str:
     if not records:
@@ -599,6 +617,7 @@ def _train_html(records: list[dict], validation: list[dict] | None = None, heade
                      + f" at {len(validation)} step(s); the training curves are each logging window's mean.</p>")
         if validation[-1].get("alignment_auc") is not None:
             parts.append(f"<p>validation alignment AUC {validation[-1]['alignment_auc']:.3f} (0.5 = chance).</p>")
+        parts.append(_validation_protocol_html(validation[-1]))
     elif held_out is not None:
         parts.append("<p>no validation records yet (train.validation_every).</p>")
     else:

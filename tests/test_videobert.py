@@ -432,8 +432,12 @@ def test_validation_records_on_held_out_videos(tmp_path, tokenizer):
     keys = {"event", "step", "videos", "alignment_loss", "alignment_acc", "alignment_auc"} | {
         f"mlm_{regime}_{what}" for regime in ("text", "video", "text_video") for what in ("loss", "acc")}
     for record in records:
-        assert set(record) == keys and record["videos"] == 2
+        # the clean protocol's figures at the top, the run's own noise (the defaults: concat, subsampling) beside
+        assert set(record) == keys | {"protocol", "examples", "missing", "noisy"} and record["videos"] == 2
+        assert record["protocol"] == "clean" and record["missing"] == []
+        assert record["examples"]["text_video"] > 0 and record["examples"]["negatives"] > 0
         assert all(0 <= record[key] <= 1 for key in keys if key.endswith(("_acc", "_auc")))
+        assert all(0 <= value <= 1 for key, value in record["noisy"].items() if key.endswith(("_acc", "_auc")))
         assert all(record[key] > 0 for key in keys if key.endswith("_loss"))
     # the held-out videos are never trained on: the trained shards hold every segment of the others
     trained = sorted((tmp_path / "train" / "heldout").glob("part-*.parquet"))
@@ -442,10 +446,10 @@ def test_validation_records_on_held_out_videos(tmp_path, tokenizer):
     model, info = VideoBert.load(latest_checkpoint(tmp_path))
     assert info["validation_videos"] == held_out
     # the same examples and the same figures every time they are computed
-    cfg = config(tmp_path, "train.validation_videos=0.25")
+    cfg = config(tmp_path, "train.validation_videos=0.25", "train.concat_prob=0", "train.max_subsample_step=1")
     from videobert.data import DataParams, replacement_text_ids
 
-    def build():
+    def build():   # the clean protocol: no joining, no subsampling
         return ValidationSet.build(read_validation_videos(align_shards, model.layout, held_out), model.layout,
                                    replacement_text_ids(tokenizer), DataParams.from_config(cfg.train), 0)
     first, second = build(), build()

@@ -27,18 +27,33 @@ from schemas.metadata import Provenance
 VERBS = ("cut", "mix", "pour", "fry")
 NOUNS = ("onion", "egg", "rice", "sauce")
 SENTENCE = "now let me show you how to {verb} the {noun}"
+# the benchmark's wordings (bench_learning.py): training videos say one of TRAIN_WORDINGS, validation and
+# test videos one of HELD_OUT_WORDINGS, so that no held-out sentence is a copy of a trained one (and none is
+# the paper's zero-shot template)
+TRAIN_WORDINGS = ("now {verb} the {noun}", "next we {verb} the {noun}", "we are going to {verb} the {noun}",
+                  "{verb} the {noun} like this", "and then you {verb} the {noun}", "let me {verb} the {noun} for you")
+HELD_OUT_WORDINGS = ("time to {verb} the {noun}", "go ahead and {verb} the {noun}", "first you {verb} the {noun}",
+                     "we will {verb} the {noun} here")
+# (verb, noun) pairs only validation and test videos show: each word is trained on, never this combination
+HELD_OUT_PAIRS = ((0, 0), (1, 1), (2, 2), (3, 3))
 DEPTH, K = 2, 5              # 25 leaves: 4 verb words, 4 noun words, the 17 left over are empty
 MADE_BY = "videobert.synthetic"
 
 
 def write_synthetic(work_dir: Path, tokenizer, *, videos: int = 24, segments_per_video: int = 6,
                     videos_per_shard: int = 6, tokens_per_segment: int = 8, video_only_share: float = 0.2,
-                    noise: float = 0.1, seed: int = 0) -> dict:
+                    noise: float = 0.1, seed: int = 0, split_shares: tuple[float, float] | None = None,
+                    wordings: tuple[str, ...] = (SENTENCE,), held_out_wordings: tuple[str, ...] | None = None,
+                    held_out_pairs: tuple[tuple[int, int], ...] = ()) -> dict:
     """Write the shards, the codebook and the label files; returns their paths and counts. Verb v owns
     visual word v and noun n word len(VERBS) + n; a segment's visual tokens alternate its verb's and its
-    noun's word, each replaced by a random used word with probability `noise`."""
+    noun's word, each replaced by a random used word with probability `noise`. A sentence is one of
+    `wordings`, drawn per segment. With `split_shares` (validation, test), DIR/synthetic/splits.csv gives each
+    video's split (`train.splits`); their videos say `held_out_wordings` (default: `wordings`), and only they
+    show `held_out_pairs` (verb index, noun index)."""
     work_dir = WorkDir(work_dir).root
     rng = np.random.default_rng(seed)
+    splits = split_of_videos(videos, split_shares, seed) if split_shares else ["train"] * videos
     used_words = len(VERBS) + len(NOUNS)
     counts = np.zeros(K ** DEPTH, dtype=np.int64)
     counts[:used_words] = 10
@@ -55,8 +70,11 @@ def write_synthetic(work_dir: Path, tokenizer, *, videos: int = 24, segments_per
     rows, labels = [], []
     for video in range(videos):
         video_id = f"synthetic{video:04d}"
+        held_out = splits[video] != "train"
         for segment_index in range(segments_per_video):
             verb, noun = int(rng.integers(len(VERBS))), int(rng.integers(len(NOUNS)))
+            while not held_out and (verb, noun) in held_out_pairs:
+                verb, noun = int(rng.integers(len(VERBS))), int(rng.integers(len(NOUNS)))
             visual_ids = np.full(tokens_per_segment, verb, dtype=np.int32)
             visual_ids[1::2] = len(VERBS) + noun
             noisy = rng.random(tokens_per_segment) < noise
@@ -68,7 +86,9 @@ def write_synthetic(work_dir: Path, tokenizer, *, videos: int = 24, segments_per
             if rng.random() < video_only_share:
                 rows.append(dict(row, kind="video_only", text=None, text_ids=[]))
                 continue
-            text = SENTENCE.format(verb=VERBS[verb], noun=NOUNS[noun])
+            said = held_out_wordings if held_out and held_out_wordings else wordings
+            text = said[int(rng.integers(len(said)))].format(verb=VERBS[verb], noun=NOUNS[noun]) \
+                if len(said) > 1 else said[0].format(verb=VERBS[verb], noun=NOUNS[noun])
             rows.append(dict(row, kind="text_video", text=text,
                              text_ids=encode(tokenizer, text)))
             labels.append({"video_id": video_id, "segment_index": segment_index,
@@ -98,6 +118,27 @@ def write_synthetic(work_dir: Path, tokenizer, *, videos: int = 24, segments_per
         writer = csv.DictWriter(handle, fieldnames=["video_id", "segment_index", "verb", "noun"])
         writer.writeheader()
         writer.writerows(labels)
-    return {"shards": shards, "segments": len(rows), "labelled": len(labels),
+    result = {}
+    if split_shares:
+        with open(folder / "splits.csv", "w", newline="") as handle:
+            writer = csv.writer(handle)
+            writer.writerow(["video_id", "split"])
+            writer.writerows((f"synthetic{video:04d}", split) for video, split in enumerate(splits))
+        result["splits"] = str(folder / "splits.csv")
+    return {**result, "shards": shards, "segments": len(rows), "labelled": len(labels),
             "verbs": str(folder / "verbs.txt"), "nouns": str(folder / "nouns.txt"),
             "labels": str(folder / "labels.csv")}
+
+
+def split_of_videos(count: int, shares: tuple[float, float], seed: int) -> list[str]:
+    """Each video's split: a seeded permutation's first share[0] of the videos are validation, the next
+    share[1] test (at least one each), the rest train."""
+    order = np.random.default_rng([seed, 11]).permutation(count)
+    splits = ["train"] * count
+    first = 0
+    for name, share in zip(("validation", "test"), shares):
+        size = max(1, round(share * count))
+        for index in order[first:first + size]:
+            splits[index] = name
+        first += size
+    return splits

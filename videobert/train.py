@@ -10,8 +10,10 @@ Outputs in DIR/train/:
 - log.jsonl: a start/resume record, then per `train.log_every` steps the loss, masked accuracy and
   alignment accuracy per regime, the examples of each regime and their share (the realised mix), learning
   rate and tokens/s. A run ends by printing the mix of all examples trained on so far. The start record
-  also has `warnings` (data that cannot teach, videobert/data_checks.py) and `validation_videos`; every
-  `train.validation_every` steps a `validation` record gives the held-out figures (videobert/validation.py).
+  also has `warnings` (data that cannot teach, videobert/data_checks.py; regimes the held-out videos cannot
+  measure), `validation_videos` and `test_videos` (train.splits); every `train.validation_every` steps a
+  `validation` record gives the held-out figures, under the clean protocol and the run's own noise
+  (videobert/validation.py).
 
 `resume=True` continues from the newest checkpoint and gives the same losses and weights as a run that was
 never stopped: every data stream continues from its saved state (see videobert/data.py; nothing is
@@ -58,7 +60,7 @@ from videobert.metrics import Window, compute_losses, format_record, mix_line
 from videobert.model import INFO_NAME, VideoBert, build_model, count_parameters
 from videobert.stream import confirm_pins, pin_shards
 from videobert.subset import subset_shards
-from videobert.validation import ValidationSet, format_validation, read_validation_videos, split_shards, validate
+from videobert.validation import Protocols, format_validation, read_validation_videos, split_shards, validate_protocols
 
 
 
@@ -532,7 +534,7 @@ def _train(cfg: Config, work: WorkDir, files: WorkDir, runtime: Runtime, resume:
     # train.validation_videos: held-out videos, never trained on; then train.subset_videos: the segments of a
     # seeded subset of the other videos only (both written by rank 0)
     align_shards = shards
-    shards, validation_videos = _held_out(cfg, work, shards, runtime)
+    shards, validation_videos, test_videos = _held_out(cfg, work, shards, runtime)
     shards = subset_shards(cfg, work, shards, write=runtime.main)
     if runtime.distributed and cfg.train.subset_videos:
         dist.barrier()
@@ -545,13 +547,14 @@ def _train(cfg: Config, work: WorkDir, files: WorkDir, runtime: Runtime, resume:
     run = _setup(cfg, runtime, shards, codebook, lineage, latest, state, stop_step)
     run.info["validation_videos"] = validation_videos
     run.info["align_sha256"] = getattr(align_shards, "sha256", None)   # the bytes it reads (pinned: stream.pin_shards)
+    run.info["test_videos"] = test_videos
     validation = _validation_set(cfg, run, align_shards, validation_videos)
     window = Window(runtime.device)
     if state is not None:
         window.load(state["ranks"][runtime.rank]["window"])
-    warnings = _start_warnings(cfg, runtime, shards, quiet)
+    warnings = _start_warnings(cfg, runtime, shards, quiet, validation)
     log_file = _open_log(cfg, files, runtime, run, start_step, shards, state is not None, quiet,
-                         {"warnings": warnings, "validation_videos": validation_videos})
+                         {"warnings": warnings, "validation_videos": validation_videos, "test_videos": test_videos})
     log_file = tensorboard_log.tee(cfg, files, log_file)      # train.tensorboard: the same records as events
     last_validation = None
 
@@ -603,28 +606,30 @@ def _train(cfg: Config, work: WorkDir, files: WorkDir, runtime: Runtime, resume:
 
 # ---------------------------------------------------------------- held-out validation and data warnings
 
-def _held_out(cfg: Config, work: WorkDir, shards: list[Path], runtime: Runtime) -> tuple[list[Path], list[str]]:
-    """(the shards to train on, the held-out validation videos); see videobert/validation.py."""
-    kept, videos = split_shards(cfg, work, shards, write=runtime.main)
-    if runtime.distributed and videos:
+def _held_out(cfg: Config, work: WorkDir, shards: list[Path],
+              runtime: Runtime) -> tuple[list[Path], list[str], list[str]]:
+    """(the shards to train on, the validation videos, the test videos); see videobert/validation.py."""
+    kept, videos, test = split_shards(cfg, work, shards, write=runtime.main)
+    if runtime.distributed and (videos or test):
         dist.barrier()
-    return kept, videos
+    return kept, videos, test
 
 
-def _validation_set(cfg: Config, run: Run, align_shards: list[Path], videos: list[str]) -> ValidationSet | None:
+def _validation_set(cfg: Config, run: Run, align_shards: list[Path], videos: list[str]) -> Protocols | None:
     if not videos:
         return None
     layout = run.model.layout
-    return ValidationSet.build(read_validation_videos(align_shards, layout, videos), layout,
-                               replacement_text_ids(load_tokenizer(cfg.align.tokenizer)),
-                               DataParams.from_config(cfg.train), cfg.train.seed)
+    return Protocols.build(read_validation_videos(align_shards, layout, videos), layout,
+                           replacement_text_ids(load_tokenizer(cfg.align.tokenizer)),
+                           DataParams.from_config(cfg.train), cfg.train.seed)
 
 
-def _validate(run: Run, validation: ValidationSet, step: int, cfg: Config, runtime: Runtime, log_file,
+def _validate(run: Run, validation: Protocols, step: int, cfg: Config, runtime: Runtime, log_file,
               quiet: bool) -> dict:
-    """The held-out metrics (the same on every rank), logged by rank 0."""
-    record = validate(run.model, validation, step, run.data_shape["micro_batch"], runtime.device,
-                      lambda: autocast(runtime.device, cfg.train.precision), runtime.rank, runtime.world_size)
+    """The held-out metrics, clean protocol and the run's own (the same on every rank), logged by rank 0."""
+    record = validate_protocols(run.model, validation, step, run.data_shape["micro_batch"], runtime.device,
+                                lambda: autocast(runtime.device, cfg.train.precision), runtime.rank,
+                                runtime.world_size)
     if log_file is not None:
         log_file.write(json.dumps(record) + "\n")
         if not quiet:
@@ -632,14 +637,17 @@ def _validate(run: Run, validation: ValidationSet, step: int, cfg: Config, runti
     return record
 
 
-def _start_warnings(cfg: Config, runtime: Runtime, shards: list[Path], quiet: bool) -> list[str]:
-    """Where the training data cannot teach (videobert/data_checks.py): printed once, by rank 0."""
+def _start_warnings(cfg: Config, runtime: Runtime, shards: list[Path], quiet: bool,
+                    validation: Protocols | None = None) -> list[str]:
+    """Where the training data cannot teach (videobert/data_checks.py) and what the held-out videos cannot
+    measure: printed once, by rank 0."""
     if not runtime.main:
         return []
     from videobert.data_checks import data_warnings
 
     t = cfg.train
     warnings = data_warnings(shards, t.batch_size, t.regime_weights, t.regime_mix)
+    warnings += validation.warnings() if validation is not None else []
     if not quiet:
         for warning in warnings:
             print(f"[train] warning: {warning}", file=sys.stderr)

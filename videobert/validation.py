@@ -4,7 +4,10 @@
   seeded by `train.seed`; N is a count, or a share of the videos (rounded, at least 1). Their segments are
   never trained on: training streams DIR/train/heldout/part-*.parquet, the align shards' rows of the other
   videos (the shards' names and provenance kept; shards left empty are not written), and
-  DIR/train/heldout/videos.json names the validation videos.
+  DIR/train/heldout/videos.json names the validation videos. Or `train.splits`, a CSV fixing each video's
+  split (train, validation, test): its validation videos are held out and scored the same way, its test
+  videos are held out and never scored in training (`eval.videos: test`, `evaluate_videos`), so settings
+  chosen on validation figures are judged on videos nobody looked at.
 - **Examples.** Made once at train start from the validation videos, the way training makes them, with a
   generator seeded by `train.seed` alone, so the set is the same every time it is computed (and on every
   rank, and after a resume): neighbouring segments joined into units as training joins them; per unit a
@@ -12,6 +15,13 @@
   positive and a negative (visual tokens of another time, as many as its own, drawn by the training
   stream's rule: `stream.negative_window`, other units being the other validation units); all masked
   as in training. At most MAX_UNITS units (a seeded choice).
+- **Protocols.** The examples above are made twice: under the fixed clean protocol (no joining, no
+  subsampling: `concat_prob` 0, `max_subsample_step` 1), whatever the run's noise, so that held-out figures
+  of runs with different noise compare; and, when the run has noise, under the run's own settings. A record's
+  top-level figures are the clean protocol's (`protocol: clean`), the run's own are under `noisy`.
+- **Empty regimes.** A regime the held-out videos give no example of (no segment with text, say) is named
+  at train start (a warning, in the log's start record) and in every record's `missing`: its figures are
+  null because there was nothing to measure, not because validation did not run.
 - **Metrics.** Each regime's masked-LM loss and accuracy over its masked tokens, the alignment loss and
   accuracy over the text-video examples and the alignment ROC AUC (the probability of "aligned" ranking
   positives above negatives; ties count half). Under torchrun every rank scores a slice and the sums and
@@ -19,7 +29,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -34,6 +44,9 @@ from videobert.subset import shard_video_ids, write_video_rows
 
 MAX_UNITS = 4096
 FOLDER = "heldout"
+CLEAN_PROTOCOL = {"concat_prob": 0.0, "max_subsample_step": 1}
+# what a record reports of the run's own (noisy) protocol beside the clean one
+NOISY_KEYS = ("alignment_acc", "alignment_auc", "alignment_loss", "mlm_text_video_acc", "mlm_text_acc", "mlm_video_acc")
 
 
 def validation_count(spec: float, videos: int) -> int:
@@ -55,22 +68,61 @@ def choose_validation_videos(video_ids: list[str], spec: float, seed: int) -> li
     return sorted(ids[i] for i in order)
 
 
-def split_shards(cfg, work_dir, shards: list[Path], *, write: bool = True) -> tuple[list[Path], list[str]]:
-    """(the shards to train on, the validation videos): `shards` and [] without train.validation_videos,
-    else the shards without the validation videos' rows (written when `write`: on one rank only)."""
+SPLIT_NAMES = ("train", "validation", "test")
+
+
+def read_splits(path: str | Path) -> dict[str, str]:
+    """video_id -> split of a train.splits CSV (columns video_id, split: train | validation | test)."""
+    import csv
+
+    with open(path, newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    if rows and not {"video_id", "split"} <= set(rows[0]):
+        raise ValueError(f"train.splits {path}: needs the columns video_id and split (got {sorted(rows[0])})")
+    splits = {}
+    for number, row in enumerate(rows, start=2):
+        if row["split"] not in SPLIT_NAMES:
+            raise ValueError(f"train.splits {path} line {number}: split must be one of {', '.join(SPLIT_NAMES)} "
+                             f"(got {row['split']!r})")
+        if splits.setdefault(row["video_id"], row["split"]) != row["split"]:
+            raise ValueError(f"train.splits {path}: {row['video_id']} is in two splits")
+    return splits
+
+
+def held_out_videos(cfg, video_ids: list[str]) -> tuple[list[str], list[str]]:
+    """(validation videos, test videos) among `video_ids`: by train.splits, else train.validation_videos
+    (no test videos)."""
+    if cfg.train.splits is None:
+        spec = cfg.train.validation_videos
+        return (choose_validation_videos(video_ids, spec, cfg.train.seed) if spec else []), []
+    splits, present = read_splits(cfg.train.splits), set(video_ids)
+    chosen = {name: sorted(v for v, split in splits.items() if split == name and v in present)
+              for name in ("validation", "test")}
+    if not chosen["validation"] and not chosen["test"]:
+        raise ValueError(f"train.splits {cfg.train.splits} names no validation or test video of the align shards")
+    return chosen["validation"], chosen["test"]
+
+
+def split_shards(cfg, work_dir, shards: list[Path], *, write: bool = True) -> tuple[list[Path], list[str], list[str]]:
+    """(the shards to train on, the validation videos, the test videos): `shards`, [] and [] without
+    train.validation_videos or train.splits, else the shards without the held-out videos' rows (written when
+    `write`: on one rank only)."""
     from pipeline.engine.workdir import WorkDir
 
     spec = cfg.train.validation_videos
-    if not spec:
-        return shards, []
-    chosen = choose_validation_videos(shard_video_ids(shards), spec, cfg.train.seed)
+    if not spec and cfg.train.splits is None:
+        return shards, [], []
+    chosen, test = held_out_videos(cfg, shard_video_ids(shards))
+    how = ({"splits": str(cfg.train.splits)} if cfg.train.splits is not None
+           else {"validation_videos": f"{spec:g}", "validation_seed": str(cfg.train.seed)})
     kept_paths = write_video_rows(
-        shards, WorkDir(work_dir).train_folder / FOLDER, chosen, keep=False, source_key="heldout_of", write=write,
-        extra={"validation_videos": f"{spec:g}", "validation_seed": str(cfg.train.seed)},
-        summary={"validation_videos": chosen, "spec": spec, "seed": cfg.train.seed})
+        shards, WorkDir(work_dir).train_folder / FOLDER, chosen + test, keep=False, source_key="heldout_of",
+        write=write, extra=how,
+        summary={"validation_videos": chosen, "test_videos": test, "spec": spec, "splits": cfg.train.splits,
+                 "seed": cfg.train.seed})
     if not kept_paths:
-        raise ValueError("train.validation_videos leaves no segment to train on")
-    return kept_paths, chosen
+        raise ValueError("the held-out videos (train.validation_videos, train.splits) leave no segment to train on")
+    return kept_paths, chosen, test
 
 
 def read_validation_videos(shards: list[Path], layout: VocabLayout, chosen: list[str]) -> list[Video]:
@@ -119,6 +171,63 @@ class ValidationSet:
                 end = first + batch_size
                 yield collate(self.examples[first:end], self.regimes[first:end], self.alignment_labels[first:end],
                               self.pad_id)
+
+
+    def counts(self) -> dict[str, int]:
+        """Examples per regime, and the text-video negatives among them."""
+        counts = {name: sum(regime == index for regime in self.regimes) for index, name in
+                  zip((TEXT, VIDEO, TEXT_VIDEO), ("text", "video", "text_video"))}
+        counts["negatives"] = sum(label == NOT_ALIGNED for label in self.alignment_labels)
+        return counts
+
+    def missing(self) -> list[str]:
+        """What these examples cannot measure: a regime without examples, alignment without negatives."""
+        counts = self.counts()
+        missing = [name for name in ("text", "video", "text_video") if not counts[name]]
+        if counts["text_video"] and not counts["negatives"]:
+            missing.append("alignment_negatives")
+        return missing
+
+
+def is_clean(params: DataParams) -> bool:
+    return all(getattr(params, key) == value for key, value in CLEAN_PROTOCOL.items())
+
+
+@dataclass
+class Protocols:
+    """The held-out examples under the clean protocol and, for a noisy run, under its own (module doc)."""
+    clean: ValidationSet
+    noisy: ValidationSet | None
+
+    @classmethod
+    def build(cls, videos: list[Video], layout: VocabLayout, text_replacements: np.ndarray, params: DataParams,
+              seed: int) -> "Protocols":
+        clean = ValidationSet.build(videos, layout, text_replacements, replace(params, **CLEAN_PROTOCOL), seed)
+        noisy = None if is_clean(params) else ValidationSet.build(videos, layout, text_replacements, params, seed)
+        return cls(clean, noisy)
+
+    def warnings(self) -> list[str]:
+        """One line per regime the held-out videos cannot measure (said at train start)."""
+        videos = self.clean.videos
+        what = {"text": "no segment with text: no text figures",
+                "video": "no visual tokens: no video figures",
+                "text_video": "no segment with both text and visual tokens: no text-video or alignment figures",
+                "alignment_negatives": "no negative for alignment (too few or too short videos): no alignment "
+                                       "accuracy or AUC"}
+        return [f"validation: the {videos} held-out video(s) give {what[name]}" for name in self.clean.missing()]
+
+
+def validate_protocols(model, protocols: Protocols, step: int, batch_size: int, device: torch.device, autocast,
+                       rank: int = 0, world_size: int = 1) -> dict:
+    """The `validation` record: the clean protocol's figures, the run's own under `noisy`, and `missing`."""
+    record = validate(model, protocols.clean, step, batch_size, device, autocast, rank, world_size)
+    record["protocol"] = "clean"
+    record["examples"] = protocols.clean.counts()
+    record["missing"] = protocols.clean.missing()
+    if protocols.noisy is not None:
+        noisy = validate(model, protocols.noisy, step, batch_size, device, autocast, rank, world_size)
+        record["noisy"] = {key: noisy[key] for key in NOISY_KEYS}
+    return record
 
 
 def roc_auc(scores: np.ndarray, positive: np.ndarray) -> float | None:
@@ -193,4 +302,30 @@ def format_validation(record: dict) -> str:
                          + (f" (acc {accuracy:.3f})" if accuracy is not None else " (no negatives: no accuracy)"))
     if record["alignment_auc"] is not None:
         parts.append(f"alignment AUC {record['alignment_auc']:.3f}")
+    noisy = record.get("noisy")
+    if noisy and noisy.get("alignment_acc") is not None:
+        parts.append(f"with the run's noise: alignment acc {noisy['alignment_acc']:.3f}"
+                     + (f", AUC {noisy['alignment_auc']:.3f}" if noisy.get("alignment_auc") is not None else ""))
+    if record.get("missing"):
+        parts.append("nothing to measure for: " + ", ".join(record["missing"]))
     return " | ".join(parts)
+
+
+def evaluate_videos(cfg, work_dir, which: str = "test", checkpoint=None) -> dict:
+    """The `validation` record of a checkpoint (the newest unless given) on its `which` videos (test or
+    validation, as recorded in it), made as at train start; for the test split, which training never scores."""
+    from pipeline.tokenizer import load_tokenizer
+    from videobert.evaluate import Evaluator
+    from videobert.train import autocast
+    from videobert.vocab import replacement_text_ids
+    from videobert.zero_shot import validation_videos
+
+    ev = Evaluator(cfg, work_dir, checkpoint)
+    videos = validation_videos(ev, which)
+    protocols = Protocols.build(read_validation_videos(list(ev.shards(ev.work_dir)), ev.layout, videos), ev.layout,
+                                replacement_text_ids(load_tokenizer(cfg.align.tokenizer)),
+                                DataParams.from_config(cfg.train), cfg.train.seed)
+    record = validate_protocols(ev.model, protocols, int(ev.info.get("step") or 0), cfg.eval.batch_size, ev.device,
+                                lambda: autocast(ev.device, cfg.train.precision))
+    record["split"] = which
+    return record

@@ -27,7 +27,8 @@ show you how to [MASK] the [MASK]"); the verb is read at the first [MASK], the n
 
 Segments: the align shards' (eval.segments: align), or the annotated spans of a YouCook II annotations file
 (videobert/youcook2.py); `eval.videos: validation` keeps those of the videos the checkpoint never trained on
-(train.validation_videos, recorded in the checkpoint), and their labels only. Writes DIR/eval/zero_shot.json (the report) and zero_shot_predictions.parquet
+(train.validation_videos, recorded in the checkpoint), and their labels only; `eval.videos: test` those of
+its test videos (train.splits). Writes DIR/eval/zero_shot.json (the report) and zero_shot_predictions.parquet
 (per segment and ranking: the top-5 words and their log-probabilities, and the labels)."""
 
 from __future__ import annotations
@@ -324,16 +325,18 @@ def evaluation_segments(ev: Evaluator, cfg: Config):
         segments = youcook2.annotated_segments(cfg, ev.work_dir, ev.layout, ev.info.get("codebook_sha256"))
     if cfg.eval.videos == "all":
         return segments
-    held_out = set(validation_videos(ev))
+    held_out = set(validation_videos(ev, cfg.eval.videos))
     return ((segment, extra) for segment, extra in segments if segment.video_id in held_out)
 
 
-def validation_videos(ev: Evaluator) -> list[str]:
-    """The videos the checkpoint was never trained on (train.validation_videos)."""
-    videos = ev.info.get("validation_videos") or []
+def validation_videos(ev: Evaluator, which: str = "validation") -> list[str]:
+    """The videos the checkpoint was never trained on: its validation videos (train.validation_videos or
+    train.splits), or with `which` "test" its test videos (train.splits)."""
+    videos = ev.info.get(f"{which}_videos") or []
     if not videos:
-        raise ValueError(f"eval.videos validation: {ev.path} was trained without held-out videos "
-                         f"(train.validation_videos 0)")
+        raise ValueError(f"eval.videos {which}: {ev.path} was trained without {which} videos "
+                         + ("(train.validation_videos 0, no train.splits)" if which == "validation"
+                            else "(train.splits names none)"))
     return list(videos)
 
 
@@ -346,8 +349,8 @@ def zero_shot(cfg: Config, work_dir: Path, checkpoint: str | Path | None = None,
     verbs, nouns = read_word_list(e.verbs, "eval.verbs"), read_word_list(e.nouns, "eval.nouns")
     labels = read_labels(e.labels) if e.labels else None
     ev = Evaluator(cfg, work_dir, checkpoint)
-    if labels is not None and e.videos == "validation":
-        held_out = set(validation_videos(ev))
+    if labels is not None and e.videos != "all":
+        held_out = set(validation_videos(ev, e.videos))
         labels = {key: value for key, value in labels.items() if key[0] in held_out}
     open_vocabulary = "open" in e.rankings
     verb_candidates, verb_split = make_candidates(ev.tokenizer, verbs, open_vocabulary)

