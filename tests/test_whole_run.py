@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -206,8 +207,10 @@ def test_config_on_a_work_dir_that_remembers_nothing_says_so(tmp_path, capsys):
 def _make_lines(*assignments) -> list[str]:
     if shutil.which("make") is None:
         pytest.skip("no make here")
-    result = subprocess.run(["make", "-n", "pipeline", "kmeans", "eval", *assignments],
-                            cwd=ROOT, capture_output=True, text=True)
+    # the make that runs these tests (make test ARGS=...) passes its variables down: not to this one
+    env = {k: v for k, v in os.environ.items() if k not in ("ARGS", "CONFIG", "MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+    result = subprocess.run(["make", "-n", "ARGS=", "pipeline", "kmeans", "eval", *assignments],
+                            cwd=ROOT, capture_output=True, text=True, env=env)
     assert result.returncode == 0, result.stderr
     return [line for line in result.stdout.splitlines() if "/bin/videobert " in line]
 

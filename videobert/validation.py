@@ -6,7 +6,7 @@
   videos (the shards' names and provenance kept; shards left empty are not written), and
   DIR/train/heldout/videos.json names the validation videos. Or `train.splits`, a CSV fixing each video's
   split (train, validation, test): its validation videos are held out and scored the same way, its test
-  videos are held out and never scored in training (`eval.videos: test`, `evaluate_videos`), so settings
+  videos are held out and never scored in training (`eval.videos: test`, `zero_shot.evaluate_videos`), so settings
   chosen on validation figures are judged on videos nobody looked at.
 - **Examples.** Made once at train start from the validation videos, the way training makes them, with a
   generator seeded by `train.seed` alone, so the set is the same every time it is computed (and on every
@@ -309,23 +309,3 @@ def format_validation(record: dict) -> str:
     if record.get("missing"):
         parts.append("nothing to measure for: " + ", ".join(record["missing"]))
     return " | ".join(parts)
-
-
-def evaluate_videos(cfg, work_dir, which: str = "test", checkpoint=None) -> dict:
-    """The `validation` record of a checkpoint (the newest unless given) on its `which` videos (test or
-    validation, as recorded in it), made as at train start; for the test split, which training never scores."""
-    from pipeline.tokenizer import load_tokenizer
-    from videobert.evaluate import Evaluator
-    from videobert.train import autocast
-    from videobert.vocab import replacement_text_ids
-    from videobert.zero_shot import validation_videos
-
-    ev = Evaluator(cfg, work_dir, checkpoint)
-    videos = validation_videos(ev, which)
-    protocols = Protocols.build(read_validation_videos(list(ev.shards(ev.work_dir)), ev.layout, videos), ev.layout,
-                                replacement_text_ids(load_tokenizer(cfg.align.tokenizer)),
-                                DataParams.from_config(cfg.train), cfg.train.seed)
-    record = validate_protocols(ev.model, protocols, int(ev.info.get("step") or 0), cfg.eval.batch_size, ev.device,
-                                lambda: autocast(ev.device, cfg.train.precision))
-    record["split"] = which
-    return record

@@ -475,3 +475,23 @@ def format_zero_shot(report: dict) -> str:
                      f"noun {report['labels_not_in_lists']['noun']}")
     lines += [f"note: {note}" for note in report["notes"]]
     return "\n".join(lines)
+
+
+def evaluate_videos(cfg, work_dir, which: str = "test", checkpoint=None) -> dict:
+    """The `validation` record of a checkpoint (the newest unless given) on its `which` videos (test or
+    validation, as recorded in it), made as at train start; for the test split, which training never scores."""
+    from pipeline.tokenizer import load_tokenizer
+    from videobert.data import DataParams
+    from videobert.train import autocast
+    from videobert.validation import Protocols, read_validation_videos, validate_protocols
+    from videobert.vocab import replacement_text_ids
+
+    ev = Evaluator(cfg, work_dir, checkpoint)
+    videos = validation_videos(ev, which)
+    protocols = Protocols.build(read_validation_videos(list(ev.shards(ev.work_dir)), ev.layout, videos), ev.layout,
+                                replacement_text_ids(load_tokenizer(cfg.align.tokenizer)),
+                                DataParams.from_config(cfg.train), cfg.train.seed)
+    record = validate_protocols(ev.model, protocols, int(ev.info.get("step") or 0), cfg.eval.batch_size, ev.device,
+                                lambda: autocast(ev.device, cfg.train.precision))
+    record["split"] = which
+    return record
