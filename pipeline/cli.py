@@ -847,6 +847,18 @@ def _stage_argv(args, stage: str) -> list[str]:
     return argv
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'s' if n != 1 else ''}"
+
+
+def _refuse(header: str, problems: list[str]) -> int:
+    """The problems that stop a run before it starts: a header line, then one line each; usage exit."""
+    print(header, file=sys.stderr)
+    for line in problems:
+        print(f"  {line}", file=sys.stderr)
+    return EXIT_USAGE
+
+
 def run_pipeline(args, cfg) -> int:
     """`run`: the stage commands one by one (each as if typed, so the same shards, records and exit codes),
     after one preflight of every stage that has work to do; a table of what each did at the end."""
@@ -855,11 +867,7 @@ def run_pipeline(args, cfg) -> int:
     cfg, _ = remembered.resolve(args, writes=True)   # the config the stages will resolve, as they will
     problems = _doctor_problems(cfg, args.work_dir, args.input, stages=("features", "asr", "align"))
     if problems:
-        print(f"run: cannot start ({len(problems)} problem{'s' if len(problems) != 1 else ''}, nothing was run):",
-              file=sys.stderr)
-        for line in problems:
-            print(f"  {line}", file=sys.stderr)
-        return EXIT_USAGE
+        return _refuse(f"run: cannot start ({_count(len(problems), 'problem')}, nothing was run):", problems)
     steps = [*RUN_STAGES, "validate", "summary"]
     done: list[tuple[str, int, float, str]] = []
     global _run_notes
@@ -955,11 +963,7 @@ def run_doctor(args, cfg) -> int:
     problems = _doctor_problems(cfg, args.work_dir, args.input)
     where = f" for {args.work_dir}" if args.work_dir else ""
     if problems:
-        print(f"doctor: the run cannot start{where}: {len(problems)} problem{'s' if len(problems) != 1 else ''}",
-              file=sys.stderr)
-        for line in problems:
-            print(f"  {line}", file=sys.stderr)
-        return EXIT_USAGE
+        return _refuse(f"doctor: the run cannot start{where}: {_count(len(problems), 'problem')}", problems)
     print(f"doctor: ok{where}: every stage ({', '.join(CHECKED_STAGES)}) can start with this config",
           file=sys.stderr)
     return EXIT_OK
