@@ -129,6 +129,9 @@ def build_parser() -> argparse.ArgumentParser:
     youcook_manifest.add_argument("--subset", action="append", choices=("training", "validation", "testing"),
                                   help="only the videos of this subset (repeatable; default: all)")
     youcook_manifest.add_argument("--force", action="store_true", help="assign every video a shard anew")
+    youcook_manifest.add_argument("--allow-removal", action="store_true",
+                                  help="go on when the list no longer holds videos with finished outputs (asked "
+                                       "on a terminal, refused off one); their outputs move to DIR/_state/replaced/")
     youcook_labels = commands.add_parser(
         "youcook2-labels", help="verb and noun lists and per-segment labels from YouCook II captions (POS tagger)")
     _common(youcook_labels)
@@ -341,7 +344,7 @@ def _confirm_removal(args):
         return None
 
     def ask(message: str) -> bool:
-        print(f"manifest: {message}.", file=sys.stderr)
+        print(f"{args.command}: {message}.", file=sys.stderr)
         print("Go on? [y/N] ", end="", file=sys.stderr, flush=True)   # stdout stays the command's output
         return sys.stdin.readline().strip().lower() in ("y", "yes")
     return ask
@@ -420,12 +423,15 @@ def run_youcook2(args, cfg) -> int:
     from videobert import youcook2
     if args.command == "youcook2-manifest":
         path, table, found = youcook2.write_manifest(cfg, args.annotations, args.videos, args.work_dir,
-                                                     subsets=args.subset, incremental=not args.force)
+                                                     subsets=args.subset, incremental=not args.force,
+                                                     confirm_removal=_confirm_removal(args))
         line = (f"youcook2-manifest: {table.num_rows} of {found['annotated']} annotated videos in "
                 f"{len(set(table['shard'].to_pylist()))} shard(s) -> {path}")
         if found["missing"]:
             shown = ", ".join(found["missing"][:10]) + (" ..." if len(found["missing"]) > 10 else "")
             line += f"; {len(found['missing'])} not in {args.videos}: {shown}"
+        if found.get("replaced"):
+            line += f"; the outputs of the dropped videos' shards moved to {found['replaced']}"
         print(line, file=sys.stderr)
     else:
         out = args.out or youcook2.labels_folder(args.work_dir)

@@ -34,8 +34,8 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from videobert.stream import (  # noqa: F401  (re-exported: the data layer's names in one place)
-    ALIGNED, EMPTY, IGNORE, NOT_ALIGNED, REGIMES, TEXT, TEXT_VIDEO, VIDEO, DataParams, Plan, PlanStream, Segment, Unit,
-    Video, read_segments, read_videos, runs, stream_shards, training_shards)
+    ALIGNED, EMPTY, IGNORE, NOT_ALIGNED, REGIMES, TEXT, TEXT_VIDEO, VIDEO, DataParams, PinnedShards, Plan, PlanStream,
+    Segment, Unit, Video, read_segments, read_videos, runs, stream_shards, training_shards)
 from videobert.vocab import VocabLayout, replacement_text_ids  # noqa: F401  (re-exported)
 
 
@@ -180,7 +180,9 @@ class ShardDataset(IterableDataset):
                  params: DataParams, batch_size: int, seed: int, rank: int = 0, world_size: int = 1,
                  start_batch: int = 0, plan_states: dict[int, dict] | None = None, checkpoint_every: int = 0,
                  stop_batch: int = 0):
-        self.shards, self.layout, self.text_replacements = list(shards), layout, text_replacements
+        # pinned shards stay `PinnedShards`: those on object storage are checked at each open (stream.pin_shards)
+        self.shards = shards if isinstance(shards, PinnedShards) else list(shards)
+        self.layout, self.text_replacements = layout, text_replacements
         self.params, self.batch_size, self.seed = params, batch_size, seed
         self.rank, self.world_size, self.start_batch = rank, world_size, start_batch
         self.plan_states, self.checkpoint_every, self.stop_batch = plan_states or {}, checkpoint_every, stop_batch

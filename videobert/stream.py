@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
 import numpy as np
+import pyarrow.parquet as pq
 import torch
 
 from pipeline import storage
@@ -79,9 +80,45 @@ class DataParams:
 class PinnedShards(list):
     """The shards training reads: hard links to the files as they were verified (`pin_shards`), and
     `sha256`, name -> the checksum their records give (what the checkpoint says it read), and `origin`,
-    pin -> the work dir's file it pins (the name outputs made from it record)."""
+    pin -> the work dir's file it pins (the name outputs made from it record), and `identity`, a shard on
+    object storage (read in place: nothing to link) -> its size and the store's version of it at the start."""
     sha256: dict[str, str]
     origin: dict[Path, Path]
+    identity: dict[str, tuple]
+
+
+class ShardRewritten(ValueError):
+    """A shard on object storage changed after training started (an `align --force` renamed new parts in)."""
+
+    def __init__(self, path):
+        super().__init__(f"{path} was rewritten while training read it (is align running?): train again when "
+                         f"it is done")
+
+
+def remote_identity(details: dict) -> tuple:
+    """A stored object's size and version from one `info()` (or an open file's details): the ETag or
+    version id where the store gives one, else its modification time."""
+    version = next((details[key] for key in ("VersionId", "version_id", "ETag", "etag", "generation", "md5Hash")
+                    if details.get(key)), None)
+    if version is None:
+        version = next((str(details[key]) for key in ("LastModified", "mtime", "updated", "last_modified")
+                        if details.get(key)), None)
+    return int(details.get("size") or 0), version
+
+
+def check_identity(shards: list[Path], path: Path, details: dict | None = None) -> None:
+    """ShardRewritten unless a shard on object storage still is the object training started with (`details`:
+    those of the file opened for reading, else one `info()` request)."""
+    expected = getattr(shards, "identity", {}).get(str(path))
+    if expected is None:
+        return
+    if details is None:
+        try:
+            details = path.fs.info(path.path)
+        except FileNotFoundError:
+            raise ShardRewritten(path) from None
+    if remote_identity(details) != expected:
+        raise ShardRewritten(path)
 
 
 def pin_shards(paths: list[Path], pins: Path) -> PinnedShards:
@@ -94,8 +131,10 @@ def pin_shards(paths: list[Path], pins: Path) -> PinnedShards:
     import shutil
 
     pinned = PinnedShards(paths)
-    pinned.sha256, pinned.origin = {}, {}
+    pinned.sha256, pinned.origin, pinned.identity = {}, {}, {}
     if not paths or storage.is_remote(paths[0]):
+        # read in place: each one's identity now, checked at every later open (`check_identity`)
+        pinned.identity = {str(path): remote_identity(path.fs.info(path.path)) for path in paths}
         return pinned
     # a killed run's pins: this host's only (another host's run may train for days; age says nothing)
     for old in (pins.glob(f"{storage.TEMPORARY_PREFIX}*") if pins.is_dir() else []):
@@ -122,6 +161,7 @@ def confirm_pins(paths: list[Path], pinned: PinnedShards, checksums: dict[str, s
     pinned.sha256 = dict(checksums)
     for path, pin in zip(paths, pinned):
         if pin == path:
+            check_identity(pinned, path)
             continue
         now, held = os.stat(path), os.stat(pin)
         if (now.st_ino, now.st_dev, now.st_size) != (held.st_ino, held.st_dev, held.st_size) and \
@@ -140,6 +180,7 @@ def training_shards(shards: list[Path]) -> list[Path]:
         pinned = PinnedShards(kept)
         pinned.sha256 = {path.name: shards.sha256[path.name] for path in kept if path.name in shards.sha256}
         pinned.origin = {path: shards.origin[path] for path in kept if path in shards.origin}
+        pinned.identity = {str(path): shards.identity[str(path)] for path in kept if str(path) in shards.identity}
         return pinned
     return kept
 
@@ -168,11 +209,26 @@ def _check_ids(path: Path, video_ids: list[str], values: np.ndarray, offsets: np
                          f"[0, {limit}): the shard was made with another codebook or tokenizer")
 
 
+def _open_shard(path: Path, shards: list[Path] | None) -> pq.ParquetFile:
+    """A shard opened for reading; one on object storage that `shards` knows must still be the object
+    training started with (the open's own `info()` says; s3fs then reads with If-Match on that ETag)."""
+    if str(path) not in getattr(shards, "identity", {}):
+        return storage.parquet_file(path)
+    handle = path.open("rb")
+    try:
+        check_identity(shards, path, getattr(handle, "details", None))
+    except ShardRewritten:
+        handle.close()
+        raise
+    return pq.ParquetFile(handle, page_checksum_verification=True)
+
+
 def read_segments(path: Path, layout: VocabLayout, columns: tuple[str, ...] = (),
-                  start_row: int = 0) -> Iterator[tuple[Segment, dict]]:
+                  start_row: int = 0, shards: list[Path] | None = None) -> Iterator[tuple[Segment, dict]]:
     """Stream a shard's segments from row `start_row` on, one record batch at a time; `columns` are extra
-    columns returned as a dict. Row groups before `start_row` are not read."""
-    file = storage.parquet_file(path)
+    columns returned as a dict. Row groups before `start_row` are not read. `shards`: the training shards
+    `path` is one of (`PinnedShards` on object storage: checked at the open, `_open_shard`)."""
+    file = _open_shard(path, shards)
     groups, skip, first = [], start_row, 0
     for index in range(file.metadata.num_row_groups):
         rows = file.metadata.row_group(index).num_rows
@@ -248,12 +304,14 @@ class Unit:
         return self.video.text[self.video.text_bounds[self.first]:self.video.text_bounds[self.last]]
 
 
-def read_videos(path: Path, layout: VocabLayout, start_row: int = 0) -> Iterator[tuple[int, Video]]:
+def read_videos(path: Path, layout: VocabLayout, start_row: int = 0,
+                shards: list[Path] | None = None) -> Iterator[tuple[int, Video]]:
     """(the row after it, video) for each video of a shard from row `start_row` on (the align stage writes a
     video's rows together, in time order). Memory: one video's segments."""
     segments: list[Segment] = []
     row = start_row
-    for segment, _ in read_segments(path, layout, start_row=start_row):
+    options = {} if shards is None else {"shards": shards}
+    for segment, _ in read_segments(path, layout, start_row=start_row, **options):
         if segments and segment.video_id != segments[0].video_id:
             yield row, Video.of(segments[0].video_id, segments)
             segments = []
@@ -401,7 +459,16 @@ class PlanStream:
 
     def _read_and_keep(self, path: Path, start_row: int) -> Iterator[tuple[int, Video]]:
         videos: list[tuple[int, Video]] | None = [] if start_row == 0 else None
-        for end, video in read_videos(path, self.layout, start_row):
+        try:
+            yield from self._read_into(path, start_row, videos)
+        except OSError:   # rewritten while open? (s3fs reads with If-Match: the store refuses the old ETag)
+            check_identity(self.shards, path)
+            raise
+
+    def _read_into(self, path: Path, start_row: int, videos) -> Iterator[tuple[int, Video]]:
+        # shards on object storage are read in place: checked at each open against their start (`_open_shard`)
+        options = {"shards": self.shards} if getattr(self.shards, "identity", None) else {}
+        for end, video in read_videos(path, self.layout, start_row, **options):
             if videos is not None:
                 videos.append((end, video))
                 if self._kept_rows + end > self.params.shuffle_buffer:

@@ -46,9 +46,11 @@ from pipeline.engine.manifest import (
     ManifestError,
     NoVideos,
     assign_shards,
+    guard_removal,
     input_folder,
     local_tag,
     previous_assignment,
+    shard_digests,
     write_manifest_table,
 )
 from pipeline.engine.workdir import WorkDir
@@ -128,10 +130,11 @@ def find_videos(folder: str | Path, video_ids) -> dict[str, Path]:
 
 
 def write_manifest(cfg: Config, annotations_path, videos_folder, work_dir, *, subsets=None,
-                   incremental: bool = True) -> tuple[Path, pa.Table, dict]:
+                   incremental: bool = True, confirm_removal=None) -> tuple[Path, pa.Table, dict]:
     """The manifest of the annotated videos of `subsets` (default: all) found in `videos_folder`; returns
-    (path, table, {"missing": ids not found, "annotated": count}). A listed video keeps its shard when the
-    list changes, as for `manifest`."""
+    (path, table, {"missing": ids not found, "annotated": count, "replaced": where dropped videos' outputs
+    went, if any}). A listed video keeps its shard when the list changes, and one that drops videos with
+    finished outputs asks first (`confirm_removal`), as for `manifest`."""
     annotations = read_annotations(annotations_path)
     videos_folder = Path(videos_folder)
     if not videos_folder.is_dir():
@@ -158,6 +161,15 @@ def write_manifest(cfg: Config, annotations_path, videos_folder, work_dir, *, su
     rows.sort(key=lambda row: (row["shard"], row["video_id"]))
     table = pa.Table.from_pylist(rows, schema=schemas.MANIFEST.arrow)
     annotations_sha = storage.file_sha256(Path(annotations_path))
+    try:
+        old_digests = (lineage.read_record(work.record("manifest"), "manifest") or {}).get("shards", {})
+    except lineage.CorruptFile:
+        old_digests = {}
+    digests = shard_digests(table)
+    changed = sorted(int(s) for s in set(digests) | set(old_digests) if digests.get(s) != old_digests.get(s))
+    moved_to = guard_removal(work, set(table["video_id"].to_pylist()), changed,
+                             f"--annotations {annotations_path} with --videos {videos_folder}",
+                             f"{Path(annotations_path).resolve()} and {videos_folder.resolve()}", confirm_removal)
     config = json.loads(cfg.section_json("shards"))
     provenance = Provenance(stage="manifest", schema=schemas.MANIFEST.tag, config=cfg.section_json("shards"),
                             config_hash=cfg.section_hash("shards"), input=str(videos_folder.resolve()),
@@ -168,7 +180,8 @@ def write_manifest(cfg: Config, annotations_path, videos_folder, work_dir, *, su
     write_manifest_table(work, table, {"version": lineage.VERSION, "config": config,
                                        "input": str(videos_folder.resolve()), "annotations_sha256": annotations_sha},
                          provenance, row_group_size=cfg.shards.videos_per_shard * 16)
-    return work.manifest, table, {"missing": missing, "annotated": len(wanted)}
+    counts = {"missing": missing, "annotated": len(wanted)}
+    return work.manifest, table, {**counts, "replaced": moved_to} if moved_to else counts
 
 
 # ---------------------------------------------------------------- evaluation segments

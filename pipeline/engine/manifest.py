@@ -272,6 +272,28 @@ def _old_rows(work: WorkDir) -> dict[str, int]:
     return dict(zip(table["video_id"].to_pylist(), table["shard"].to_pylist()))
 
 
+def guard_removal(work: WorkDir, ids: set[str], changed: list[int], listing: str, source: str,
+                  confirm_removal) -> str | None:
+    """Before a new listing (`ids`, changing shards `changed`) replaces the manifest: when it drops videos
+    whose shards some stage finished, go on only if `confirm_removal(message)` returns True (else
+    RemovalRefused naming `listing`), and move the old manifest and the outputs of every finished shard whose
+    rows change to DIR/_state/replaced/; returns that entry (None when nothing finished is dropped)."""
+    old_rows = _old_rows(work)
+    dropped = sorted(set(old_rows) - ids)
+    at_risk = replaced.finished_shards(work, {old_rows[video] for video in dropped})
+    if not at_risk:
+        return None
+    moved = replaced.finished_shards(work, set(changed) | set(at_risk))
+    lost = [video for video in dropped if old_rows[video] in at_risk]
+    message = (f"{listing} no longer lists {len(lost)} video(s) with finished outputs "
+               f"(e.g. {lost[0]}) in shard(s) {_listed(at_risk)}; the outputs of shard(s) {_listed(moved)} "
+               f"would move to {replaced.folder(work)} (`restore --work-dir {work.root}` puts them back)")
+    if confirm_removal is None or not confirm_removal(message):
+        raise RemovalRefused(f"{message}: give --allow-removal to go on")
+    return replaced.move_aside(work, moved, "manifest", f"re-listed from {source}: {len(dropped)} video(s) "
+                               f"dropped", with_manifest=True, details={"dropped_videos": dropped[:1000]})
+
+
 def write_manifest(cfg: Config, input_path: str | Path, work_dir, *, incremental: bool = True,
                    confirm_removal=None) -> tuple[Path, pa.Table, dict]:
     """List the input and write the manifest with its completion record (the digest of each shard's rows,
@@ -305,20 +327,10 @@ def write_manifest(cfg: Config, input_path: str | Path, work_dir, *, incremental
     # the digests name the videos (ids, sizes, content tags); paths and transcripts are compared row by row:
     # a caption that arrives after the first pass, or a moved input folder, rewrites the rows
     changes["updated_shards"] = sorted(set(_updated_shards(work, table, provenance)) - set(changed))
-    old_rows = _old_rows(work)
-    dropped = sorted(set(old_rows) - ids)
-    at_risk = replaced.finished_shards(work, {old_rows[video] for video in dropped})
-    if at_risk:
-        moved = replaced.finished_shards(work, set(changed) | set(at_risk))
-        lost = [video for video in dropped if old_rows[video] in at_risk]
-        message = (f"--input {input_path} no longer lists {len(lost)} video(s) with finished outputs "
-                   f"(e.g. {lost[0]}) in shard(s) {_listed(at_risk)}; the outputs of shard(s) {_listed(moved)} "
-                   f"would move to {replaced.folder(work)} (`restore --work-dir {work.root}` puts them back)")
-        if confirm_removal is None or not confirm_removal(message):
-            raise RemovalRefused(f"{message}: give --allow-removal to go on")
-        changes["replaced"] = replaced.move_aside(
-            work, moved, "manifest", f"re-listed from {storage.canonical(input_path)}: {len(dropped)} video(s) "
-            f"dropped", with_manifest=True, details={"dropped_videos": dropped[:1000]})
+    moved_to = guard_removal(work, ids, changed, f"--input {input_path}", storage.canonical(input_path),
+                             confirm_removal)
+    if moved_to:
+        changes["replaced"] = moved_to
     if not changed and not changes["updated_shards"] and old.get("lineage", {}).get("config") == config \
             and work.manifest.exists():
         changes["unchanged"] = True
