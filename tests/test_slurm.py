@@ -376,11 +376,19 @@ def test_the_number_of_tasks_defaults_to_the_manifest_shards(tmp_path, capsys):
     assert "--array" not in capsys.readouterr().out
 
 
+def _launcher(command: list[str]) -> int:
+    """Where the torchrun module stands in a train command: the rendezvous-checking launcher on several
+    nodes, torch's own on one."""
+    for name in ("pipeline.executors.torchrun", "torch.distributed.run"):
+        if name in command:
+            return command.index(name)
+    raise AssertionError(f"no torchrun in {command}")
+
+
 def _torchrun_args(command: list[str]):
     """The torchrun part of a train command, parsed by torchrun's own parser."""
     from torch.distributed.run import get_args_parser
-    start = command.index("torch.distributed.run") + 1
-    return get_args_parser().parse_args(command[start:])
+    return get_args_parser().parse_args(command[_launcher(command) + 1:])
 
 
 def test_multi_node_training_is_srun_with_one_torchrun_per_node_meeting_at_the_first_node(tmp_path):
@@ -396,6 +404,7 @@ def test_multi_node_training_is_srun_with_one_torchrun_per_node_meeting_at_the_f
     command = _command(script)
     assert command[0] == "srun" and "--ntasks-per-node=1" in command and "--kill-on-bad-exit=1" in command
     assert command[command.index("-m") - 1] == str(python)            # the path with a space, one word
+    assert command[command.index("-m") + 1] == "pipeline.executors.torchrun"
     args = _torchrun_args(command)
     assert (args.nnodes, args.nproc_per_node, args.rdzv_backend) == ("2", "4", "c10d")
     assert (args.rdzv_endpoint, args.rdzv_id) == ("$MASTER_ADDR:29511", "$SLURM_JOB_ID")
@@ -467,17 +476,69 @@ def test_two_torchruns_with_the_scripts_options_form_one_job(tmp_path):
         port = probe.getsockname()[1]
     cfg = load_config(None, ["executor.slurm_nodes=2", "executor.slurm_gpus=1", f"executor.slurm_rdzv_port={port}"])
     command = _command(sbatch_script(cfg, "train", work_dir=tmp_path))
-    start, end = command.index("torch.distributed.run") + 1, command.index("-m", command.index("torch.distributed.run"))
+    start, end = _launcher(command) + 1, command.index("-m", _launcher(command))
     options = [word.replace("$MASTER_ADDR", "127.0.0.1").replace("$SLURM_JOB_ID", "9001") for word in command[start:end]]
     check = tmp_path / "check.py"
     check.write_text(RENDEZVOUS_CHECK)
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    agents = [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", *options, str(check)], env=env,
+    agents = [subprocess.Popen([sys.executable, "-m", "pipeline.executors.torchrun", *options, str(check)], env=env,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
     outputs = [agent.communicate(timeout=180) for agent in agents]
     assert [agent.returncode for agent in agents] == [0, 0], [err[-2000:] for _, err in outputs]
     lines = sorted(line for out, _ in outputs for line in out.splitlines() if line.startswith("rank "))
     assert lines == ["rank 0 of 2 local 0 sum 3", "rank 1 of 2 local 0 sum 3"]
+
+
+@pytest.mark.slow   # five Python processes importing torch (~15 s on 2 cores)
+def test_a_rendezvous_that_cannot_start_is_one_line_and_other_outcomes_are_torchruns_own(tmp_path):
+    """The script's torchrun options with short rendezvous timeouts: a port already taken by another socket
+    and a second node that never joins each end in one line naming the endpoint, exit 2; a one-node run
+    succeeds, and a training failure keeps torchrun's own exit code and report."""
+    import socket
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))                    # bound, never listening: no store can start there
+    frees = []
+    for _ in range(3):                              # one endpoint per run: they run at the same time
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            frees.append(probe.getsockname()[1])
+    free, ok_port, fails_port = frees
+    port = taken.getsockname()[1]
+    cfg = load_config(None, ["executor.slurm_nodes=2", "executor.slurm_gpus=1", f"executor.slurm_rdzv_port={port}"])
+    command = _command(sbatch_script(cfg, "train", work_dir=tmp_path))
+    start, end = _launcher(command) + 1, command.index("-m", _launcher(command))
+    options = [word.replace("$MASTER_ADDR", "127.0.0.1").replace("$SLURM_JOB_ID", "9001") for word in command[start:end]]
+    options += ["--rdzv-conf", "read_timeout=3,join_timeout=3"]
+    ok, fails = tmp_path / "ok.py", tmp_path / "fails.py"
+    ok.write_text("print('trained')\n")
+    fails.write_text("raise SystemExit(3)\n")
+    alone = [word.replace(f":{port}", f":{free}") for word in options]
+    one_node = [word if word != "2" else "1" for word in alone]          # --nnodes 1
+    assert one_node[one_node.index("--nnodes") + 1] == "1"
+    fails_node = [word.replace(f":{free}", f":{fails_port}") for word in one_node]
+    one_node = [word.replace(f":{free}", f":{ok_port}") for word in one_node]
+    launcher, torchrun = [sys.executable, "-m", "pipeline.executors.torchrun"], [sys.executable, "-m", "torch.distributed.run"]
+    runs = {"taken": [*launcher, *options, str(ok)], "alone": [*launcher, *alone, str(ok)],
+            "ok": [*launcher, *one_node, str(ok)], "fails": [*launcher, *fails_node, str(fails)]}
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    try:
+        started = {name: subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                   for name, argv in runs.items()}
+        results = {name: (agent.communicate(timeout=180), agent.returncode) for name, agent in started.items()}
+        # torch's own launcher on the failing script, after the others (it would share their free port)
+        own = subprocess.run([*torchrun, *fails_node, str(fails)], env=env, capture_output=True, text=True, timeout=180)
+    finally:
+        taken.close()
+    for name, endpoint in (("taken", f"127.0.0.1:{port}"), ("alone", f"127.0.0.1:{free}")):
+        (out, err), code = results[name]
+        assert code == 2 and out == "", (name, err[-2000:])
+        assert len(err.splitlines()) == 1 and "Traceback" not in err, (name, err[-2000:])
+        assert err.startswith(f"train: the rendezvous at {endpoint} could not start (")
+        assert "executor.slurm_rdzv_port" in err and "reachable" in err
+    (out, err), code = results["ok"]
+    assert code == 0 and "trained" in out, err[-2000:]
+    (out, err), code = results["fails"]
+    assert code == own.returncode != 0 and "ChildFailedError" in err and "ChildFailedError" in own.stderr
 
 
 def test_array_size_and_node_counts_are_checked_at_load():

@@ -20,7 +20,8 @@ resumes from its newest checkpoint, so a requeued or time-limited job continues 
   one task each; srun starts one torchrun per node, and the torchruns meet in a c10d rendezvous on the
   job's first node (`scontrol show hostnames $SLURM_JOB_NODELIST | head -n 1`, at its NodeAddr from
   `scontrol show node`: a node's name need not resolve; port `executor.slurm_rdzv_port`, id $SLURM_JOB_ID;
-  an address that does not resolve stops the job with one line) and start `executor.slurm_gpus` training processes each
+  an address that does not resolve stops the job with one line, and so does a rendezvous that cannot start:
+  pipeline/executors/torchrun.py runs torchrun, exit 2) and start `executor.slurm_gpus` training processes each
   (torchrun sets RANK, WORLD_SIZE and LOCAL_RANK; videobert/train.py reads them).
 
 Stages chain with afterok dependencies; the job id is the only thing printed on stdout (several ids of a
@@ -140,7 +141,7 @@ def pipeline_command(stage: str, *, work_dir: Path, config: str | None, override
             # one torchrun per node (srun), which starts a process per GPU; all meet at the first node
             launcher = (f'srun --nodes={int(nodes)} --ntasks={int(nodes)} --ntasks-per-node=1 '
                         f'--cpus-per-task="${{SLURM_CPUS_PER_TASK:-1}}" --kill-on-bad-exit=1 '
-                        f"{shlex.quote(python)} -m torch.distributed.run --nnodes {int(nodes)} "
+                        f"{shlex.quote(python)} -m pipeline.executors.torchrun --nnodes {int(nodes)} "
                         f"--nproc-per-node {max(int(gpus), 1)} --rdzv-backend c10d "
                         f'--rdzv-endpoint "$MASTER_ADDR:{int(rdzv_port)}" --rdzv-id "$SLURM_JOB_ID" '
                         f"--max-restarts 0 -m pipeline")
