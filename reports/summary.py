@@ -167,11 +167,11 @@ def render(summary: dict) -> str:
         lines.append("  videos by decode status: " + ", ".join(f"{k} {v}" for k, v in summary["videos_by_status"].items()))
     if "clips" in summary:
         lines.append(f"  clips: {summary['clips']}")
-    lines.append(f"  {'stage':<10}{'shards':>12}{'rows':>10}{'seconds':>10}")
+    lines.append(f"  {'stage':<10}{'shards':>12}{'rows':>10}{'seconds':>14}")
     for stage, entry in summary["stages"].items():
         seconds = f"in {entry['made_in']}" if entry.get("made_in") else entry["seconds"]
         lines.append(f"  {stage:<10}{entry['shards_complete']:>6}/{entry['shards_total']:<5}"
-                     f"{entry['rows']:>10}{seconds:>10}")
+                     f"{entry['rows']:>10}{seconds:>14}")
     if "distinct_visual_tokens" in summary:
         lines.append(f"  distinct visual tokens used: {summary['distinct_visual_tokens']}")
     if "segments_by_kind" in summary:
