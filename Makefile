@@ -49,9 +49,9 @@ demo: $(STAMP)
 	HF_HUB_OFFLINE=1 $(MAKE) --no-print-directory pipeline CONFIG=configs/demo.yaml WORK=$(DEMO_WORK) INPUT=samples
 	HF_HUB_OFFLINE=1 $(RUN) train --config configs/small.yaml --work-dir $(DEMO_WORK) --resume
 	$(PY) scripts/demo_labels.py $(DEMO_WORK)
-	HF_HUB_OFFLINE=1 $(RUN) eval zero-shot --config configs/demo.yaml --work-dir $(DEMO_WORK) $(DEMO_EVAL)
-	$(RUN) gallery --config configs/demo.yaml --work-dir $(DEMO_WORK) $(DEMO_EVAL) --quiet
-	$(RUN) report  --config configs/demo.yaml --work-dir $(DEMO_WORK) $(DEMO_EVAL)
+	HF_HUB_OFFLINE=1 $(RUN) eval zero-shot --config configs/small.yaml --work-dir $(DEMO_WORK) $(DEMO_EVAL)
+	$(RUN) gallery --config configs/small.yaml --work-dir $(DEMO_WORK) $(DEMO_EVAL) --quiet
+	$(RUN) report  --config configs/small.yaml --work-dir $(DEMO_WORK) $(DEMO_EVAL)
 
 # YouCook II, end to end: the manifest from the annotations file (video ids = YouTube ids), every stage,
 # a short training run, verb/noun lists and labels from the captions (POS tagger), zero-shot on the
