@@ -76,20 +76,24 @@ def one_clip_videos(folder: Path, count: int) -> Path:
     return folder
 
 
+def mux_mono_audio(container, stream, samples: np.ndarray) -> None:
+    """Encode float32 mono `samples` at 16 kHz into `stream` of `container`, in frames of 1024, then flush."""
+    for offset in range(0, len(samples), 1024):
+        frame = av.AudioFrame.from_ndarray(samples[offset: offset + 1024].reshape(1, -1), format="flt",
+                                           layout="mono")
+        frame.sample_rate, frame.pts = 16000, offset
+        for packet in stream.encode(frame):
+            container.mux(packet)
+    for packet in stream.encode():
+        container.mux(packet)
+
+
 def make_audio_only(path: Path, duration_s: float = 2.0) -> Path:
     with av.open(str(path), "w") as container:
         stream = container.add_stream("aac", rate=16000)
         stream.layout = "mono"
         total = int(duration_s * 16000)
-        samples = (0.1 * np.sin(np.arange(total) * 0.2)).astype(np.float32)
-        for offset in range(0, total, 1024):
-            frame = av.AudioFrame.from_ndarray(samples[offset: offset + 1024].reshape(1, -1), format="flt",
-                                               layout="mono")
-            frame.sample_rate, frame.pts = 16000, offset
-            for packet in stream.encode(frame):
-                container.mux(packet)
-        for packet in stream.encode():
-            container.mux(packet)
+        mux_mono_audio(container, stream, (0.1 * np.sin(np.arange(total) * 0.2)).astype(np.float32))
     return path
 
 

@@ -33,18 +33,10 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def s3(tmp_path_factory):
-    """An S3-compatible server for this module, and the environment that points every client at it."""
-    pytest.importorskip("moto")
-    pytest.importorskip("s3fs")
-    port = _free_port()
+def start_moto(port: int, env: dict | None = None) -> subprocess.Popen:
+    """A moto S3 server on 127.0.0.1:`port` (with `env` added to its environment), once it accepts connections."""
     server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    env = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "testing",
-           "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
-    saved = {key: os.environ.get(key) for key in env}
-    os.environ.update(env)
+                              env={**os.environ, **(env or {})}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 30
     while time.time() < deadline:
         try:
@@ -52,6 +44,20 @@ def s3(tmp_path_factory):
             break
         except OSError:
             time.sleep(0.2)
+    return server
+
+
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory):
+    """An S3-compatible server for this module, and the environment that points every client at it."""
+    pytest.importorskip("moto")
+    pytest.importorskip("s3fs")
+    port = _free_port()
+    server = start_moto(port)
+    env = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "testing",
+           "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
+    saved = {key: os.environ.get(key) for key in env}
+    os.environ.update(env)
     import fsspec
     fs = fsspec.filesystem("s3", skip_instance_cache=True)
     fs.mkdir("videobert")

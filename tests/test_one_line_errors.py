@@ -4,16 +4,13 @@ that is no file or far too large, a malformed model name, a wrong scheduler vari
 
 from __future__ import annotations
 
-import os
 import socket
-import subprocess
-import sys
-import time
 
 import pytest
 
 from media_factory import make_video
 from pipeline import cli
+from test_object_storage import start_moto
 from pipeline.config import ConfigError, load_config
 
 TRAIN = ["train.init_checkpoint=random:tiny", "train.batch_size=4", "train.max_steps=2", "train.checkpoint_every=2",
@@ -155,16 +152,7 @@ def refusing_store(monkeypatch):
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                              env={**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": "0"},
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 30
-    while time.time() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
-        except OSError:
-            time.sleep(0.2)
+    server = start_moto(port, {"INITIAL_NO_AUTH_ACTION_COUNT": "0"})
     for name, value in {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "AKIAWRONGWRONG",
                         "AWS_SECRET_ACCESS_KEY": "wrong", "AWS_DEFAULT_REGION": "us-east-1"}.items():
         monkeypatch.setenv(name, value)

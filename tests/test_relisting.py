@@ -24,6 +24,15 @@ def decoded(work) -> set[str]:
             for video in pq.read_table(path, columns=["video_id"])["video_id"].to_pylist()}
 
 
+def on_a_terminal(monkeypatch, answer: str) -> None:
+    """stdin and stderr as a terminal's, the user typing `answer`."""
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+    monkeypatch.setattr(sys, "stdin", Terminal(answer))
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
+
+
 def test_a_relisting_that_drops_finished_videos_is_refused_then_kept_aside_and_restored(tmp_path, capsys,
                                                                                       monkeypatch):
     videos = one_clip_videos(tmp_path / "videos", 4)
@@ -43,11 +52,7 @@ def test_a_relisting_that_drops_finished_videos_is_refused_then_kept_aside_and_r
     assert WorkDir(work).manifest.read_bytes() == manifest_bytes and decoded(work) == before
 
     # on a terminal the user is asked; "n" keeps everything
-    class Terminal(io.StringIO):
-        def isatty(self) -> bool:
-            return True
-    monkeypatch.setattr(sys, "stdin", Terminal("n\n"))
-    monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
+    on_a_terminal(monkeypatch, "n\n")
     code, err = run(capsys, "manifest", "--work-dir", work, "--input", typo, *SETTINGS)
     assert code != 0 and "would move to" in err and "Go on? [y/N]" in err
     assert WorkDir(work).manifest.read_bytes() == manifest_bytes

@@ -6,6 +6,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
+from media_factory import mux_mono_audio
 from pipeline import cli
 from pipeline.config import load_config
 from pipeline.engine.workdir import WorkDir
@@ -107,14 +108,7 @@ def test_the_audio_of_the_default_stream_is_decoded(tmp_path):
             tracks.append((stream, seconds))
         for stream, seconds in tracks:
             total = int(seconds * 16000)
-            samples = (0.1 * np.sin(np.arange(total) * 2 * np.pi * 440 / 16000)).astype(np.float32)
-            for offset in range(0, total, 1024):
-                frame = av.AudioFrame.from_ndarray(samples[offset:offset + 1024].reshape(1, -1), format="flt",
-                                                   layout="mono")
-                frame.sample_rate, frame.pts = 16000, offset
-                for packet in stream.encode(frame):
-                    container.mux(packet)
-            for packet in stream.encode():
-                container.mux(packet)
+            mux_mono_audio(container, stream,
+                           (0.1 * np.sin(np.arange(total) * 2 * np.pi * 440 / 16000)).astype(np.float32))
     audio = decode_audio(str(path))
     assert audio is not None and abs(audio.duration_s - 3.0) < 0.1

@@ -2,11 +2,9 @@
 first, refused off a terminal without --allow-removal, and what it replaces kept under DIR/_state/replaced/
 (as for `manifest`, tests/test_relisting.py)."""
 
-import io
-import sys
 
 from media_factory import one_clip_videos
-from test_relisting import SETTINGS, decoded, run
+from test_relisting import SETTINGS, decoded, on_a_terminal, run
 from test_youcook2 import annotations_file, entry
 
 from pipeline.engine.workdir import WorkDir
@@ -31,11 +29,7 @@ def test_youcook2_manifest_that_drops_finished_videos_is_refused_then_kept_aside
     assert WorkDir(work).manifest.read_bytes() == manifest_bytes and decoded(work) == before
 
     # on a terminal the user is asked; "n" keeps everything
-    class Terminal(io.StringIO):
-        def isatty(self) -> bool:
-            return True
-    monkeypatch.setattr(sys, "stdin", Terminal("n\n"))
-    monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
+    on_a_terminal(monkeypatch, "n\n")
     code, err = run(capsys, *listing, "--annotations", one)
     assert code != 0 and "would move to" in err and "Go on? [y/N]" in err
     assert WorkDir(work).manifest.read_bytes() == manifest_bytes
