@@ -195,13 +195,18 @@ def _submit(*args) -> str:
     return _pipeline("submit", *args, "--quiet", *_settings(*SLURM_SETTINGS)).stdout.strip()
 
 
-def test_a_running_task_requeued_keeps_its_finished_shards_and_completes_the_rest(slurm, tmp_path, monkeypatch):
-    on_slurm, local = _decode_run(tmp_path)
-    # the task holds after its first shard until `release` exists (tests/slurm_hold): it is running when
-    # requeued, whatever the machine's speed
-    release = tmp_path / "release"
+def _hold_decode(monkeypatch, release: Path) -> None:
+    """The jobs submitted from here on decode their first shard, then wait before any other until `release`
+    exists (tests/slurm_hold): a test can act on a task that is surely still running."""
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(REPO / "tests" / "slurm_hold"), str(REPO)]))
     monkeypatch.setenv("VIDEOBERT_HOLD_DECODE", str(release))
+
+
+def test_a_running_task_requeued_keeps_its_finished_shards_and_completes_the_rest(slurm, tmp_path, monkeypatch):
+    on_slurm, local = _decode_run(tmp_path)
+    # the task holds after its first shard: it is running when requeued, whatever the machine's speed
+    release = tmp_path / "release"
+    _hold_decode(monkeypatch, release)
     job = _submit("decode", "--work-dir", on_slurm, "--num-shards", 1)     # one task: shards 0, 1, 2 in turn
     _wait_for(lambda: _records(on_slurm, "decode"), 120, "the task's first shard", slurm)
     before = _records(on_slurm, "decode")
@@ -221,14 +226,19 @@ def test_a_running_task_requeued_keeps_its_finished_shards_and_completes_the_res
     assert _data_files(on_slurm) == _data_files(local)
 
 
-def test_a_task_killed_with_sigkill_leaves_no_complete_output_and_only_it_is_resubmitted(slurm, tmp_path):
+def test_a_task_killed_with_sigkill_leaves_no_complete_output_and_only_it_is_resubmitted(slurm, tmp_path, monkeypatch):
     on_slurm, local = _decode_run(tmp_path)
-    # three tasks, one a shard, held until the kill: the last task is killed as soon as it runs
+    release = tmp_path / "release"
+    _hold_decode(monkeypatch, release)
+    # three tasks, one a shard each, tasks 1 and 2 held before their shard: task 2 is killed while it waits
     jobs = _submit("decode", "--work-dir", on_slurm).split(":")
     assert len(jobs) == 2       # MaxArraySize 2, read from the cluster
     victim = f"{jobs[1]}_0"     # task 2
     _wait_for(lambda: slurm.job_states(jobs[1]).get(victim) == "RUNNING", 120, "task 2 running", slurm)
     subprocess.run(["scancel", "--signal=KILL", victim], check=True, timeout=60)
+    _wait_for(lambda: slurm.job_states(jobs[1]).get(victim) not in ("RUNNING", "COMPLETING"), 120, "task 2 ended",
+              slurm)
+    release.touch()
     slurm.wait_for_jobs(180)
     assert slurm.job_states(jobs[1])[victim] != "COMPLETED"
     lineage = Lineage(on_slurm)
