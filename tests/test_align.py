@@ -233,7 +233,7 @@ def test_sentences_the_asr_filter_rejected_are_no_text(tmp_path):
     assert stats["sentences_rejected"] == 2 and stats["text_video"] == 1 and stats["videos_with_text"] == 1
     assert validate_work_dir(tmp_path) == []
     # the report counts words of kept sentences only, and the rejected by reason
-    from reports.report import text_stats
+    from reports.text import text_stats
     text = text_stats(cfg, tmp_path)
     assert text["sentences_rejected"] == {"no_speech": 1, "not_speech_language": 1}
     assert {n: c for n, c in enumerate(text["words_per_sentence"]) if c} == {10: 1}

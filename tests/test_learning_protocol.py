@@ -122,6 +122,6 @@ def test_clean_protocol_beside_the_runs_noise_and_regimes_without_examples(tmp_p
     assert all(r["mlm_text_loss"] is None and r["alignment_auc"] is None for r in records)
     assert all(r["noisy"]["mlm_video_acc"] is not None for r in records)   # the defaults' noise: both protocols
 
-    from reports.report import _validation_protocol_html
+    from reports.training import validation_protocol_html as _validation_protocol_html
     shown = _validation_protocol_html(records[-1])
     assert "clean protocol" in shown and "nothing to measure for: text, text_video" in shown

@@ -182,7 +182,7 @@ def test_report_charts_have_integer_count_ticks_headroom_and_matching_captions(r
 
 
 def test_a_capped_length_histogram_names_its_last_bin_as_the_axis_shows_it():
-    from reports.report import _text_html
+    from reports.text import text_html as _text_html
     wordpieces = [0] * 65
     wordpieces[5], wordpieces[64] = 3, 2           # two segments at train.max_len 64 or longer
     text = {"asr_status": {"ok": 1}, "languages": {"en": 1}, "text_languages": ["en"],
@@ -194,7 +194,7 @@ def test_a_capped_length_histogram_names_its_last_bin_as_the_axis_shows_it():
 
 
 def test_rates_in_the_stage_table_are_readable(tmp_path):
-    from reports.report import _stages_html
+    from reports.stage_table import stages_html as _stages_html
     data = {"summary": {"shards": 1, "stages": {"decode": {"shards_complete": 1, "shards_total": 1, "rows": 1560}},
                         "errors": {}},
             "stages": {"decode": {"shards": 1, "seconds": 1.0, "wall_seconds": 90.0, "videos": 3, "clips": 1560,

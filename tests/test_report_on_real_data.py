@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import re
+from pathlib import Path
 
 import gallery_factory as factory
 import numpy as np
@@ -12,7 +13,8 @@ import pytest
 
 from pipeline.config import load_config
 from pipeline.engine.workdir import WorkDir
-from reports import report
+from reports import report, training, videos
+from reports.cells import SHOWN_MESSAGE, number
 from reports.gallery import counted, write_gallery
 
 
@@ -24,11 +26,11 @@ def _video_row(video_id: str, errors: list[str]) -> dict:
 
 def test_a_long_error_message_is_folded_and_held_out_videos_are_marked():
     long = "decode: " + "invalid NAL unit size " * 40
-    page = report._videos_html({"rows": [_video_row("kitchen", [long]), _video_row("garden", [])], "videos": 2,
-                                "not_listed": 0}, held_out=["garden"])
+    page = videos.videos_html({"rows": [_video_row("kitchen", [long]), _video_row("garden", [])], "videos": 2,
+                               "not_listed": 0}, held_out=["garden"])
     assert "<details><summary>decode: invalid NAL unit size" in page
     summary = re.search(r"<summary>(.*?)</summary>", page).group(1)
-    assert len(summary) <= report.SHOWN_MESSAGE and summary.endswith("…")
+    assert len(summary) <= SHOWN_MESSAGE and summary.endswith("…")
     assert long in page   # in full, folded
     assert 'garden <span class="held-out">(held out)</span>' in page
     assert "kitchen <span" not in page
@@ -40,18 +42,18 @@ def test_losses_are_shown_against_their_uniform_baseline(tmp_path):
     work = WorkDir(tmp_path)
     work.codebook_sidecar.parent.mkdir(parents=True)
     work.codebook_sidecar.write_text('{"k": 6, "depth": 2}')
-    uniform = report.uniform_losses(load_config(report.Path(__file__).parents[1] / "configs/demo.yaml"), tmp_path)
+    uniform = training.uniform_losses(load_config(Path(__file__).parents[1] / "configs/demo.yaml"), tmp_path)
     assert uniform["visual_words"] == 36 and uniform["vocabulary"] == uniform["text_vocabulary"] + 37
     assert uniform["mlm"] == round(math.log(uniform["vocabulary"]), 4)
     assert uniform["alignment"] == round(math.log(2), 4)
     records = [{"step": 5, "loss": 12.0, "mlm_text_loss": 9.0, "mlm_text_acc": 0.1, "mlm_video_loss": 13.7,
                 "mlm_video_acc": 0.0, "alignment_loss": 0.6, "alignment_acc": 0.7}]
-    page = report._train_html(records, [dict(records[0], videos=1)], {"validation_videos": ["v1"]}, uniform)
+    page = training.train_html(records, [dict(records[0], videos=1)], {"validation_videos": ["v1"]}, uniform)
     assert "<th>uniform baseline</th>" in page
     assert f"ln V = {uniform['mlm']:.2f}" in page and "ln 2 = 0.69" in page and "confidently wrong" in page
     row = re.search(r"<tr><td[^>]*>mlm_video</td>(.*?)</tr>", page).group(1)
-    assert re.findall(r">([^<]+)</td>", row)[:2] == [report._number(uniform["mlm"]), report._number(13.7)]
-    assert report.uniform_losses(load_config(), tmp_path / "none") is None   # no codebook: no baseline
+    assert re.findall(r">([^<]+)</td>", row)[:2] == [number(uniform["mlm"]), number(13.7)]
+    assert training.uniform_losses(load_config(), tmp_path / "none") is None   # no codebook: no baseline
 
 
 def test_closed_set_probabilities_are_over_the_closed_set():
