@@ -6,7 +6,7 @@ On one synthetic work dir (float16 1024-d features drawn around a random depth-4
 thumbnail per clip), the time per clip of:
 1. read: the features column read from Parquet and converted to float32 (the floor: I/O and decoding);
 2. read + descent: schemas.codebook.descend with the path, as the gallery calls it;
-3. scan: reports.gallery.nearest_clips for the level-1 view (12 nodes and their 144 children, 12 clips
+3. scan: reports.nearest.nearest_clips for the level-1 view (12 nodes and their 144 children, 12 clips
    each), i.e. 2 plus the distances and the bounded nearest-clip lists;
 4. gallery: write_gallery end to end (3, the thumbnails read from decode, the pages and the contact sheet).
 Then the peak resident memory of the scan in a fresh process, on 1 shard and on all of them: it keeps one
@@ -38,7 +38,8 @@ from pipeline.config import load_config  # noqa: E402
 from pipeline.engine import lineage
 from pipeline.engine.lineage import Lineage  # noqa: E402
 from pipeline.engine.workdir import WorkDir  # noqa: E402
-from reports.gallery import READ_BATCH_ROWS, nearest_clips, write_gallery  # noqa: E402
+from reports.gallery import write_gallery  # noqa: E402
+from reports.nearest import READ_BATCH_ROWS, nearest_clips  # noqa: E402
 
 K, DEPTH, DIM = 12, 4, schemas.FEATURE_DIM
 PROVENANCE_HASH = "bench000bench000"

@@ -3,7 +3,7 @@
 a sample of its per-segment top-5 predictions (DIR/eval/zero_shot_predictions.parquet, labels or not) with
 a note wherever VideoBERT's answers are exactly the text-only prior's (the video changed nothing), and the
 predicted visual words of DIR/eval/predict_video.parquet, each shown by the clips of this run nearest its leaf
-centroid (reports/gallery.py's search), like the paper's figure of video predicted from text."""
+centroid (reports/nearest.py), like the paper's figure of video predicted from text."""
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ import numpy as np
 
 from pipeline import storage, visual_words
 from pipeline.engine.workdir import WorkDir
-from reports.gallery import html_table, jpeg_data_uri, nearest_clips
+from reports.gallery import html_table, jpeg_data_uri
+from reports.nearest import nearest_clips
 
 PREDICTED_THUMBNAILS = 3       # clips shown per predicted visual word (the nearest to its leaf centroid)
 MAX_PREDICTED_SENTENCES = 20

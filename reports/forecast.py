@@ -1,6 +1,6 @@
 """The forecasting part of the run report (reports/report.py): DIR/eval/forecast.json (eval forecast) as
 pictures, like the paper's figure: each visual word, then its top-3 forecasts at every horizon, each leaf
-shown by the clip of this run nearest its centroid (reports/gallery.py's search)."""
+shown by the clip of this run nearest its centroid (reports/nearest.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from pathlib import Path
 from pipeline import visual_words
 from pipeline.engine.workdir import WorkDir
 from reports.evaluation import read_json
-from reports.gallery import jpeg_data_uri, nearest_clips
+from reports.gallery import jpeg_data_uri
+from reports.nearest import nearest_clips
 
 THUMBNAILS = 1                 # clips shown per leaf
 

@@ -1,16 +1,14 @@
-"""The visual words as pictures: the clips nearest each node's centroid, so a codebook can be judged by eye
-(the VideoBERT authors chose depth and k "by visually inspecting the coherence and representativeness of
-the clusters").
-
-A node's members are the clips whose descent (schemas.codebook.descend, the quantize stage's rule) passes
-through it; they are ranked by the L2 distance of their feature to the node's centroid. The features are
-streamed shard by shard and each shown node keeps only its best `per_cluster` clips, so memory is bounded
-by the number of nodes shown, not by the collection. Thumbnails are the decode stage's (a clip's middle
-frame), read only for the clips shown.
+"""The visual words as pictures: the clips nearest each node's centroid (reports/nearest.py), so a codebook
+can be judged by eye (the VideoBERT authors chose depth and k "by visually inspecting the coherence and
+representativeness of the clusters").
 
 Writes DIR/gallery/:
 - index.html (level 1) or level-<L>.html: a row per shown node (the largest N of the level by training
-  members, or the ids asked for), labelled with its id, its path from the root and its member counts;
+  members, or the ids asked for), labelled with its id, its path from the root, its member counts and how
+  many videos its clips come from; a node whose clips all come from one video is marked and named (with
+  that video's decode status when not ok), and comes after the nodes several videos fill: a static,
+  synthetic or broken video's frames sit far from every other clip, so k-means can spend a whole node on
+  them, and such a node is that video's look, not a visual word videos share;
 - node-<L>-<id>.html for each shown node above the leaves: its k children, each a row the same way;
 - contact-level-<L>.png: the main page's rows as one image (linked from it); when the features come from
   random S3D weights, a warning band across its top says so, and its PNG text chunk "Warning" too;
@@ -23,7 +21,7 @@ import base64
 import html
 import io
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -33,12 +31,9 @@ from PIL.PngImagePlugin import PngInfo
 import schemas.codebook as codebook_format
 from pipeline import storage, visual_words
 from pipeline.config import Config
-from pipeline.engine.lineage import Lineage
 from pipeline.engine.workdir import WorkDir
-from pipeline.progress import Progress
-from schemas import metadata
+from reports.nearest import VIDEOS_COUNTED, NodeClips, decode_statuses, nearest_clips, read_thumbnails
 
-READ_BATCH_ROWS = 8_192
 LABEL_WIDTH_PX = 190   # the contact sheet's label column
 LINE_PX = 14           # a line of the contact sheet's text
 WARNING_BACKGROUND, WARNING_INK = (255, 236, 204), (170, 68, 0)
@@ -107,105 +102,6 @@ def choose_nodes(codebook: codebook_format.Codebook, level: int, clusters: int,
     return [int(node) for node in order[:clusters] if counts[node] > 0]
 
 
-@dataclass(frozen=True)
-class Clip:
-    shard: int
-    video_id: str
-    clip_index: int
-    start_s: float
-    distance: float          # squared L2 distance of its feature to the node's centroid
-
-    @property
-    def order_key(self) -> tuple:
-        return self.distance, self.video_id, self.clip_index
-
-
-@dataclass
-class NodeClips:
-    """The clips nearest one node's centroid seen so far, and how many clips descended through it."""
-    level: int
-    node: int
-    keep: int
-    nearest: list[Clip] = field(default_factory=list)
-    clips: int = 0
-
-    def offer(self, candidates: list[Clip]) -> None:
-        self.nearest = sorted(self.nearest + candidates, key=lambda clip: clip.order_key)[:self.keep]
-
-
-def feature_parts_checked(work_dir: Path, codebook: codebook_format.Codebook) -> list[tuple[int, Path]]:
-    """The completed features parts; refused when their feature space is not the codebook's."""
-    parts = Lineage(work_dir).current_parts("features")
-    if not parts:
-        raise FileNotFoundError(f"no current features shards under {WorkDir(work_dir).data_folder('features')}: "
-                                f"run the features stage first")
-    for shard, path in parts:
-        footer = storage.parquet_file(path).metadata
-        if footer.num_rows:
-            codebook_format.check_feature_provenance(
-                codebook, shard, metadata.read(footer.schema.to_arrow_schema()).feature_provenance_hash,
-                "its clusters say nothing about these features")
-    return parts
-
-
-def nearest_clips(work_dir: Path, codebook: codebook_format.Codebook, nodes_by_level: dict[int, list[int]],
-                  per_node: int, *, quiet: bool = False) -> dict[tuple[int, int], NodeClips]:
-    """For each (level, node) asked for, its `per_node` member clips nearest its centroid, streaming the
-    features shard by shard."""
-    found = {(level, node): NodeClips(level, node, per_node)
-             for level, nodes in nodes_by_level.items() for node in nodes}
-    tracked = {level: np.array(sorted(nodes), dtype=np.int64) for level, nodes in nodes_by_level.items() if nodes}
-    parts = feature_parts_checked(work_dir, codebook)
-    with Progress(total=len(parts), unit="shards", desc="gallery", quiet=quiet) as progress:
-        for shard, path in parts:
-            clips_in_shard = 0
-            for batch in storage.parquet_file(path).iter_batches(batch_size=READ_BATCH_ROWS,
-                                                           columns=["video_id", "clip_index", "start_s", "feature"]):
-                if not batch.num_rows:
-                    continue
-                clips_in_shard += batch.num_rows
-                vectors = batch.column(3).flatten().to_numpy(zero_copy_only=False) \
-                    .reshape(batch.num_rows, -1).astype(np.float32)
-                # only as deep as the deepest level shown: the levels below cost most of a descent
-                _, path_rows = visual_words.descend(codebook, vectors, return_path=True, levels=max(tracked))
-                for level, level_nodes in tracked.items():
-                    column = path_rows[:, level - 1]
-                    rows = np.flatnonzero(np.isin(column, level_nodes))
-                    if not len(rows):
-                        continue
-                    members = column[rows]
-                    distances = ((vectors[rows] - codebook.centroids[level - 1][members]) ** 2).sum(axis=1)
-                    order = np.lexsort((distances, members))    # by node, nearest first
-                    nodes, firsts, counts = np.unique(members[order], return_index=True, return_counts=True)
-                    for node, first, count in zip(nodes.tolist(), firsts.tolist(), counts.tolist()):
-                        entry = found[(level, node)]
-                        entry.clips += count
-                        # only the candidates become Python objects, not the whole batch
-                        entry.offer([Clip(shard, *(batch.column(c)[int(rows[i])].as_py() for c in range(3)),
-                                          float(distances[i])) for i in order[first:first + min(count, per_node)]])
-            progress.update(1, clips=clips_in_shard)
-    return found
-
-
-def read_thumbnails(work_dir: Path, clips: list[tuple[int, str, int]]) -> dict[tuple[int, str, int], bytes]:
-    """The decode stage's thumbnail of each (shard, video_id, clip_index), read part by part in batches
-    (memory: one batch and the thumbnails asked for)."""
-    wanted: dict[int, set[tuple[str, int]]] = {}
-    for shard, video_id, clip_index in clips:
-        wanted.setdefault(shard, set()).add((video_id, clip_index))
-    thumbnails = {}
-    for shard, keys in sorted(wanted.items()):
-        path = WorkDir(work_dir).part("decode", shard)
-        if not path.exists():
-            raise FileNotFoundError(f"{path} not found: thumbnails come from the decode stage; run it first")
-        for batch in storage.parquet_file(path).iter_batches(batch_size=READ_BATCH_ROWS,
-                                                       columns=["video_id", "clip_index", "thumbnail_jpeg"]):
-            for row, key in enumerate(zip(batch.column(0).to_pylist(), batch.column(1).to_pylist())):
-                if key in keys:
-                    thumbnails[(shard, *key)] = batch.column(2)[row].as_py()
-    return thumbnails
-
-
 # ---------------------------------------------------------------- rendering
 
 def s3d_weights(codebook: codebook_format.Codebook) -> str:
@@ -234,11 +130,30 @@ def counted(number: int, noun: str) -> str:
     return f"{number:,} {noun}{'' if number == 1 else 's'}"
 
 
-def _row_html(codebook: codebook_format.Codebook, entry: NodeClips, thumbnails: dict, link: str | None) -> str:
+def videos_label(entry: NodeClips, statuses: dict[str, str]) -> str:
+    """How many videos a node's clips come from; when one, which (and its decode status when not ok)."""
+    if entry.only_video is None:
+        many = len(entry.videos) == VIDEOS_COUNTED
+        return f"{len(entry.videos):,}{'+' if many else ''} video{'' if len(entry.videos) == 1 else 's'}"
+    status = statuses.get(entry.only_video, "ok")
+    return ("one video only: " + entry.only_video + ("" if status == "ok" else f" (decode status {status})"))
+
+
+def single_video_last(found: dict[tuple[int, int], NodeClips], level: int, nodes: list[int]) -> list[int]:
+    """`nodes` (in their order) with those whose clips all come from one video moved to the end: such a node
+    shows one video's frames, not a visual word several videos share."""
+    return sorted(nodes, key=lambda node: len(found[(level, node)].videos) <= 1)
+
+
+def _row_html(codebook: codebook_format.Codebook, entry: NodeClips, thumbnails: dict, link: str | None,
+              statuses: dict[str, str]) -> str:
     level, node, k = entry.level, entry.node, codebook.k
     members = int(codebook.counts[level - 1][node])
     label = (f"<b>level {level}, node {node}</b><br>path {codebook_format.path_label(k, level, node)}<br>"
              f"{counted(members, 'training member')}<br>{counted(entry.clips, 'clip')} in this run")
+    if members and entry.clips:
+        videos = html.escape(videos_label(entry, statuses))
+        label += (f'<br><span class="warning">{videos}</span>' if entry.only_video else f"<br>{videos}")
     if members == 0:
         return (f'<section class="cluster empty" id="node-{level}-{node}" data-level="{level}" data-node="{node}">'
                 f'<div class="label">{label}<br>empty: descent never chooses it</div></section>')
@@ -296,6 +211,8 @@ def contact_sheet(codebook: codebook_format.Codebook, entries: list[NodeClips], 
         lines = [f"L{entry.level} node {entry.node}",
                  f"path {codebook_format.path_label(codebook.k, entry.level, entry.node)}",
                  counted(members, "member") if members else "empty"]
+        if members and entry.clips:   # the video's name is on the page: here, only that there is one
+            lines.append("one video only" if entry.only_video else counted(len(entry.videos), "video"))
         for number, text in enumerate(lines):
             draw.text((4, top + 4 + LINE_PX * number), text, fill="black", font=font)
         for column, clip in enumerate(entry.nearest):
@@ -355,17 +272,35 @@ def gather_clips(work_dir, codebook, view: GalleryView, per_cluster: int, *,
     return found, thumbnails
 
 
+def _single_video_note(codebook, found, level: int, nodes: list[int], statuses: dict[str, str],
+                       moved_last: bool) -> str:
+    """Said above the rows when some of them hold one video's clips only: which videos, how many nodes each."""
+    single = [found[(level, node)].only_video for node in nodes
+              if found[(level, node)].only_video and codebook.counts[level - 1][node] > 0]
+    if not single:
+        return ""
+    named = "; ".join(video + ("" if statuses.get(video, "ok") == "ok" else f" (decode status {statuses[video]})")
+                      + f": {counted(single.count(video), 'node')}" for video in sorted(set(single)))
+    return (f'<p class="warning">{len(single)} of {counted(len(nodes), "node")} shown '
+            f'{"holds" if len(single) == 1 else "hold"} the clips of one video only ({html.escape(named)}). Such a '
+            f'node is that video\'s look, not a visual word videos share: a static, synthetic or broken video\'s '
+            f'frames sit far from every other clip, and k-means spends a node on them.'
+            f'{" Shown last." if moved_last else ""}</p>')
+
+
 def _level_page(codebook, view: GalleryView, found, thumbnails, per_cluster: int, node_ids, main_name: str,
-                sheet_name: str) -> str:
+                sheet_name: str, statuses: dict[str, str]) -> str:
     how = (f"up to {per_cluster} clips nearest each node's centroid; nodes: "
            + (f"ids {', '.join(map(str, view.shown))}" if node_ids else
-              f"the {len(view.shown)} largest of level {view.level}"))
+              f"the {len(view.shown)} largest of level {view.level}, those one video fills last"))
     child_page = {parent: _child_page_name(view.level, parent) for parent in view.parents}
     body = [f"<h1>Visual words: level {view.level} of {codebook.depth}</h1>", _codebook_note(codebook),
             f'<p class="note">{html.escape(how)}; the number under a thumbnail is its squared distance to '
             f'the centroid. Hover for the video and time. How this was made: gallery.json. These rows as one '
             f'picture: <a href="{sheet_name}">{sheet_name}</a>.</p>']
-    body += [_row_html(codebook, found[(view.level, node)], thumbnails, child_page.get(node)) for node in view.shown]
+    body.append(_single_video_note(codebook, found, view.level, view.shown, statuses, moved_last=not node_ids))
+    body += [_row_html(codebook, found[(view.level, node)], thumbnails, child_page.get(node), statuses)
+             for node in view.shown]
     return html_page(f"Visual words, level {view.level}", "\n".join(body))
 
 
@@ -373,13 +308,15 @@ def _child_page_name(level: int, parent: int) -> str:
     return f"node-{level}-{parent}.html"
 
 
-def _child_page(codebook, view: GalleryView, parent: int, found, thumbnails, main_name: str) -> str:
+def _child_page(codebook, view: GalleryView, parent: int, found, thumbnails, main_name: str,
+                statuses: dict[str, str]) -> str:
     level = view.level
-    rows = [_row_html(codebook, found[(level + 1, child)], thumbnails, None) for child in view.children[parent]]
+    rows = [_row_html(codebook, found[(level + 1, child)], thumbnails, None, statuses)
+            for child in view.children[parent]]
     body = [f'<p><a href="{main_name}">&larr; level {level}</a></p>',
             f"<h1>Node {parent} (path {codebook_format.path_label(codebook.k, level, parent)}) and its "
             f"{codebook.k} children at level {level + 1}</h1>", _codebook_note(codebook),
-            _row_html(codebook, found[(level, parent)], thumbnails, None), "<h2>Children</h2>", *rows]
+            _row_html(codebook, found[(level, parent)], thumbnails, None, statuses), "<h2>Children</h2>", *rows]
     return html_page(f"Visual words, node {level}-{parent}", "\n".join(body))
 
 
@@ -395,7 +332,7 @@ def _sheet_png(cfg: Config, codebook, view: GalleryView, found, thumbnails, per_
 
 
 def _sidecar(codebook, found, thumbnails, written: list[Path], *, level: int, clusters: int, per_cluster: int,
-             node_ids) -> dict:
+             node_ids, shown: list[int]) -> dict:
     every_clip = [clip for entry in found.values() for clip in entry.nearest]
     missing = sum(1 for clip in every_clip if (clip.shard, clip.video_id, clip.clip_index) not in thumbnails)
     return {
@@ -404,10 +341,11 @@ def _sidecar(codebook, found, thumbnails, written: list[Path], *, level: int, cl
         "feature_provenance_hash": codebook.info.get("feature_provenance_hash"),
         "distance": "squared L2 to the node's centroid; members are the clips whose descent passes through it",
         "missing_thumbnails": missing,
-        "pages": [path.name for path in written],
+        "pages": [path.name for path in written], "shown": shown,
         "nodes": [{"level": entry.level, "node": entry.node,
                    "path": codebook_format.node_path(codebook.k, entry.level, entry.node),
                    "training_members": int(codebook.counts[entry.level - 1][entry.node]), "clips": entry.clips,
+                   "videos": len(entry.videos), "only_video": entry.only_video,
                    "nearest": [{"video_id": clip.video_id, "clip_index": clip.clip_index, "start_s": clip.start_s,
                                 "shard": clip.shard, "distance": clip.distance} for clip in entry.nearest]}
                   for entry in sorted(found.values(), key=lambda e: (e.level, e.node))],
@@ -424,20 +362,23 @@ def write_gallery(cfg: Config, work_dir: Path, *, level: int = 1, clusters: int 
     # which nodes, then their nearest clips and thumbnails (one scan of the features)
     view = plan_view(codebook, level, clusters, node_ids)
     found, thumbnails = gather_clips(work.root, codebook, view, per_cluster, quiet=quiet)
+    if not node_ids:     # ids asked for keep their order
+        view.shown = single_video_last(found, level, view.shown)
+    statuses = decode_statuses(work.root, {entry.only_video for entry in found.values() if entry.only_video})
     # the level's page, its contact sheet, a page per shown node's children, and how it was all made
     folder = work.gallery
     main_name = "index.html" if level == 1 else f"level-{level}.html"
     sheet = folder / f"contact-level-{level}.png"
     pages = {folder / main_name: _level_page(codebook, view, found, thumbnails, per_cluster, node_ids, main_name,
-                                             sheet.name).encode(),
+                                             sheet.name, statuses).encode(),
              sheet: _sheet_png(cfg, codebook, view, found, thumbnails, per_cluster)}
     for parent in view.parents:
         pages[folder / _child_page_name(level, parent)] = _child_page(codebook, view, parent, found, thumbnails,
-                                                                      main_name).encode()
+                                                                      main_name, statuses).encode()
     for path, data in pages.items():
         storage.atomic_write_bytes(path, data)
     written = list(pages)
     storage.atomic_write_json(folder / "gallery.json", _sidecar(codebook, found, thumbnails, written, level=level,
                                                                 clusters=clusters, per_cluster=per_cluster,
-                                                                node_ids=node_ids))
+                                                                node_ids=node_ids, shown=view.shown))
     return written + [folder / "gallery.json"]

@@ -46,21 +46,24 @@ def _jpeg(colour: tuple[int, int, int]) -> bytes:
     return buffer.getvalue()
 
 
-def _leaf_of(video_id: str, clip_index: int) -> int:
+def _leaf_of(video_id: str, clip_index: int, alone: str | None = None) -> int:
+    """`alone`: the video whose clips fill its level-1 node (that of its EXACT_CLIP) by themselves."""
     for node, key in EXACT_CLIP.items():
         if key == (video_id, clip_index):
             return node * K            # its first child; the feature sits on the parent's centroid
-    used_leaves = [leaf for leaf in range(K ** DEPTH) if leaf != EMPTY_LEAF]
+    own = {video: node for node, (video, _) in EXACT_CLIP.items()}.get(alone)
+    nodes = [node for node in range(K) if alone is None or (node == own) == (video_id == alone)]
+    used_leaves = [leaf for node in nodes for leaf in range(node * K, node * K + K) if leaf != EMPTY_LEAF]
     return used_leaves[(sorted(CLIPS).index(video_id) * 5 + clip_index) % len(used_leaves)]
 
 
-def make_codebook(seed: int = 0) -> codebook_format.Codebook:
+def make_codebook(seed: int = 0, alone: str | None = None) -> codebook_format.Codebook:
     rng = np.random.default_rng(seed)
     dim = schemas.FEATURE_DIM
     # float16-representable centroids: a clip can then lie exactly on one
     level1 = rng.normal(0, 3.0, (K, dim)).astype(np.float16).astype(np.float32)
     level2 = (np.repeat(level1, K, axis=0) + rng.normal(0, 0.3, (K * K, dim))).astype(np.float16).astype(np.float32)
-    leaves = [_leaf_of(video, clip) for video, n in CLIPS.items() for clip in range(n)]
+    leaves = [_leaf_of(video, clip, alone) for video, n in CLIPS.items() for clip in range(n)]
     leaf_counts = np.bincount(leaves, minlength=K * K).astype(np.int64)
     level2[EMPTY_LEAF] = level1[EMPTY_LEAF // K]   # an empty node keeps its parent's centroid
     info = {"sample_size": len(leaves), "feature_provenance_hash": PROVENANCE_HASH,
@@ -70,11 +73,11 @@ def make_codebook(seed: int = 0) -> codebook_format.Codebook:
                                     counts=[leaf_counts.reshape(K, K).sum(axis=1), leaf_counts], info=info)
 
 
-def _feature(codebook, video_id: str, clip_index: int, rng) -> np.ndarray:
+def _feature(codebook, video_id: str, clip_index: int, rng, alone: str | None = None) -> np.ndarray:
     for node, key in EXACT_CLIP.items():
         if key == (video_id, clip_index):
             return codebook.centroids[0][node]
-    leaf = _leaf_of(video_id, clip_index)
+    leaf = _leaf_of(video_id, clip_index, alone)
     return codebook.centroids[1][leaf] + rng.normal(0, 0.01, codebook.dim)
 
 
@@ -85,13 +88,14 @@ def _done(work_dir: Path, stage: str, shard: int, seconds: float, **stats) -> No
 
 def make_work_dir(work_dir: Path, *, stages: tuple[str, ...] = ("decode", "features", "kmeans", "quantize",
                                                                  "asr", "align"), v3_too_short: bool = False,
-                  codebook_warnings: list[str] | None = None) -> Path:
+                  codebook_warnings: list[str] | None = None, alone: str | None = None) -> Path:
     """Write the outputs of `stages` (each needs the ones before it) and return the work dir. `v3_too_short`:
     v3 is too short for a clip (status too_short, no error row) instead of undecodable; `codebook_warnings`:
-    the codebook sidecar's `warnings`."""
+    the codebook sidecar's `warnings`; `alone`: a video whose clips alone fill a level-1 node, decoded only in
+    part (status partial), as a broken video's test pattern does."""
     work_dir = Path(work_dir)
     rng = np.random.default_rng(1)
-    codebook = make_codebook()
+    codebook = make_codebook(alone=alone)
     write_manifest_rows(work_dir, [{"video_id": video, "uri": f"/videos/{video}.mp4", "bytes": 1000,
                                     "transcript_uri": None, "shard": SHARD_OF[video]} for video in sorted(CLIPS)])
     for shard in (0, 1):
@@ -100,12 +104,13 @@ def make_work_dir(work_dir: Path, *, stages: tuple[str, ...] = ("decode", "featu
                  for video in videos for clip in range(CLIPS[video])]
         if "decode" in stages:
             rows = [dict(clip, n_real_frames=30, padded=False,
-                         thumbnail_jpeg=_jpeg(leaf_colour(_leaf_of(clip["video_id"], clip["clip_index"]))))
+                         thumbnail_jpeg=_jpeg(leaf_colour(_leaf_of(clip["video_id"], clip["clip_index"], alone))))
                     for clip in clips]
             write_part(work_dir, "decode", shard, pa.Table.from_pylist(rows, schema=schemas.DECODE_CLIPS.arrow),
                        schemas.DECODE_CLIPS)
             failed = "too_short" if v3_too_short else "error"
-            video_rows = [{"video_id": video, "uri": f"/videos/{video}.mp4", "status": "ok" if CLIPS[video] else failed,
+            video_rows = [{"video_id": video, "uri": f"/videos/{video}.mp4",
+                           "status": "partial" if video == alone else "ok" if CLIPS[video] else failed,
                            "n_clips": CLIPS[video]} for video in videos]
             write_part(work_dir, "decode", shard, pa.Table.from_pylist(video_rows, schema=schemas.DECODE_VIDEOS.arrow),
                        schemas.DECODE_VIDEOS, table_name="videos")
@@ -116,7 +121,7 @@ def make_work_dir(work_dir: Path, *, stages: tuple[str, ...] = ("decode", "featu
                                   pa.Table.from_pylist(errors, schema=schemas.ERRORS.arrow), Provenance(stage="decode"))
             _done(work_dir, "decode", shard, 2.0, videos=len(videos), clips=len(clips), errors=len(errors))
         if "features" in stages:
-            vectors = np.stack([_feature(codebook, c["video_id"], c["clip_index"], rng) for c in clips])
+            vectors = np.stack([_feature(codebook, c["video_id"], c["clip_index"], rng, alone) for c in clips])
             flat = pa.array(vectors.astype(np.float16).reshape(-1), type=pa.float16())
             table = pa.Table.from_pylist(clips).append_column(
                 "feature", pa.FixedSizeListArray.from_arrays(flat, schemas.FEATURE_DIM))

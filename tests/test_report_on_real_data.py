@@ -3,6 +3,7 @@ chance, closed sets of a few words, thumbnails that say where they are from, gri
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from pathlib import Path
@@ -95,3 +96,46 @@ def test_a_row_of_thumbnails_fits_the_page_and_counts_read_right(gallery_page):
     assert counted(1, "training member") == "1 training member" and counted(2, "clip") == "2 clips"
     assert counted(1200, "clip") == "1,200 clips"
     assert not re.search(r"\b1 training members\b|\b1 clips\b", gallery_page)
+
+
+def test_a_node_one_video_fills_is_named_with_its_decode_status_and_shown_last(tmp_path):
+    # on real data the two clips of a corrupted video's colour bars took 2 of 6 level-1 nodes: such a node
+    # is one video's look, not a visual word videos share
+    work = factory.make_work_dir(tmp_path, alone="v0")
+    cfg = load_config(None, [f"decode.thumbnail_size={factory.THUMBNAIL_SIZE}"])
+    paths = write_gallery(cfg, work, level=1, clusters=12, per_cluster=12, quiet=True)
+    page, sidecar = paths[0].read_text(), json.loads((WorkDir(work).gallery / "gallery.json").read_text())
+    level_one = {node["node"]: node for node in sidecar["nodes"] if node["level"] == 1}
+    assert [level_one[node]["training_members"] for node in (0, 1, 2)] == [12, 11, 8]   # v0's node is the largest
+    assert {node: (entry["videos"], entry["only_video"]) for node, entry in level_one.items()} == \
+        {0: (1, "v0"), 1: (2, None), 2: (2, None)}
+    # after the nodes several videos fill (by training members), and said so
+    assert _clusters(page) == [1, 2, 0] == sidecar["shown"]
+    labels = re.findall(r'<div class="label">(.*?)</div>', page)
+    assert '<span class="warning">one video only: v0 (decode status partial)</span>' in labels[2]
+    assert "<br>2 videos<br>" in labels[0] and "<br>2 videos<br>" in labels[1]
+    note = re.search(r'<p class="warning">([^<]*)</p>', page).group(1)
+    assert note.startswith("1 of 3 nodes shown holds the clips of one video only (v0 (decode status partial): "
+                           "1 node).") and note.endswith("Shown last.")
+    # ids asked for keep their order; the label still says it
+    page = write_gallery(cfg, work, level=1, node_ids=[0, 2], per_cluster=4, quiet=True)[0].read_text()
+    assert _clusters(page) == [0, 2] and "one video only: v0" in page and "Shown last." not in page
+    # no such node: no note
+    assert '<p class="warning">' not in write_gallery(cfg, factory.make_work_dir(tmp_path / "spread"), level=1,
+                                                      quiet=True)[0].read_text()
+
+
+def test_distinct_videos_per_node_are_counted_up_to_a_bound():
+    from reports.gallery import videos_label
+    from reports.nearest import VIDEOS_COUNTED, NodeClips
+    entry = NodeClips(level=1, node=0, keep=3)
+    entry.count_videos(["a", "a"])
+    assert entry.only_video == "a" and videos_label(entry, {"a": "ok"}) == "one video only: a"
+    entry.count_videos(["b"])
+    assert entry.only_video is None and videos_label(entry, {}) == "2 videos"
+    entry.count_videos([f"v{index}" for index in range(2 * VIDEOS_COUNTED)])
+    assert len(entry.videos) == VIDEOS_COUNTED and videos_label(entry, {}) == f"{VIDEOS_COUNTED:,}+ videos"
+
+
+def _clusters(page: str) -> list[int]:
+    return [int(node) for node in re.findall(r'<section class="cluster(?: empty)?" id="node-\d+-(\d+)"', page)]
