@@ -9,6 +9,11 @@ from pipeline.progress import format_number
 SHOWN_MESSAGE = 160   # characters of an error message shown before it is cut short (or folded)
 
 
+def counted(count: int, noun: str, plural: str | None = None) -> str:
+    """`1 clip`, `2 clips`, `1,200 clips`; `plural` for a noun that does not take an s (leaf, leaves)."""
+    return f"{count:,} {noun if count == 1 else plural or noun + 's'}"
+
+
 def number(value) -> str:
     if value is None:
         return "-"

@@ -11,7 +11,7 @@ import numpy as np
 from pipeline import visual_words
 from pipeline.engine.workdir import WorkDir
 from reports import summary
-from reports.cells import number
+from reports.cells import counted, number
 from reports.gallery import s3d_weights
 from reports.svg import fmt_number, svg_bars, svg_line
 
@@ -63,17 +63,19 @@ def visual_words_html(words: dict | None) -> str:
     if words is None:
         return "<h2>Visual words</h2><p>no codebook yet: run the kmeans stage.</p>"
     parts = ["<h2>Visual words</h2>",
-             f"<p>codebook: depth {words['depth']}, k {words['k']}: {words['leaves']:,} leaves; fit on "
-             f"{number(words['sample_size'])} clips; sha256 {html.escape(str(words['codebook_sha256'])[:16])}; "
+             f"<p>codebook: depth {words['depth']}, k {words['k']}: {counted(words['leaves'], 'leaf', 'leaves')}; "
+             f"fit on {number(words['sample_size'])} clip{'' if words['sample_size'] == 1 else 's'}; sha256 {html.escape(str(words['codebook_sha256'])[:16])}; "
              f"S3D weights {html.escape(words['weights'])}. Empty leaves (no training member): "
              f"{words['empty_leaves']:,}.</p>"]
     if words["weights"].startswith("random"):
         parts.append('<p class="warning">features from random S3D weights: the visual words are not semantic</p>')
     if words["clips_quantized"]:
-        parts.append(f"<p>{words['clips_quantized']:,} clips quantized into {words['distinct_tokens']:,} distinct "
-                     f"tokens; perplexity {words['perplexity']:,} (the number of equally likely tokens with the "
-                     f"same entropy); the most frequent token holds {words['top_token_share']:.1%} of the clips; "
-                     f"{words['unreached_nonempty_leaves']:,} non-empty leaves reached by no clip of this run.</p>")
+        parts.append(f"<p>{counted(words['clips_quantized'], 'clip')} quantized into "
+                     f"{counted(words['distinct_tokens'], 'distinct token')}; perplexity {words['perplexity']:,} (the "
+                     f"number of equally likely tokens with the same entropy); the most frequent token holds "
+                     f"{words['top_token_share']:.1%} of the clips; "
+                     f"{counted(words['unreached_nonempty_leaves'], 'non-empty leaf', 'non-empty leaves')} reached by "
+                     f"no clip of this run.</p>")
     else:
         parts.append("<p>no quantized clips yet: run the quantize stage.</p>")
     by_rank = words["frequency_by_rank"]

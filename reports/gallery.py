@@ -32,6 +32,7 @@ import schemas.codebook as codebook_format
 from pipeline import storage, visual_words
 from pipeline.config import Config
 from pipeline.engine.workdir import WorkDir
+from reports.cells import counted
 from reports.nearest import VIDEOS_COUNTED, NodeClips, decode_statuses, nearest_clips, read_thumbnails
 
 LABEL_WIDTH_PX = 190   # the contact sheet's label column
@@ -117,17 +118,12 @@ def not_pretrained_warning(codebook: codebook_format.Codebook) -> str | None:
 def _codebook_note(codebook: codebook_format.Codebook) -> str:
     info = codebook.info
     weights = s3d_weights(codebook)
-    note = (f"codebook depth {codebook.depth}, k {codebook.k}: {codebook.num_leaves:,} leaves; fit on "
-            f"{info.get('sample_size', 0):,} clips; sha256 {str(info.get('sha256', '?'))[:16]}; "
+    note = (f"codebook depth {codebook.depth}, k {codebook.k}: {counted(codebook.num_leaves, 'leaf', 'leaves')}; "
+            f"fit on {counted(info.get('sample_size', 0), 'clip')}; sha256 {str(info.get('sha256', '?'))[:16]}; "
             f"S3D weights {html.escape(weights)}")
     if not_pretrained_warning(codebook):
         note += '<br><span class="warning">features from random S3D weights: clusters are not semantic</span>'
     return f'<p class="provenance">{note}</p>'
-
-
-def counted(number: int, noun: str) -> str:
-    """`1 clip`, `2 clips`: a count with its noun in the right number."""
-    return f"{number:,} {noun}{'' if number == 1 else 's'}"
 
 
 def videos_label(entry: NodeClips, statuses: dict[str, str]) -> str:
@@ -290,9 +286,10 @@ def _single_video_note(codebook, found, level: int, nodes: list[int], statuses: 
 
 def _level_page(codebook, view: GalleryView, found, thumbnails, per_cluster: int, node_ids, main_name: str,
                 sheet_name: str, statuses: dict[str, str]) -> str:
-    how = (f"up to {per_cluster} clips nearest each node's centroid; nodes: "
+    how = (f"up to {counted(per_cluster, 'clip')} nearest each node's centroid; nodes: "
            + (f"ids {', '.join(map(str, view.shown))}" if node_ids else
-              f"the {len(view.shown)} largest of level {view.level}, those one video fills last"))
+              f"the {len(view.shown)} largest of level {view.level}, those one video fills last"
+              if len(view.shown) > 1 else f"the largest of level {view.level}"))
     child_page = {parent: _child_page_name(view.level, parent) for parent in view.parents}
     body = [f"<h1>Visual words: level {view.level} of {codebook.depth}</h1>", _codebook_note(codebook),
             f'<p class="note">{html.escape(how)}; the number under a thumbnail is its squared distance to '

@@ -26,6 +26,7 @@ from pipeline import storage
 from pipeline.config import Config
 from pipeline.engine.workdir import WorkDir
 from reports import summary
+from reports.cells import counted
 from reports.codebook import visual_word_stats, visual_words_html
 from reports.evaluation import (predicted_video, predicted_video_html, read_json, zero_shot_html,
                                 zero_shot_predictions)
@@ -84,8 +85,8 @@ def _warnings_html(warnings: list[dict]) -> str:
 def render(data: dict, thumbnails: dict, work_dir: Path) -> str:
     run = data["summary"]
     body = ["<h1>VideoBERT pipeline run report</h1>",
-            f'<p class="provenance">work dir {html.escape(run["work_dir"])}: {run["videos_in"]:,} videos in '
-            f'{run["shards"]} shard(s). Every number here is in report.json.</p>']
+            f'<p class="provenance">work dir {html.escape(run["work_dir"])}: {counted(run["videos_in"], "video")} '
+            f'in {counted(run["shards"], "shard")}. Every number here is in report.json.</p>']
     if (WorkDir(work_dir).gallery / "index.html").exists():
         body.append('<p><a href="gallery/index.html">the visual words as pictures (gallery)</a></p>')
     body += [_warnings_html(run.get("warnings") or []), stages_html(data),

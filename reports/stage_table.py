@@ -13,7 +13,7 @@ from pipeline.engine.workdir import WorkDir
 from pipeline.progress import format_rate
 from pipeline.registry import SHARD_STAGES
 from reports import summary
-from reports.cells import SHOWN_MESSAGE, number, shortened
+from reports.cells import SHOWN_MESSAGE, counted, number, shortened
 from reports.gallery import html_table as _table
 
 ERROR_EXAMPLES = 20
@@ -74,21 +74,21 @@ def stages_html(data: dict) -> str:
     run, stages = data["summary"], data["stages"]
     rows = []
     for stage in SHARD_STAGES:
-        counted = run["stages"].get(stage)
+        done_counts = run["stages"].get(stage)
         entry = stages.get(stage)
-        if not counted or not entry:
+        if not done_counts or not entry:
             rows.append([stage, f"0/{run['shards']}", "-", "-", "-", "-", "-", "-", "not run"])
             continue
         unit = "clips" if "clips_per_s" in entry else "videos"
         done = entry.get(unit, 0)
         extra = f"{entry['realtime_factor']}x real time" if "realtime_factor" in entry else ""
         if entry.get("made_in"):
-            rows.append([stage, f"{counted['shards_complete']}/{counted['shards_total']}", number(entry.get("videos")),
-                         number(counted["rows"]), number(entry.get("errors", 0)), f"in {entry['made_in']}", "-", "-",
+            rows.append([stage, f"{done_counts['shards_complete']}/{done_counts['shards_total']}", number(entry.get("videos")),
+                         number(done_counts["rows"]), number(entry.get("errors", 0)), f"in {entry['made_in']}", "-", "-",
                          f"made in the {entry['made_in']} stage's pass (one read of each video): its time is counted there"])
             continue
-        rows.append([stage, f"{counted['shards_complete']}/{counted['shards_total']}", number(entry.get("videos")),
-                     number(counted["rows"]), number(entry.get("errors", 0)), number(entry["seconds"]),
+        rows.append([stage, f"{done_counts['shards_complete']}/{done_counts['shards_total']}", number(entry.get("videos")),
+                     number(done_counts["rows"]), number(entry.get("errors", 0)), number(entry["seconds"]),
                      format_rate(done, entry["seconds"], unit), format_rate(done, entry["wall_seconds"] or 0, unit),
                      extra])
     parts = ["<h2>Stages</h2>",
@@ -100,7 +100,8 @@ def stages_html(data: dict) -> str:
         parts.append("<p>videos by decode status: " + html.escape(", ".join(
             f"{status} {count}" for status, count in run["videos_by_status"].items())) + "</p>")
     if run["errors"]:
-        parts.append(f"<p>{html.escape(str(run.get('failed_videos', '?')))} failed video(s)</p>")
+        failed = run.get("failed_videos")
+        parts.append(f"<p>{counted(failed, 'failed video') if failed is not None else '? failed videos'}</p>")
         parts.append(_table(["error type", "videos", "recorded by"],
                             [[error_type, entry["videos"], ", ".join(entry["stages"])]
                              for error_type, entry in run.get("failures_by_type", {}).items()]))

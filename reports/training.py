@@ -11,7 +11,7 @@ from pathlib import Path
 from pipeline.config import Config
 from pipeline.engine.workdir import WorkDir
 from reports import summary
-from reports.cells import number
+from reports.cells import counted, number
 from reports.evaluation import read_json
 from reports.gallery import html_table as _table
 from reports.svg import axis_top as svg_axis_top
@@ -131,7 +131,7 @@ def train_html(records: list[dict], validation: list[dict] | None = None, header
         parts.append(f"<p>validation: the objectives on {number(videos)} held-out video{'' if videos == 1 else 's'}"
                      + (f" ({html.escape(', '.join(held_out[:10]))}{', ...' if len(held_out) > 10 else ''})"
                         if held_out else "")
-                     + f" at {len(validation)} step(s); the training curves are each logging window's mean.</p>")
+                     + f" at {counted(len(validation), 'step')}; the training curves are each logging window's mean.</p>")
         if validation[-1].get("alignment_auc") is not None:
             parts.append(f"<p>validation alignment AUC {validation[-1]['alignment_auc']:.3f} (0.5 = chance).</p>")
         parts.append(validation_protocol_html(validation[-1]))

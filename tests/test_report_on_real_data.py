@@ -15,8 +15,8 @@ import pytest
 from pipeline.config import load_config
 from pipeline.engine.workdir import WorkDir
 from reports import report, training, videos
-from reports.cells import SHOWN_MESSAGE, number
-from reports.gallery import counted, write_gallery
+from reports.cells import SHOWN_MESSAGE, counted, number
+from reports.gallery import write_gallery
 
 
 def _video_row(video_id: str, errors: list[str]) -> dict:
@@ -139,3 +139,56 @@ def test_distinct_videos_per_node_are_counted_up_to_a_bound():
 
 def _clusters(page: str) -> list[int]:
     return [int(node) for node in re.findall(r'<section class="cluster(?: empty)?" id="node-\d+-(\d+)"', page)]
+
+
+def _css_px(style: str, selector: str, prop: str, em_px: float = 14.0) -> float:
+    """The pixels of `prop` in the first rule of `style` for `selector` (px or em)."""
+    rule = re.search(r"(?m)^" + re.escape(selector) + r" \{([^}]*)\}", style).group(1)
+    value = re.search(rf"(?:^|;)\s*{prop}:\s*([^;]+)", rule).group(1).split()
+    size = value[-1] if prop == "flex" else value[0]
+    return float(size[:-2]) * em_px if size.endswith("em") else float(size.removesuffix("px"))
+
+
+def test_at_1400_px_a_row_of_twelve_thumbnails_stays_one_row_at_near_full_size(gallery_page):
+    from reports.gallery import LABEL_WIDTH_PX, PAGE_STYLE, contact_sheet
+    from reports.nearest import NodeClips
+    # the page's row: body margins, the label column, the gap to the grid, then 12 columns and their 11 gaps
+    margins = 2 * _css_px(PAGE_STYLE, "body", "margin")
+    label, label_gap = _css_px(PAGE_STYLE, ".cluster .label", "flex"), _css_px(PAGE_STYLE, ".cluster", "gap")
+    column_gap = _css_px(PAGE_STYLE, ".thumbs", "gap")
+    columns = {int(n) for n in re.findall(r"grid-template-columns: repeat\((\d+), minmax\(0, max-content\)\)",
+                                          gallery_page)}
+    assert columns == {12}
+    rows = re.findall(r'<div class="thumbs"[^>]*>(.*?)</div></section>', gallery_page)
+    assert rows and max(row.count("<figure>") for row in rows) == 12     # every thumbnail has a column of row 1
+    assert "wrap" not in re.search(r"(?m)^\.cluster \{([^}]*)\}", PAGE_STYLE).group(1)   # the label stays beside
+    thumbnail = load_config().decode.thumbnail_size
+    width = (1400 - margins - label - label_gap - 11 * column_gap) / 12
+    assert 0.95 * thumbnail <= width <= thumbnail, width     # 92.7 px of 96: shrunk a little, never wrapped
+    # the contact sheet of 12 thumbnails at the default size fits a 1400 px page too
+    entries = [NodeClips(level=1, node=node, keep=12) for node in range(factory.K)]
+    sheet = contact_sheet(factory.make_codebook(), entries, {}, thumbnail, 12)
+    assert sheet.width == LABEL_WIDTH_PX + 12 * (thumbnail + 2) <= 1400
+
+
+def test_counts_in_the_report_and_gallery_take_the_right_number(tmp_path):
+    from reports.codebook import visual_words_html
+    from reports.stage_table import stages_html
+    assert counted(1, "leaf", "leaves") == "1 leaf" and counted(36, "leaf", "leaves") == "36 leaves"
+    run = {"shards": 1, "stages": {}, "errors": {"decode": {"VideoDecodeError": 1}}, "failed_videos": 1,
+           "failures_by_type": {"VideoDecodeError": {"videos": 1, "stages": ["decode"]}}}
+    assert "<p>1 failed video</p>" in stages_html({"summary": run, "stages": {}, "error_examples": []})
+    records = [{"step": 5, "loss": 1.0, "mlm_text_loss": 1.0, "mlm_text_acc": 0.5}]
+    assert " at 1 step; " in training.train_html(records, [dict(records[0], videos=2)], {"validation_videos": []})
+    words = {"depth": 1, "k": 2, "leaves": 2, "sample_size": 1, "codebook_sha256": "ab", "weights": "random",
+             "empty_leaves": 1, "clips_quantized": 1, "distinct_tokens": 1, "perplexity": 1.0, "top_token_share": 1.0,
+             "unreached_nonempty_leaves": 1, "frequency_by_rank": [1],
+             "levels": [{"level": 1, "nodes": 2, "empty": 1, "size_bins": {"0": 1, "1": 1}}]}
+    page = visual_words_html(words)
+    assert "fit on 1 clip;" in page and "<p>1 clip quantized into 1 distinct token;" in page
+    assert "1 non-empty leaf reached by no clip" in page
+    work = factory.make_work_dir(tmp_path)
+    cfg = load_config(None, [f"decode.thumbnail_size={factory.THUMBNAIL_SIZE}"])
+    page = write_gallery(cfg, work, level=1, per_cluster=1, quiet=True)[0].read_text()
+    assert "up to 1 clip nearest each node" in page
+    assert "4 videos in 2 shards." in report.write_report(cfg, work).read_text()
