@@ -1,5 +1,6 @@
 """The run report's visual-words section: token frequency by rank (log-log), the codebook's node-size
-histogram per level, empty leaves and leaves no clip of this run reached."""
+histogram per level, empty leaves and leaves no clip of this run reached, and the level-1 nodes whose clips
+all come from one video (named, as the gallery does)."""
 
 from __future__ import annotations
 
@@ -8,11 +9,13 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline import visual_words
+from pipeline import storage, visual_words
+from pipeline.engine.lineage import Lineage
 from pipeline.engine.workdir import WorkDir
 from reports import summary
 from reports.cells import counted, number
-from reports.gallery import s3d_weights
+from reports.gallery import ONE_VIDEO_NODE, one_video_nodes, s3d_weights
+from reports.nearest import VIDEOS_COUNTED, decode_statuses
 from reports.svg import fmt_number, svg_bars, svg_line
 
 RANK_POINTS = 400              # points drawn on the rank-frequency curve (log-spaced ranks)
@@ -31,6 +34,27 @@ def _size_bins(counts: np.ndarray) -> tuple[list[str], list[int]]:
     return labels, values
 
 
+def level_one_videos(work_dir: Path, k: int, depth: int) -> list[dict]:
+    """Per level-1 node, this run's clips in it (from their tokens: a leaf's level-1 ancestor is
+    leaf // k**(depth-1)), how many videos they come from (up to VIDEOS_COUNTED) and, when one, which. Read
+    part by part: memory is a shard's two columns and k sets of names."""
+    divisor = k ** (depth - 1)
+    clips, videos = np.zeros(k, dtype=np.int64), [set() for _ in range(k)]
+    for _, path in Lineage(work_dir).current_parts("quantize"):
+        table = storage.read_table(path, columns=["video_id", "token"])
+        if not table.num_rows:
+            continue
+        encoded = table["video_id"].combine_chunks().dictionary_encode()
+        names, nodes = encoded.dictionary.to_pylist(), table["token"].to_numpy() // divisor
+        clips += np.bincount(nodes, minlength=k)[:k]
+        for pair in np.unique(nodes.astype(np.int64) * len(names) + encoded.indices.to_numpy()).tolist():
+            node, code = divmod(pair, len(names))
+            if len(videos[node]) < VIDEOS_COUNTED:
+                videos[node].add(names[code])
+    return [{"node": node, "clips": int(clips[node]), "videos": len(names),
+             "only_video": next(iter(names)) if len(names) == 1 else None} for node, names in enumerate(videos)]
+
+
 def visual_word_stats(work_dir: Path) -> dict | None:
     """Token counts from quantize and the codebook's node sizes; None before the codebook exists."""
     try:
@@ -42,6 +66,8 @@ def visual_word_stats(work_dir: Path) -> dict | None:
     total = int(token_counts.sum())
     probabilities = by_rank / max(total, 1)
     leaf_counts = codebook.counts[-1]
+    level_one = level_one_videos(work_dir, codebook.k, codebook.depth) if total else []
+    alone = {node["only_video"] for node in level_one if node["only_video"]}
     return {
         "depth": codebook.depth, "k": codebook.k, "leaves": codebook.num_leaves,
         "codebook_sha256": codebook.info.get("sha256"), "sample_size": codebook.info.get("sample_size"),
@@ -56,6 +82,7 @@ def visual_word_stats(work_dir: Path) -> dict | None:
         "perplexity": round(float(np.exp(-(probabilities * np.log(probabilities)).sum())), 2) if total else None,
         "top_token_share": round(float(probabilities[0]), 4) if total else None,
         "frequency_by_rank": by_rank.tolist(),
+        "level_one": level_one, "decode_status_of_alone": decode_statuses(work_dir, alone),
     }
 
 
@@ -78,6 +105,12 @@ def visual_words_html(words: dict | None) -> str:
                      f"no clip of this run.</p>")
     else:
         parts.append("<p>no quantized clips yet: run the quantize stage.</p>")
+    alone = [node["only_video"] for node in words.get("level_one", []) if node["only_video"]]
+    if alone:
+        parts.append(f'<p class="warning">{len(alone)} of the {counted(words["k"], "level-1 node")} '
+                     f'{"holds" if len(alone) == 1 else "hold"} the clips of one video only '
+                     f'({html.escape(one_video_nodes(alone, words["decode_status_of_alone"]))}). '
+                     f'{html.escape(ONE_VIDEO_NODE)}</p>')
     by_rank = words["frequency_by_rank"]
     ranks = sorted(set(np.geomspace(1, len(by_rank), RANK_POINTS).astype(int).tolist())) if by_rank else []
     plots = [svg_line(ranks, [by_rank[rank - 1] for rank in ranks], title="visual-token frequency by rank",

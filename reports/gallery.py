@@ -38,6 +38,8 @@ from reports.nearest import VIDEOS_COUNTED, NodeClips, decode_statuses, nearest_
 LABEL_WIDTH_PX = 190   # the contact sheet's label column
 LINE_PX = 14           # a line of the contact sheet's text
 WARNING_BACKGROUND, WARNING_INK = (255, 236, 204), (170, 68, 0)
+ONE_VIDEO_NODE = ("Such a node is that video's look, not a visual word videos share: a static, synthetic or broken "
+                  "video's frames sit far from every other clip, and k-means spends a node on them.")
 NOT_PRETRAINED = "NOT pretrained: features from random S3D weights, so these clusters are not semantic"
 
 PAGE_STYLE = """
@@ -275,13 +277,16 @@ def _single_video_note(codebook, found, level: int, nodes: list[int], statuses: 
               if found[(level, node)].only_video and codebook.counts[level - 1][node] > 0]
     if not single:
         return ""
-    named = "; ".join(video + ("" if statuses.get(video, "ok") == "ok" else f" (decode status {statuses[video]})")
-                      + f": {counted(single.count(video), 'node')}" for video in sorted(set(single)))
     return (f'<p class="warning">{len(single)} of {counted(len(nodes), "node")} shown '
-            f'{"holds" if len(single) == 1 else "hold"} the clips of one video only ({html.escape(named)}). Such a '
-            f'node is that video\'s look, not a visual word videos share: a static, synthetic or broken video\'s '
-            f'frames sit far from every other clip, and k-means spends a node on them.'
+            f'{"holds" if len(single) == 1 else "hold"} the clips of one video only '
+            f'({html.escape(one_video_nodes(single, statuses))}). {ONE_VIDEO_NODE}'
             f'{" Shown last." if moved_last else ""}</p>')
+
+
+def one_video_nodes(videos: list[str], statuses: dict[str, str]) -> str:
+    """`videos` (the one video of each such node) as `name (decode status partial): 2 nodes; ...`."""
+    return "; ".join(video + ("" if statuses.get(video, "ok") == "ok" else f" (decode status {statuses[video]})")
+                     + f": {counted(videos.count(video), 'node')}" for video in sorted(set(videos)))
 
 
 def _level_page(codebook, view: GalleryView, found, thumbnails, per_cluster: int, node_ids, main_name: str,

@@ -192,3 +192,19 @@ def test_counts_in_the_report_and_gallery_take_the_right_number(tmp_path):
     page = write_gallery(cfg, work, level=1, per_cluster=1, quiet=True)[0].read_text()
     assert "up to 1 clip nearest each node" in page
     assert "4 videos in 2 shards." in report.write_report(cfg, work).read_text()
+
+
+def test_the_report_names_the_level_one_nodes_one_video_fills(tmp_path):
+    cfg = load_config(None, [])
+    work = factory.make_work_dir(tmp_path / "alone", alone="v0")
+    page = report.write_report(cfg, work).read_text()
+    words = json.loads((work / "report.json").read_text())["visual_words"]
+    assert words["level_one"] == [{"node": 0, "clips": 12, "videos": 1, "only_video": "v0"},
+                                  {"node": 1, "clips": 11, "videos": 2, "only_video": None},
+                                  {"node": 2, "clips": 8, "videos": 2, "only_video": None}]
+    section = page[page.index("<h2>Visual words</h2>"):page.index("<h2>Text</h2>")]
+    assert ('<p class="warning">1 of the 3 level-1 nodes holds the clips of one video only (v0 (decode status '
+            'partial): 1 node). Such a node is that video&#x27;s look') in section
+    spread = factory.make_work_dir(tmp_path / "spread")
+    assert "one video only" not in report.write_report(cfg, spread).read_text()
+    assert all(node["videos"] > 1 for node in json.loads((spread / "report.json").read_text())["visual_words"]["level_one"])
