@@ -316,7 +316,7 @@ def test_a_gpu_this_machine_lacks_stops_the_command_at_load(tmp_path, capsys, mo
 
 
 def test_a_gpu_index_must_be_below_the_number_of_gpus(monkeypatch):
-    from pipeline.config_rules import check_devices
+    from pipeline.devices import check_devices
 
     _gpus(monkeypatch, 2, ctranslate2_count=0)
     check_devices(load_config(None, ["features.device=cuda:1", "train.device=cuda"]), "features")

@@ -18,7 +18,7 @@ import pyarrow as pa
 from PIL import Image
 
 import schemas
-from pipeline.engine.runner import ShardContext, ShardResult, error_row
+from pipeline.contract import ShardContext, ShardResult, error_row
 from pipeline.media.clip_readers import open_clip_reader, to_numpy
 from pipeline.media.inputs import InputError
 from pipeline.media.video import Clip, VideoDecodeError

@@ -21,12 +21,12 @@ import torch
 import schemas
 from pipeline import storage
 from pipeline.config import Config
-from pipeline.engine.runner import ShardContext, ShardResult
+from pipeline.contract import ShardContext, ShardResult
 from pipeline.engine.split import Split, concatenate
-from pipeline.s3d.encoder import S3DEncoder, encoder_for
-from pipeline.s3d.model import KINETICS_MEAN, KINETICS_STD, weights_identity
+from stages.features.s3d.encoder import S3DEncoder, encoder_for
+from stages.features.s3d.model import KINETICS_MEAN, KINETICS_STD, weights_identity
 from schemas.metadata import Provenance
-from stages import decode
+from stages.decode import run as decode
 
 # the automatic sizes (features.batch_size: 0, features.decode_workers: null)
 CPU_BATCH, GPU_BATCH = 8, 128
@@ -81,7 +81,7 @@ class FeaturesSplit(Split):
         return 0 if gpu_decoding(cfg) else cfg.features.decode_workers or 0
 
     def actors(self, cfg: Config) -> int:
-        return 0 if gpu_decoding(cfg) else cfg.executor.ray_feature_models
+        return 0 if gpu_decoding(cfg) else cfg.features.ray_models
 
     def start_method(self, cfg: Config) -> str | None:
         """torchcodec's decode workers start afresh ("spawn") with PyAV's FFmpeg on LD_LIBRARY_PATH
