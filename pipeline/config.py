@@ -4,7 +4,8 @@ value stops the run at once with one line naming the key (`ConfigError`), not ho
 Sections are dataclasses; a field's annotation is its type, and its bounds and rules stand beside it
 (`setting`, pipeline/config_fields.py; the rules that bounds cannot say are in pipeline/config_rules.py).
 A stage's own section is in its folder (stages/<name>/__init__.py), named by its record: the Config's
-sections are the global ones here and those of the stages in run order (pipeline/registry.py). `--set decode.fps=25` overrides are applied before validation."""
+sections are the global ones here and those of the stages in run order (pipeline/registry.py).
+`--set decode.fps=25` overrides are applied before validation."""
 
 from __future__ import annotations
 

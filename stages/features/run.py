@@ -4,7 +4,7 @@ thumbnails and per-video rows (written as the decode stage's outputs, with its c
 
 The stage is a `pipeline.engine.split.Split`: a producer decodes videos into batches of uint8 clips (CPU
 decode worker processes with PyAV, or torchcodec on a GPU with `decode.backend: torchcodec`,
-`decode.device: cuda`), and an encoder holds S3D on its device (pipeline/s3d/: the network and its
+`decode.device: cuda`), and an encoder holds S3D on its device (s3d/: the network and its
 weights, the encoder). Executors run the two parts where they fit. A part whose float16 values are
 mostly zero or subnormal is refused, whatever the weights."""
 
