@@ -59,7 +59,8 @@ class Stage:
     # "module:function": (cfg, speech_needed) -> None, what the stage needs before its first shard
     # (PreflightError naming the config value and the fix)
     preflight: str | Callable = ""
-    # validate: table -> "module:function"s, each (Part) -> None raising Invalid: the values and invariants of one part beyond its schema
+    # validate: table -> "module:function"s, each (Part) -> None raising Invalid: the values and
+    # invariants of one part beyond its schema
     checks: dict[str, tuple[str | Callable, ...]] = field(default_factory=dict)
     # the dataset card: table -> the name of its config (a data folder `load_dataset` finds); "default"
     # is the training shards
@@ -101,7 +102,7 @@ class ShardResult:
     stats: dict = field(default_factory=dict)          # counts for status/summary (videos, clips, ...)
     provenance: Provenance = field(default_factory=Provenance)   # what shaped it (hashes of inputs ...)
     row_group_size: int | None = None                  # Parquet row groups (None: pyarrow's default)
-    # other stages' results made in the same pass (registry: `also_makes`): written as those stages'
+    # other stages' results made in the same pass (its record's `also_makes`): written as those stages'
     # outputs of this shard, with their own completion records, unless they are current already
     also: dict[str, "ShardResult"] = field(default_factory=dict)
 
@@ -158,7 +159,7 @@ class Invalid(Exception):
 
 @dataclass(frozen=True)
 class Part:
-    """One current part, as the per-table checks a stage's registry record names (`checks`) see it."""
+    """One current part, as the per-table checks a stage's record names (`checks`) see it."""
     work: WorkDir
     path: Path
     shard_name: str                  # "00003.parquet": the same shard's part in another folder
