@@ -38,11 +38,11 @@ from pathlib import Path
 import numpy as np
 from common import REPO, machine
 
-from pipeline.config import AsrConfig
+from stages.asr import AsrConfig
 from pipeline.media import audio
 from speech import backends
 from speech.wer import edit_distance, normalise
-from stages import asr
+from stages.asr import run as asr
 
 REALDATA = Path(os.environ.get("VIDEOBERT_REALDATA", REPO.parent / "shared" / "realdata"))
 # the reference transcripts of ../shared/realdata/README.md, section 1

@@ -15,7 +15,7 @@ from common import machine, realdata_video, synthetic_video
 import av
 
 from pipeline.config import load_config
-from stages.decode import decode_video
+from stages.decode.run import decode_video
 
 
 def bare_pyav(path: Path, cfg) -> int:

@@ -27,8 +27,9 @@ from pipeline.config import load_config
 from pipeline.engine.manifest import write_manifest
 from pipeline.engine.runner import run_one_shard
 from pipeline.media.clip_readers import open_clip_reader
-from pipeline.s3d.encoder import encoder_for
-from stages import decode, features
+from stages.features.s3d.encoder import encoder_for
+from stages.decode import run as decode
+from stages.features import run as features
 
 
 def cpu_seconds() -> float:

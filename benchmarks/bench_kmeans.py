@@ -30,9 +30,10 @@ from common import machine
 
 import schemas.codebook as codebook_format
 from pipeline import visual_words
-from pipeline.config import KmeansConfig, load_config
+from pipeline.config import load_config
+from stages.kmeans import KmeansConfig
 from pipeline.executors.local import LocalExecutor
-from stages import kmeans
+from stages.kmeans import run as kmeans
 
 
 def synthetic_features(path: Path, vectors: int, dim: int, k: int, depth: int, seed: int = 0) -> None:

@@ -26,7 +26,7 @@ from pipeline.engine.lineage import Lineage  # noqa: E402
 from pipeline.engine.workdir import WorkDir  # noqa: E402
 from pipeline.executors.local import LocalExecutor  # noqa: E402
 from reports.validate import validate_work_dir  # noqa: E402
-from stages import kmeans  # noqa: E402
+from stages.kmeans import run as kmeans  # noqa: E402
 
 MADE_BY = "benchmarks.bench_lineage"
 SETTINGS = ["kmeans.depth=2", "kmeans.k=8", "kmeans.niter=5", "kmeans.max_fit_vectors=20000", "executor.workers=1",

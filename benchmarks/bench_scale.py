@@ -27,7 +27,7 @@ from pipeline.config import load_config
 from pipeline.engine.lineage import Lineage
 from pipeline.engine.manifest import read_manifest, write_manifest
 from pipeline.executors.ray import RayExecutor
-from stages import kmeans
+from stages.kmeans import run as kmeans
 
 STAGES = ("decode", "features", "kmeans", "quantize", "asr", "align")
 ROLES = ("decode", "features", "quantize", "asr", "align", "kmeans")
@@ -40,9 +40,10 @@ def cpus_per_task(cpus: int) -> str:
 def _warm_up(cfg, _: int) -> int:
     """What a worker process does once in its life (imports, the Whisper model and the tokenizer, both
     cached per process), done before the clock starts: the benchmark measures the per-shard work."""
-    import stages.features  # noqa: F401
-    import stages.quantize  # noqa: F401
-    from stages import align, asr
+    import stages.features.run  # noqa: F401
+    import stages.quantize.run  # noqa: F401
+    from stages.align import run as align
+    from stages.asr import run as asr
     asr.load_backend(cfg.asr)
     align.load_tokenizer(cfg.align.tokenizer)
     time.sleep(1.0)   # long enough that each worker takes one of the warm-up tasks

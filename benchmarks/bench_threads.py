@@ -59,7 +59,7 @@ def features_rate(mode: str, batches: int) -> tuple[int, float]:
     import torch
 
     from pipeline.config import load_config
-    from pipeline.s3d.encoder import encoder_for
+    from stages.features.s3d.encoder import encoder_for
 
     threads = torch.get_num_threads() if mode == "before" else 0
     cfg = load_config(None, ["features.weights=random", "features.device=cpu", "decode.clip_frames=16",

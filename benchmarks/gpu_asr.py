@@ -25,7 +25,7 @@ from pathlib import Path
 from bench_asr import REALDATA, file_scores, speech_clips, stream_of
 from common import machine
 
-from pipeline.config import AsrConfig
+from stages.asr import AsrConfig
 from pipeline.media import audio
 from speech import backends
 

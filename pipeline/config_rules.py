@@ -1,19 +1,14 @@
 """The config rules that bounds cannot say: a key's form, consistency between keys. Each is a function
-(section, prefix) named by its field in pipeline/config.py (`setting(..., rule=...)`), run after that field's
-bounds; a broken rule is a ConfigError whose one line names the key. And the device check of a command."""
+(section, prefix) named by its field (`setting(..., rule=...)`), run after that field's bounds; a broken rule
+is a ConfigError whose one line names the key. Here: the rules of pipeline/config.py's sections and those
+several stages share; a rule only one stage uses is in its folder (stages/<name>/__init__.py)."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
-from pipeline import registry
 from pipeline.config_fields import ConfigError, has_control_characters, one_of, shown_value
-
-# S3D's limits, as torchvision's S3D_Weights.KINETICS400_V1 states them (meta["min_temporal_size"], the
-# transform's crop); kept here so that loading a config needs no torch, and held equal by a test
-S3D_MIN_FRAMES = 14
-S3D_MIN_CROP = 224
 
 # executor.slurm_* strings are written bare into #SBATCH lines: these are the forms sbatch takes for them,
 # and none can hold a space, a quote, a "#" or a line break that would end the directive or add another
@@ -54,48 +49,9 @@ def sbatch_lines(ex, prefix: str) -> None:
                               f"'#SBATCH ' (got {line!r})")
 
 
-def ray_roles(ex, prefix: str) -> None:
-    """Every role is one a stage's registry record names; every resource one Ray takes."""
-    roles = tuple(registry.ray_resources())
-    for role, resources in ex.ray_resources.items():
-        one_of(role, roles, f"{prefix}ray_resources.{role}")
-        for name, amount in resources.items():
-            key = f"{prefix}ray_resources.{role}.{name}"
-            one_of(name, ("num_cpus", "num_gpus", "memory_gb"), key)
-            if amount < 0:
-                raise ConfigError(f"config error: {key} must be >= 0 (got {amount!r})")
-
-
-def device_of_decoder(d, prefix: str) -> None:
-    if not re.fullmatch(r"cpu|cuda(:\d+)?", d.device):
-        raise ConfigError(f"config error: {prefix}device must be cpu, cuda or cuda:N (got {d.device!r})")
-    if d.device != "cpu" and d.backend != "torchcodec":
-        raise ConfigError(f"config error: {prefix}device={d.device} needs {prefix}backend=torchcodec (PyAV decodes "
-                          f"on the CPU)")
-
-
 def device_of_model(section, prefix: str) -> None:
     if not (section.device in ("auto", "cpu", "cuda") or re.fullmatch(r"cuda:\d+", section.device)):
         raise ConfigError(f"config error: {prefix}device must be auto, cpu, cuda or cuda:N (got {section.device!r})")
-
-
-def s3d_weights(f, prefix: str) -> None:
-    if f.weights not in ("kinetics400", "random") and not f.weights.endswith((".pth", ".pt")):
-        raise ConfigError(f"config error: {prefix}weights must be kinetics400, random or a .pth/.pt path "
-                          f"(got {f.weights!r})")
-
-
-def leaves_fit_int32(k, prefix: str) -> None:
-    # tokens are int32 leaf ids; any depth over 31 exceeds them even at k = 2 (and k ** depth is not computed).
-    # Checked before the depth bound: with the usual k, a deeper tree fails for its leaf count
-    if k.depth > 31 or k.k ** k.depth > 2**31 - 1:
-        raise ConfigError(f"config error: {prefix}k ** {prefix}depth must be < 2**31 (got {k.k}**{k.depth})")
-
-
-def node_holds_k(k, prefix: str) -> None:
-    if k.max_points_per_node < k.k:
-        raise ConfigError(f"config error: {prefix}max_points_per_node must be >= {prefix}k "
-                          f"(got {k.max_points_per_node})")
 
 
 def model_name(name: str):
@@ -129,39 +85,6 @@ def _names_a_model(value: str) -> bool:
     return bool(_HUB_NAME.match(value)) and ".." not in value and "--" not in value and not value.endswith(".git")
 
 
-def compute_type(a, prefix: str) -> None:
-    one_of(a.compute_type, ("auto", "float32", "float16") if a.backend == "whisper" else
-           ("auto", "int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16",
-            "float32"), f"{prefix}compute_type")
-
-
-def language_code(a, prefix: str) -> None:
-    if a.language is not None and not re.fullmatch(r"[a-z]{2,3}", a.language):
-        raise ConfigError(f"config error: {prefix}language must be null (detect) or a Whisper language code such as "
-                          f"en or es (got {a.language!r})")
-
-
-def batched_needs_faster_whisper(a, prefix: str) -> None:
-    if a.batch_size and a.backend != "faster-whisper":
-        raise ConfigError(f"config error: {prefix}batch_size > 0 needs {prefix}backend faster-whisper "
-                          f"(got {a.backend!r})")
-
-
-def short_speech_is_stricter(a, prefix: str) -> None:
-    if a.filter_short_speech_language_prob < a.language_threshold:
-        raise ConfigError(f"config error: {prefix}filter_short_speech_language_prob must be at least "
-                          f"{prefix}language_threshold ({a.language_threshold:g}; got "
-                          f"{a.filter_short_speech_language_prob:g})")
-
-
-def absolute_roots(a, prefix: str) -> None:
-    for index, root in enumerate(a.transcript_roots):
-        if not Path(root).is_absolute() and "://" not in root:
-            # a relative root would depend on the directory each worker happens to start in
-            raise ConfigError(f"config error: {prefix}transcript_roots[{index}] must be an absolute path or a URL "
-                              f"(got {root!r})")
-
-
 def multiple_of(name: str, divisor: str):
     """The rule that field `name` is a whole multiple of field `divisor` (a batch of whole accumulation
     steps, a hidden size the attention heads divide)."""
@@ -180,32 +103,6 @@ def weights_of(name: str):
             if weight < 0:
                 raise ConfigError(f"config error: {prefix}{name}.{key} must be >= 0 (got {weight!r})")
     return rule
-
-
-def some_regime(t, prefix: str) -> None:
-    weights_of("regime_weights")(t, prefix)
-    if sum(t.regime_weights.values()) <= 0:
-        raise ConfigError(f"config error: {prefix}regime_weights must give some regime a weight > 0")
-
-
-def init_checkpoint(t, prefix: str) -> None:
-    model_name("init_checkpoint")(t, prefix)
-    if t.init_checkpoint.startswith("random:"):
-        from pipeline.models import PRESETS
-        one_of(t.init_checkpoint[len("random:"):], tuple(PRESETS), f"{prefix}init_checkpoint random:<preset>")
-
-
-def validation_share_or_count(t, prefix: str) -> None:
-    if not (t.validation_videos == 0 or 0 < t.validation_videos < 1 or float(t.validation_videos).is_integer()) \
-            or t.validation_videos < 0:
-        raise ConfigError(f"config error: {prefix}validation_videos must be 0, a share in (0, 1) or a whole count "
-                          f">= 1 (got {t.validation_videos!r})")
-
-
-def splits_or_share(t, prefix: str) -> None:
-    if t.splits is not None and t.validation_videos:
-        raise ConfigError(f"config error: {prefix}splits and {prefix}validation_videos both choose the held-out "
-                          f"videos: set one (got {t.splits!r} and {t.validation_videos!r})")
 
 
 def masks(count: int, what: str, name: str):
@@ -267,34 +164,3 @@ def grid(c, prefix: str) -> None:
         one_of(key, CV_GRID_KEYS, f"{prefix}cv_grid key")
         if not values:
             raise ConfigError(f"config error: {prefix}cv_grid.{key} must list at least one value")
-
-
-# ---------------------------------------------------------------- the devices of a command
-
-# commands that are not stages, and the device keys they run a model on
-COMMAND_DEVICE_KEYS = {"eval": ("train.device",)}
-
-
-def check_devices(cfg, command: str) -> None:
-    """The GPUs the device keys of `command` (its registry record's, or COMMAND_DEVICE_KEYS') name must
-    exist on this machine: none without CUDA, an index below the number of GPUs with it. Checked by the
-    command that uses them (not by `submit` on a login node, or a Ray driver whose workers have the GPUs),
-    at load: a wrong one would fail every shard."""
-    from pipeline import devices
-
-    keys = registry.BY_NAME[command].device_keys if command in registry.BY_NAME else \
-        COMMAND_DEVICE_KEYS.get(command, ())
-    for key in keys:
-        section, name = key.split(".")
-        value = getattr(getattr(cfg, section), name)
-        if not value.startswith("cuda"):    # (a cuda decode.device without torchcodec is refused at load)
-            continue
-        library = "ctranslate2" if section == "asr" and cfg.asr.backend == "faster-whisper" else "torch"
-        count = devices.cuda_device_count(library)
-        index = int(value.split(":")[1]) if ":" in value else 0
-        if count == 0:
-            which = " that CTranslate2 (faster-whisper) can use" if library == "ctranslate2" else ""
-            raise ConfigError(f"config error: {key}={value}, but this machine has no CUDA GPU{which}: use auto or cpu")
-        if index >= count:
-            raise ConfigError(f"config error: {key}={value}, but this machine has {count} GPU(s): "
-                              f"cuda:0{f' to cuda:{count - 1}' if count > 1 else ''}")

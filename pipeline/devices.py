@@ -7,6 +7,9 @@ cosine 0.9999 of float32) and float32 for training (bf16 matmuls in the backward
 
 from __future__ import annotations
 
+from pipeline import registry
+from pipeline.config_fields import ConfigError
+
 
 def cuda_available() -> bool:
     import torch
@@ -51,3 +54,30 @@ def autocast_dtype(precision: str, device, *, cpu_auto: str):
     if precision == "auto":
         precision = "bfloat16" if device.type == "cuda" else cpu_auto
     return {"float32": None, "bfloat16": torch.bfloat16, "float16": torch.float16}[precision]
+
+
+# commands that are not stages, and the device keys they run a model on
+COMMAND_DEVICE_KEYS = {"eval": ("train.device",)}
+
+
+def check_devices(cfg, command: str) -> None:
+    """The GPUs the device keys of `command` (its registry record's, or COMMAND_DEVICE_KEYS') name must
+    exist on this machine: none without CUDA, an index below the number of GPUs with it. Checked by the
+    command that uses them (not by `submit` on a login node, or a Ray driver whose workers have the GPUs),
+    at load: a wrong one would fail every shard."""
+    keys = registry.BY_NAME[command].device_keys if command in registry.BY_NAME else \
+        COMMAND_DEVICE_KEYS.get(command, ())
+    for key in keys:
+        section, name = key.split(".")
+        value = getattr(getattr(cfg, section), name)
+        if not value.startswith("cuda"):    # (a cuda decode.device without torchcodec is refused at load)
+            continue
+        library = "ctranslate2" if section == "asr" and cfg.asr.backend == "faster-whisper" else "torch"
+        count = cuda_device_count(library)
+        index = int(value.split(":")[1]) if ":" in value else 0
+        if count == 0:
+            which = " that CTranslate2 (faster-whisper) can use" if library == "ctranslate2" else ""
+            raise ConfigError(f"config error: {key}={value}, but this machine has no CUDA GPU{which}: use auto or cpu")
+        if index >= count:
+            raise ConfigError(f"config error: {key}={value}, but this machine has {count} GPU(s): "
+                              f"cuda:0{f' to cuda:{count - 1}' if count > 1 else ''}")

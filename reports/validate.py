@@ -6,16 +6,13 @@
   with its values: `validate DIR --config FILE`); stale, corrupt and unrecorded files are named;
 - schemas: every part against its schema and version;
 - invariants: every clip of the features tokenised once, tokens and ids inside their vocabularies, times
-  in order, every tokenised clip in exactly one training segment: the checks each stage's registry record
-  names per table (`checks`, the functions below taking a `Part`).
+  in order, every tokenised clip in exactly one training segment: the checks each stage's record names per
+  table (`checks`: functions of a pipeline.contract.Part, in the stage's folder or pipeline/table_checks.py).
 
 Returns the problems, each naming its file; an empty list means valid."""
 
 from __future__ import annotations
 
-import math
-from collections import Counter
-from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
@@ -23,14 +20,11 @@ import pyarrow as pa
 import schemas
 import schemas.codebook as codebook_format
 from pipeline import registry, storage, visual_words
+from pipeline.contract import Invalid, Part, Stage, resolve
 from pipeline.engine.lineage import CorruptFile, InputNotReady, Lineage, explain, read_json, relative
 from pipeline.engine.manifest import shard_digests
 from pipeline.engine.workdir import WorkDir
 from schemas import metadata
-
-
-class Invalid(Exception):
-    pass
 
 
 def _check_schema(path: Path, schema: schemas.Schema) -> None:
@@ -48,127 +42,12 @@ def _check_schema(path: Path, schema: schemas.Schema) -> None:
         raise Invalid(f"{path}: written as {tag}, this code reads {schema.tag}")
 
 
-def _finite_times(path: Path, row_number: int, item: dict, what: str, keys=("start_s", "end_s")) -> None:
-    """A NaN time passes every order comparison (they are all false): checked first, by name."""
-    for key in keys:
-        if item.get(key) is not None and not math.isfinite(item[key]):
-            raise Invalid(f"{path}: row {row_number}: {what} {key} is {item[key]}, not a finite time")
-
-
-def _times_in_order(path: Path, rows: list[dict], key: str) -> None:
-    previous: dict[str, float] = {}
-    for row_number, row in enumerate(rows):
-        _finite_times(path, row_number, row, key)
-        if row["start_s"] > row["end_s"] + 1e-9:
-            raise Invalid(f"{path}: row {row_number}: start_s {row['start_s']} > end_s {row['end_s']}")
-        video = row["video_id"]
-        if video in previous and row["start_s"] < previous[video] - 1e-9:
-            raise Invalid(f"{path}: row {row_number}: {key} times go backwards in video {video}")
-        previous[video] = row["start_s"]
-
-
 def _visual_vocab_size(work: WorkDir) -> int | None:
     try:
         info = read_json(work.codebook_sidecar)
     except CorruptFile:
         return None
     return int(info["k"]) ** int(info["depth"]) if info else None
-
-
-@dataclass(frozen=True)
-class Part:
-    """One current part, as the per-table checks a stage's registry record names (`checks`) see it."""
-    work: WorkDir
-    path: Path
-    shard_name: str                  # "00003.parquet": the same shard's part in another folder
-    visual_vocab: int | None         # the codebook's leaves, when there is one
-
-    def sibling(self, stage: str, table: str = "") -> Path:
-        """The same shard's part of another stage's table."""
-        return self.work.data_folder(stage, table) / f"part-{self.shard_name}"
-
-
-def clips_in_order(part: Part) -> None:
-    """Clip rows (decode, features, quantize): times in order within each video, each clip once."""
-    rows = storage.read_table(part.path, columns=["video_id", "clip_index", "start_s", "end_s"]).to_pylist()
-    _times_in_order(part.path, rows, "clip")
-    keys = [(r["video_id"], r["clip_index"]) for r in rows]
-    if len(set(keys)) != len(keys):
-        duplicate = next(k for k, n in Counter(keys).items() if n > 1)
-        raise Invalid(f"{part.path}: row {keys.index(duplicate)}: clip {duplicate} appears twice")
-
-
-def features_tokenised_once(part: Part) -> None:
-    """quantize: every clip of the features tokenised once, each token a leaf of the codebook."""
-    rows = storage.read_table(part.path, columns=["video_id", "clip_index", "token"]).to_pylist()
-    features = part.sibling("features")
-    if features.exists():
-        feature_rows = storage.read_table(features, columns=["video_id", "clip_index"]).to_pylist()
-        if Counter((r["video_id"], r["clip_index"]) for r in feature_rows) != \
-                Counter((r["video_id"], r["clip_index"]) for r in rows):
-            raise Invalid(f"{part.path}: its clips differ from {features} (every feature clip must be tokenised once)")
-    for row_number, row in enumerate(rows):
-        if row["token"] < 0 or (part.visual_vocab is not None and row["token"] >= part.visual_vocab):
-            raise Invalid(f"{part.path}: row {row_number}: token {row['token']} outside [0, {part.visual_vocab})")
-
-
-def speech_in_order(part: Part) -> None:
-    """asr: finite times, sentences and words in order, rejections and probabilities in their ranges."""
-    path = part.path
-    for row_number, row in enumerate(storage.read_table(path, columns=["video_id", "audio_s", "sentences", "words"]).to_pylist()):
-        _finite_times(path, row_number, row, "its", keys=("audio_s",))
-        for kind in ("sentences", "words"):
-            last = -1.0
-            for item in row[kind]:
-                _finite_times(path, row_number, item, f"a {kind[:-1]} of {row['video_id']}:")
-                if item["start_s"] > item["end_s"] + 1e-6 or item["start_s"] < last - 1e-6:
-                    raise Invalid(f"{path}: row {row_number}: {kind} times out of order in {row['video_id']}")
-                last = item["start_s"]
-        for sentence in row["sentences"]:
-            if sentence.get("rejected") not in (None,) + schemas.REJECTIONS:
-                raise Invalid(f"{path}: row {row_number}: sentence rejected as {sentence['rejected']!r} in "
-                              f"{row['video_id']} (expected null or one of {', '.join(schemas.REJECTIONS)})")
-            for key in ("avg_word_prob", "min_word_prob", "no_speech_prob"):
-                if sentence.get(key) is not None and not 0 <= sentence[key] <= 1 + 1e-6:
-                    raise Invalid(f"{path}: row {row_number}: sentence {key} {sentence[key]} outside [0, 1] "
-                                  f"in {row['video_id']}")
-
-
-def segments(part: Part) -> None:
-    """align: segments in order, kinds that match their text, ids inside their vocabularies, and every
-    tokenised clip in exactly one segment."""
-    path, visual_vocab = part.path, part.visual_vocab
-    table = storage.read_table(path)
-    text_vocab = metadata.read(table.schema).tokenizer_vocab_size
-    rows = table.to_pylist()
-    _times_in_order(path, rows, "segment")
-    expected_index: dict[str, int] = {}
-    clips_per_video: Counter = Counter()
-    for row_number, row in enumerate(rows):
-        video = row["video_id"]
-        if row["segment_index"] != expected_index.get(video, 0):
-            raise Invalid(f"{path}: row {row_number}: segment_index {row['segment_index']} out of order in {video}")
-        expected_index[video] = row["segment_index"] + 1
-        if row["kind"] not in schemas.SEGMENT_KINDS:
-            raise Invalid(f"{path}: row {row_number}: kind {row['kind']!r}")
-        if (row["kind"] == "video_only") != (row["text"] is None) or (row["text"] is None) != (not row["text_ids"]):
-            raise Invalid(f"{path}: row {row_number}: kind {row['kind']} does not match its text")
-        if not row["visual_ids"]:
-            raise Invalid(f"{path}: row {row_number}: a segment without visual tokens")
-        for token in row["visual_ids"]:
-            if token < 0 or (visual_vocab is not None and token >= visual_vocab):
-                raise Invalid(f"{path}: row {row_number}: visual id {token} outside [0, {visual_vocab})")
-        for token in row["text_ids"]:
-            if token < 0 or (text_vocab is not None and token >= text_vocab):
-                raise Invalid(f"{path}: row {row_number}: text id {token} outside [0, {text_vocab})")
-        clips_per_video[video] += len(row["visual_ids"])
-    tokens = part.sibling("quantize")
-    if tokens.exists():
-        tokenised = Counter(storage.read_table(tokens, columns=["video_id"])["video_id"].to_pylist())
-        if tokenised != clips_per_video:
-            video = next(v for v in set(tokenised) | set(clips_per_video) if tokenised[v] != clips_per_video[v])
-            raise Invalid(f"{path}: video {video} has {clips_per_video[video]} clips in segments but "
-                          f"{tokenised[video]} tokenised clips (each must land in exactly one segment)")
 
 
 def _check_manifest(work: WorkDir, checker: Lineage) -> list[str]:
@@ -195,7 +74,7 @@ def _check_manifest(work: WorkDir, checker: Lineage) -> list[str]:
     return problems
 
 
-def _check_stage_parts(work: WorkDir, checker: Lineage, stage: registry.Stage, visual_vocab: int | None) -> list[str]:
+def _check_stage_parts(work: WorkDir, checker: Lineage, stage: Stage, visual_vocab: int | None) -> list[str]:
     """Every manifest shard of a per-shard stage: lineage and sha256, then schema, values and invariants of
     the current ones; and files no record accounts for."""
     problems = []
@@ -216,7 +95,7 @@ def _check_stage_parts(work: WorkDir, checker: Lineage, stage: registry.Stage, v
                 storage.read_table(path)      # every value, with the page checksums verified
                 part = Part(work, path, path.name.split("part-")[-1], visual_vocab)
                 for check in stage.checks.get(table, ()):
-                    registry.resolve(check)(part)
+                    resolve(check)(part)
             except (Invalid, storage.UnreadableFile) as problem:
                 problems.append(str(problem))
     recorded = set()

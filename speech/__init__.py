@@ -1,2 +1,2 @@
 """Speech for the asr stage: Whisper backends, the CTranslate2 weight reader, imported transcripts, and the
-split of a word stream into sentences. The stage itself is stages/asr.py; audio decoding is pipeline/media/audio.py."""
+split of a word stream into sentences. The stage itself is stages/asr/; audio decoding is pipeline/media/audio.py."""

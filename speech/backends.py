@@ -24,7 +24,7 @@ from typing import Callable, Protocol
 import numpy as np
 
 from pipeline import devices, models, threads
-from pipeline.config import AsrConfig
+from stages.asr import AsrConfig
 from pipeline.media.audio import SAMPLE_RATE
 from speech.transcripts import SegmentSignals, Word
 from speech.whisper_weights import ctranslate2_to_openai_whisper

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pipeline.config import AsrConfig
+from stages.asr import AsrConfig
 from speech.transcripts import Word
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from pipeline.config import AsrConfig
+from stages.asr import AsrConfig
 from speech.transcripts import Word
 
 SENTENCE_END = (".", "?", "!", "…", "。", "？", "！")

@@ -15,7 +15,7 @@ from pipeline.engine import lineage
 from pipeline.engine.runner import run_one_shard
 from pipeline.engine.workdir import WorkDir
 from reports.validate import validate_work_dir
-from stages.align import load_tokenizer, segment_video
+from stages.align.run import load_tokenizer, segment_video
 
 CLIP = 1.5
 

@@ -24,7 +24,8 @@ from work_factory import write_manifest_rows
 
 import schemas
 from pipeline import models, storage
-from pipeline.config import AsrConfig, ConfigError, load_config
+from pipeline.config import ConfigError, load_config
+from stages.asr import AsrConfig
 from pipeline.engine import runner
 from pipeline.engine.manifest import write_manifest
 from pipeline.engine.workdir import WorkDir
@@ -35,7 +36,7 @@ from speech import backends, confidence, transcripts, whisper_weights
 from speech.sentences import sentences_from_words, split_sentences
 from speech.transcripts import SegmentSignals, TranscriptError, Word
 from speech.wer import word_error_rate
-from stages import asr
+from stages.asr import run as asr
 
 REPO = Path(__file__).resolve().parent.parent
 SPEECH = REPO / "tests" / "fixtures" / "speech"

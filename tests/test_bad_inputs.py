@@ -20,7 +20,7 @@ from pipeline.engine.lineage import Lineage
 from pipeline.engine.manifest import read_manifest, write_manifest
 from pipeline.engine.workdir import WorkDir
 from pipeline.executors.local import LocalExecutor
-from stages import kmeans
+from stages.kmeans import run as kmeans
 
 # one shard; the smallest clips S3D takes (14 frames), random weights; batches of one clip, so that no
 # video's features can depend on which clips share its batch (in float32 they do, in the last bits)

@@ -43,6 +43,19 @@ def test_config_mistake_names_the_key_in_one_line(override, key):
     assert "\n" not in message
 
 
+def test_a_key_that_moved_is_refused_naming_its_new_place(tmp_path):
+    message = "config error: executor.ray_feature_models moved to features.ray_models: give it there"
+    with pytest.raises(ConfigError) as error:
+        load_config(None, ["executor.ray_feature_models=2"])
+    assert str(error.value) == message
+    config = tmp_path / "old.yaml"
+    config.write_text("executor:\n  ray_feature_models: 2\n")
+    with pytest.raises(ConfigError) as error:
+        load_config(config)
+    assert str(error.value) == message
+    assert load_config(None, ["features.ray_models=2"]).features.ray_models == 2
+
+
 def test_shipped_configs_load_with_the_papers_values():
     default = load_config(REPO / "configs" / "default.yaml")
     assert (default.decode.fps, default.decode.clip_frames) == (20.0, 30)
@@ -316,7 +329,7 @@ def test_a_gpu_this_machine_lacks_stops_the_command_at_load(tmp_path, capsys, mo
 
 
 def test_a_gpu_index_must_be_below_the_number_of_gpus(monkeypatch):
-    from pipeline.config_rules import check_devices
+    from pipeline.devices import check_devices
 
     _gpus(monkeypatch, 2, ctranslate2_count=0)
     check_devices(load_config(None, ["features.device=cuda:1", "train.device=cuda"]), "features")

@@ -9,7 +9,7 @@ from media_factory import concatenate, make_audio_only, make_video, remux, set_m
 
 from pipeline.config import load_config
 from pipeline.media.video import ClipReader
-from stages.decode import decode_video
+from stages.decode.run import decode_video
 
 CFG = load_config(None)
 

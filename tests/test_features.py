@@ -21,9 +21,9 @@ from pipeline.engine.manifest import write_manifest
 from pipeline.engine.runner import run_one_shard, run_one_shard_safely
 from pipeline.engine.workdir import WorkDir
 from pipeline.media.video import ClipReader
-from pipeline.s3d import model as s3d_model
-from pipeline.s3d.encoder import S3DEncoder
-from stages import features
+from stages.features.s3d import model as s3d_model
+from stages.features.s3d.encoder import S3DEncoder
+from stages.features import run as features
 
 
 def _reference_embedding(model, frames_uint8):
@@ -67,11 +67,11 @@ def test_the_s3d_limits_and_defaults_are_torchvisions():
     """Config checks and defaults are typed without torch (a config loads fast): held equal to the weights'."""
     from torchvision.models.video import S3D_Weights
 
-    from pipeline import config_rules
-    from pipeline.config import DecodeConfig
+    from stages import decode
+    from stages.decode import DecodeConfig
     weights = S3D_Weights.KINETICS400_V1
-    assert config_rules.S3D_MIN_FRAMES == weights.meta["min_temporal_size"]
-    assert [config_rules.S3D_MIN_CROP] * 2 == list(weights.transforms().crop_size)
+    assert decode.S3D_MIN_FRAMES == weights.meta["min_temporal_size"]
+    assert [decode.S3D_MIN_CROP] * 2 == list(weights.transforms().crop_size)
     assert [DecodeConfig().crop] * 2 == list(weights.transforms().crop_size)
     assert [DecodeConfig().resize] * 2 == list(weights.transforms().resize_size)
     assert list(s3d_model.KINETICS_MEAN) == list(weights.transforms().mean)
@@ -146,10 +146,10 @@ def test_random_weights_are_calibrated_the_same_in_every_process_and_recorded(tm
     assert identity != s3d_model.weights_identity(load_config(None, ["features.weights=random", "seed=1"]))
     # another process computes the same network, bit for bit
     here = s3d_model.calibrated_random_state(cfg.seed, s3d_model.calibration_digest())
-    script = ("import torch; from pipeline.s3d import model; "
+    script = ("import torch; from stages.features.s3d import model; "
               "state = model.calibrated_random_state(0, model.calibration_digest()); "
               f"torch.save(state, {str(tmp_path / 'state.pt')!r})")
-    subprocess.run([sys.executable, "-c", script], check=True, cwd=Path(features.__file__).parent.parent)
+    subprocess.run([sys.executable, "-c", script], check=True, cwd=Path(features.__file__).parents[2])
     there = torch.load(tmp_path / "state.pt", weights_only=True)
     assert all(torch.equal(here[name], there[name]) for name in here)
 

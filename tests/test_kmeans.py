@@ -6,11 +6,12 @@ from kmeans_factory import PROVENANCE_HASH, brute_force_descent, make_work_dir, 
 from kmeans_factory import write_manifest as write_features_manifest
 
 from pipeline import visual_words
-from pipeline.config import KmeansConfig, load_config
+from pipeline.config import load_config
+from stages.kmeans import KmeansConfig
 from pipeline.engine.lineage import InputNotReady, Lineage
 from pipeline.engine.workdir import WorkDir
 from pipeline.executors.local import LocalExecutor
-from stages import kmeans
+from stages.kmeans import run as kmeans
 
 PLANTED_SETTINGS = ["kmeans.depth=2", "kmeans.k=12", "kmeans.niter=10", "kmeans.nredo=3"]
 

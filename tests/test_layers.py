@@ -1,22 +1,28 @@
 """The product's layers, read from its imports with `ast`: a file imports only files of its own layer or of
 the layers below it, and no files import each other in a circle (directly or through others). An import
-under `if TYPE_CHECKING:` never runs and is not counted; an import inside a function is."""
+under `if TYPE_CHECKING:` never runs and is not counted; an import inside a function is. A stage record's
+"module:name" strings are imports too: each names its own folder or a layer below the stages layer."""
 
 import ast
+import fnmatch
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 
-# top to bottom; a file belongs to the layer of the longest of these paths that holds it
+# top to bottom; a file belongs to the layer of the longest of these patterns that matches it (a pattern
+# ending in "/" holds every file below it; the others are fnmatch patterns)
 LAYERS = (
-    ("cli", ("pipeline/__main__.py", "pipeline/cli.py", "pipeline/remembered.py", "pipeline/preflight.py")),
-    ("applications", ("reports/", "videobert/")),      # reached from the CLI alone
-    ("stages", ("stages/",)),
+    ("cli", ("pipeline/__main__.py", "pipeline/cli.py", "pipeline/remembered.py")),
+    ("applications", ("reports/", "videobert/eval/", "videobert/export*.py")),   # reached from the CLI alone
+    ("stages", ("stages/",)),                          # a stage's run code: stages/<name>/run.py, ...
+    ("trainer", ("videobert/",)),                      # the train stage's heavy code
     ("executors", ("pipeline/executors/",)),
-    ("networks", ("pipeline/s3d/", "speech/")),     # the models the stages run: S3D, speech recognition
+    ("networks", ("speech/",)),                        # the models the stages run: speech recognition
     ("engine", ("pipeline/engine/",)),
     ("media", ("pipeline/media/",)),
-    ("foundation", ("pipeline/",)),                   # config, registry, storage, models, devices, progress, ...
+    # config, registry, contract, storage, models, devices, progress, ...; and each stage's record, section
+    # and checks (stages/<name>/__init__.py), which the registry and the config read
+    ("foundation", ("pipeline/", "stages/__init__.py", "stages/*/__init__.py")),
     ("schemas", ("schemas/",)),
 )
 PACKAGES = ("pipeline", "stages", "schemas", "reports", "speech", "videobert")
@@ -28,7 +34,7 @@ def _product_files() -> list[str]:
 
 def _layer(file: str) -> int:
     matches = [(len(path), index) for index, (_, paths) in enumerate(LAYERS) for path in paths
-               if file == path or (path.endswith("/") and file.startswith(path))]
+               if (file.startswith(path) if path.endswith("/") else fnmatch.fnmatch(file, path))]
     assert matches, f"{file} is in no layer: add it to LAYERS"
     return max(matches)[1]
 
@@ -110,11 +116,51 @@ def test_the_reader_sees_imports_of_every_kind_and_passes_over_type_checking_one
 from typing import TYPE_CHECKING
 import schemas
 from pipeline import storage
-from pipeline.engine.runner import ShardContext
+from pipeline.contract import ShardContext
 if TYPE_CHECKING:
     from pipeline.engine.split import Split
 def run():
     from pipeline.executors.local import LocalExecutor
 """
-    assert _imports(source) == {"schemas/__init__.py", "pipeline/storage.py", "pipeline/engine/runner.py",
+    assert _imports(source) == {"schemas/__init__.py", "pipeline/storage.py", "pipeline/contract.py",
                                 "pipeline/executors/local.py"}
+
+
+def _record_problems(stage) -> list[str]:
+    """The "module:name" strings of a stage record that name neither a module of its own folder
+    (stages/<name>/) nor one of a layer below the stages layer (the trainer, the engine, the foundation, ...)."""
+    below = [name for name, _ in LAYERS].index("stages")
+    named = [(which, getattr(stage, which)) for which in ("run", "identities", "preflight", "split", "section_type")]
+    named += [(f"checks[{table!r}]", check) for table, checks in stage.checks.items() for check in checks]
+    problems = []
+    for which, value in named:
+        if not isinstance(value, str) or not value:
+            continue
+        file = _module_file(value.split(":")[0])
+        if file is None:
+            problems.append(f"{stage.name}.{which} = {value!r} names no product module")
+        elif file.startswith("stages/") and not file.startswith(f"stages/{stage.name}/"):
+            problems.append(f"{stage.name}.{which} = {value!r} names another stage's folder ({file})")
+        elif not file.startswith(f"stages/{stage.name}/") and _layer(file) <= below:
+            problems.append(f"{stage.name}.{which} = {value!r} names {file} ({LAYERS[_layer(file)][0]}), "
+                            f"above the stages layer")
+    return problems
+
+
+def test_every_record_names_code_of_its_own_folder_or_of_a_layer_below_the_stages():
+    from pipeline import registry
+    problems = [problem for stage in registry.STAGES for problem in _record_problems(stage)]
+    assert not problems, "records naming code they may not:\n" + "\n".join(problems)
+
+
+def test_the_record_rule_refuses_higher_layers_and_other_stages_folders():
+    from pipeline.contract import Stage
+    stage = Stage("quantize", "", reads=(), config_sections=(), per_shard=True, writes="",
+                  run="stages.quantize.run:run_shard", identities="videobert.train:identities",
+                  preflight="reports.validate:validate_work_dir", split="stages.features.run:SPLIT",
+                  checks={"": ("pipeline.table_checks:clips_in_order", "stages.align:segments")})
+    problems = _record_problems(stage)
+    assert len(problems) == 3, problems
+    assert "reports/validate.py (applications), above the stages layer" in problems[0]
+    assert "another stage's folder (stages/features/run.py)" in problems[1]
+    assert "another stage's folder (stages/align/__init__.py)" in problems[2]

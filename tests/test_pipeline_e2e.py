@@ -19,8 +19,8 @@ import pytest
 
 from pipeline import cli
 from pipeline.config import load_config
-from stages.align import load_tokenizer
-from stages.decode import decode_video
+from stages.align.run import load_tokenizer
+from stages.decode.run import decode_video
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLES = REPO / "samples"

@@ -10,7 +10,7 @@ from pipeline.engine import runner
 from pipeline.engine.lineage import InputNotReady
 from pipeline.engine.workdir import WorkDir
 from pipeline.executors.local import LocalExecutor
-from stages import kmeans
+from stages.kmeans import run as kmeans
 
 SETTINGS = ["kmeans.depth=2", "kmeans.k=12", "kmeans.niter=10", "kmeans.nredo=3"]
 

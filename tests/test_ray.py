@@ -19,7 +19,7 @@ from pipeline.engine.manifest import write_manifest
 from pipeline.engine.workdir import WorkDir
 from pipeline.executors.local import LocalExecutor
 from reports.status import status_text
-from stages import kmeans
+from stages.kmeans import run as kmeans
 
 ray = pytest.importorskip("ray")
 from pipeline.executors.ray import RayExecutor, task_options  # noqa: E402
@@ -50,7 +50,7 @@ def test_decode_and_features_are_byte_identical_to_the_local_executor(tmp_path, 
     (videos / "broken.mp4").write_text("not a video")       # an error row in both stages
     # features on Ray: the shard's two producer streams (decode_workers=2) are decode tasks feeding one
     # encoder actor (on CPU here; on a cluster it asks for a GPU)
-    cfg = load_config(None, TINY_FEATURES + ["executor.ray_feature_models=1",
+    cfg = load_config(None, TINY_FEATURES + ["features.ray_models=1",
                                              "executor.ray_resources={features_model: {num_gpus: 0}}"])
     local, distributed = tmp_path / "local", tmp_path / "ray"
     for work in (local, distributed):
@@ -169,7 +169,7 @@ def test_the_ray_executor_names_no_stage():
     source = Path(ray_executor.__file__).read_text()
     assert not re.search(r"stage *(==|!=|in) ", source)
     assert [name for name in registry.NAMES if re.search(rf"[\"']{name}[\"']", source)] == ["kmeans"]
-    assert "feature" not in source.lower().replace("ray_feature_models", "") and "s3d" not in source.lower()
+    assert "feature" not in source.lower() and "s3d" not in source.lower()
 
 
 def test_a_task_no_node_can_hold_is_named_before_it_is_submitted():

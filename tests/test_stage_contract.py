@@ -20,11 +20,12 @@ from pipeline.config import ConfigError, load_config
 from pipeline.config_fields import ConfigError as FieldError
 from pipeline.config_fields import setting
 from pipeline.engine.lineage import Lineage
-from pipeline.engine.runner import ShardResult, prepare_stage
+from pipeline.contract import Invalid, Part, ShardResult, Stage
+from pipeline.engine.runner import prepare_stage
 from pipeline.engine.workdir import WorkDir
 from pipeline.executors.local import LocalExecutor
 from reports.status import status_text
-from reports.validate import Invalid, Part, validate_work_dir
+from reports.validate import validate_work_dir
 
 SIZES = schemas.Schema("sizes", 1, pa.schema([
     pa.field("video_id", pa.string(), nullable=False),
@@ -61,7 +62,7 @@ def never_valid(part: Part) -> None:
     raise Invalid(f"{part.path}: refused by the stage's own check")
 
 
-SIZES_STAGE = registry.Stage(
+SIZES_STAGE = Stage(
     "sizes", "each video's size in kilobytes", reads=("manifest",), config_sections=("sizes",),
     per_shard=True, writes="sizes/part-*.parquet", tables={"": SIZES}, run=run_shard,
     section="sizes", section_type=SizesConfig, ray_roles={"sizes": {"num_cpus": 1}},

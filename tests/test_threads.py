@@ -12,7 +12,7 @@ import pytest
 from pipeline import threads
 from pipeline.config import load_config
 from pipeline.executors.local import LocalExecutor, default_workers
-from stages import kmeans
+from stages.kmeans import run as kmeans
 
 ALLOCATION_ENV = ("OMP_NUM_THREADS", "SLURM_CPUS_PER_TASK", "LOCAL_WORLD_SIZE")
 
@@ -106,7 +106,7 @@ def test_the_trainer_and_the_features_encoder_take_the_allocation_and_an_explici
     assert _child(train.format(0), {"SLURM_CPUS_PER_TASK": "1"}) == "1"
     assert _child(train.format(0), {"OMP_NUM_THREADS": "3", "LOCAL_WORLD_SIZE": "3"}) == "1"
     assert _child(train.format(5), {"SLURM_CPUS_PER_TASK": "1"}) == "5"
-    features = ("import torch; from pipeline.config import load_config; from pipeline.s3d.encoder import encoder_for; "
+    features = ("import torch; from pipeline.config import load_config; from stages.features.s3d.encoder import encoder_for; "
                 "encoder_for(load_config(None, ['features.weights=random', 'features.device=cpu', "
                 "'features.num_threads={}'])); print(torch.get_num_threads())")
     assert _child(features.format(0), {"OMP_NUM_THREADS": "3"}) == "3"

@@ -26,8 +26,8 @@ SRT = "1\n00:00:00,000 --> 00:00:01,500\nchop the onion and stir the pan\n"
 @pytest.fixture
 def no_network(monkeypatch, tmp_path):
     """No host answers, nothing is in torch's cache."""
-    from pipeline import preflight
-    monkeypatch.setattr(preflight, "unreachable", lambda url: "[Errno -2] Name or service not known")
+    from pipeline import probing
+    monkeypatch.setattr(probing, "unreachable", lambda url: "[Errno -2] Name or service not known")
     monkeypatch.setattr("torch.hub.get_dir", lambda: str(tmp_path / "torch-hub"))
 
 
@@ -148,7 +148,7 @@ def test_doctor_passes_the_demo_config_and_uses_the_remembered_one(tmp_path, vid
 # ---------------------------------------------------------------- the remembered config and its history
 
 def test_a_command_that_failed_on_every_shard_is_not_remembered(tmp_path, whole_run, monkeypatch, capsys):
-    import stages.align
+    import stages.align.run
     work = tmp_path / "work"
     shutil.copytree(whole_run[0], work)
     remembered_before = WorkDir(work).remembered_config.read_bytes()
@@ -157,7 +157,7 @@ def test_a_command_that_failed_on_every_shard_is_not_remembered(tmp_path, whole_
     def crash(ctx):
         raise RuntimeError("the tokenizer broke")
 
-    monkeypatch.setattr(stages.align, "run_shard", crash)
+    monkeypatch.setattr(stages.align.run, "run_shard", crash)
     code, err = run(capsys, "align", "--work-dir", work, "--force", "--set", "align.tokens_per_segment_without_text=12",
                     "--quiet")
     assert code == cli.EXIT_FAILED and "2 failed" in err

@@ -356,9 +356,9 @@ def video_token_ids(folder, video, *, device: str | None = None) -> dict:
     with its weights, each descended in its codebook. Returns {"leaves", "start_s", "end_s"} (lists, clip
     order) and "errors" (why a video gave no clips). S3D weights other than the export's are refused."""
     from pipeline.config import load_config
-    from pipeline.s3d.encoder import encoder_for
-    from pipeline.s3d.model import weights_identity
-    from stages import decode
+    from stages.features.s3d.encoder import encoder_for
+    from stages.features.s3d.model import weights_identity
+    from stages.decode import run as decode
 
     folder = Path(folder)
     if not (folder / S3D_NAME).exists() or not (folder / CODEBOOK_FOLDER).is_dir():

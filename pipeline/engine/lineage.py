@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pipeline import registry, storage
+from pipeline.contract import Stage
 from pipeline.engine.workdir import STATE, WorkDir
 from pipeline.file_cache import FileCache
 
@@ -304,7 +305,7 @@ class Lineage:
 
     # ------------------------------------------------ expected lineage
 
-    def identities(self, stage: registry.Stage, shard: int | None) -> dict:
+    def identities(self, stage: Stage, shard: int | None) -> dict:
         if not stage.identities:
             return {}
         # a stage's function hashes model files once per process (they are the same for every shard);

@@ -6,8 +6,8 @@ per-video error rows and then the completion record, each atomically. A stale or
 automatically, and the reason is returned in its stats (`redone`). A shard whose input is not current
 cannot run: `InputNotReady`, one line naming the input and the stage to run first.
 
-The stage code itself (`stages/*.py`, named in pipeline/registry.py) is a function of a `ShardContext`
-to a `ShardResult`: it never sees paths of other stages' records or any executor."""
+The stage code itself (`stages/<name>/run.py`, named by its record) is a function of a `ShardContext`
+to a `ShardResult` (pipeline/contract.py): it never sees paths of other stages' records or any executor."""
 
 from __future__ import annotations
 
@@ -16,7 +16,6 @@ import platform
 import socket
 import time
 import traceback
-from dataclasses import dataclass, field
 from typing import Callable
 
 import pyarrow as pa
@@ -24,6 +23,7 @@ import pyarrow as pa
 import schemas
 from pipeline import registry, storage
 from pipeline.config import Config
+from pipeline.contract import ShardContext, ShardResult, Stage
 from pipeline.engine import lineage, replaced
 from pipeline.engine.lineage import CorruptFile, InputNotReady, Lineage
 from pipeline.engine.workdir import WorkDir
@@ -32,63 +32,7 @@ from schemas.metadata import Provenance
 log = logging.getLogger("pipeline")
 
 
-@dataclass
-class ShardResult:
-    tables: dict[str, pa.Table]                        # "" -> main output; other names -> extra tables
-    errors: list[dict] = field(default_factory=list)  # {video_id, error_type, message}
-    stats: dict = field(default_factory=dict)          # counts for status/summary (videos, clips, ...)
-    provenance: Provenance = field(default_factory=Provenance)   # what shaped it (hashes of inputs ...)
-    row_group_size: int | None = None                  # Parquet row groups (None: pyarrow's default)
-    # other stages' results made in the same pass (registry: `also_makes`): written as those stages'
-    # outputs of this shard, with their own completion records, unless they are current already
-    also: dict[str, "ShardResult"] = field(default_factory=dict)
-
-
-@dataclass
-class ShardContext:
-    cfg: Config
-    work: WorkDir
-    stage: str
-    shard_index: int
-    videos: list[dict]                                 # this shard's manifest rows
-    lineage: Lineage
-    quiet: bool = False
-
-    def read_input(self, stage: str, table_name: str = "", columns: list[str] | None = None) -> pa.Table:
-        """This shard's output of an earlier stage, after checking its bytes against the upstream record
-        (a bit flip that still parses must not flow on), with Parquet page checksums verified."""
-        path = self.lineage.verified(stage, self.shard_index, self.work.part(stage, self.shard_index, table_name))
-        return storage.read_table(path, columns=columns)
-
-    def input_provenance(self, stage: str, table_name: str = "") -> Provenance:
-        return storage.read_metadata(self.work.part(stage, self.shard_index, table_name))
-
-    def progress(self, total: int | None = None, unit: str = "videos", desc: str | None = None):
-        from pipeline.progress import Progress
-        return Progress(total=total, unit=unit, desc=desc or f"{self.stage} part {self.shard_index}",
-                        quiet=self.quiet)
-
-
-def error_row(video_id: str, error: BaseException | str, error_type: str | None = None) -> dict:
-    """An error row: the exception's class is its type; its message is one line."""
-    if isinstance(error, BaseException):
-        error_type = error_type or type(error).__name__
-        message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-    else:
-        message = error
-    return {"video_id": video_id, "error_type": error_type or "Error", "message": printable(message)}
-
-
-def printable(text: str) -> str:
-    """`text` as valid UTF-8: a file name that is not UTF-8 reaches messages as surrogate escapes, which no
-    Parquet string holds; its bytes are shown as `\\xe9`."""
-    try:
-        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-    except UnicodeEncodeError:
-        return text.encode("utf-8", "backslashreplace").decode("utf-8")
-
-
-def output_provenance(cfg: Config, stage: registry.Stage, schema: schemas.Schema, stage_says: Provenance) -> Provenance:
+def output_provenance(cfg: Config, stage: Stage, schema: schemas.Schema, stage_says: Provenance) -> Provenance:
     return stage_says.merged(stage=stage.name, schema=schema.tag, config=cfg.section_json(*stage.config_sections),
                              config_hash=cfg.section_hash(*stage.config_sections))
 
@@ -130,7 +74,7 @@ def run_one_shard(cfg: Config, work_dir, stage: str, shard_index: int, *, force:
     return stats
 
 
-def _write_shard(cfg: Config, work: WorkDir, checker: Lineage, spec: registry.Stage, shard_index: int,
+def _write_shard(cfg: Config, work: WorkDir, checker: Lineage, spec: Stage, shard_index: int,
                  result: ShardResult, elapsed: float, n_videos: int, expected: dict | None = None) -> dict:
     """One stage's tables, error rows and completion record for one shard, each atomically."""
     stage = spec.name

@@ -1,5 +1,5 @@
 """Stages whose work on a shard splits into a producer and an encoder, so that executors can run each
-part where it fits (pipeline/registry.py names a stage's `Split` in its `split` field):
+part where it fits (a stage's record names its `Split` in its `split` field):
 
 - the producer (CPU work: decoding) turns a list of manifest rows into batches: `{"meta": small
   picklable dict, "payload": a uint8 tensor or None}`. It cuts its batches itself, so a stream of

@@ -43,7 +43,7 @@ from pipeline.config import Config
 from pipeline.engine import runner
 from pipeline.engine.lineage import CorruptFile, InputNotReady, Lineage
 from pipeline.engine.workdir import WorkDir
-from pipeline.registry import PreflightError
+from pipeline.contract import PreflightError, ShardContext, ShardResult
 from pipeline.progress import Progress
 
 if TYPE_CHECKING:
@@ -175,7 +175,7 @@ class EncoderActor:
         return self.encoder.describe()
 
 
-def split_with_actors(ctx: runner.ShardContext, split: Split, actors: list, info: dict) -> runner.ShardResult:
+def split_with_actors(ctx: ShardContext, split: Split, actors: list, info: dict) -> ShardResult:
     """A split stage's result for one shard, computed by producer tasks feeding `actors` (EncoderActor,
     which `info` describes: they all run alike).
     The producer streams split the videos as the local DataLoader's workers do (every n-th), and each cuts

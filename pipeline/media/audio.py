@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import av
 import numpy as np
 
-from pipeline.config import DecodeConfig
+from stages.decode import DecodeConfig
 from pipeline.media.inputs import input_timeout, open_input
 from pipeline.media.video import choose_stream, is_truncated
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipeline.config import DecodeConfig
+from stages.decode import DecodeConfig
 from pipeline.media.video import ClipReader
 
 

@@ -18,7 +18,7 @@ from typing import Iterator
 
 import torch
 
-from pipeline.config import DecodeConfig
+from stages.decode import DecodeConfig
 from pipeline.media import ffmpeg_libs
 from pipeline.media.inputs import open_target
 from pipeline.media.video import Clip, ClipReader, truncation

@@ -17,7 +17,7 @@ from typing import Iterator
 import av
 import numpy as np
 
-from pipeline.config import DecodeConfig
+from stages.decode import DecodeConfig
 from pipeline.media.inputs import InputError, input_timeout, open_input, open_target
 
 

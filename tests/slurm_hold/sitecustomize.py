@@ -8,9 +8,9 @@ HOLD = os.environ.get("VIDEOBERT_HOLD_DECODE")
 if HOLD:
     import time
 
-    import stages.decode
+    import stages.decode.run
 
-    run_shard = stages.decode.run_shard
+    run_shard = stages.decode.run.run_shard
 
     def held_run_shard(ctx):
         if ctx.shard_index > 0:
@@ -18,4 +18,4 @@ if HOLD:
                 time.sleep(0.05)
         return run_shard(ctx)
 
-    stages.decode.run_shard = held_run_shard
+    stages.decode.run.run_shard = held_run_shard

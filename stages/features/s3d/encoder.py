@@ -11,7 +11,7 @@ import torch
 from pipeline import devices, threads
 from pipeline.config import Config
 from pipeline.engine.split import Encoder
-from pipeline.s3d.model import clip_embedding, load_s3d, normalise
+from stages.features.s3d.model import clip_embedding, load_s3d, normalise
 
 
 def resolve_device(cfg: Config) -> torch.device:

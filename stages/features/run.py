@@ -4,7 +4,7 @@ thumbnails and per-video rows (written as the decode stage's outputs, with its c
 
 The stage is a `pipeline.engine.split.Split`: a producer decodes videos into batches of uint8 clips (CPU
 decode worker processes with PyAV, or torchcodec on a GPU with `decode.backend: torchcodec`,
-`decode.device: cuda`), and an encoder holds S3D on its device (pipeline/s3d/: the network and its
+`decode.device: cuda`), and an encoder holds S3D on its device (s3d/: the network and its
 weights, the encoder). Executors run the two parts where they fit. A part whose float16 values are
 mostly zero or subnormal is refused, whatever the weights."""
 
@@ -21,12 +21,12 @@ import torch
 import schemas
 from pipeline import storage
 from pipeline.config import Config
-from pipeline.engine.runner import ShardContext, ShardResult
+from pipeline.contract import ShardContext, ShardResult
 from pipeline.engine.split import Split, concatenate
-from pipeline.s3d.encoder import S3DEncoder, encoder_for
-from pipeline.s3d.model import KINETICS_MEAN, KINETICS_STD, weights_identity
+from stages.features.s3d.encoder import S3DEncoder, encoder_for
+from stages.features.s3d.model import KINETICS_MEAN, KINETICS_STD, weights_identity
 from schemas.metadata import Provenance
-from stages import decode
+from stages.decode import run as decode
 
 # the automatic sizes (features.batch_size: 0, features.decode_workers: null)
 CPU_BATCH, GPU_BATCH = 8, 128
@@ -81,7 +81,7 @@ class FeaturesSplit(Split):
         return 0 if gpu_decoding(cfg) else cfg.features.decode_workers or 0
 
     def actors(self, cfg: Config) -> int:
-        return 0 if gpu_decoding(cfg) else cfg.executor.ray_feature_models
+        return 0 if gpu_decoding(cfg) else cfg.features.ray_models
 
     def start_method(self, cfg: Config) -> str | None:
         """torchcodec's decode workers start afresh ("spawn") with PyAV's FFmpeg on LD_LIBRARY_PATH

@@ -12,7 +12,7 @@ from threadpoolctl import threadpool_limits
 
 import schemas.codebook as codebook_format
 from pipeline import visual_words
-from pipeline.engine import runner
+from pipeline.contract import ShardContext, ShardResult
 from pipeline.file_cache import FileCache
 from schemas import metadata
 from schemas.metadata import Provenance
@@ -20,7 +20,7 @@ from schemas.metadata import Provenance
 _CODEBOOKS: FileCache[codebook_format.Codebook] = FileCache(max_entries=1)
 
 
-def load_codebook(ctx: runner.ShardContext) -> codebook_format.Codebook:
+def load_codebook(ctx: ShardContext) -> codebook_format.Codebook:
     """The codebook, checked against its record and loaded once per process while its file is unchanged
     (a worker runs many shards)."""
     path = ctx.work.codebook
@@ -32,7 +32,7 @@ def load_codebook(ctx: runner.ShardContext) -> codebook_format.Codebook:
     return _CODEBOOKS.get(path, load)
 
 
-def run_shard(ctx: runner.ShardContext) -> runner.ShardResult:
+def run_shard(ctx: ShardContext) -> ShardResult:
     codebook = load_codebook(ctx)
     features = ctx.read_input("features")
     codebook_hash = codebook.info.get("feature_provenance_hash")
@@ -59,7 +59,7 @@ def run_shard(ctx: runner.ShardContext) -> runner.ShardResult:
         "end_s": features["end_s"],
         "token": pa.array(tokens, type=pa.int32()),
     })
-    return runner.ShardResult(
+    return ShardResult(
         tables={"": table},
         stats={"clips": features.num_rows,
                "videos_with_clips": len(set(features["video_id"].to_pylist())),

@@ -29,7 +29,8 @@ import numpy as np
 
 import schemas.codebook as codebook_format
 from pipeline import storage, threads, visual_words
-from pipeline.config import Config, KmeansConfig
+from pipeline.config import Config
+from stages.kmeans import KmeansConfig
 from pipeline.engine import lineage
 from pipeline.engine.workdir import WorkDir
 from schemas import metadata

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 import schemas
-from pipeline.engine.runner import ShardContext, ShardResult
+from pipeline.contract import ShardContext, ShardResult
 from pipeline.tokenizer import encode, load_tokenizer, vocabulary_sha256
 from schemas.metadata import Provenance
 

@@ -18,7 +18,8 @@ import torch
 from torchvision.models.video import S3D_Weights
 
 from pipeline import storage
-from pipeline.config import Config, DecodeConfig
+from pipeline.config import Config
+from stages.decode import DecodeConfig
 from pipeline.file_cache import FileCache
 from pipeline.media.video import ClipReader
 
@@ -31,7 +32,7 @@ KINETICS_STD = tuple(_KINETICS_TRANSFORM.std)
 # with the default decode settings whatever the run's): 10 whole clips in one batch, train mode, float32
 # on the CPU. One batch, not several: each layer's statistics are then those of what the layers before it
 # give in eval mode (averaging per-batch statistics made deep activations grow to ~45 on these clips)
-SAMPLES = Path(__file__).resolve().parents[2] / "samples"
+SAMPLES = Path(__file__).resolve().parents[3] / "samples"
 CALIBRATION_CLIPS = (2, 6)
 CALIBRATION_RECIPE = "bn-one-batch-v1"
 

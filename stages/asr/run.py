@@ -39,9 +39,10 @@ import pyarrow as pa
 
 import schemas
 from pipeline import models
-from pipeline.config import AsrConfig, DecodeConfig
+from stages.asr import AsrConfig
+from stages.decode import DecodeConfig
 from pipeline.engine import manifest
-from pipeline.engine.runner import ShardContext, ShardResult, error_row
+from pipeline.contract import ShardContext, ShardResult, error_row
 from pipeline.media.audio import AudioDecodeError, decode_audio
 from pipeline.media.inputs import InputError, is_object_storage
 from schemas.metadata import Provenance

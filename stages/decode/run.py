@@ -1,7 +1,7 @@
 """decode: the clip index of every video (20 fps, 30-frame clips), a JPEG thumbnail per clip, and
 per-video metadata.
 
-In a run of the pipeline these tables come out of the features stage's pass (stages/features.py): each
+In a run of the pipeline these tables come out of the features stage's pass (stages/features/run.py): each
 video is read and decoded once, for its clips' pixels, the clip index, the thumbnails and the per-video
 row, and the features run writes them as this stage's outputs with this stage's completion record. Run
 alone (`python -m pipeline decode`), the stage makes exactly the same files on CPUs without S3D: the
@@ -18,7 +18,7 @@ import pyarrow as pa
 from PIL import Image
 
 import schemas
-from pipeline.engine.runner import ShardContext, ShardResult, error_row
+from pipeline.contract import ShardContext, ShardResult, error_row
 from pipeline.media.clip_readers import open_clip_reader, to_numpy
 from pipeline.media.inputs import InputError
 from pipeline.media.video import Clip, VideoDecodeError

@@ -1,0 +1,170 @@
+"""The light contract between a stage and everything that runs it: the `Stage` record (what pipeline/registry.py
+orders), `PreflightError`, `resolve`; what a stage's code sees and returns (`ShardContext`, `ShardResult`,
+error rows); and what its validate checks see (`Part`, `Invalid`).
+
+It imports nothing heavy and not pipeline.config (annotations only), so a stage's `__init__.py` can import it
+while pipeline.config imports the stages' sections: no stage can make a circle."""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable
+
+from schemas.metadata import Provenance
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    import schemas
+    from pipeline.config import Config
+    from pipeline.engine.lineage import Lineage
+    from pipeline.engine.workdir import WorkDir
+
+
+class PreflightError(ValueError):
+    """What a stage needs is not there (a model, weights, a resource no node has): one line naming the config
+    value and the fix. Raised by a stage's preflight check and by an executor before the first task."""
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    summary: str                         # what it does, for --help
+    reads: tuple[str, ...]               # the stages whose outputs it reads
+    config_sections: tuple[str, ...]     # the config sections whose values shape its outputs
+    per_shard: bool                      # True: runs once per manifest shard; False: once per collection
+    writes: str                          # what it writes, for --help
+    # per-shard stages: table name -> schema; "" is the stage's main table
+    tables: dict[str, schemas.Schema] = field(default_factory=dict)
+    run: str | Callable = ""             # "module:function": run_shard(ctx) for per-shard stages
+    identities: str | Callable = ""      # "module:function": (cfg, videos) -> {name: identity} of what
+                                         # else shapes the output (model weights, tokenizer, transcripts)
+    # keys of config_sections that do not change what is made (how long to train, where, how often to
+    # log): a change of them does not make an output stale
+    operational_keys: tuple[str, ...] = ()
+    max_parallel_shards: int = 0         # > 0: at most this many shards at once on one machine
+    # the config section the stage owns: its name (a top-level key of the YAML) and its dataclass
+    # ("module:Class"), whose fields carry their bounds and rules (pipeline/config_fields.py)
+    section: str = ""
+    section_type: str | type = ""
+    # GPU use: a Slurm array task of the stage gets executor.slurm_gpus GPUs; `device_keys` are the config
+    # keys naming the devices its models or decoders run on, checked against this machine's GPUs at load
+    uses_gpu: bool = False
+    device_keys: tuple[str, ...] = ()
+    # Ray: role -> the default resources of one task (num_cpus, num_gpus, memory_gb); the config's
+    # executor.ray_resources overrides them key by key and names no other role
+    ray_roles: dict[str, dict[str, float]] = field(default_factory=dict)
+    # "module:function": (cfg, speech_needed) -> None, what the stage needs before its first shard
+    # (PreflightError naming the config value and the fix)
+    preflight: str | Callable = ""
+    # validate: table -> "module:function"s, each (Part) -> None raising Invalid: the values and
+    # invariants of one part beyond its schema
+    checks: dict[str, tuple[str | Callable, ...]] = field(default_factory=dict)
+    # the dataset card: table -> the name of its config (a data folder `load_dataset` finds); "default"
+    # is the training shards
+    card_configs: dict[str, str] = field(default_factory=dict)
+    # per-shard stages whose outputs this stage makes in the same pass (their tables come back in its
+    # ShardResult.also): the runner writes them as those stages' shards, with their own records
+    also_makes: tuple[str, ...] = ()
+    # "module:attribute": the stage's pipeline.engine.split.Split (a CPU producer and a device encoder), which
+    # executors may run apart (the Ray executor: producer tasks feeding encoder actors)
+    split: str = ""
+    # bump when a change of the stage's code alters what it makes from the same inputs and config: its
+    # outputs made before become stale (recorded from 2 on, so a bump redoes this stage and what follows)
+    version: int = 1
+
+    def function(self, which: str = "run") -> Callable:
+        """The code (or class) a "module:name" field names: a function, the `split` record or the
+        `section_type` dataclass; a field given as an object is that object."""
+        return resolve(getattr(self, which))
+
+    def run_preflight(self, cfg: Config, *, speech_needed: bool = True) -> None:
+        """What the stage needs before its first shard (its `preflight`); raises PreflightError.
+        `speech_needed`: asr recognises speech in some video (not every one has an imported transcript)."""
+        if self.preflight:
+            self.function("preflight")(cfg, speech_needed=speech_needed)
+
+
+def resolve(named: str | Callable) -> Callable:
+    """The object "module:name" names; an object is itself."""
+    if not isinstance(named, str):
+        return named
+    module, name = named.split(":")
+    return getattr(importlib.import_module(module), name)
+
+
+@dataclass
+class ShardResult:
+    tables: dict[str, pa.Table]                        # "" -> main output; other names -> extra tables
+    errors: list[dict] = field(default_factory=list)  # {video_id, error_type, message}
+    stats: dict = field(default_factory=dict)          # counts for status/summary (videos, clips, ...)
+    provenance: Provenance = field(default_factory=Provenance)   # what shaped it (hashes of inputs ...)
+    row_group_size: int | None = None                  # Parquet row groups (None: pyarrow's default)
+    # other stages' results made in the same pass (its record's `also_makes`): written as those stages'
+    # outputs of this shard, with their own completion records, unless they are current already
+    also: dict[str, "ShardResult"] = field(default_factory=dict)
+
+
+@dataclass
+class ShardContext:
+    cfg: Config
+    work: WorkDir
+    stage: str
+    shard_index: int
+    videos: list[dict]                                 # this shard's manifest rows
+    lineage: Lineage
+    quiet: bool = False
+
+    def read_input(self, stage: str, table_name: str = "", columns: list[str] | None = None) -> pa.Table:
+        """This shard's output of an earlier stage, after checking its bytes against the upstream record
+        (a bit flip that still parses must not flow on), with Parquet page checksums verified."""
+        from pipeline import storage
+        path = self.lineage.verified(stage, self.shard_index, self.work.part(stage, self.shard_index, table_name))
+        return storage.read_table(path, columns=columns)
+
+    def input_provenance(self, stage: str, table_name: str = "") -> Provenance:
+        from pipeline import storage
+        return storage.read_metadata(self.work.part(stage, self.shard_index, table_name))
+
+    def progress(self, total: int | None = None, unit: str = "videos", desc: str | None = None):
+        from pipeline.progress import Progress
+        return Progress(total=total, unit=unit, desc=desc or f"{self.stage} part {self.shard_index}",
+                        quiet=self.quiet)
+
+
+def error_row(video_id: str, error: BaseException | str, error_type: str | None = None) -> dict:
+    """An error row: the exception's class is its type; its message is one line."""
+    if isinstance(error, BaseException):
+        error_type = error_type or type(error).__name__
+        message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    else:
+        message = error
+    return {"video_id": video_id, "error_type": error_type or "Error", "message": printable(message)}
+
+
+def printable(text: str) -> str:
+    """`text` as valid UTF-8: a file name that is not UTF-8 reaches messages as surrogate escapes, which no
+    Parquet string holds; its bytes are shown as `\\xe9`."""
+    try:
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+class Invalid(Exception):
+    """A part breaks a value or invariant its schema cannot say (one line naming the file)."""
+
+
+@dataclass(frozen=True)
+class Part:
+    """One current part, as the per-table checks a stage's record names (`checks`) see it."""
+    work: WorkDir
+    path: Path
+    shard_name: str                  # "00003.parquet": the same shard's part in another folder
+    visual_vocab: int | None         # the codebook's leaves, when there is one
+
+    def sibling(self, stage: str, table: str = "") -> Path:
+        """The same shard's part of another stage's table."""
+        return self.work.data_folder(stage, table) / f"part-{self.shard_name}"
