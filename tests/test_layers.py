@@ -9,7 +9,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 # top to bottom; a file belongs to the layer of the longest of these paths that holds it
 LAYERS = (
-    ("cli", ("pipeline/__main__.py", "pipeline/cli.py", "pipeline/remembered.py", "pipeline/preflight.py")),
+    ("cli", ("pipeline/__main__.py", "pipeline/cli/", "pipeline/remembered.py", "pipeline/preflight.py")),
     ("applications", ("reports/", "videobert/")),      # reached from the CLI alone
     ("stages", ("stages/",)),
     ("executors", ("pipeline/executors/",)),
