@@ -23,6 +23,41 @@ class PreflightError(ValueError):
 
 
 @dataclass(frozen=True)
+class Option:
+    """A command-line option of a whole-collection stage: `--name`, a flag or (takes_value) one value."""
+    flag: str
+    help: str
+    takes_value: bool = False
+    required: bool = False
+
+    @property
+    def name(self) -> str:   # argparse's attribute name
+        return self.flag.lstrip("-").replace("-", "_")
+
+
+@dataclass
+class CollectionRun:
+    """What a whole-collection stage's run is given: the config, the work dir, its own options by name, and
+    from the command: an executor (a stage with `workers`) and a way to ask the person at the terminal
+    (None off a terminal, where asking is refusing)."""
+    cfg: object
+    work_dir: object
+    options: dict
+    quiet: bool = False
+    executor: object = None
+    confirm: Callable[[str], bool] | None = None
+
+
+@dataclass
+class CollectionResult:
+    """What it did: one phrase for `run`'s table, the lines the command prints, and whether it made
+    outputs (else the config it ran with is not remembered as theirs)."""
+    outcome: str
+    lines: list[str] = field(default_factory=list)
+    made_outputs: bool = True
+
+
+@dataclass(frozen=True)
 class Stage:
     name: str
     summary: str                         # what it does, for --help
@@ -68,6 +103,17 @@ class Stage:
     # bump when a change of the stage's code alters what it makes from the same inputs and config: its
     # outputs made before become stale (recorded from 2 on, so a bump redoes this stage and what follows)
     version: int = 1
+    # whole-collection stages: `run` is "module:function" (CollectionRun) -> CollectionResult; `options` its
+    # own command-line options; `workers`, for a stage that fans its work out over an executor (kmeans: its
+    # subtrees), what --workers counts (it then takes --executor, --workers and --ray-address)
+    options: tuple[Option, ...] = ()
+    workers: str = ""
+    # `run` and `submit pipeline` include the stage (train: False; `submit pipeline --with-train` adds it)
+    in_run: bool = True
+    # runs as one process per GPU under torchrun, on executor.slurm_nodes nodes in a batch job (train)
+    distributed: bool = False
+    # what a batch job adds to the stage's command so that a requeued job continues (train: --resume)
+    batch_arguments: tuple[str, ...] = ()
 
     def function(self, which: str = "run") -> Callable:
         """The code (or class) a "module:name" field names: a function, the `split` record or the
@@ -88,7 +134,13 @@ CLIP_CHECKS = ("reports.validate:clips_in_order",)   # clip rows: times in order
 STAGES: tuple[Stage, ...] = (
     Stage("manifest", "list the input videos and assign them to shards", reads=(),
           config_sections=("shards",), per_shard=False, writes="manifest/manifest.parquet",
-          section="shards", section_type="pipeline.config:ShardsConfig"),
+          section="shards", section_type="pipeline.config:ShardsConfig", run="stages.manifest_run:run",
+          options=(Option("--input", "a folder (searched recursively) or a .txt/.csv/.parquet list of videos, local "
+                                     "or on object storage (s3://, gs://, hf://)", takes_value=True, required=True),
+                   Option("--force", "assign every video a shard anew (default: listed videos keep theirs)"),
+                   Option("--allow-removal", "go on when the input no longer lists videos with finished outputs "
+                                             "(asked on a terminal, refused off one); their outputs move to "
+                                             "DIR/_state/replaced/"))),
     # made by the features stage's pass (one read of each video); run alone, the same files on CPUs only
     Stage("decode", "the clip index (20 fps, 30-frame clips), a thumbnail per clip, per-video metadata "
           "(the features stage makes them in its pass; alone: without S3D)",
@@ -119,7 +171,9 @@ STAGES: tuple[Stage, ...] = (
     Stage("kmeans", "fit the visual-word codebook (hierarchical k-means) on a sample of the features",
           reads=("features",), config_sections=("kmeans",), per_shard=False,
           writes="kmeans/codebook.safetensors + codebook.json", section="kmeans",
-          section_type="pipeline.config:KmeansConfig", ray_roles={"kmeans": {"num_cpus": 1}}),
+          section_type="pipeline.config:KmeansConfig", ray_roles={"kmeans": {"num_cpus": 1}},
+          run="stages.kmeans_run:run", options=(Option("--force", "refit even when the codebook is current"),),
+          workers="processes fitting subtrees (default: kmeans.workers)"),
     Stage("quantize", "each clip's visual word (the codebook leaf its feature descends to)",
           reads=("features", "kmeans"), config_sections=("kmeans",), per_shard=True,
           writes="quantize/part-*.parquet", tables={"": schemas.QUANTIZE}, run="stages.quantize:run_shard",
@@ -143,6 +197,9 @@ STAGES: tuple[Stage, ...] = (
     Stage("train", "pre-train the bundled VideoBERT on the align shards", reads=("align", "kmeans"),
           config_sections=("train",), per_shard=False, writes="train/checkpoints, train/log.jsonl",
           identities="videobert.train:identities", section="train", section_type="pipeline.config:TrainConfig",
+          run="stages.train_run:run", in_run=False, distributed=True, batch_arguments=("--resume",),
+          options=(Option("--resume", "continue from the latest checkpoint"),
+                   Option("--restart", "move the existing checkpoints aside and train anew")),
           uses_gpu=True, device_keys=("train.device",), preflight="pipeline.preflight:check_train",
           operational_keys=("train.max_steps", "train.steps_per_run", "train.log_every", "train.checkpoint_every",
                             "train.keep_checkpoints", "train.num_threads", "train.device", "train.precision")),
@@ -167,6 +224,14 @@ def stage(name: str) -> Stage:
     if name not in BY_NAME:
         raise KeyError(f"no stage {name!r}; the stages are {', '.join(NAMES)}")
     return BY_NAME[name]
+
+
+def run_stages(*, with_optional: bool = False) -> tuple[Stage, ...]:
+    """The stages a whole run runs, in order: each one not made in another's pass (decode: in features'),
+    those with in_run=False (train) only `with_optional`."""
+    made_by_others = {name for spec in STAGES for name in spec.also_makes}
+    return tuple(spec for spec in STAGES
+                 if spec.name not in made_by_others and (spec.in_run or with_optional))
 
 
 def ray_resources() -> dict[str, dict[str, float]]:

@@ -17,6 +17,7 @@ other children stay empty (count 0, never chosen during descent); descendants of
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
@@ -372,7 +373,8 @@ def run(cfg: Config, work_dir, executor, *, force: bool = False, quiet: bool = F
         warning = size_warning(sample_stats["sample_size"], kcfg.depth, kcfg.k, features_rows=capped_rows)
         if warning:
             log.warning("kmeans: %s", warning)
-        fit = fit_tree(sample_path, kcfg, pool.map, sample_size=sample_stats["sample_size"],
+        fit = fit_tree(sample_path, kcfg, functools.partial(pool.map, role="kmeans"),
+                       sample_size=sample_stats["sample_size"],
                        threads_per_task=threads_per_task(getattr(pool, "workers", None), kcfg.k))
     finally:
         sample_path.unlink(missing_ok=True)

@@ -3,7 +3,6 @@ names), and the whole-collection stages (manifest, kmeans, train), each with its
 
 from __future__ import annotations
 
-import json
 import re
 import sys
 import time
@@ -115,54 +114,22 @@ def _preflight(args, cfg, shards: list[int]) -> None:
     preflight.check_stage(cfg, args.command, speech_needed=speech_needed)
 
 
-def run_manifest(args, cfg) -> int:
-    from pipeline.engine.manifest import write_manifest
-
-    path, table, changes = write_manifest(cfg, args.input, args.work_dir, incremental=not args.force,
-                                          confirm_removal=confirm_removal(args))
-    shards = len(set(table["shard"].to_pylist()))
-    outcomes["manifest"] = (f"{table.num_rows} video(s) in {shards} shard(s)"
-                             f"{', unchanged' if changes.get('unchanged') else ''}")
-    if changes.get("unchanged"):
-        print(f"manifest: unchanged, {table.num_rows} videos in {shards} shard(s) ({path})", file=sys.stderr)
-        return EXIT_OK
-    line = f"manifest: {table.num_rows} videos in {shards} shard(s) -> {path}"
-    if changes["new_videos"] is not None:
-        line += f"; {changes['new_videos']} new, {changes['removed_videos']} removed"
-    changed = changes["changed_shards"]
-    if changed and changes["new_videos"] is not None:
-        listed = ", ".join(str(shard) for shard in changed[:10]) + (" ..." if len(changed) > 10 else "")
-        line += f"; later stages redo shard(s) {listed}"
-    updated = changes.get("updated_shards") or []
-    if updated:
-        listed = ", ".join(str(shard) for shard in updated[:10]) + (" ..." if len(updated) > 10 else "")
-        line += f"; paths or transcripts changed in shard(s) {listed} (asr redoes those whose transcripts changed)"
-    if changes.get("replaced"):
-        line += f"; the outputs of the dropped videos' shards moved to {changes['replaced']}"
-    print(line, file=sys.stderr)
-    return EXIT_OK
-
-
-def run_kmeans(args, cfg) -> int:
-    from pipeline.executors import dispatch
-    from stages import kmeans
-    executor = dispatch.make_executor(cfg, args.executor, args.workers or cfg.kmeans.workers or None,
-                                       args.ray_address)
-    stats = kmeans.run(cfg, args.work_dir, executor, force=args.force, quiet=args.quiet)
-    outcomes["kmeans"] = "the codebook is current" if stats.get("skipped") else "codebook fitted"
-    if stats.get("skipped"):
-        print(f"kmeans: the codebook is current ({stats['codebook']})", file=sys.stderr)
-    else:
-        print(json.dumps(stats, indent=2, default=str), file=sys.stderr)
-    return EXIT_OK
-
-
-def run_train(args, cfg) -> int:
-    from pipeline import preflight
-    from pipeline.engine.workdir import WorkDir
-    from videobert import train
-    if args.restart or not any(WorkDir(args.work_dir).checkpoints.glob("*")):   # a resumed run loads its own
-        preflight.check_stage(cfg, "train")
-    stats = train.train(cfg, args.work_dir, resume=args.resume, restart=args.restart, quiet=args.quiet)
-    print(json.dumps(stats, indent=2, default=str), file=sys.stderr)
+def run_collection(args, cfg) -> int:
+    """A whole-collection stage: its run with its own options, the executor the command chose where it fans
+    its work out, and the person at the terminal to ask; its lines printed, its phrase kept for `run`."""
+    spec = registry.stage(args.command)
+    executor = None
+    if spec.workers:
+        from pipeline.executors import dispatch
+        section_workers = getattr(getattr(cfg, spec.section, None), "workers", None)
+        executor = dispatch.make_executor(cfg, args.executor, args.workers or section_workers or None,
+                                           args.ray_address)
+    options = {option.name: getattr(args, option.name) for option in spec.options}
+    confirm = confirm_removal(args) if "allow_removal" in options else None
+    result = spec.function("run")(registry.CollectionRun(cfg, args.work_dir, options, quiet=args.quiet,
+                                                         executor=executor, confirm=confirm))
+    for line in result.lines:
+        print(line, file=sys.stderr)
+    outcomes[args.command] = result.outcome
+    args.made_outputs = result.made_outputs
     return EXIT_OK

@@ -80,23 +80,21 @@ def removal_option(parser: argparse.ArgumentParser, what: str = "the input no lo
 
 # ---------------------------------------------------------------- the options of each command
 
-def _manifest(parser):
-    parser.add_argument("--input", required=True,
-                        help="a folder (searched recursively) or a .txt/.csv/.parquet list of videos, local "
-                             "or on object storage (s3://, gs://, hf://)")
-    parser.add_argument("--force", action="store_true",
-                        help="assign every video a shard anew (default: listed videos keep theirs)")
-    removal_option(parser)
+def stage_options(stage: registry.Stage) -> Callable[[argparse.ArgumentParser], None]:
+    """The options of a stage's command: a per-shard stage's shard and executor options; a whole-collection
+    stage's own (its record's), and the executor options where it fans its work out."""
+    if stage.per_shard:
+        return shard_options
 
-
-def _kmeans(parser):
-    parser.add_argument("--force", action="store_true", help="refit even when the codebook is current")
-    executor_options(parser, "processes fitting subtrees (default: kmeans.workers)")
-
-
-def _train(parser):
-    parser.add_argument("--resume", action="store_true", help="continue from the latest checkpoint")
-    parser.add_argument("--restart", action="store_true", help="move the existing checkpoints aside and train anew")
+    def add(parser: argparse.ArgumentParser) -> None:
+        for option in stage.options:
+            if option.takes_value:
+                parser.add_argument(option.flag, required=option.required, help=option.help)
+            else:
+                parser.add_argument(option.flag, action="store_true", help=option.help)
+        if stage.workers:
+            executor_options(parser, stage.workers)
+    return add
 
 
 def _eval(parser):
@@ -196,19 +194,11 @@ def _config(parser):
 STAGE_COMMANDS = "pipeline.cli.stage_commands"
 TOOLS = "pipeline.cli.tools"
 WHOLE_RUN = "pipeline.cli.whole_run"
-# whole-collection stages: (their options, their run)
-_COLLECTION = {"manifest": (_manifest, f"{STAGE_COMMANDS}:run_manifest"),
-               "kmeans": (_kmeans, f"{STAGE_COMMANDS}:run_kmeans"),
-               "train": (_train, f"{STAGE_COMMANDS}:run_train")}
-
-
 def _stage_command(stage: registry.Stage) -> Command:
     help_text = f"{stage.summary} (reads {', '.join(stage.reads) or 'the input videos'}; writes {stage.writes})"
-    if stage.per_shard:
-        arguments, run = shard_options, f"{STAGE_COMMANDS}:run_stage"
-    else:
-        arguments, run = _COLLECTION[stage.name]
-    return Command(stage.name, help_text, run, arguments, writes=True, makes_work_dir=not stage.reads,
+    run = f"{STAGE_COMMANDS}:{'run_stage' if stage.per_shard else 'run_collection'}"
+    # the root stage (no stage before it: it lists the input) makes the work dir
+    return Command(stage.name, help_text, run, stage_options(stage), writes=True, makes_work_dir=not stage.reads,
                    checks_layout=bool(stage.reads))
 
 

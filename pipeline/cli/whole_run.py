@@ -7,12 +7,13 @@ import sys
 import time
 from pathlib import Path
 
+from pipeline import registry
 from pipeline.cli.common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, RunNotes, count, outcomes, program_name
 
-# the stages `run` runs, in order (features also writes decode's outputs, in the same read of each video)
-RUN_STAGES = ("manifest", "features", "kmeans", "quantize", "asr", "align")
-# the stages whose preflight `doctor` checks (and `run` before its first stage)
-CHECKED_STAGES = ("features", "asr", "align", "train")
+# the stages `run` runs, in order (not decode: features writes its outputs, in the same read of each video)
+RUN_STAGES = tuple(spec.name for spec in registry.run_stages())
+# the stages whose preflight `doctor` checks (`run` checks those it runs, before its first stage)
+CHECKED_STAGES = tuple(spec.name for spec in registry.STAGES if spec.preflight)
 
 
 def _stage_argv(args, stage: str) -> list[str]:
@@ -23,11 +24,12 @@ def _stage_argv(args, stage: str) -> list[str]:
         argv += ["--set", value]
     if args.quiet:
         argv.append("--quiet")
-    if stage == "manifest":
+    spec = registry.stage(stage)
+    if not spec.reads:   # the root stage lists the input
         argv += ["--input", str(args.input)]
     if args.force:
         argv.append("--force")
-    if args.workers is not None and stage != "manifest":
+    if args.workers is not None and (spec.per_shard or spec.workers):
         argv += ["--workers", str(args.workers)]
     return argv
 
@@ -46,7 +48,7 @@ def run_pipeline(args, cfg) -> int:
     from pipeline import remembered
     started = time.time()
     cfg, _ = remembered.resolve(args, writes=True)   # the config the stages will resolve, as they will
-    problems = _doctor_problems(cfg, args.work_dir, args.input, stages=("features", "asr", "align"))
+    problems = _doctor_problems(cfg, args.work_dir, args.input, stages=[name for name in CHECKED_STAGES if name in RUN_STAGES])
     if problems:
         return _refuse(f"run: cannot start ({count(len(problems), 'problem')}, nothing was run):", problems)
     steps = [*RUN_STAGES, "validate", "summary"]
@@ -121,7 +123,7 @@ def _doctor_problems(cfg, work_dir, input_path=None, stages=CHECKED_STAGES) -> l
         checker = Lineage(work_dir, cfg)
     for stage in stages:
         speech_needed = True
-        if checker is not None and stage != "train":
+        if checker is not None and registry.stage(stage).per_shard:
             try:   # a stage with nothing to do needs nothing (as the stage itself decides)
                 if all(state.current for state in checker.stage_states(stage).values()):
                     continue
