@@ -29,6 +29,41 @@ class PreflightError(ValueError):
 
 
 @dataclass(frozen=True)
+class Option:
+    """A command-line option of a whole-collection stage: `--name`, a flag or (takes_value) one value."""
+    flag: str
+    help: str
+    takes_value: bool = False
+    required: bool = False
+
+    @property
+    def name(self) -> str:   # argparse's attribute name
+        return self.flag.lstrip("-").replace("-", "_")
+
+
+@dataclass
+class CollectionRun:
+    """What a whole-collection stage's run is given: the config, the work dir, its own options by name, and
+    from the command: an executor (a stage with `workers`) and a way to ask the person at the terminal
+    (None off a terminal, where asking is refusing)."""
+    cfg: Config
+    work_dir: object
+    options: dict
+    quiet: bool = False
+    executor: object = None
+    confirm: Callable[[str], bool] | None = None
+
+
+@dataclass
+class CollectionResult:
+    """What it did: one phrase for `run`'s table, the lines the command prints, and whether it made
+    outputs (else the config it ran with is not remembered as theirs)."""
+    outcome: str
+    lines: list[str] = field(default_factory=list)
+    made_outputs: bool = True
+
+
+@dataclass(frozen=True)
 class Stage:
     name: str
     summary: str                         # what it does, for --help
@@ -56,7 +91,7 @@ class Stage:
     # Ray: role -> the default resources of one task (num_cpus, num_gpus, memory_gb); the config's
     # executor.ray_resources overrides them key by key and names no other role
     ray_roles: dict[str, dict[str, float]] = field(default_factory=dict)
-    # "module:function": (cfg, speech_needed) -> None, what the stage needs before its first shard
+    # "module:function": (cfg, work_dir or None) -> None, what the stage needs before its first shard
     # (PreflightError naming the config value and the fix)
     preflight: str | Callable = ""
     # validate: table -> "module:function"s, each (Part) -> None raising Invalid: the values and
@@ -74,17 +109,28 @@ class Stage:
     # bump when a change of the stage's code alters what it makes from the same inputs and config: its
     # outputs made before become stale (recorded from 2 on, so a bump redoes this stage and what follows)
     version: int = 1
+    # whole-collection stages: `run` is "module:function" (CollectionRun) -> CollectionResult; `options` its
+    # own command-line options; `workers`, for a stage that fans its work out over an executor (kmeans: its
+    # subtrees), what --workers counts (it then takes --executor, --workers and --ray-address)
+    options: tuple[Option, ...] = ()
+    workers: str = ""
+    # `run` and `submit pipeline` include the stage (train: False; `submit pipeline --with-train` adds it)
+    in_run: bool = True
+    # runs as one process per GPU under torchrun, on executor.slurm_nodes nodes in a batch job (train)
+    distributed: bool = False
+    # what a batch job adds to the stage's command so that a requeued job continues (train: --resume)
+    batch_arguments: tuple[str, ...] = ()
 
     def function(self, which: str = "run") -> Callable:
         """The code (or class) a "module:name" field names: a function, the `split` record or the
         `section_type` dataclass; a field given as an object is that object."""
         return resolve(getattr(self, which))
 
-    def run_preflight(self, cfg: Config, *, speech_needed: bool = True) -> None:
-        """What the stage needs before its first shard (its `preflight`); raises PreflightError.
-        `speech_needed`: asr recognises speech in some video (not every one has an imported transcript)."""
+    def run_preflight(self, cfg: Config, work_dir=None) -> None:
+        """What the stage needs before its first shard (its `preflight`); raises PreflightError. With the
+        work dir, the stage may judge what this run needs (asr: no model where every video has a transcript)."""
         if self.preflight:
-            self.function("preflight")(cfg, speech_needed=speech_needed)
+            self.function("preflight")(cfg, work_dir)
 
 
 def resolve(named: str | Callable) -> Callable:

@@ -40,6 +40,14 @@ def stage(name: str) -> Stage:
     return BY_NAME[name]
 
 
+def run_stages(*, with_optional: bool = False) -> tuple[Stage, ...]:
+    """The stages a whole run runs, in order: each one not made in another's pass (decode: in features'),
+    those with in_run=False (train) only `with_optional`."""
+    made_by_others = {name for spec in STAGES for name in spec.also_makes}
+    return tuple(spec for spec in STAGES
+                 if spec.name not in made_by_others and (spec.in_run or with_optional))
+
+
 def ray_resources() -> dict[str, dict[str, float]]:
     """The Ray roles of every stage with their default resources: executor.ray_resources's defaults."""
     return {role: dict(resources) for spec in STAGES for role, resources in spec.ray_roles.items()}

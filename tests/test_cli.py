@@ -93,3 +93,19 @@ def test_output_into_a_closed_pipe_ends_quietly(work, command):
     shell = subprocess.run(f"{sys.executable} -m pipeline {command} --work-dir {work} | head -1", shell=True,
                            cwd=REPO, capture_output=True, text=True)
     assert shell.returncode == 0 and shell.stderr == "" and shell.stdout.count("\n") == 1, shell
+
+
+def test_help_imports_no_torch():
+    """`--help` of the program and of every command reads the command table alone: no network library loads."""
+    import subprocess
+    import sys
+
+    from pipeline.cli import table
+    names = [entry.name for entry in table.commands()]
+    script = ("import sys\nfrom pipeline import cli\n"
+              f"for argv in [['--help']] + [[name, '--help'] for name in {names!r}]:\n"
+              "    try:\n        cli.main(argv)\n    except SystemExit:\n        pass\n"
+              "print(sorted(m for m in ('torch', 'transformers', 'faiss', 'av', 'ray') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "[]"

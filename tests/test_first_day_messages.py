@@ -13,6 +13,7 @@ import pytest
 from media_factory import one_clip_videos
 
 from pipeline import cli
+from pipeline.cli import table, tools
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -29,14 +30,14 @@ def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentP
 
 def test_every_help_says_config_defaults_to_the_remembered_config():
     checked = 0
-    for name, sub in _subparsers(cli.build_parser()).items():
+    for name, sub in _subparsers(table.build_parser()).items():
         for action in sub._actions:
-            if "--config" in action.option_strings and action.help != cli.CHECK_CONFIG_HELP and name != "config":
+            if "--config" in action.option_strings and action.help != table.CHECK_CONFIG_HELP and name != "config":
                 assert "remember" in action.help, name
                 assert "(default: the built-in defaults" not in action.help, name
                 checked += 1
     assert checked >= 15
-    assert "the built-in defaults, the paper's values)" not in cli.CHECK_CONFIG_HELP
+    assert "the built-in defaults, the paper's values)" not in table.CHECK_CONFIG_HELP
 
 
 @pytest.fixture
@@ -110,7 +111,7 @@ def test_predict_video_prints_what_it_predicted(tmp_path, capsys):
     path = tmp_path / "predict_video.parquet"
     pq.write_table(pa.Table.from_pylist([{"sentence": "chop the onion", "visual_ids": [3, 7], "probs": [0.5, 0.25]},
                                          {"sentence": "stir", "visual_ids": [1, 1], "probs": [0.125, 0.75]}]), path)
-    cli._print_predictions(path)
+    tools.print_predictions(path)
     assert capsys.readouterr().out.splitlines() == [
         "'chop the onion': v3 0.50, v7 0.25", "'stir': v1 0.12, v1 0.75",
         f"(visual word ids are codebook leaves: `gallery --ids` shows their clips) -> {path}"]

@@ -183,7 +183,26 @@ def test_a_hub_model_offline_names_the_value_and_the_fixes(monkeypatch):
     with pytest.raises(PreflightError, match="^train.init_checkpoint: 'bert-large-uncased' is a model hub"):
         registry.stage("train").run_preflight(load_config())
     registry.stage("train").run_preflight(load_config(None, ["train.init_checkpoint=random:tiny"]))
-    registry.stage("asr").run_preflight(load_config(), speech_needed=False)   # imported transcripts need no model
+
+
+def test_imported_transcripts_need_no_speech_model(tmp_path, monkeypatch):
+    """asr's preflight with the work dir: a manifest that gives every video a transcript needs no model."""
+    from pipeline import registry
+    from pipeline.contract import PreflightError
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    videos = tmp_path / "videos"
+    videos.mkdir()
+    for index in range(2):
+        make_video(videos / f"v{index}.mp4", duration_s=1.0, fps=25)
+        (videos / f"v{index}.vtt").write_text("WEBVTT\n\n00:00:00.000 --> 00:00:01.000\nchop the onion.\n")
+    work = tmp_path / "work"
+    assert cli.main(["manifest", "--input", str(videos), "--work-dir", str(work), "--quiet"]) == 0
+    unreachable = load_config(None, ["asr.model=large-v3"])
+    registry.stage("asr").run_preflight(unreachable, work)     # nothing to recognise
+    (videos / "v1.vtt").unlink()                               # one video to recognise: the model must load
+    assert cli.main(["manifest", "--input", str(videos), "--work-dir", str(work), "--quiet"]) == 0
+    with pytest.raises(PreflightError, match="^asr.model: 'large-v3' is a model hub name"):
+        registry.stage("asr").run_preflight(unreachable, work)
 
 
 def test_a_hub_model_without_network_says_so(monkeypatch, no_network):

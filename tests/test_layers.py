@@ -12,7 +12,7 @@ REPO = Path(__file__).resolve().parent.parent
 # top to bottom; a file belongs to the layer of the longest of these patterns that matches it (a pattern
 # ending in "/" holds every file below it; the others are fnmatch patterns)
 LAYERS = (
-    ("cli", ("pipeline/__main__.py", "pipeline/cli.py", "pipeline/remembered.py")),
+    ("cli", ("pipeline/__main__.py", "pipeline/cli/", "pipeline/remembered.py")),
     ("applications", ("reports/", "videobert/eval/", "videobert/export*.py")),   # reached from the CLI alone
     ("stages", ("stages/",)),                          # a stage's run code: stages/<name>/run.py, ...
     ("trainer", ("videobert/",)),                      # the train stage's heavy code

@@ -136,13 +136,13 @@ def test_map_retries_a_part_that_raised_or_whose_worker_died(tmp_path, ray_insta
             os._exit(1)   # the worker process dies, as on a lost node or the OOM killer
         return item * 10
 
-    assert RayExecutor(load_config(None, ["executor.max_retries=1"])).map(flaky, [0, 1, 2]) == [0, 10, 20]
+    assert RayExecutor(load_config(None, ["executor.max_retries=1"])).map(flaky, [0, 1, 2], role="kmeans") == [0, 10, 20]
 
     def always_fails(item):
         raise ValueError(f"part {item} is broken")
 
     with pytest.raises(RuntimeError, match=r"always_fails failed on part 0 after 1 attempt\(s\): ValueError"):
-        RayExecutor(load_config(None, ["executor.max_retries=0"])).map(always_fails, [0])
+        RayExecutor(load_config(None, ["executor.max_retries=0"])).map(always_fails, [0], role="kmeans")
 
 
 def test_task_resources_come_from_the_config_over_the_defaults():

@@ -14,6 +14,7 @@ import pytest
 from media_factory import one_clip_videos
 
 from pipeline import cli, remembered
+from pipeline.cli.whole_run import RUN_STAGES
 from pipeline.engine.workdir import WorkDir
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -93,7 +94,7 @@ def test_a_rerun_starts_no_pool_and_says_every_stage_is_current(whole_run, video
     table = err[err.index("run: done in"):].splitlines()
     assert table[0].startswith("run: done in") and str(work) in table[0]
     rows = {line.split()[0]: line for line in table[1:] if line.startswith("  ")}
-    assert list(rows) == [*cli.RUN_STAGES, "validate", "summary"]
+    assert list(rows) == [*RUN_STAGES, "validate", "summary"]
     assert rows["manifest"].endswith("3 video(s) in 2 shard(s), unchanged")
     for stage in ("features", "quantize", "asr", "align"):
         assert rows[stage].endswith("0 shard(s) run, 2 already current"), rows[stage]

@@ -101,7 +101,8 @@ class LocalExecutor:
                     done(by_shard[futures[future]])
             return [by_shard[shard_index] for shard_index in shards]
 
-    def map(self, fn: Callable, items: Iterable) -> list:
+    def map(self, fn: Callable, items: Iterable, role: str = "") -> list:
+        """`[fn(item) for item in items]` in the pool (`role`, the Ray role of the parts, matters only on Ray)."""
         items = list(items)
         if self.workers <= 1 or len(items) <= 1:
             return [fn(item) for item in items]

@@ -330,14 +330,15 @@ class RayExecutor:
             ray.kill(actor)
         return [results[s] for s in shards]
 
-    def map(self, fn: Callable, items: Iterable) -> list:
-        """`[fn(item) for item in items]` as Ray tasks (resources of `executor.ray_resources.kmeans`,
-        retried like shards); a part that keeps failing raises, naming it. `fn` may be any picklable
-        callable (a function, a functools.partial), as for the local executor's process pool."""
+    def map(self, fn: Callable, items: Iterable, role: str) -> list:
+        """`[fn(item) for item in items]` as Ray tasks, each with the resources of the stage's Ray `role`
+        (`executor.ray_resources.ROLE`), retried like shards; a part that keeps failing raises, naming it.
+        `fn` may be any picklable callable (a function, a functools.partial), as for the local executor's
+        process pool."""
         ray, cfg = self._ray, self.cfg
-        self.require_feasible(("kmeans", task_options(cfg, "kmeans")))
+        self.require_feasible((role, task_options(cfg, role)))
         remote = ray.remote(_apply).options(max_retries=cfg.executor.max_retries, retry_exceptions=True,
-                                            **task_options(cfg, "kmeans"))
+                                            **task_options(cfg, role))
         shared_fn = ray.put(fn)
         refs = [remote.remote(shared_fn, item) for item in items]
         results = []

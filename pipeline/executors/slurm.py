@@ -31,7 +31,7 @@ split array joined by ":", which --after and --dependency take as they are):
     python -m pipeline submit features --num-shards 20 --work-dir W --after "$decode"
 
 `submit pipeline` submits features, kmeans, quantize, asr and align (and train, --with-train) as one such
-chain, each stage after the ones it reads (PIPELINE_AFTER), and prints a `STAGE IDS` line per stage.
+chain, each stage after the ones it reads (pipeline_after), and prints a `STAGE IDS` line per stage.
 `--only-incomplete` submits only the tasks with a shard that is not current, with their own task numbers
 (`--array=1,4`), so a retry after a failure redoes nothing that is done. A refusal of sbatch is printed on
 one line with the setting that fixes it (sbatch_failure) and exits 2.
@@ -62,7 +62,8 @@ from pipeline.registry import SHARD_STAGES
 
 REPO = Path(__file__).resolve().parents[2]
 JOB_ID = re.compile(r"\d+(_\d+)?")
-SUBMIT_STAGES = SHARD_STAGES + ("kmeans", "train")
+# every stage but the root (the manifest lists the input where the user is, before any job)
+SUBMIT_STAGES = tuple(spec.name for spec in registry.STAGES if spec.reads)
 SLURM_DEFAULT_MAX_ARRAY_SIZE = 1001      # Slurm's own default: array indexes 0..1000
 # a value sbatch reads as one plain word on a #SBATCH line: no space, quote, backslash, "#" (a comment) or
 # control character
@@ -136,7 +137,8 @@ def pipeline_command(stage: str, *, work_dir: Path, config: str | None, override
         task = '"$SLURM_ARRAY_TASK_ID"' if not first_task else f'"$((SLURM_ARRAY_TASK_ID + {int(first_task)}))"'
         return (f"{shlex.quote(python)} -m pipeline {stage} {quoted} --executor local "
                 f'--shard {task} --num-shards {int(num_shards)} --workers "${{SLURM_CPUS_PER_TASK:-1}}"')
-    if stage == "train":
+    spec = registry.stage(stage)
+    if spec.distributed:
         if nodes > 1:
             # one torchrun per node (srun), which starts a process per GPU; all meet at the first node
             launcher = (f'srun --nodes={int(nodes)} --ntasks={int(nodes)} --ntasks-per-node=1 '
@@ -149,9 +151,12 @@ def pipeline_command(stage: str, *, work_dir: Path, config: str | None, override
             launcher = f"{shlex.quote(python)} -m torch.distributed.run --standalone --nproc-per-node {int(gpus)} -m pipeline"
         else:
             launcher = f"{shlex.quote(python)} -m pipeline"
-        return f"{launcher} train {quoted} --resume"
-    return (f'{shlex.quote(python)} -m pipeline {stage} {quoted} --executor local '
-            f'--workers "${{SLURM_CPUS_PER_TASK:-1}}"')
+    else:
+        launcher = f"{shlex.quote(python)} -m pipeline"
+    line = f"{launcher} {stage} {quoted}"
+    if spec.workers:   # its parts in a local pool of the task's CPUs
+        line += ' --executor local --workers "${SLURM_CPUS_PER_TASK:-1}"'
+    return " ".join([line, *map(shlex.quote, spec.batch_arguments)])
 
 
 def _check_job_ids(after: list[str]) -> list[str]:
@@ -190,7 +195,7 @@ def sbatch_script(cfg: Config, stage: str, *, work_dir: Path, config: str | None
             raise ScriptError(f"executor.slurm_extra[{index}] must start with '#SBATCH ' (got {line!r})")
         _one_line(line, f"executor.slurm_extra[{index}]")
     gpus = int(ex.slurm_gpus) if registry.stage(stage).uses_gpu else 0
-    nodes = int(ex.slurm_nodes) if stage == "train" else 1
+    nodes = int(ex.slurm_nodes) if registry.stage(stage).distributed else 1
     is_array = stage in SHARD_STAGES
     num_shards, first_task = int(num_shards), int(first_task)
     tasks = num_shards - first_task if tasks is None else int(tasks)
@@ -327,10 +332,11 @@ def sbatch_failure(stderr: str, *, max_array_size: int) -> str:
 
 def _only_incomplete_tasks(cfg: Config, work_dir, stage: str, num_shards: int) -> set[int]:
     """The tasks (of num_shards, task t taking manifest shards s % num_shards == t) with a shard of `stage`
-    that is not current; for kmeans and train, {0} unless the stage is current."""
+    that is not current; for a whole-collection stage, {0} unless it is current (train never is: its job
+    resumes)."""
     lineage = Lineage(work_dir, cfg)
     if stage not in SHARD_STAGES:
-        return set() if stage == "kmeans" and lineage.state("kmeans").current else {0}
+        return set() if lineage.state(stage).current else {0}
     return {shard % num_shards for shard, state in lineage.stage_states(stage, verify="size").items()
             if not state.current}
 
@@ -413,9 +419,14 @@ def _submit_stage(cfg: Config, args, stage: str, after: list[str], max_array_siz
     return job_ids
 
 
-# `submit pipeline`: each stage after the ones it reads (asr reads only the manifest: it runs beside features)
-PIPELINE_AFTER = {"features": (), "kmeans": ("features",), "quantize": ("kmeans",), "asr": (),
-                  "align": ("quantize", "asr"), "train": ("align",)}
+def pipeline_after(with_optional: bool) -> dict[str, tuple[str, ...]]:
+    """`submit pipeline`'s stages in order, each after the submitted stages it reads (asr reads only the
+    manifest: it runs beside features; a stage made in another's pass, decode, is that stage)."""
+    made_by = {made: spec.name for spec in registry.STAGES for made in spec.also_makes}
+    stages = [spec for spec in registry.run_stages(with_optional=with_optional) if spec.reads]
+    return {spec.name: tuple(dict.fromkeys(made_by.get(name, name) for name in spec.reads
+                                           if registry.stage(name).reads))
+            for spec in stages}
 
 
 def submit(cfg: Config, args) -> int:
@@ -433,10 +444,10 @@ def submit(cfg: Config, args) -> int:
             if job_ids or not args.dry_run:
                 print(":".join(job_ids))
             return 0
-        stages = [s for s in PIPELINE_AFTER if s != "train" or getattr(args, "with_train", False)]
+        chain = pipeline_after(with_optional=getattr(args, "with_train", False))
         submitted: dict[str, list[str]] = {}
-        for stage in stages:
-            upstream = [job for name in PIPELINE_AFTER[stage] for job in submitted.get(name, [])]
+        for stage, reads in chain.items():
+            upstream = [job for name in reads for job in submitted.get(name, [])]
             job_ids = _submit_stage(cfg, args, stage, after + upstream, max_array_size)
             submitted[stage] = job_ids
             if not args.dry_run:

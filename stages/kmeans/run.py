@@ -17,6 +17,7 @@ other children stay empty (count 0, never chosen during descent); descendants of
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
@@ -30,6 +31,7 @@ import numpy as np
 import schemas.codebook as codebook_format
 from pipeline import storage, threads, visual_words
 from pipeline.config import Config
+from pipeline.contract import CollectionResult, CollectionRun
 from stages.kmeans import KmeansConfig
 from pipeline.engine import lineage
 from pipeline.engine.workdir import WorkDir
@@ -373,7 +375,8 @@ def run(cfg: Config, work_dir, executor, *, force: bool = False, quiet: bool = F
         warning = size_warning(sample_stats["sample_size"], kcfg.depth, kcfg.k, features_rows=capped_rows)
         if warning:
             log.warning("kmeans: %s", warning)
-        fit = fit_tree(sample_path, kcfg, pool.map, sample_size=sample_stats["sample_size"],
+        fit = fit_tree(sample_path, kcfg, functools.partial(pool.map, role="kmeans"),
+                       sample_size=sample_stats["sample_size"],
                        threads_per_task=threads_per_task(getattr(pool, "workers", None), kcfg.k))
     finally:
         sample_path.unlink(missing_ok=True)
@@ -453,3 +456,11 @@ def codebook_info(work_dir, top: int = 10) -> str:
         path = codebook_format.path_label(k, codebook.depth, leaf)
         lines.append(f"  {leaf:>7} {path:<16} {int(leaf_counts[leaf]):>9,} {leaf_counts[leaf] / total:>7.2%}")
     return "\n".join(lines)
+
+
+def run_collection(job: CollectionRun) -> CollectionResult:
+    """The stage's run: the codebook fitted unless current, its subtrees on the command's executor."""
+    stats = run(job.cfg, job.work_dir, job.executor, force=job.options["force"], quiet=job.quiet)
+    if stats.get("skipped"):
+        return CollectionResult("the codebook is current", [f"kmeans: the codebook is current ({stats['codebook']})"])
+    return CollectionResult("codebook fitted", [json.dumps(stats, indent=2, default=str)])

