@@ -54,9 +54,12 @@ def test_every_string_of_a_record_resolves_to_an_object_of_its_kind(stage):
 
 @pytest.mark.parametrize("stage", STAGES, ids=IDS)
 def test_a_per_shard_stage_has_tables_and_a_run_function(stage):
-    if not stage.per_shard:
-        assert not stage.tables and not stage.run and not stage.also_makes and not stage.split
+    assert stage.run and callable(stage.function("run"))
+    if not stage.per_shard:   # whole-collection: one run, its own options; no shard tables
+        assert not stage.tables and not stage.also_makes and not stage.split
+        assert len({option.name for option in stage.options}) == len(stage.options)
         return
+    assert not stage.options and not stage.workers, f"{stage.name}: a per-shard stage takes the shard options"
     assert "" in stage.tables and all(isinstance(schema, schemas.Schema) for schema in stage.tables.values())
     assert stage.run and callable(stage.function("run"))
     assert set(stage.checks) <= set(stage.tables), f"{stage.name} checks a table it does not make"
