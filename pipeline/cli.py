@@ -389,20 +389,20 @@ def run_train(args, cfg) -> int:
 
 
 def run_eval(args, cfg) -> int:
-    from videobert import evaluate
+    from videobert.eval import evaluate
     if args.task == "zero-shot":
-        from videobert import zero_shot
+        from videobert.eval import zero_shot
         zero_shot.zero_shot(cfg, args.work_dir, checkpoint=args.checkpoint, quiet=args.quiet)
     elif args.task == "linear-probe":
-        from videobert import probe
+        from videobert.eval import probe
         probe.linear_probe(cfg, args.work_dir, quiet=args.quiet)
     elif args.task == "features":
         print(evaluate.extract_features(cfg, args.work_dir, checkpoint=args.checkpoint))
     elif args.task == "captioning":
-        from videobert import captioning
+        from videobert.eval import captioning
         captioning.run_captioning(cfg, args.work_dir, checkpoint=args.checkpoint, quiet=args.quiet)
     elif args.task == "forecast":
-        from videobert import forecast
+        from videobert.eval import forecast
         report = forecast.forecast(cfg, args.work_dir, checkpoint=args.checkpoint)
         for word in report["words"]:
             print(f"v{word['leaf']}: " + "; ".join(
@@ -420,7 +420,7 @@ def run_eval(args, cfg) -> int:
 
 
 def run_youcook2(args, cfg) -> int:
-    from videobert import youcook2
+    from videobert.eval import youcook2
     if args.command == "youcook2-manifest":
         path, table, found = youcook2.write_manifest(cfg, args.annotations, args.videos, args.work_dir,
                                                      subsets=args.subset, incremental=not args.force,

@@ -10,8 +10,9 @@ REPO = Path(__file__).resolve().parent.parent
 # top to bottom; a file belongs to the layer of the longest of these paths that holds it
 LAYERS = (
     ("cli", ("pipeline/__main__.py", "pipeline/cli.py", "pipeline/remembered.py", "pipeline/preflight.py")),
-    ("applications", ("reports/", "videobert/")),      # reached from the CLI alone
+    ("applications", ("reports/", "videobert/eval/", "videobert/export.py", "videobert/export_inputs.py")),
     ("stages", ("stages/",)),
+    ("trainer", ("videobert/",)),                     # the train stage's heavy code: it never imports eval/
     ("executors", ("pipeline/executors/",)),
     ("networks", ("pipeline/s3d/", "speech/")),     # the models the stages run: S3D, speech recognition
     ("engine", ("pipeline/engine/",)),
