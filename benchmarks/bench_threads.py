@@ -5,7 +5,7 @@ Slurm tasks of `--cpus-per-task cpus/P` on one node without CPU binding; SLURM_C
 Each runs the same work at once, with its thread count either
 - before: torch's own choice (one thread per core of the machine, whatever the process was given), or
 - after: the default of pipeline/threads.py (num_threads 0: the process's share, SLURM_CPUS_PER_TASK here),
-through the real code paths: the trainer's `_start_runtime` (a training step of a small BERT: forward,
+through the real code paths: the trainer's `start_runtime` (a training step of a small BERT: forward,
 backward, AdamW) and the features encoder `encoder_for` (S3D, random weights, uint8 clips in, 1024-d out).
 Rounds alternate before and after so that both see the same load; the medians and their ratio are printed.
 
@@ -32,9 +32,9 @@ def train_rate(mode: str, steps: int) -> tuple[int, float]:
     import torch
     from transformers import BertConfig, BertForMaskedLM
 
-    from videobert.train import _start_runtime
+    from videobert.runtime import start_runtime
 
-    _start_runtime("cpu", torch.get_num_threads() if mode == "before" else 0)
+    start_runtime("cpu", torch.get_num_threads() if mode == "before" else 0)
     torch.manual_seed(0)
     model = BertForMaskedLM(BertConfig(vocab_size=8000, hidden_size=256, num_hidden_layers=4, num_attention_heads=4,
                                        intermediate_size=1024, max_position_embeddings=128))

@@ -127,7 +127,7 @@ YOUCOOK2_SUBSETS = ("training", "validation", "testing")
 
 @dataclass
 class CaptionConfig:
-    # eval captioning (videobert/captioning.py): the paper's YouCook II transfer setup (Zhou et al. 2018's
+    # eval captioning (videobert/eval/captioning.py): the paper's YouCook II transfer setup (Zhou et al. 2018's
     # encoder-decoder); the defaults are the paper's values
     rows: list[str] = setting(factory=lambda: list(CAPTION_ROWS), each=True, choices=CAPTION_ROWS,
                               rule=rules.named_once("rows", "row", CAPTION_ROWS))

@@ -13,7 +13,7 @@ from collections import Counter
 
 import pytest
 
-from videobert import caption_metrics
+from videobert.eval import caption_metrics
 
 # lower-case, unpunctuated captions: the PTB tokenizer leaves them as they are, so the references can
 # split on spaces

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from videobert import captioning
+from videobert.eval import captioning
 
 CAPTIONS = ["chop the onion", "pour the sauce over the pasta", "beat the eggs in a bowl"]
 

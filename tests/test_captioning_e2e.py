@@ -16,7 +16,7 @@ import schemas
 from pipeline import cli, storage
 from pipeline.engine.workdir import WorkDir
 from pipeline.tokenizer import load_tokenizer
-from videobert import captioning, forecast
+from videobert.eval import captioning, forecast
 from videobert.synthetic import write_synthetic
 from videobert.train import train
 

@@ -20,7 +20,8 @@ from pipeline.config import ConfigError, load_config
 from pipeline.engine.workdir import WorkDir
 from pipeline.tokenizer import load_tokenizer
 from reports import validate
-from videobert import checkpoints, evaluate
+from videobert import checkpoints
+from videobert.eval import evaluate
 from videobert import train as train_module
 from videobert.checkpoints import CorruptCheckpoint, TrainingDiverged, TrainingLocked, latest_checkpoint
 from videobert.synthetic import write_synthetic

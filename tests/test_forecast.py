@@ -14,7 +14,8 @@ from test_youcook2 import synthetic_quantize
 
 from pipeline.engine.workdir import WorkDir
 from pipeline.tokenizer import load_tokenizer
-from videobert import checkpoints, forecast
+from videobert import checkpoints
+from videobert.eval import forecast
 from videobert.model import VideoBert
 from videobert.synthetic import write_synthetic
 from videobert.train import train

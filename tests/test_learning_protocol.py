@@ -14,11 +14,11 @@ import yaml
 
 from pipeline.config import ConfigError, load_config
 from pipeline.tokenizer import load_tokenizer
-from videobert import zero_shot
+from videobert.eval import zero_shot
 from videobert.synthetic import HELD_OUT_PAIRS, HELD_OUT_WORDINGS, NOUNS, TRAIN_WORDINGS, VERBS, write_synthetic
 from videobert.train import train
 from videobert.validation import read_splits
-from videobert.zero_shot import evaluate_videos
+from videobert.eval.zero_shot import evaluate_videos
 
 REPO = Path(__file__).resolve().parent.parent
 

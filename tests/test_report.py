@@ -206,7 +206,7 @@ def test_rates_in_the_stage_table_are_readable(tmp_path):
 
 
 def zero_shot_report(rows: dict) -> dict:
-    """DIR/eval/zero_shot.json as videobert/zero_shot.py writes it (the keys the report reads)."""
+    """DIR/eval/zero_shot.json as videobert/eval/zero_shot.py writes it (the keys the report reads)."""
     return {"step": 40, "segments": 8, "segment_source": "annotations.json", "verbs": 9, "nouns": 12,
             "template": "now let me show you how to [MASK] the [MASK]", "precision": "float32",
             "rankings": ["open", "closed"], "candidates": {"open": {"verb": 22501, "noun": 22502},

@@ -101,7 +101,7 @@ def test_a_local_pool_divides_the_allocation_among_its_workers(monkeypatch):
 
 
 def test_the_trainer_and_the_features_encoder_take_the_allocation_and_an_explicit_setting_wins():
-    train = ("import torch; from videobert.train import _start_runtime; _start_runtime('cpu', {}); "
+    train = ("import torch; from videobert.runtime import start_runtime; start_runtime('cpu', {}); "
              "print(torch.get_num_threads())")
     assert _child(train.format(0), {"SLURM_CPUS_PER_TASK": "1"}) == "1"
     assert _child(train.format(0), {"OMP_NUM_THREADS": "3", "LOCAL_WORLD_SIZE": "3"}) == "1"

@@ -17,7 +17,7 @@ from pipeline.config import load_config
 from pipeline.engine.lineage import Lineage
 from pipeline.engine.workdir import WorkDir
 from pipeline.tokenizer import load_tokenizer
-from videobert import stream
+from videobert import shards, stream
 from videobert.checkpoints import latest_checkpoint
 from videobert.synthetic import write_synthetic
 from videobert.train import train, training_inputs
@@ -85,7 +85,7 @@ def test_a_rewrite_during_training_is_never_read_and_the_checkpoint_names_what_w
 def test_a_rewrite_between_pinning_and_verifying_stops_the_start_in_one_line(tmp_path, tokenizer, monkeypatch):
     write_synthetic(tmp_path, tokenizer, videos=4, videos_per_shard=2)
     work = WorkDir(tmp_path)
-    real_pin = stream.pin_shards
+    real_pin = shards.pin_shards
 
     def pin_then_rewrite(paths, temporaries):
         pinned = real_pin(paths, temporaries)

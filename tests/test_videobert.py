@@ -22,7 +22,7 @@ from pipeline.config import load_config
 from pipeline.engine import lineage
 from pipeline.engine.workdir import WorkDir
 from pipeline.tokenizer import load_tokenizer
-from videobert import evaluate, zero_shot
+from videobert.eval import evaluate, zero_shot
 from videobert.checkpoints import latest_checkpoint
 from videobert.data import VocabLayout
 from videobert.model import VideoBert, build_model, visual_embedding_rows

@@ -1,4 +1,5 @@
-"""The YouCook II kit (videobert/youcook2.py) and the supervised S3D linear probe (videobert/probe.py): the
+"""The YouCook II kit (videobert/eval/youcook2.py, and videobert/youcook2.py reading the annotations and keeping
+the evaluation videos out of pre-training) and the supervised S3D linear probe (videobert/eval/probe.py): the
 manifest from an annotations file in the official format with local clips named by YouTube id, evaluation
 segments cut at the annotated times, verb/noun lists and labels from the captions by the POS tagger, zero-shot
 on the annotated segments, and the probe on planted features."""
@@ -23,7 +24,8 @@ from pipeline.engine.lineage import Lineage
 from pipeline.engine.manifest import ManifestError
 from pipeline.engine.workdir import WorkDir
 from pipeline.tokenizer import load_tokenizer
-from videobert import probe, youcook2, zero_shot
+from videobert import youcook2 as kept_apart
+from videobert.eval import probe, youcook2, zero_shot
 from videobert.data import VocabLayout
 from videobert.synthetic import NOUNS, VERBS, write_synthetic
 from videobert.train import train
@@ -91,7 +93,7 @@ def test_manifest_from_the_annotations_and_a_folder_of_videos_by_youtube_id(tmp_
 
 
 def test_the_bundled_sample_names_the_sample_videos():
-    annotations = youcook2.read_annotations(SAMPLE)
+    annotations = kept_apart.read_annotations(SAMPLE)
     assert set(youcook2.find_videos(REPO / "samples", annotations)) == set(annotations)
     assert {video.subset for video in annotations.values()} == {"training", "validation"}
     for video in annotations.values():
@@ -269,9 +271,9 @@ def spy_on_training_shards(monkeypatch) -> list[Path]:
     seen: list[Path] = []
     setup = train_module._setup
 
-    def spying(cfg, runtime, shards, *args, **kwargs):
+    def spying(session, shards, *args, **kwargs):
         seen.extend(shards)
-        return setup(cfg, runtime, shards, *args, **kwargs)
+        return setup(session, shards, *args, **kwargs)
 
     monkeypatch.setattr(train_module, "_setup", spying)
     return seen
@@ -290,9 +292,9 @@ def test_pre_training_leaves_out_the_videos_of_the_evaluation_subsets(tmp_path, 
         "not_in_the_shards": entry("validation", [(0, 3, "pour it")])})
     seen = spy_on_training_shards(monkeypatch)
     train(config(tmp_path, f"train.youcook2_annotations={annotations}"), tmp_path, quiet=True)
-    assert seen and all(path.parent.name == youcook2.KEPT_APART_FOLDER for path in seen)
+    assert seen and all(path.parent.name == kept_apart.KEPT_APART_FOLDER for path in seen)
     assert trained_video_ids(seen) == {f"synthetic{v:04d}" for v in range(8)} - {"synthetic0001", "synthetic0002"}
-    record = json.loads((WorkDir(tmp_path).train_folder / youcook2.KEPT_APART_FOLDER / "videos.json").read_text())
+    record = json.loads((WorkDir(tmp_path).train_folder / kept_apart.KEPT_APART_FOLDER / "videos.json").read_text())
     assert record["videos_left_out"] == ["synthetic0001", "synthetic0002"]
     assert record["annotations_sha256"] == storage.file_sha256(annotations)
     # opted out: every video trained on (an empty list), and the setting is part of the run's lineage
@@ -307,7 +309,7 @@ def test_pre_training_leaves_out_the_videos_of_the_evaluation_subsets(tmp_path, 
     everything = annotations_file(tmp_path / "everything.json", {
         f"synthetic{v:04d}": entry("validation", [(0, 3, "cut the onion")]) for v in range(8)})
     with pytest.raises(ValueError, match="nothing is left to pre-train on"):
-        youcook2.keep_apart(config(tmp_path, f"train.youcook2_annotations={everything}"), tmp_path,
+        kept_apart.keep_apart(config(tmp_path, f"train.youcook2_annotations={everything}"), tmp_path,
                             sorted((tmp_path / "align").glob("part-*.parquet")), write=False)
 
 
@@ -320,7 +322,7 @@ def test_make_youcook2_never_pretrains_on_a_validation_segment(tmp_path, monkeyp
     assert cli.main(["youcook2-manifest", *run, "--annotations", str(SAMPLE), "--videos", str(REPO / "samples")]) == 0
     for stage in ("features", "kmeans", "quantize", "asr", "align"):
         assert cli.main([stage, *run]) == 0, stage
-    annotations = youcook2.read_annotations(SAMPLE)
+    annotations = kept_apart.read_annotations(SAMPLE)
     validation = {v for v, video in annotations.items() if video.subset == "validation"}
     assert validation and validation < set(annotations)
     # one codebook for all: the validation videos are quantized (and aligned) like the others

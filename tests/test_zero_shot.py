@@ -1,4 +1,4 @@
-"""The zero-shot protocol (videobert/zero_shot.py) and predict-video on a briefly trained VideoBERT: words
+"""The zero-shot protocol (videobert/eval/zero_shot.py) and predict-video on a briefly trained VideoBERT: words
 WordPiece splits scored jointly with one [MASK] per piece, any-of labels, the three rows in both rankings,
 float32 scores whatever the training precision, and no empty leaf ever predicted."""
 
@@ -13,7 +13,7 @@ from test_videobert import TOKENIZER_SPEC, config, tiny_checkpoint
 
 from pipeline.config import load_config
 from pipeline.tokenizer import encode, load_tokenizer
-from videobert import evaluate, zero_shot
+from videobert.eval import evaluate, zero_shot
 from videobert.data import assemble
 from videobert.model import VideoBert
 from videobert.synthetic import NOUNS, VERBS, write_synthetic

@@ -22,11 +22,12 @@ import json
 import os
 import shutil
 import socket
+import sys
 import time
 from pathlib import Path
 
 from pipeline import storage
-from pipeline.engine.lineage import CorruptFile
+from pipeline.engine.lineage import CorruptFile, explain
 from pipeline.engine.workdir import WorkDir
 
 TRAINER_STATE_NAME = "trainer.pt"
@@ -329,6 +330,85 @@ def load_for_evaluation(files, checkpoint: Path | None, device="cpu", *, attempt
     raise RotatedOut(f"the newest checkpoint in {WorkDir(files).checkpoints} was rotated out {attempts} times "
                      f"before it could be opened (train saves faster than it can be read): raise "
                      f"train.keep_checkpoints")
+
+
+# ---------------------------------------------------------------- a training run's checkpoints
+
+def rng_state(device) -> dict:
+    import torch
+
+    return {"torch": torch.get_rng_state(),
+            "cuda": torch.cuda.get_rng_state(device) if device.type == "cuda" else None}
+
+
+def set_rng_state(state: dict, device) -> None:
+    import torch
+
+    torch.set_rng_state(state["torch"])
+    if device.type == "cuda" and state["cuda"] is not None:
+        torch.cuda.set_rng_state(state["cuda"], device)
+
+
+def save(root: Path, step: int, model, info: dict, trainer_state: dict, keep: int) -> Path:
+    """Write checkpoint `root`/step-NNNNNNNN (model, model.json with `info`, trainer.pt with `trainer_state`: the
+    optimiser, scheduler, data position and `ranks`, each rank's state; checksums.json) under a temporary
+    name, rename it and keep the newest `keep`; a checkpoint that exists is left as it is."""
+    import torch
+
+    final = root / f"step-{step:08d}"
+    if final.exists():
+        return final
+    tmp = storage.atomic_path(final)
+    tmp.mkdir()
+    with written(tmp):           # a full disk: one OSError naming it, not a library's traceback
+        model.save(tmp, dict(info, step=step))
+        torch.save(_interned_keys(trainer_state), tmp / TRAINER_STATE_NAME)
+        write_checksums(tmp)     # inside the folder before it has its final name
+    os.replace(tmp, final)
+    rotate(root, keep)
+    return final
+
+
+def _interned_keys(value):
+    """`value` with every dict's string keys interned. Pickle writes a string once per object: the optimiser
+    state a resumed run loaded holds keys ("step", ...) that are other objects than the code's own, and
+    without this its trainer.pt would differ in bytes from an uninterrupted run's."""
+    if isinstance(value, dict):
+        return {sys.intern(k) if type(k) is str else k: _interned_keys(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_interned_keys(v) for v in value]
+    return value
+
+
+def read_info(folder: Path) -> dict:
+    """A verified checkpoint's model.json (how its model was made), or CorruptCheckpoint."""
+    from videobert.model import INFO_NAME
+
+    try:
+        return json.loads((folder / INFO_NAME).read_text())
+    except (OSError, ValueError) as error:
+        raise damaged(folder, f"{folder / INFO_NAME} cannot be read ({storage.one_line(error)})",
+                      resuming=True) from None
+
+
+def require_same_lineage(folder: Path, info: dict, lineage: dict) -> None:
+    """A checkpoint is continued only on the inputs and config it was trained with."""
+    if info.get("lineage") != lineage:
+        raise ValueError(f"{folder} was trained on other inputs or settings ({explain(info.get('lineage'), lineage)}): "
+                         f"`train --restart` moves the old run aside and trains anew")
+
+
+def move_aside(work: WorkDir, files: WorkDir) -> Path:
+    """Move a run's train/ (and its local mirror's) to DIR/_state/replaced/train-<time>; returns where."""
+    destination = work.state / "replaced" / f"train-{time.strftime('%Y%m%d-%H%M%S')}"
+    if storage.is_remote(work.root):
+        if work.train_folder.exists():
+            work.train_folder.fs.mv(work.train_folder.path, destination.path, recursive=True)
+        shutil.rmtree(files.train_folder, ignore_errors=True)
+        return destination
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(work.train_folder, destination)
+    return destination
 
 
 # ---------------------------------------------------------------- the errors a run stops with

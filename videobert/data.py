@@ -33,9 +33,11 @@ import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
-from videobert.stream import (  # noqa: F401  (re-exported: the data layer's names in one place)
-    ALIGNED, EMPTY, IGNORE, NOT_ALIGNED, REGIMES, TEXT, TEXT_VIDEO, VIDEO, DataParams, PinnedShards, Plan, PlanStream,
-    Segment, Unit, Video, read_segments, read_videos, runs, stream_shards, training_shards)
+from videobert.shards import (  # noqa: F401  (re-exported: the data layer's names in one place)
+    EMPTY, PinnedShards, Segment, read_segments, training_shards)
+from videobert.stream import (  # noqa: F401  (re-exported)
+    ALIGNED, IGNORE, NOT_ALIGNED, REGIMES, TEXT, TEXT_VIDEO, VIDEO, DataParams, Plan, PlanStream, Unit, Video,
+    read_videos, runs, stream_shards)
 from videobert.vocab import VocabLayout, replacement_text_ids  # noqa: F401  (re-exported)
 
 
@@ -180,7 +182,7 @@ class ShardDataset(IterableDataset):
                  params: DataParams, batch_size: int, seed: int, rank: int = 0, world_size: int = 1,
                  start_batch: int = 0, plan_states: dict[int, dict] | None = None, checkpoint_every: int = 0,
                  stop_batch: int = 0):
-        # pinned shards stay `PinnedShards`: those on object storage are checked at each open (stream.pin_shards)
+        # pinned shards stay `PinnedShards`: those on object storage are checked at each open (shards.pin_shards)
         self.shards = shards if isinstance(shards, PinnedShards) else list(shards)
         self.layout, self.text_replacements = layout, text_replacements
         self.params, self.batch_size, self.seed = params, batch_size, seed

@@ -9,20 +9,20 @@ from pipeline.cli.common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, outcomes
 
 
 def run_eval(args, cfg) -> int:
-    from videobert import evaluate
+    from videobert.eval import evaluate
     if args.task == "zero-shot":
-        from videobert import zero_shot
+        from videobert.eval import zero_shot
         zero_shot.zero_shot(cfg, args.work_dir, checkpoint=args.checkpoint, quiet=args.quiet)
     elif args.task == "linear-probe":
-        from videobert import probe
+        from videobert.eval import probe
         probe.linear_probe(cfg, args.work_dir, quiet=args.quiet)
     elif args.task == "features":
         print(evaluate.extract_features(cfg, args.work_dir, checkpoint=args.checkpoint))
     elif args.task == "captioning":
-        from videobert import captioning
+        from videobert.eval import captioning
         captioning.run_captioning(cfg, args.work_dir, checkpoint=args.checkpoint, quiet=args.quiet)
     elif args.task == "forecast":
-        from videobert import forecast
+        from videobert.eval import forecast
         report = forecast.forecast(cfg, args.work_dir, checkpoint=args.checkpoint)
         for word in report["words"]:
             print(f"v{word['leaf']}: " + "; ".join(
@@ -51,7 +51,7 @@ def print_predictions(path) -> None:
 
 def run_youcook2_manifest(args, cfg) -> int:
     from pipeline.cli.common import confirm_removal
-    from videobert import youcook2
+    from videobert.eval import youcook2
     path, table, found = youcook2.write_manifest(cfg, args.annotations, args.videos, args.work_dir,
                                                  subsets=args.subset, incremental=not args.force,
                                                  confirm_removal=confirm_removal(args))
@@ -67,7 +67,7 @@ def run_youcook2_manifest(args, cfg) -> int:
 
 
 def run_youcook2_labels(args, cfg) -> int:
-    from videobert import youcook2
+    from videobert.eval import youcook2
     out = args.out or youcook2.labels_folder(args.work_dir)
     summary = youcook2.write_labels(cfg, args.annotations, out)
     print(f"youcook2-labels: {len(summary['verbs'])} verbs, {len(summary['nouns'])} nouns from the "

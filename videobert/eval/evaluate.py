@@ -1,7 +1,7 @@
 """Evaluation of a trained VideoBERT (the newest checkpoint in DIR/train/checkpoints unless one is given).
 
-- zero-shot verb/noun classification: videobert/zero_shot.py; the supervised linear probe on the S3D
-  features: videobert/probe.py;
+- zero-shot verb/noun classification: videobert/eval/zero_shot.py; the supervised linear probe on the S3D
+  features: videobert/eval/probe.py;
 - `extract_features`: the paper's downstream features: `[CLS] <eval.features_template> [>] visual
   tokens [SEP]`; the mean final state of the visual tokens concatenated with the mean final state of the
   masked text tokens, one vector per segment in DIR/eval/features.parquet.
@@ -30,7 +30,7 @@ from videobert import checkpoints
 from videobert.data import VocabLayout, assemble, pad_examples, read_segments
 from videobert.data_checks import require_codebook
 from videobert.model import VideoBert
-from videobert.train import autocast, resolve_device
+from videobert.runtime import autocast, resolve_device
 
 _EXTRA_COLUMNS = ("segment_index", "start_s", "end_s", "kind")
 

@@ -36,7 +36,7 @@ from pipeline import storage
 from pipeline.config import Config
 from pipeline.engine.workdir import WorkDir
 from videobert.data import EMPTY, assemble
-from videobert.evaluate import Evaluator
+from videobert.eval.evaluate import Evaluator
 
 TOP = 3
 CONTEXT = 4             # visual words before the forecast position
@@ -110,7 +110,7 @@ def held_out_videos(ev: Evaluator, work_dir) -> list[str]:
 def video_tokens(ev: Evaluator, work_dir) -> dict[str, np.ndarray]:
     """Every quantized video's visual words in clip order (the quantize parts of the model's codebook)."""
     from videobert.data_checks import require_codebook
-    from videobert.youcook2 import video_clips
+    from videobert.eval.youcook2 import video_clips
 
     from pipeline.engine.lineage import Lineage
     parts = [path for _, path in Lineage(WorkDir(work_dir)).current_parts("quantize")]

@@ -25,7 +25,7 @@ from pipeline import storage
 from pipeline.config import Config
 from pipeline.engine.lineage import Lineage
 from pipeline.engine.workdir import WorkDir
-from videobert.zero_shot import (
+from videobert.eval.zero_shot import (
     PARTS,
     TOP_K,
     accuracy,
@@ -65,7 +65,7 @@ def rank(model, features: np.ndarray) -> list[list[str]]:
 def segment_features(work_dir, spans: dict[str, list[tuple[object, float, float]]], min_overlap: float):
     """key -> the mean S3D feature of the clips in its span (keys without a clip are left out), and the
     features' S3D weights."""
-    from videobert.youcook2 import clips_in_span, video_clips
+    from videobert.eval.youcook2 import clips_in_span, video_clips
 
     weights = {storage.read_metadata(path).weights for _, path in Lineage(WorkDir(work_dir)).current_parts("features")}
     found = {}

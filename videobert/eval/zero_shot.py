@@ -26,7 +26,7 @@ show you how to [MASK] the [MASK]"); the verb is read at the first [MASK], the n
   mantissa) words a few hundredths of a logit apart tie.
 
 Segments: the align shards' (eval.segments: align), or the annotated spans of a YouCook II annotations file
-(videobert/youcook2.py); `eval.videos: validation` keeps those of the videos the checkpoint never trained on
+(videobert/eval/youcook2.py); `eval.videos: validation` keeps those of the videos the checkpoint never trained on
 (train.validation_videos, recorded in the checkpoint), and their labels only; `eval.videos: test` those of
 its test videos (train.splits). Writes DIR/eval/zero_shot.json (the report) and zero_shot_predictions.parquet
 (per segment and ranking: the top-5 words and their log-probabilities, and the labels)."""
@@ -51,7 +51,7 @@ from pipeline.progress import Progress
 from pipeline.tokenizer import encode
 from schemas.metadata import Provenance
 from videobert.data import assemble
-from videobert.evaluate import Evaluator, batched
+from videobert.eval.evaluate import Evaluator, batched
 from videobert.model import build_model
 
 PARTS = ("verb", "noun")
@@ -321,7 +321,7 @@ def evaluation_segments(ev: Evaluator, cfg: Config):
     if cfg.eval.segments == "align":
         segments = ev.segments(ev.work_dir)
     else:
-        from videobert import youcook2
+        from videobert.eval import youcook2
         segments = youcook2.annotated_segments(cfg, ev.work_dir, ev.layout, ev.info.get("codebook_sha256"))
     if cfg.eval.videos == "all":
         return segments
@@ -482,7 +482,7 @@ def evaluate_videos(cfg, work_dir, which: str = "test", checkpoint=None) -> dict
     validation, as recorded in it), made as at train start; for the test split, which training never scores."""
     from pipeline.tokenizer import load_tokenizer
     from videobert.data import DataParams
-    from videobert.train import autocast
+    from videobert.runtime import autocast
     from videobert.validation import Protocols, read_validation_videos, validate_protocols
     from videobert.vocab import replacement_text_ids
 

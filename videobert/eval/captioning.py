@@ -1,7 +1,7 @@
 """YouCook II captioning as the paper's transfer experiment (section 4.5, Table 4): VideoBERT as a feature
 extractor, a small transformer encoder-decoder (Zhou et al. 2018) trained on the annotated training
 segments' captions, greedy-decoded on the validation segments (ground-truth segments, as in both papers)
-and scored with coco-caption's metrics (videobert/caption_metrics.py).
+and scored with coco-caption's metrics (videobert/eval/caption_metrics.py).
 
 - **Features** (one vector per annotated segment, its clips being those that overlap the annotated span
   by at least `align.min_sentence_overlap` of a clip, as for zero-shot):
@@ -44,8 +44,8 @@ from pipeline.config import Config
 from pipeline.engine.workdir import WorkDir
 from pipeline.progress import Progress
 from schemas.metadata import Provenance
-from videobert import caption_metrics
-from videobert.evaluate import Evaluator, segment_vectors
+from videobert.eval import caption_metrics
+from videobert.eval.evaluate import Evaluator, segment_vectors
 
 ROWS = (("s3d", "S3D"), ("videobert", "VideoBERT"), ("videobert_s3d", "VideoBERT + S3D"))
 # the paper's Table 4 (YouCook II validation, ground-truth segments), in its units (percent, CIDEr as is)
@@ -256,8 +256,8 @@ def run_captioning(cfg: Config, work_dir: Path, checkpoint: str | Path | None = 
                    use_java: bool | None = None) -> dict:
     """Train and score the `caption.rows` rows; returns captioning.json's content (and prints the table).
     `use_java`: None = coco-caption's PTB tokenizer and METEOR where a Java runtime exists."""
-    from videobert import youcook2
-    from videobert.probe import segment_features
+    from videobert.eval import youcook2
+    from videobert.eval.probe import segment_features
 
     if not cfg.eval.segments.endswith(".json"):   # a config mistake: exit status 2, as the other unset values
         from pipeline.config import ConfigError
