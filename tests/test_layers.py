@@ -164,3 +164,12 @@ def test_the_record_rule_refuses_higher_layers_and_other_stages_folders():
     assert "reports/validate.py (applications), above the stages layer" in problems[0]
     assert "another stage's folder (stages/features/run.py)" in problems[1]
     assert "another stage's folder (stages/align/__init__.py)" in problems[2]
+
+
+MAX_FILE_LINES = 500   # a file a reader takes in one sitting; a longer one is split by idea
+
+
+def test_no_product_file_is_longer_than_a_sitting():
+    long = [f"{file}: {lines} lines" for file in _product_files()
+            if (lines := len((REPO / file).read_text().splitlines())) > MAX_FILE_LINES]
+    assert not long, f"product files over {MAX_FILE_LINES} lines (split them by idea):\n" + "\n".join(long)
