@@ -28,6 +28,10 @@ class PreflightError(ValueError):
     value and the fix. Raised by a stage's preflight check and by an executor before the first task."""
 
 
+# the fields of a record that name code or a class, as "module:name" (or give it as an object)
+CODE_FIELDS = ("run", "identities", "preflight", "split", "section_type", "status_line", "validate")
+
+
 @dataclass(frozen=True)
 class Option:
     """A command-line option of a whole-collection stage: `--name`, a flag or (takes_value) one value."""
@@ -120,6 +124,10 @@ class Stage:
     distributed: bool = False
     # what a batch job adds to the stage's command so that a requeued job continues (train: --resume)
     batch_arguments: tuple[str, ...] = ()
+    # whole-collection stages: "module:function" (lineage, {stage: {shard: State}} of the per-shard stages
+    # before it) -> its line in `status`; and (work, lineage) -> the problems `validate` finds in its outputs
+    status_line: str | Callable = ""
+    validate: str | Callable = ""
 
     def function(self, which: str = "run") -> Callable:
         """The code (or class) a "module:name" field names: a function, the `split` record or the

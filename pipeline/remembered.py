@@ -155,9 +155,8 @@ def _made(work: WorkDir, stage: str) -> bool:
     spec = registry.stage(stage)
     if spec.per_shard:
         return any(True for _ in work.records_folder(stage).glob("part-*.json"))
-    if stage == "train":
-        return work.train_folder.exists()
-    return work.record(stage).exists()
+    # a whole-collection stage: its completion record, or its folder (training keeps checkpoints, no record)
+    return work.record(stage).exists() or (work.root / stage).exists()
 
 
 def _value(flat: dict, key: str) -> str:

@@ -61,26 +61,6 @@ def failed_shards(work: WorkDir, stage: str, shards: list[int]) -> dict[int, dic
     return failures
 
 
-def _codebook_line(checker: Lineage, features_states: dict | None = None) -> str:
-    state = checker.state("kmeans", verify="size")
-    if state.status == "missing":
-        return f"{'kmeans':<9} {'not run':>15}"
-    # the codebook's record names the features parts it was fit on, not their bytes now: a part that no
-    # longer matches its record (corrupt, missing) makes the codebook's input not current either
-    behind = sorted((shard, part) for shard, part in (features_states or {}).items()
-                    if part.status in ("corrupt", "missing"))
-    if state.current and behind:
-        shard, part = behind[0]
-        more = f" (and {len(behind) - 1} more)" if len(behind) > 1 else ""
-        return (f"{'kmeans':<9} {'stale':>15}  an input is not current: features part {shard:05d} is "
-                f"{part.status}{more}: run the features stage, then kmeans")
-    if not state.current:
-        return f"{'kmeans':<9} {state.status:>15}  {state.reason}"
-    info = read_json(checker.work.codebook_sidecar) or {}
-    return (f"{'kmeans':<9} {'current':>15}  codebook depth {info.get('depth', '?')}, k {info.get('k', '?')}, "
-            f"fit on {info.get('sample_size', 0):,} clips")
-
-
 def status_text(work_dir, cfg=None) -> str:
     """With a config, shards made with other values than its own are stale (what a run with it would
     redo); without, only the records' consistency with each other counts."""
@@ -94,9 +74,12 @@ def status_text(work_dir, cfg=None) -> str:
              f"{'stage':<9} {'shards current':>15} {'videos':>8} {'clips':>9} {'seconds':>9}  "
              f"videos failed, by error type; shards not current"]
     current, problems, states_of = {}, [], {}
-    for stage in registry.SHARD_STAGES:
-        if stage == "quantize":
-            lines.append(_codebook_line(checker, states_of.get("features")))
+    for spec in registry.STAGES:
+        if not spec.per_shard:   # a whole-collection stage: its own line, where it has one (the codebook)
+            if spec.status_line:
+                lines.append(spec.function("status_line")(checker, states_of))
+            continue
+        stage = spec.name
         states = states_of[stage] = checker.stage_states(stage, verify="size")
         failures = failed_shards(work, stage, shards)
         if all(state.status == "missing" for state in states.values()) and not failures:

@@ -18,10 +18,9 @@ from pathlib import Path
 import pyarrow as pa
 
 import schemas
-import schemas.codebook as codebook_format
-from pipeline import registry, storage, visual_words
+from pipeline import registry, storage
 from pipeline.contract import Invalid, Part, Stage, resolve
-from pipeline.engine.lineage import CorruptFile, InputNotReady, Lineage, explain, read_json, relative
+from pipeline.engine.lineage import CorruptFile, InputNotReady, Lineage, read_json, relative
 from pipeline.engine.manifest import shard_digests
 from pipeline.engine.workdir import WorkDir
 from schemas import metadata
@@ -112,45 +111,6 @@ def _check_stage_parts(work: WorkDir, checker: Lineage, stage: Stage, visual_voc
     return problems
 
 
-def _check_codebook(work: WorkDir, checker: Lineage) -> list[str]:
-    state = checker.state("kmeans", verify=True)
-    if state.status == "missing":
-        return []
-    if not state.current:
-        return [f"{work.codebook}: the codebook is {state.status}: {state.reason}"]
-    try:
-        visual_words.load(work.codebook)
-    except codebook_format.CorruptCodebook as problem:
-        return [str(problem)]
-    return []
-
-
-def _check_training(work: WorkDir, checker: Lineage) -> list[str]:
-    """The newest checkpoint against the align shards and codebook it names."""
-    checkpoints = sorted(work.checkpoints.glob("step-*")) if work.checkpoints.exists() else []
-    if not checkpoints:
-        return []
-    latest = checkpoints[-1]
-    from videobert.checkpoints import problem_of    # its files against their recorded sha256 first
-    damaged = problem_of(latest)
-    if damaged:
-        return [f"{latest}: {damaged}"]
-    try:
-        info = read_json(latest / "model.json") or {}
-    except CorruptFile as problem:
-        return [str(problem)]
-    recorded = info.get("lineage")
-    if not recorded:
-        return [f"{latest}: trained by an earlier version (no lineage): its inputs cannot be checked"]
-    try:
-        now = checker.expected("train", record={"lineage": recorded})
-    except (InputNotReady, CorruptFile) as problem:
-        return [f"{latest}: its inputs are not current: {problem}"]
-    if recorded != now:
-        return [f"{latest}: trained on other inputs than the current ones ({explain(recorded, now)})"]
-    return []
-
-
 def validate_work_dir(work_dir, cfg=None) -> list[str]:
     """Problems of the run in `work_dir`, each naming its file; with `cfg`, outputs made with other config
     values than `cfg`'s are stale too."""
@@ -169,6 +129,7 @@ def validate_work_dir(work_dir, cfg=None) -> list[str]:
     for stage in registry.STAGES:
         if stage.per_shard:
             problems += _check_stage_parts(work, checker, stage, visual_vocab)
-    problems += _check_codebook(work, checker)
-    problems += _check_training(work, checker)
+    for stage in registry.STAGES:   # then the whole-collection stages' outputs (the codebook, checkpoints)
+        if stage.validate:
+            problems += stage.function("validate")(work, checker)
     return problems

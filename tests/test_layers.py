@@ -129,8 +129,9 @@ def run():
 def _record_problems(stage) -> list[str]:
     """The "module:name" strings of a stage record that name neither a module of its own folder
     (stages/<name>/) nor one of a layer below the stages layer (the trainer, the engine, the foundation, ...)."""
+    from pipeline.contract import CODE_FIELDS
     below = [name for name, _ in LAYERS].index("stages")
-    named = [(which, getattr(stage, which)) for which in ("run", "identities", "preflight", "split", "section_type")]
+    named = [(which, getattr(stage, which)) for which in CODE_FIELDS]
     named += [(f"checks[{table!r}]", check) for table, checks in stage.checks.items() for check in checks]
     problems = []
     for which, value in named:

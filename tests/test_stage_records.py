@@ -16,7 +16,7 @@ import pytest
 import schemas
 from pipeline import registry
 from pipeline.config import Config
-from pipeline.contract import Stage, resolve
+from pipeline.contract import CODE_FIELDS, Stage, resolve
 from pipeline.engine.split import Split
 
 REPO = Path(__file__).resolve().parent.parent
@@ -26,7 +26,7 @@ IDS = [stage.name for stage in STAGES]
 
 def _strings(stage: Stage) -> list[tuple[str, str]]:
     """(field, "module:name") for every string the record names code or a class by."""
-    named = [(which, getattr(stage, which)) for which in ("run", "identities", "preflight", "split", "section_type")]
+    named = [(which, getattr(stage, which)) for which in CODE_FIELDS]
     named += [(f"checks[{table!r}]", check) for table, checks in stage.checks.items() for check in checks]
     return [(which, value) for which, value in named if isinstance(value, str) and value]
 

@@ -41,6 +41,7 @@ STAGE = Stage("kmeans", "fit the visual-word codebook (hierarchical k-means) on 
               reads=("features",), config_sections=("kmeans",), per_shard=False,
               writes="kmeans/codebook.safetensors + codebook.json", section="kmeans",
               section_type="stages.kmeans:KmeansConfig", ray_roles={"kmeans": {"num_cpus": 1}},
-              run="stages.kmeans.run:run_collection",
+              run="stages.kmeans.run:run_collection", status_line="stages.kmeans.checks:status_line",
+              validate="stages.kmeans.checks:validate",
               options=(Option("--force", "refit even when the codebook is current"),),
               workers="processes fitting subtrees (default: kmeans.workers)")

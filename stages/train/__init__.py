@@ -117,7 +117,7 @@ STAGE = Stage(
     "train", "pre-train the bundled VideoBERT on the align shards", reads=("align", "kmeans"),
     config_sections=("train",), per_shard=False, writes="train/checkpoints, train/log.jsonl",
     identities="videobert.train:identities", section="train", section_type="stages.train:TrainConfig",
-    run="stages.train.run:run_collection", in_run=False, distributed=True, batch_arguments=("--resume",),
+    run="stages.train.run:run_collection", validate="stages.train.checks:validate", in_run=False, distributed=True, batch_arguments=("--resume",),
     options=(Option("--resume", "continue from the latest checkpoint"),
              Option("--restart", "move the existing checkpoints aside and train anew")),
     uses_gpu=True, device_keys=("train.device",), preflight="stages.train:check_train",
