@@ -13,7 +13,7 @@ STAMP  := $(VENV)/.installed
 # the console command `make install` puts in .venv (the same as $(PY) -m pipeline)
 RUN    := $(VENV)/bin/videobert
 
-.PHONY: install test demo youcook2 pipeline samples clean \
+.PHONY: install test test-cluster demo youcook2 pipeline samples clean \
         manifest decode features kmeans quantize asr align validate summary card status train eval codebook-info \
         bench-decode bench-features bench-kmeans bench-asr bench-train bench-scale bench-lineage bench-gallery \
         bench-learning bench-threads bench-slurm
@@ -35,10 +35,15 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m pipeline.packaging
 	touch $(STAMP)
 
-# in parallel, one worker per CPU (tests/conftest.py); ARGS="-n 0" runs them in this one process
+# in parallel, one worker per CPU (tests/conftest.py); ARGS="-n 0" runs them in this one process.
+# The tests that start real schedulers (marker `cluster`) are `make test-cluster`'s; CI runs both
 test: $(STAMP)
 	$(PY) -m ruff check --quiet .
-	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -n auto --dist loadfile --no-loadscope-reorder $(ARGS)
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -n auto --dist loadfile --no-loadscope-reorder -m "not cluster" $(ARGS)
+
+# the two-node Slurm and the multi-node Ray (tests/test_slurm_cluster.py, tests/test_ray_cluster.py)
+test-cluster: $(STAMP)
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -n auto --dist loadfile --no-loadscope-reorder -m cluster $(ARGS)
 
 # The whole pipeline on the bundled sample (samples/, made by scripts/make_samples.py).
 DEMO_WORK ?= work/demo

@@ -19,6 +19,8 @@ from pipeline.engine.workdir import WorkDir
 ray = pytest.importorskip("ray")
 from ray.cluster_utils import Cluster  # noqa: E402
 
+# the real schedulers run in `make test-cluster` (CI runs it after `make test`)
+pytestmark = pytest.mark.cluster
 REPO = Path(__file__).resolve().parent.parent
 # random S3D on the smallest clips it takes, decoded in the task's own process; every video has a transcript
 # (imported, no speech model); a 2-leaf codebook

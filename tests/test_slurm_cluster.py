@@ -23,6 +23,8 @@ from pipeline import cli
 from pipeline.engine.lineage import Lineage
 from videobert.checkpoints import problem_of as checkpoints_problem
 
+# the real schedulers run in `make test-cluster` (CI runs it after `make test`)
+pytestmark = pytest.mark.cluster
 REPO = Path(__file__).resolve().parent.parent
 MAX_ARRAY_SIZE = 2
 VIDEOS = 3

@@ -344,14 +344,17 @@ def test_torchrun_data_parallel_on_cpu(tmp_path, tokenizer):
         "from videobert.train import train\n"
         "print(train(load_config(None, sys.argv[2:]), sys.argv[1], quiet=True))\n")
     overrides = [f"train.{key}" for key in ("init_checkpoint=random:tiny", "batch_size=8", "max_steps=4",
-                                            "num_workers=0", "num_threads=1", "max_len=48", "log_every=2",
+                                            "num_workers=0", "max_len=48", "log_every=2",
                                             "checkpoint_every=2", "validation_videos=2", "validation_every=2")]
-    env = dict(os.environ, PYTHONPATH=str(REPO))
+    # a task given 2 CPUs: the ranks share them, one thread each (pipeline/threads.py)
+    env = {k: v for k, v in os.environ.items() if k not in ("SLURM_CPUS_PER_TASK", "LOCAL_WORLD_SIZE")}
+    env.update(PYTHONPATH=str(REPO), OMP_NUM_THREADS="2")
     subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
                     str(script), str(tmp_path), *overrides], check=True, env=env, cwd=REPO, timeout=240,
                    capture_output=True)
     lines = [json.loads(line) for line in (tmp_path / "train" / "log.jsonl").read_text().splitlines()]
     assert lines[0]["world_size"] == 2 and lines[0]["micro_batch"] == 4
+    assert lines[0]["threads"] == "1 threads (2 CPUs from OMP_NUM_THREADS, shared by 2 processes)"
     assert [r["step"] for r in lines if r["event"] == "train"] == [2, 4]
     # metrics are summed over both ranks: 2 steps x 8 examples per log window
     last_train = [r for r in lines if r["event"] == "train"][-1]
