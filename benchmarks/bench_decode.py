@@ -10,9 +10,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import machine, realdata_video, synthetic_video
-
 import av
+from common import machine, realdata_video, synthetic_video
 
 from pipeline.config import load_config
 from stages.decode.run import decode_video
@@ -28,11 +27,14 @@ def bare_pyav(path: Path, cfg) -> int:
         for frame in container.decode(stream):
             if graph is None:
                 graph = av.filter.Graph()
-                chain = [graph.add_buffer(template=stream),
-                         graph.add("fps", f"fps={cfg.fps}:round=up"),
-                         graph.add("scale", f"{cfg.resize}:{cfg.resize}:flags=bilinear"),
-                         graph.add("crop", f"{cfg.crop}:{cfg.crop}"),
-                         graph.add("format", "rgb24"), graph.add("buffersink")]
+                chain = [
+                    graph.add_buffer(template=stream),
+                    graph.add("fps", f"fps={cfg.fps}:round=up"),
+                    graph.add("scale", f"{cfg.resize}:{cfg.resize}:flags=bilinear"),
+                    graph.add("crop", f"{cfg.crop}:{cfg.crop}"),
+                    graph.add("format", "rgb24"),
+                    graph.add("buffersink"),
+                ]
                 for a, b in zip(chain, chain[1:]):
                     a.link_to(b)
                 graph.configure()
@@ -49,9 +51,20 @@ def bare_pyav(path: Path, cfg) -> int:
 def ffmpeg_cli(path: Path, cfg) -> int | None:
     if not shutil.which("ffmpeg"):
         return None
-    command = ["ffmpeg", "-v", "error", "-i", str(path), "-vf",
-               f"fps={cfg.fps},scale={cfg.resize}:{cfg.resize},crop={cfg.crop}:{cfg.crop}",
-               "-pix_fmt", "rgb24", "-f", "rawvideo", "-"]
+    command = [
+        "ffmpeg",
+        "-v",
+        "error",
+        "-i",
+        str(path),
+        "-vf",
+        f"fps={cfg.fps},scale={cfg.resize}:{cfg.resize},crop={cfg.crop}:{cfg.crop}",
+        "-pix_fmt",
+        "rgb24",
+        "-f",
+        "rawvideo",
+        "-",
+    ]
     output = subprocess.run(command, capture_output=True, check=True).stdout
     return len(output) // (cfg.crop * cfg.crop * 3)
 

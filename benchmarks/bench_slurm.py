@@ -34,13 +34,18 @@ from slurm_cluster import SlurmCluster, missing_programs  # noqa: E402
 from pipeline.config import load_config  # noqa: E402
 from pipeline.executors.slurm import sbatch_scripts  # noqa: E402
 
-SETTINGS = ["shards.videos_per_shard=1", "executor.slurm_cpus_per_task=1", "executor.slurm_mem=200M",
-            "executor.slurm_time=00:10:00"]
+SETTINGS = [
+    "shards.videos_per_shard=1",
+    "executor.slurm_cpus_per_task=1",
+    "executor.slurm_mem=200M",
+    "executor.slurm_time=00:10:00",
+]
 
 
 def _sbatch(cluster: SlurmCluster, path: Path) -> str:
-    done = subprocess.run(["sbatch", "--parsable", str(path)], env=cluster.env, capture_output=True, text=True,
-                          check=True)
+    done = subprocess.run(
+        ["sbatch", "--parsable", str(path)], env=cluster.env, capture_output=True, text=True, check=True
+    )
     return done.stdout.strip().split(";")[0]
 
 
@@ -49,12 +54,19 @@ def per_task(cluster: SlurmCluster, root: Path, tasks: int) -> dict:
     record = root / "tasks.txt"
     standin = root / "python"
     # what each task runs in place of the interpreter: its --shard value, appended (O_APPEND: one line each)
-    standin.write_text('#!/bin/bash\nwhile [ $# -gt 0 ]; do [ "$1" = --shard ] && echo "$2" >> '
-                       f'"{record}"; shift; done\n')
+    standin.write_text(
+        f'#!/bin/bash\nwhile [ $# -gt 0 ]; do [ "$1" = --shard ] && echo "$2" >> "{record}"; shift; done\n'
+    )
     standin.chmod(0o755)
     cfg = load_config(None, SETTINGS)
-    scripts = sbatch_scripts(cfg, "decode", work_dir=root / "work", num_shards=tasks, python=str(standin),
-                             max_array_size=cluster.max_array_size)
+    scripts = sbatch_scripts(
+        cfg,
+        "decode",
+        work_dir=root / "work",
+        num_shards=tasks,
+        python=str(standin),
+        max_array_size=cluster.max_array_size,
+    )
     (root / "work" / "_state" / "slurm" / "logs").mkdir(parents=True)
     paths = []
     for index, script in enumerate(scripts):
@@ -66,9 +78,16 @@ def per_task(cluster: SlurmCluster, root: Path, tasks: int) -> dict:
     wall = time.perf_counter() - start
     ran = collections.Counter(int(line) for line in record.read_text().split())
     states = collections.Counter(state for job in jobs for state in cluster.job_states(job).values())
-    return {"tasks": tasks, "jobs": len(jobs), "wall_s": wall, "per_task_ms": 1000 * wall / tasks,
-            "exactly_once": sorted(ran) == list(range(tasks)) and set(ran.values()) == {1},
-            "ran": sum(ran.values()), "distinct": len(ran), "states": dict(states)}
+    return {
+        "tasks": tasks,
+        "jobs": len(jobs),
+        "wall_s": wall,
+        "per_task_ms": 1000 * wall / tasks,
+        "exactly_once": sorted(ran) == list(range(tasks)) and set(ran.values()) == {1},
+        "ran": sum(ran.values()),
+        "distinct": len(ran),
+        "states": dict(states),
+    }
 
 
 def per_stage(cluster: SlurmCluster, root: Path, shards: int) -> dict:
@@ -80,8 +99,14 @@ def per_stage(cluster: SlurmCluster, root: Path, shards: int) -> dict:
     env = dict(cluster.env, PYTHONPATH=str(REPO))
 
     def pipeline(*args):
-        return subprocess.run([sys.executable, "-m", "pipeline", *map(str, args), "--quiet", *sets], cwd=REPO,
-                              env=env, check=True, capture_output=True, text=True)
+        return subprocess.run(
+            [sys.executable, "-m", "pipeline", *map(str, args), "--quiet", *sets],
+            cwd=REPO,
+            env=env,
+            check=True,
+            capture_output=True,
+            text=True,
+        )
 
     timings = {}
     for kind in ("local", "slurm"):
@@ -96,11 +121,18 @@ def per_stage(cluster: SlurmCluster, root: Path, shards: int) -> dict:
             states = {state for job in jobs for state in cluster.job_states(job).values()}
             assert states == {"COMPLETED"}, states
         timings[kind] = time.perf_counter() - start
-    same = all((root / "local" / p.relative_to(root / "slurm")).read_bytes() == p.read_bytes()
-               for p in (root / "slurm").rglob("*.parquet"))
-    return {"shards": shards, "local_s": timings["local"], "slurm_s": timings["slurm"],
-            "per_stage_s": timings["slurm"] - timings["local"],
-            "per_task_s": (timings["slurm"] - timings["local"]) / shards, "same_bytes": same}
+    same = all(
+        (root / "local" / p.relative_to(root / "slurm")).read_bytes() == p.read_bytes()
+        for p in (root / "slurm").rglob("*.parquet")
+    )
+    return {
+        "shards": shards,
+        "local_s": timings["local"],
+        "slurm_s": timings["slurm"],
+        "per_stage_s": timings["slurm"] - timings["local"],
+        "per_task_s": (timings["slurm"] - timings["local"]) / shards,
+        "same_bytes": same,
+    }
 
 
 def main() -> int:
@@ -111,8 +143,10 @@ def main() -> int:
     args = parser.parse_args()
     missing = missing_programs()
     if missing:
-        print(f"bench_slurm: needs Slurm and munge ({', '.join(missing)} not found): apt-get install slurm-wlm munge",
-              file=sys.stderr)
+        print(
+            f"bench_slurm: needs Slurm and munge ({', '.join(missing)} not found): apt-get install slurm-wlm munge",
+            file=sys.stderr,
+        )
         return 2
     print(machine())
     print(f"load average before: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
@@ -123,15 +157,19 @@ def main() -> int:
             (root / "array").mkdir()
             (root / "stage").mkdir()
             array = per_task(cluster, root / "array", args.tasks)
-            print(f"array: {array['tasks']} tasks in {array['jobs']} array jobs (MaxArraySize {args.max_array_size}), "
-                  f"2 nodes x 2 CPUs: {array['wall_s']:.1f} s, {array['per_task_ms']:.0f} ms per task; "
-                  f"ran {array['ran']} task(s), {array['distinct']} distinct, exactly once: {array['exactly_once']}; "
-                  f"states {array['states']}")
+            print(
+                f"array: {array['tasks']} tasks in {array['jobs']} array jobs (MaxArraySize {args.max_array_size}), "
+                f"2 nodes x 2 CPUs: {array['wall_s']:.1f} s, {array['per_task_ms']:.0f} ms per task; "
+                f"ran {array['ran']} task(s), {array['distinct']} distinct, exactly once: {array['exactly_once']}; "
+                f"states {array['states']}"
+            )
             stage = per_stage(cluster, root / "stage", args.shards)
-            print(f"decode, {stage['shards']} one-video shards: local (one process) {stage['local_s']:.1f} s, "
-                  f"submit (one task per shard) {stage['slurm_s']:.1f} s until the last task ended: "
-                  f"+{stage['per_stage_s']:.1f} s per stage, +{stage['per_task_s']:.1f} s per task; "
-                  f"same bytes: {stage['same_bytes']}")
+            print(
+                f"decode, {stage['shards']} one-video shards: local (one process) {stage['local_s']:.1f} s, "
+                f"submit (one task per shard) {stage['slurm_s']:.1f} s until the last task ended: "
+                f"+{stage['per_stage_s']:.1f} s per stage, +{stage['per_task_s']:.1f} s per task; "
+                f"same bytes: {stage['same_bytes']}"
+            )
     finally:
         cluster.stop()
     print(f"load average after: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")

@@ -36,8 +36,16 @@ def train_rate(mode: str, steps: int) -> tuple[int, float]:
 
     start_runtime("cpu", torch.get_num_threads() if mode == "before" else 0)
     torch.manual_seed(0)
-    model = BertForMaskedLM(BertConfig(vocab_size=8000, hidden_size=256, num_hidden_layers=4, num_attention_heads=4,
-                                       intermediate_size=1024, max_position_embeddings=128))
+    model = BertForMaskedLM(
+        BertConfig(
+            vocab_size=8000,
+            hidden_size=256,
+            num_hidden_layers=4,
+            num_attention_heads=4,
+            intermediate_size=1024,
+            max_position_embeddings=128,
+        )
+    )
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     ids = torch.randint(0, 8000, (16, 96))
 
@@ -47,7 +55,7 @@ def train_rate(mode: str, steps: int) -> tuple[int, float]:
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
-    step()   # warm-up: allocations, the optimiser's state
+    step()  # warm-up: allocations, the optimiser's state
     started = time.perf_counter()
     for _ in range(steps):
         step()
@@ -62,11 +70,13 @@ def features_rate(mode: str, batches: int) -> tuple[int, float]:
     from stages.features.s3d.encoder import encoder_for
 
     threads = torch.get_num_threads() if mode == "before" else 0
-    cfg = load_config(None, ["features.weights=random", "features.device=cpu", "decode.clip_frames=16",
-                             f"features.num_threads={threads}"])
+    cfg = load_config(
+        None,
+        ["features.weights=random", "features.device=cpu", "decode.clip_frames=16", f"features.num_threads={threads}"],
+    )
     encoder = encoder_for(cfg)
     batch = torch.randint(0, 256, (2, cfg.decode.clip_frames, cfg.decode.crop, cfg.decode.crop, 3), dtype=torch.uint8)
-    encoder(batch)   # warm-up
+    encoder(batch)  # warm-up
     started = time.perf_counter()
     for _ in range(batches):
         encoder(batch)
@@ -98,8 +108,9 @@ def main() -> None:
         child(sys.argv[2], sys.argv[3], int(sys.argv[4]))
         return
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--processes", type=int, default=os.cpu_count() or 1,
-                        help="processes sharing the machine (default: every CPU)")
+    parser.add_argument(
+        "--processes", type=int, default=os.cpu_count() or 1, help="processes sharing the machine (default: every CPU)"
+    )
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--train-steps", type=int, default=20)
     parser.add_argument("--feature-batches", type=int, default=6)
@@ -107,8 +118,10 @@ def main() -> None:
     cpus = os.cpu_count() or 1
     cpus_each = max(1, cpus // args.processes)
     print(f"machine: {machine()}")
-    print(f"{args.processes} processes at once, each given {cpus_each} of {cpus} CPUs; {args.rounds} rounds, "
-          f"before and after alternating")
+    print(
+        f"{args.processes} processes at once, each given {cpus_each} of {cpus} CPUs; {args.rounds} rounds, "
+        f"before and after alternating"
+    )
     units = {"train": "steps/s", "features": "clips/s"}
     amounts = {"train": args.train_steps, "features": args.feature_batches}
     for work in ("train", "features"):
@@ -120,10 +133,12 @@ def main() -> None:
                 rates[mode].append(result["rate"])
                 threads[mode] = result["threads"]
         before, after = statistics.median(rates["before"]), statistics.median(rates["after"])
-        print(f"{work:>8}: before (torch's choice, {threads['before']} threads each) {before:.2f} {units[work]}, "
-              f"after (the allocation, {threads['after']} threads each) {after:.2f} {units[work]}; "
-              f"after/before {after / before:.2f}x  (rounds: before {[round(r, 2) for r in rates['before']]}, "
-              f"after {[round(r, 2) for r in rates['after']]})")
+        print(
+            f"{work:>8}: before (torch's choice, {threads['before']} threads each) {before:.2f} {units[work]}, "
+            f"after (the allocation, {threads['after']} threads each) {after:.2f} {units[work]}; "
+            f"after/before {after / before:.2f}x  (rounds: before {[round(r, 2) for r in rates['before']]}, "
+            f"after {[round(r, 2) for r in rates['after']]})"
+        )
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ from schemas.metadata import Provenance  # noqa: E402
 
 def machine() -> str:
     import torch
+
     cpu = "unknown CPU"
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -33,8 +34,10 @@ def machine() -> str:
     except OSError:
         pass
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
-    return (f"{platform.node()}: {os.cpu_count()} CPUs ({cpu}), {gpu}, Python {platform.python_version()}, "
-            f"torch {torch.__version__}")
+    return (
+        f"{platform.node()}: {os.cpu_count()} CPUs ({cpu}), {gpu}, Python {platform.python_version()}, "
+        f"torch {torch.__version__}"
+    )
 
 
 def realdata_video(name: str) -> Path | None:
@@ -43,8 +46,7 @@ def realdata_video(name: str) -> Path | None:
     return path if path.exists() else None
 
 
-def synthetic_video(path: Path, duration_s: float = 20.0, width: int = 1280, height: int = 720,
-                    fps: int = 30) -> Path:
+def synthetic_video(path: Path, duration_s: float = 20.0, width: int = 1280, height: int = 720, fps: int = 30) -> Path:
     """A moving pattern at 30 fps in H.264 (not flat colour, so the codec has real work)."""
     import av
 
@@ -68,9 +70,12 @@ CLIPS_PER_VIDEO = 600
 def clip_keys(shard: int, clips: int) -> dict:
     """The key columns of `clips` clips of shard `shard`: videos s<shard>v0000... of CLIPS_PER_VIDEO clips."""
     clip_index = np.arange(clips) % CLIPS_PER_VIDEO
-    return {"video_id": [f"s{shard}v{i // CLIPS_PER_VIDEO:04d}" for i in range(clips)],
-            "clip_index": pa.array(clip_index, pa.int32()), "start_s": clip_index * 1.5,
-            "end_s": clip_index * 1.5 + 1.5}
+    return {
+        "video_id": [f"s{shard}v{i // CLIPS_PER_VIDEO:04d}" for i in range(clips)],
+        "clip_index": pa.array(clip_index, pa.int32()),
+        "start_s": clip_index * 1.5,
+        "end_s": clip_index * 1.5 + 1.5,
+    }
 
 
 def features_table(keys: dict, vectors):
@@ -81,19 +86,35 @@ def features_table(keys: dict, vectors):
 
 def write_part(work: Path, stage: str, shard: int, table, schema, made_by: str, **provenance) -> None:
     """A hand-made part of `stage` with its completion record (it names no inputs: made by `made_by`)."""
-    storage.write_parquet(WorkDir(work).part(stage, shard), schemas.conform(table, schema),
-                          Provenance(stage=stage, schema=schema.tag, **provenance))
+    storage.write_parquet(
+        WorkDir(work).part(stage, shard),
+        schemas.conform(table, schema),
+        Provenance(stage=stage, schema=schema.tag, **provenance),
+    )
     lineage.record_external(work, stage, shard, made_by)
 
 
 def manifest_rows(shards: int, clips_per_shard: int) -> list[dict]:
     """The manifest of the videos clip_keys names."""
     videos = (clips_per_shard + CLIPS_PER_VIDEO - 1) // CLIPS_PER_VIDEO
-    return [{"video_id": f"s{shard}v{video:04d}", "uri": f"/videos/s{shard}v{video:04d}.mp4", "bytes": 1,
-             "transcript_uri": None, "shard": shard} for shard in range(shards) for video in range(videos)]
+    return [
+        {
+            "video_id": f"s{shard}v{video:04d}",
+            "uri": f"/videos/s{shard}v{video:04d}.mp4",
+            "bytes": 1,
+            "transcript_uri": None,
+            "shard": shard,
+        }
+        for shard in range(shards)
+        for video in range(videos)
+    ]
 
 
 def write_manifest_rows(work: Path, rows: list[dict], made_by: str) -> None:
 
-    write_manifest_table(work, pa.Table.from_pylist(rows, schema=schemas.MANIFEST.arrow),
-                         lineage.external_lineage(made_by), Provenance(schema=schemas.MANIFEST.tag))
+    write_manifest_table(
+        work,
+        pa.Table.from_pylist(rows, schema=schemas.MANIFEST.arrow),
+        lineage.external_lineage(made_by),
+        Provenance(schema=schemas.MANIFEST.tag),
+    )

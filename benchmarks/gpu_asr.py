@@ -25,16 +25,17 @@ from pathlib import Path
 from bench_asr import REALDATA, file_scores, speech_clips, stream_of
 from common import machine
 
-from stages.asr import AsrConfig
 from pipeline.media import audio
 from speech import backends
+from stages.asr import AsrConfig
 
 
 def cuda_devices() -> int:
     try:
         import ctranslate2
+
         return ctranslate2.get_cuda_device_count()
-    except Exception:   # noqa: BLE001 - a CTranslate2 build without CUDA raises rather than answering 0
+    except Exception:  # noqa: BLE001 - a CTranslate2 build without CUDA raises rather than answering 0
         return 0
 
 
@@ -42,7 +43,7 @@ def load(cfg: AsrConfig, fallback: str) -> tuple[backends.FasterWhisperBackend, 
     """The configured model, or the fallback (and why) where it cannot be loaded (no hub, no copy)."""
     try:
         return backends.FasterWhisperBackend(cfg), None
-    except Exception as error:   # noqa: BLE001 - the hub's and CTranslate2's errors vary; the reason is kept
+    except Exception as error:  # noqa: BLE001 - the hub's and CTranslate2's errors vary; the reason is kept
         reason = f"{cfg.model} could not be loaded ({type(error).__name__}: {str(error).splitlines()[0][:200]})"
         print(f"gpu_asr: {reason}; measuring {fallback} instead", file=sys.stderr)
         return backends.FasterWhisperBackend(replace(cfg, model=fallback)), reason
@@ -59,8 +60,12 @@ def main() -> int:
     parser.add_argument("--minutes", type=float, default=10.0, help="length of the timed stream")
     parser.add_argument("--repeats", type=int, default=2, help="timed runs of each mode; the best is reported")
     parser.add_argument("--audio-dir", type=Path, default=REALDATA)
-    parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"),
-                        help="cpu: a dry run of this script (e.g. --compute-type int8 --minutes 0.5)")
+    parser.add_argument(
+        "--device",
+        default="cuda",
+        choices=("cuda", "cpu"),
+        help="cpu: a dry run of this script (e.g. --compute-type int8 --minutes 0.5)",
+    )
     args = parser.parse_args()
     args.out_dir.mkdir(parents=True, exist_ok=True)
     out = args.out_dir / "gpu_asr.json"
@@ -79,41 +84,59 @@ def main() -> int:
     batched, fallback_reason = load(replace(base, batch_size=args.batch_size), args.fallback)
     sequential = backends.FasterWhisperBackend(replace(batched.cfg, batch_size=0))
     print(f"gpu_asr on {machine()}")
-    print(f"model {batched.source} ({batched.metadata['asr_model']}) on {args.device}, {args.compute_type}, "
-          f"beam {args.beam_size}; "
-          f"{stream_s:.0f} s stream ({what}, repeated {repeats}x)")
+    print(
+        f"model {batched.source} ({batched.metadata['asr_model']}) on {args.device}, {args.compute_type}, "
+        f"beam {args.beam_size}; "
+        f"{stream_s:.0f} s stream ({what}, repeated {repeats}x)"
+    )
 
     timings = {}
     for name, backend in (("batched", batched), ("sequential", sequential)):
-        backend.recognise(clips[0].samples, seed=0)          # warm-up: CUDA context, kernels, VAD
+        backend.recognise(clips[0].samples, seed=0)  # warm-up: CUDA context, kernels, VAD
         best = float("inf")
         for _ in range(args.repeats):
             started = time.perf_counter()
             backend.recognise(stream, seed=0)
             best = min(best, time.perf_counter() - started)
         timings[name] = best
-        print(f"  {name:10s} batch {backend.cfg.batch_size:3d}: {best:7.2f} s   RTF {best / stream_s:.4f}   "
-              f"{stream_s / best:7.1f}x real time")
+        print(
+            f"  {name:10s} batch {backend.cfg.batch_size:3d}: {best:7.2f} s   RTF {best / stream_s:.4f}   "
+            f"{stream_s / best:7.1f}x real time"
+        )
 
     files, errors, words = file_scores(clips, [batched.recognise(clip.samples, seed=0) for clip in clips])
-    print(f"  WER (batched, all files): {errors / words:.3f} ({errors}/{words}); speedup batched / sequential "
-          f"{timings['sequential'] / timings['batched']:.2f}x")
+    print(
+        f"  WER (batched, all files): {errors / words:.3f} ({errors}/{words}); speedup batched / sequential "
+        f"{timings['sequential'] / timings['batched']:.2f}x"
+    )
 
     rtf = timings["batched"] / stream_s
     result = {
-        "machine": machine(), "model": batched.cfg.model, "requested_model": args.model,
-        "fallback_reason": fallback_reason, "source": batched.source, "device": args.device,
+        "machine": machine(),
+        "model": batched.cfg.model,
+        "requested_model": args.model,
+        "fallback_reason": fallback_reason,
+        "source": batched.source,
+        "device": args.device,
         "compute_type": args.compute_type,
-        "beam_size": args.beam_size, "batch_size": args.batch_size, "audio": what, "stream_s": round(stream_s, 1),
-        "seconds_batched": round(timings["batched"], 3), "seconds_sequential": round(timings["sequential"], 3),
-        "rtf_batched": round(rtf, 5), "rtf_sequential": round(timings["sequential"] / stream_s, 5),
+        "beam_size": args.beam_size,
+        "batch_size": args.batch_size,
+        "audio": what,
+        "stream_s": round(stream_s, 1),
+        "seconds_batched": round(timings["batched"], 3),
+        "seconds_sequential": round(timings["sequential"], 3),
+        "rtf_batched": round(rtf, 5),
+        "rtf_sequential": round(timings["sequential"] / stream_s, 5),
         # the paper's 23,186 hours of audio at this rate, on one device (GPU, or the CPUs of a dry run)
         "device_hours_for_23186_h": round(23_186 * rtf, 1),
-        "wer": round(errors / words, 4), "files": files,
+        "wer": round(errors / words, 4),
+        "files": files,
     }
     out.write_text(json.dumps(result, indent=2))
-    print(f"  23,186 h of audio at this rate: {result['device_hours_for_23186_h']:,} hours on one "
-          f"{'GPU' if args.device == 'cuda' else 'CPU machine like this one'}; written {out}")
+    print(
+        f"  23,186 h of audio at this rate: {result['device_hours_for_23186_h']:,} hours on one "
+        f"{'GPU' if args.device == 'cuda' else 'CPU machine like this one'}; written {out}"
+    )
     return 0
 
 

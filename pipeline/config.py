@@ -18,8 +18,6 @@ from pathlib import Path
 
 import yaml
 
-from pipeline.sections import LEADING_SECTIONS, TRAILING_SECTIONS, Sections
-from pipeline.contract import Stage
 from pipeline import registry
 from pipeline.config_fields import (
     ConfigError,
@@ -28,7 +26,8 @@ from pipeline.config_fields import (
     has_control_characters,
     shown_value,
 )
-
+from pipeline.contract import Stage
+from pipeline.sections import LEADING_SECTIONS, TRAILING_SECTIONS, Sections
 
 _CLASSES: dict[tuple[str, ...], tuple[tuple[Stage, ...], type]] = {}
 
@@ -50,10 +49,9 @@ def _make_config_class(stages: tuple[Stage, ...]) -> type:
         if name in taken:
             raise ValueError(f"config section {name!r} is named twice (stages' registry records)")
         taken.add(name)
-    fields = [*LEADING_SECTIONS, *((name, kind, field(default_factory=kind)) for name, kind in own),
-              *TRAILING_SECTIONS]
+    fields = [*LEADING_SECTIONS, *((name, kind, field(default_factory=kind)) for name, kind in own), *TRAILING_SECTIONS]
     made = dataclasses.make_dataclass("Config", fields, bases=(Sections,))
-    made.__module__ = __name__      # found by pickle as pipeline.config.Config
+    made.__module__ = __name__  # found by pickle as pipeline.config.Config
     return made
 
 
@@ -79,7 +77,7 @@ def _coerce(value, annotation, key):
         return {str(k): _coerce(v, args[1], f"{key}.{k}") for k, v in value.items()}
     if annotation is float:
         if isinstance(value, str):
-            try:   # YAML 1.1 reads 1e-5 (no dot) as a string
+            try:  # YAML 1.1 reads 1e-5 (no dot) as a string
                 value = float(value)
             except ValueError:
                 pass
@@ -87,7 +85,7 @@ def _coerce(value, annotation, key):
             raise ConfigError(f"config error: {key} must be a number (got {shown_value(value)})")
         try:
             value = float(value)
-        except OverflowError:   # an integer beyond any float
+        except OverflowError:  # an integer beyond any float
             value = math.inf
         finite(value, key)
         return value
@@ -139,8 +137,9 @@ MOVED_KEYS = {"executor.ray_feature_models": "features.ray_models"}
 
 
 def _near_miss(key, names: set[str], prefix: str) -> str:
-    """"; did you mean decode.fps?" for a key one typo away from a real one ("" when none is close)."""
+    """ "; did you mean decode.fps?" for a key one typo away from a real one ("" when none is close)."""
     import difflib
+
     close = difflib.get_close_matches(str(key), sorted(names), n=1, cutoff=0.6)
     return f"; did you mean {prefix}{close[0]}?" if close else ""
 
@@ -148,8 +147,9 @@ def _near_miss(key, names: set[str], prefix: str) -> str:
 def _merged(default: dict, given: dict) -> dict:
     merged = dict(default)
     for key, value in given.items():
-        merged[key] = _merged(default[key], value) if isinstance(default.get(key), dict) and \
-            isinstance(value, dict) else value
+        merged[key] = (
+            _merged(default[key], value) if isinstance(default.get(key), dict) and isinstance(value, dict) else value
+        )
     return merged
 
 
@@ -157,10 +157,10 @@ def _shown(text) -> str:
     """A file name or key as written in a one-line message: quoted when it holds a line break or the like."""
     text = str(text)
     text = repr(text) if has_control_characters(text) else text
-    return text if len(text) <= MAX_SHOWN_NAME_CHARS else f"{text[:MAX_SHOWN_NAME_CHARS - 3]}..."
+    return text if len(text) <= MAX_SHOWN_NAME_CHARS else f"{text[: MAX_SHOWN_NAME_CHARS - 3]}..."
 
 
-MAX_SHOWN_NAME_CHARS = 200   # a message line stays readable whatever name it quotes
+MAX_SHOWN_NAME_CHARS = 200  # a message line stays readable whatever name it quotes
 
 
 def _yaml_problem(error: Exception, text: str) -> tuple[tuple[int, int] | None, str]:
@@ -170,7 +170,7 @@ def _yaml_problem(error: Exception, text: str) -> tuple[tuple[int, int] | None, 
         mark = error.problem_mark or error.context_mark
         place = (mark.line + 1, mark.column + 1) if mark else None
         problem = error.problem or error.context
-    elif isinstance(error, yaml.reader.ReaderError):    # a character YAML refuses anywhere, e.g. NUL
+    elif isinstance(error, yaml.reader.ReaderError):  # a character YAML refuses anywhere, e.g. NUL
         line_start = text.rfind("\n", 0, error.position) + 1
         place = (text.count("\n", 0, error.position) + 1, error.position - line_start + 1)
         code = error.character if isinstance(error.character, int) else ord(error.character)
@@ -200,8 +200,10 @@ def _check_nodes(root: yaml.Node, where: str) -> None:
         if id(node) in sizes:
             return sizes[id(node)]
         if id(node) in open_nodes:
-            raise ConfigError(f"config error: {where}: {_shown(key.rstrip('.') or 'the config')} is an alias (*name) "
-                              f"of a node that holds it (line {node.start_mark.line + 1}): a value without end")
+            raise ConfigError(
+                f"config error: {where}: {_shown(key.rstrip('.') or 'the config')} is an alias (*name) "
+                f"of a node that holds it (line {node.start_mark.line + 1}): a value without end"
+            )
         open_nodes.add(id(node))
         total = 1
         if isinstance(node, yaml.ScalarNode):
@@ -215,15 +217,19 @@ def _check_nodes(root: yaml.Node, where: str) -> None:
                 if name is not None and key_node.tag != MERGE_TAG:
                     line = key_node.start_mark.line + 1
                     if name in lines:
-                        raise ConfigError(f"config error: {where}: key {_shown(key + name)} at line "
-                                          f"{lines[name]} and line {line}: give it once")
+                        raise ConfigError(
+                            f"config error: {where}: key {_shown(key + name)} at line "
+                            f"{lines[name]} and line {line}: give it once"
+                        )
                     lines[name] = line
                 total += size(key_node, key) + size(value_node, f"{key}{name}." if name is not None else key)
         open_nodes.discard(id(node))
         if total > MAX_EXPANDED_CHARS:
-            raise ConfigError(f"config error: {where}: the config is more than {MAX_EXPANDED_CHARS:,} characters "
-                              f"with its aliases (*name) expanded ({_shown(key.rstrip('.') or 'the top level')}, "
-                              f"line {node.start_mark.line + 1}): refused")
+            raise ConfigError(
+                f"config error: {where}: the config is more than {MAX_EXPANDED_CHARS:,} characters "
+                f"with its aliases (*name) expanded ({_shown(key.rstrip('.') or 'the top level')}, "
+                f"line {node.start_mark.line + 1}): refused"
+            )
         sizes[id(node)] = total
         return total
 
@@ -252,41 +258,51 @@ MAX_INT_DIGITS = 4300
 def _read_config_file(path) -> dict:
     import os
     import stat
+
     try:
         info = os.stat(path)
         if not stat.S_ISREG(info.st_mode):
-            raise ConfigError(f"config error: {_shown(path)} is not a regular file (a folder, device or pipe): "
-                              f"give the YAML config file")
+            raise ConfigError(
+                f"config error: {_shown(path)} is not a regular file (a folder, device or pipe): "
+                f"give the YAML config file"
+            )
         if info.st_size > MAX_CONFIG_BYTES:
-            raise ConfigError(f"config error: {_shown(path)} is {info.st_size:,} bytes, more than a config "
-                              f"can be ({MAX_CONFIG_BYTES:,}): give the YAML config file")
+            raise ConfigError(
+                f"config error: {_shown(path)} is {info.st_size:,} bytes, more than a config "
+                f"can be ({MAX_CONFIG_BYTES:,}): give the YAML config file"
+            )
         with open(path, "rb") as handle:
             raw = handle.read(MAX_CONFIG_BYTES + 1)
     except OSError as error:
         raise ConfigError(f"config error: cannot read {_shown(path)}: {error.strerror}") from None
-    if len(raw) > MAX_CONFIG_BYTES:   # grew while read
-        raise ConfigError(f"config error: {_shown(path)} is more than {MAX_CONFIG_BYTES:,} bytes: give the YAML "
-                          f"config file")
+    if len(raw) > MAX_CONFIG_BYTES:  # grew while read
+        raise ConfigError(
+            f"config error: {_shown(path)} is more than {MAX_CONFIG_BYTES:,} bytes: give the YAML config file"
+        )
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as error:
-        raise ConfigError(f"config error: {_shown(path)} is not a YAML text file (byte {error.start} is not "
-                          f"UTF-8: {raw[error.start]:#04x}); give the YAML config") from None
+        raise ConfigError(
+            f"config error: {_shown(path)} is not a YAML text file (byte {error.start} is not "
+            f"UTF-8: {raw[error.start]:#04x}); give the YAML config"
+        ) from None
     try:
         data = _safe_load(text, _shown(path))
     except ConfigError:
         raise
-    except ValueError as error:   # a number of more than MAX_INT_DIGITS digits
+    except ValueError as error:  # a number of more than MAX_INT_DIGITS digits
         raise ConfigError(f"config error: {_shown(path)}: {_value_problem(error)}") from None
     except (yaml.YAMLError, RecursionError) as error:
         place, problem = _yaml_problem(error, text)
         where = f"{_shown(path)}:{place[0]}:{place[1]}" if place else _shown(path)
         raise ConfigError(f"config error: {where}: {problem}") from None
-    if data is None:      # an empty file: every default
+    if data is None:  # an empty file: every default
         return {}
     if not isinstance(data, dict):
-        raise ConfigError(f"config error: {_shown(path)} must hold a mapping of sections (decode:, kmeans:, ...) "
-                          f"at its top level (got a {type(data).__name__})")
+        raise ConfigError(
+            f"config error: {_shown(path)} must hold a mapping of sections (decode:, kmeans:, ...) "
+            f"at its top level (got a {type(data).__name__})"
+        )
     return data
 
 
@@ -294,20 +310,26 @@ def _apply_override(data: dict, assignment: str) -> None:
     key, equals, raw = assignment.partition("=")
     parts = [part.strip() for part in key.split(".")]
     if not equals or not all(parts):
-        raise ConfigError(f"config error: --set takes section.key=value, e.g. decode.fps=25 (got {shown_value(assignment)})")
+        raise ConfigError(
+            f"config error: --set takes section.key=value, e.g. decode.fps=25 (got {shown_value(assignment)})"
+        )
     key = ".".join(parts)
     try:
         value = _safe_load(raw, f"--set {_shown(key)}") if raw != "" else ""
     except ConfigError:
         raise
-    except ValueError as error:   # a number of more than MAX_INT_DIGITS digits
-        raise ConfigError(f"config error: --set {_shown(key)}: the value {shown_value(raw)} ({len(raw):,} "
-                          f"characters): {_value_problem(error)}") from None
+    except ValueError as error:  # a number of more than MAX_INT_DIGITS digits
+        raise ConfigError(
+            f"config error: --set {_shown(key)}: the value {shown_value(raw)} ({len(raw):,} "
+            f"characters): {_value_problem(error)}"
+        ) from None
     except (yaml.YAMLError, RecursionError) as error:
         place, problem = _yaml_problem(error, raw)
         at = f"line {place[0]}, column {place[1]}: " if place else ""
-        raise ConfigError(f"config error: --set {_shown(key)}: the value {shown_value(raw)} is not valid YAML ({at}{problem}); "
-                          f"quote a string that holds YAML syntax") from None
+        raise ConfigError(
+            f"config error: --set {_shown(key)}: the value {shown_value(raw)} is not valid YAML ({at}{problem}); "
+            f"quote a string that holds YAML syntax"
+        ) from None
     _set_into(data, parts, value, key)
 
 
@@ -337,12 +359,14 @@ def _set_into(data: dict, parts: list[str], value, key: str) -> None:
     earlier `--set decode.fps=10` (or the file's fps), as the YAML would."""
     node = data
     for depth, part in enumerate(parts[:-1], 1):
-        if node.get(part) is None:      # absent, or an empty section in the file
+        if node.get(part) is None:  # absent, or an empty section in the file
             node[part] = {}
         node = node[part]
         if not isinstance(node, dict):
-            raise ConfigError(f"config error: --set {_shown(key)}: {_shown('.'.join(parts[:depth]))} is not a "
-                              f"section (it holds {shown_value(node)})")
+            raise ConfigError(
+                f"config error: --set {_shown(key)}: {_shown('.'.join(parts[:depth]))} is not a "
+                f"section (it holds {shown_value(node)})"
+            )
     if isinstance(value, dict) and isinstance(node.get(parts[-1]), dict):
         _merge(node[parts[-1]], json.loads(json.dumps(value)))
     else:
@@ -356,18 +380,21 @@ def check_given_once(overrides) -> None:
     for assignment in overrides:
         key, equals, raw = assignment.partition("=")
         if not equals:
-            continue   # refused by _apply_override, naming the assignment
+            continue  # refused by _apply_override, naming the assignment
         key = ".".join(part.strip() for part in key.split("."))
         try:
             value = _safe_load(raw, f"--set {_shown(key)}") if raw != "" else ""
         except (yaml.YAMLError, RecursionError, ValueError, ConfigError):
-            continue   # refused by _apply_override, with the reason
+            continue  # refused by _apply_override, with the reason
         for leaf in _leaves(value, key):
-            earlier = given.get(leaf) or next((given[other] for other in given
-                                               if other.startswith(leaf + ".") or leaf.startswith(other + ".")), None)
+            earlier = given.get(leaf) or next(
+                (given[other] for other in given if other.startswith(leaf + ".") or leaf.startswith(other + ".")), None
+            )
             if earlier is not None:
-                raise ConfigError(f"config error: {_shown(leaf)} is given twice: --set {_shown(earlier)} "
-                                  f"and --set {_shown(assignment)}: give it once")
+                raise ConfigError(
+                    f"config error: {_shown(leaf)} is given twice: --set {_shown(earlier)} "
+                    f"and --set {_shown(assignment)}: give it once"
+                )
             given[leaf] = assignment
 
 

@@ -13,16 +13,16 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from typing import Callable
+from collections.abc import Callable
 
-MAX_MESSAGE_CHARS = 600      # a config error is one line a person reads
+MAX_MESSAGE_CHARS = 600  # a config error is one line a person reads
 MAX_SHOWN_VALUE_CHARS = 120  # a value quoted in it
 
 # Worker and thread counts: 0 means "the library's or the machine's choice"; more than this is a typo (no
 # node has that many cores, and a pool that size would run out of processes or memory before any work)
 MAX_WORKERS = 1024
-MAX_SEED = 2**32 - 1                    # numpy's and ctranslate2's seeds are unsigned 32-bit
-FRACTION = {"ge": 0, "le": 1}           # bounds of a share or probability: setting(0.5, **FRACTION)
+MAX_SEED = 2**32 - 1  # numpy's and ctranslate2's seeds are unsigned 32-bit
+FRACTION = {"ge": 0, "le": 1}  # bounds of a share or probability: setting(0.5, **FRACTION)
 SEED = {"ge": 0, "le": MAX_SEED}
 CONTROL_CHARACTERS = re.compile(r"[\x00-\x1f\x7f]")
 
@@ -37,8 +37,7 @@ class ConfigError(ValueError):
         message = str(message)
         if len(message) > MAX_MESSAGE_CHARS:
             head, tail = MAX_MESSAGE_CHARS * 2 // 3, MAX_MESSAGE_CHARS // 4
-            message = (f"{message[:head]} ... ({len(message) - head - tail:,} characters left out) ... "
-                       f"{message[-tail:]}")
+            message = f"{message[:head]} ... ({len(message) - head - tail:,} characters left out) ... {message[-tail:]}"
         super().__init__(message)
 
 
@@ -48,11 +47,11 @@ def shown_value(value) -> str:
     from YAML aliases is never walked whole."""
     import reprlib
 
-    shown = reprlib.Repr()   # (keyword arguments only from Python 3.12)
+    shown = reprlib.Repr()  # (keyword arguments only from Python 3.12)
     shown.maxlevel, shown.maxstring, shown.maxlong, shown.maxother = 3, MAX_SHOWN_VALUE_CHARS, 40, MAX_SHOWN_VALUE_CHARS
     shown.maxtuple = shown.maxlist = shown.maxdict = shown.maxset = shown.maxfrozenset = shown.maxdeque = 8
     text = shown.repr(value)
-    return text if len(text) <= MAX_SHOWN_VALUE_CHARS else text[:MAX_SHOWN_VALUE_CHARS - 3] + "..."
+    return text if len(text) <= MAX_SHOWN_VALUE_CHARS else text[: MAX_SHOWN_VALUE_CHARS - 3] + "..."
 
 
 def has_control_characters(text: str) -> bool:
@@ -72,13 +71,26 @@ def one_of(value, choices, key):
         raise ConfigError(f"config error: {key} must be one of {', '.join(choices)} (got {value!r})")
 
 
-def setting(default=dataclasses.MISSING, *, factory=dataclasses.MISSING, ge=None, gt=None, le=None, lt=None,
-            choices: tuple[str, ...] | None = None, each: bool = False, why: str = "",
-            rule: Callable | None = None):
+def setting(
+    default=dataclasses.MISSING,
+    *,
+    factory=dataclasses.MISSING,
+    ge=None,
+    gt=None,
+    le=None,
+    lt=None,
+    choices: tuple[str, ...] | None = None,
+    each: bool = False,
+    why: str = "",
+    rule: Callable | None = None,
+):
     """A section field with its rules beside it. `why` follows the bounds in the message ("for S3D");
     `rule(section, prefix)` raises ConfigError for what bounds cannot say (prefix: "decode.")."""
-    metadata = {name: value for name, value in (("ge", ge), ("gt", gt), ("le", le), ("lt", lt),
-                                                 ("choices", choices), ("rule", rule)) if value is not None}
+    metadata = {
+        name: value
+        for name, value in (("ge", ge), ("gt", gt), ("le", le), ("lt", lt), ("choices", choices), ("rule", rule))
+        if value is not None
+    }
     if each:
         metadata["each"] = True
     if why:
@@ -103,8 +115,9 @@ def _check_bounds(value, section, rules: dict, key: str) -> None:
     high = next(((name, _limit(section, rules[name])) for name in ("le", "lt") if name in rules), None)
     if low is None and high is None:
         return
-    broken = (low is not None and (value <= low[1] if low[0] == "gt" else value < low[1])) or \
-             (high is not None and (value >= high[1] if high[0] == "lt" else value > high[1]))
+    broken = (low is not None and (value <= low[1] if low[0] == "gt" else value < low[1])) or (
+        high is not None and (value >= high[1] if high[0] == "lt" else value > high[1])
+    )
     if broken:
         sign = {"ge": ">=", "gt": ">", "le": "<=", "lt": "<"}
         bounds = " and ".join(f"{sign[name]} {limit}" for name, limit in filter(None, (low, high)))

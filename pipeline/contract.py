@@ -8,9 +8,10 @@ while pipeline.config imports the stages' sections: no stage can make a circle."
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from schemas.metadata import Provenance
 
@@ -35,13 +36,14 @@ CODE_FIELDS = ("run", "identities", "preflight", "split", "section_type", "statu
 @dataclass(frozen=True)
 class Option:
     """A command-line option of a whole-collection stage: `--name`, a flag or (takes_value) one value."""
+
     flag: str
     help: str
     takes_value: bool = False
     required: bool = False
 
     @property
-    def name(self) -> str:   # argparse's attribute name
+    def name(self) -> str:  # argparse's attribute name
         return self.flag.lstrip("-").replace("-", "_")
 
 
@@ -50,6 +52,7 @@ class CollectionRun:
     """What a whole-collection stage's run is given: the config, the work dir, its own options by name, and
     from the command: an executor (a stage with `workers`) and a way to ask the person at the terminal
     (None off a terminal, where asking is refusing)."""
+
     cfg: Config
     work_dir: object
     options: dict
@@ -62,6 +65,7 @@ class CollectionRun:
 class CollectionResult:
     """What it did: one phrase for `run`'s table, the lines the command prints, and whether it made
     outputs (else the config it ran with is not remembered as theirs)."""
+
     outcome: str
     lines: list[str] = field(default_factory=list)
     made_outputs: bool = True
@@ -70,20 +74,20 @@ class CollectionResult:
 @dataclass(frozen=True)
 class Stage:
     name: str
-    summary: str                         # what it does, for --help
-    reads: tuple[str, ...]               # the stages whose outputs it reads
-    config_sections: tuple[str, ...]     # the config sections whose values shape its outputs
-    per_shard: bool                      # True: runs once per manifest shard; False: once per collection
-    writes: str                          # what it writes, for --help
+    summary: str  # what it does, for --help
+    reads: tuple[str, ...]  # the stages whose outputs it reads
+    config_sections: tuple[str, ...]  # the config sections whose values shape its outputs
+    per_shard: bool  # True: runs once per manifest shard; False: once per collection
+    writes: str  # what it writes, for --help
     # per-shard stages: table name -> schema; "" is the stage's main table
     tables: dict[str, schemas.Schema] = field(default_factory=dict)
-    run: str | Callable = ""             # "module:function": run_shard(ctx) for per-shard stages
-    identities: str | Callable = ""      # "module:function": (cfg, videos) -> {name: identity} of what
-                                         # else shapes the output (model weights, tokenizer, transcripts)
+    run: str | Callable = ""  # "module:function": run_shard(ctx) for per-shard stages
+    identities: str | Callable = ""  # "module:function": (cfg, videos) -> {name: identity} of what
+    # else shapes the output (model weights, tokenizer, transcripts)
     # keys of config_sections that do not change what is made (how long to train, where, how often to
     # log): a change of them does not make an output stale
     operational_keys: tuple[str, ...] = ()
-    max_parallel_shards: int = 0         # > 0: at most this many shards at once on one machine
+    max_parallel_shards: int = 0  # > 0: at most this many shards at once on one machine
     # the config section the stage owns: its name (a top-level key of the YAML) and its dataclass
     # ("module:Class"), whose fields carry their bounds and rules (pipeline/config_fields.py)
     section: str = ""
@@ -151,14 +155,14 @@ def resolve(named: str | Callable) -> Callable:
 
 @dataclass
 class ShardResult:
-    tables: dict[str, pa.Table]                        # "" -> main output; other names -> extra tables
+    tables: dict[str, pa.Table]  # "" -> main output; other names -> extra tables
     errors: list[dict] = field(default_factory=list)  # {video_id, error_type, message}
-    stats: dict = field(default_factory=dict)          # counts for status/summary (videos, clips, ...)
-    provenance: Provenance = field(default_factory=Provenance)   # what shaped it (hashes of inputs ...)
-    row_group_size: int | None = None                  # Parquet row groups (None: pyarrow's default)
+    stats: dict = field(default_factory=dict)  # counts for status/summary (videos, clips, ...)
+    provenance: Provenance = field(default_factory=Provenance)  # what shaped it (hashes of inputs ...)
+    row_group_size: int | None = None  # Parquet row groups (None: pyarrow's default)
     # other stages' results made in the same pass (its record's `also_makes`): written as those stages'
     # outputs of this shard, with their own completion records, unless they are current already
-    also: dict[str, "ShardResult"] = field(default_factory=dict)
+    also: dict[str, ShardResult] = field(default_factory=dict)
 
 
 @dataclass
@@ -167,7 +171,7 @@ class ShardContext:
     work: WorkDir
     stage: str
     shard_index: int
-    videos: list[dict]                                 # this shard's manifest rows
+    videos: list[dict]  # this shard's manifest rows
     lineage: Lineage
     quiet: bool = False
 
@@ -175,17 +179,19 @@ class ShardContext:
         """This shard's output of an earlier stage, after checking its bytes against the upstream record
         (a bit flip that still parses must not flow on), with Parquet page checksums verified."""
         from pipeline import storage
+
         path = self.lineage.verified(stage, self.shard_index, self.work.part(stage, self.shard_index, table_name))
         return storage.read_table(path, columns=columns)
 
     def input_provenance(self, stage: str, table_name: str = "") -> Provenance:
         from pipeline import storage
+
         return storage.read_metadata(self.work.part(stage, self.shard_index, table_name))
 
     def progress(self, total: int | None = None, unit: str = "videos", desc: str | None = None):
         from pipeline.progress import Progress
-        return Progress(total=total, unit=unit, desc=desc or f"{self.stage} part {self.shard_index}",
-                        quiet=self.quiet)
+
+        return Progress(total=total, unit=unit, desc=desc or f"{self.stage} part {self.shard_index}", quiet=self.quiet)
 
 
 def error_row(video_id: str, error: BaseException | str, error_type: str | None = None) -> dict:
@@ -214,10 +220,11 @@ class Invalid(Exception):
 @dataclass(frozen=True)
 class Part:
     """One current part, as the per-table checks a stage's record names (`checks`) see it."""
+
     work: WorkDir
     path: Path
-    shard_name: str                  # "00003.parquet": the same shard's part in another folder
-    visual_vocab: int | None         # the codebook's leaves, when there is one
+    shard_name: str  # "00003.parquet": the same shard's part in another folder
+    visual_vocab: int | None  # the codebook's leaves, when there is one
 
     def sibling(self, stage: str, table: str = "") -> Path:
         """The same shard's part of another stage's table."""

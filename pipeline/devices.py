@@ -13,6 +13,7 @@ from pipeline.config_fields import ConfigError
 
 def cuda_available() -> bool:
     import torch
+
     return torch.cuda.is_available()
 
 
@@ -21,8 +22,10 @@ def cuda_device_count(library: str = "torch") -> int:
     or ctranslate2 (faster-whisper), whose build may lack CUDA where torch's has it."""
     if library == "ctranslate2":
         import ctranslate2
+
         return ctranslate2.get_cuda_device_count()
     import torch
+
     return torch.cuda.device_count()
 
 
@@ -65,12 +68,13 @@ def check_devices(cfg, command: str) -> None:
     exist on this machine: none without CUDA, an index below the number of GPUs with it. Checked by the
     command that uses them (not by `submit` on a login node, or a Ray driver whose workers have the GPUs),
     at load: a wrong one would fail every shard."""
-    keys = registry.BY_NAME[command].device_keys if command in registry.BY_NAME else \
-        COMMAND_DEVICE_KEYS.get(command, ())
+    keys = (
+        registry.BY_NAME[command].device_keys if command in registry.BY_NAME else COMMAND_DEVICE_KEYS.get(command, ())
+    )
     for key in keys:
         section, name = key.split(".")
         value = getattr(getattr(cfg, section), name)
-        if not value.startswith("cuda"):    # (a cuda decode.device without torchcodec is refused at load)
+        if not value.startswith("cuda"):  # (a cuda decode.device without torchcodec is refused at load)
             continue
         library = "ctranslate2" if section == "asr" and cfg.asr.backend == "faster-whisper" else "torch"
         count = cuda_device_count(library)
@@ -79,5 +83,7 @@ def check_devices(cfg, command: str) -> None:
             which = " that CTranslate2 (faster-whisper) can use" if library == "ctranslate2" else ""
             raise ConfigError(f"config error: {key}={value}, but this machine has no CUDA GPU{which}: use auto or cpu")
         if index >= count:
-            raise ConfigError(f"config error: {key}={value}, but this machine has {count} GPU(s): "
-                              f"cuda:0{f' to cuda:{count - 1}' if count > 1 else ''}")
+            raise ConfigError(
+                f"config error: {key}={value}, but this machine has {count} GPU(s): "
+                f"cuda:0{f' to cuda:{count - 1}' if count > 1 else ''}"
+            )

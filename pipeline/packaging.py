@@ -28,14 +28,18 @@ def collisions() -> list[str]:
     for name in TOP_LEVEL:
         others = sorted({dist for dist in owners.get(name, ()) if _normal(dist) != DISTRIBUTION})
         if others:
-            problems.append(f"the top-level package {name!r} is also installed by {', '.join(others)}: the two "
-                            f"overwrite each other's files; install {DISTRIBUTION} in its own virtual environment")
+            problems.append(
+                f"the top-level package {name!r} is also installed by {', '.join(others)}: the two "
+                f"overwrite each other's files; install {DISTRIBUTION} in its own virtual environment"
+            )
             continue
         spec = importlib.util.find_spec(name)
         origin = Path(spec.origin).resolve() if spec is not None and spec.origin else None
         if origin is None or ours not in origin.parents:
-            problems.append(f"`import {name}` finds {origin or 'nothing'}, not this product's {ours / name}: "
-                            f"another package of that name comes first on sys.path")
+            problems.append(
+                f"`import {name}` finds {origin or 'nothing'}, not this product's {ours / name}: "
+                f"another package of that name comes first on sys.path"
+            )
     return problems
 
 

@@ -27,6 +27,7 @@ def unreachable(url: str) -> str | None:
     """Why `url`'s host cannot be reached from here (one line), or None when it answers (any HTTP status).
     Asked in a daemon thread: a resolver that takes 40 s to give up holds neither the answer nor the exit."""
     import threading
+
     answer: list[str | None] = []
     thread = threading.Thread(target=lambda: answer.append(_ask(url)), daemon=True)
     thread.start()
@@ -39,7 +40,7 @@ def _ask(url: str) -> str | None:
         with urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=TIMEOUT_S):
             return None
     except urllib.error.HTTPError:
-        return None                               # it answered
+        return None  # it answered
     except (urllib.error.URLError, OSError, ValueError) as error:
         reason = getattr(error, "reason", error)
         return " ".join(str(reason).split()) or type(error).__name__
@@ -56,6 +57,7 @@ def _hub_endpoint() -> str:
 def _hub_cached(repo_id: str) -> bool:
     try:
         from huggingface_hub import snapshot_download
+
         snapshot_download(repo_id, local_files_only=True)
         return True
     except Exception:  # noqa: BLE001 - any failure to find it locally means: not cached
@@ -67,6 +69,7 @@ def check_model_spec(key: str, spec: str, *, hub_repo: str | None = None, fix: s
     cached or the hub is reachable. `hub_repo`: the repository a hub name stands for (faster-whisper's
     short names); `fix`: the alternative to name besides a local path."""
     from pipeline import models
+
     alternative = f", {fix}" if fix else ""
     if spec.startswith("pkg:"):
         try:
@@ -83,11 +86,15 @@ def check_model_spec(key: str, spec: str, *, hub_repo: str | None = None, fix: s
         return
     offline = hub_offline()
     if offline:
-        raise PreflightError(f"{key}: {spec!r} is a model hub name, not in the local cache, and HF_HUB_OFFLINE="
-                             f"{offline} forbids downloading it: give a local path{alternative}, or unset "
-                             f"HF_HUB_OFFLINE on a machine that reaches {_hub_endpoint()}")
+        raise PreflightError(
+            f"{key}: {spec!r} is a model hub name, not in the local cache, and HF_HUB_OFFLINE="
+            f"{offline} forbids downloading it: give a local path{alternative}, or unset "
+            f"HF_HUB_OFFLINE on a machine that reaches {_hub_endpoint()}"
+        )
     why = unreachable(f"{_hub_endpoint()}/{repo}")
     if why:
-        raise PreflightError(f"{key}: {spec!r} is a model hub name, not in the local cache, and {_hub_endpoint()} "
-                             f"cannot be reached from here ({why}): give a local path{alternative}, or download "
-                             f"it where the hub is reachable and run with HF_HUB_OFFLINE=1")
+        raise PreflightError(
+            f"{key}: {spec!r} is a model hub name, not in the local cache, and {_hub_endpoint()} "
+            f"cannot be reached from here ({why}): give a local path{alternative}, or download "
+            f"it where the hub is reachable and run with HF_HUB_OFFLINE=1"
+        )

@@ -18,7 +18,7 @@ def format_number(value: float) -> str:
     if abs(value) >= 100:
         return f"{value:,.0f}"
     text = f"{value:.3g}"
-    if "e" in text:   # below 0.001: as many places as three significant digits need
+    if "e" in text:  # below 0.001: as many places as three significant digits need
         text = f"{value:.{2 - int(f'{abs(value):e}'.split('e')[1])}f}"
     return text
 
@@ -67,22 +67,29 @@ class Progress:
 
     LOG_EVERY_S = 10.0
 
-    def __init__(self, total: int | None, unit: str = "videos", desc: str = "", quiet: bool = False,
-                 log_every_s: float | None = None, stream=None):
+    def __init__(
+        self,
+        total: int | None,
+        unit: str = "videos",
+        desc: str = "",
+        quiet: bool = False,
+        log_every_s: float | None = None,
+        stream=None,
+    ):
         self.total, self.unit, self.desc, self.quiet = total, unit, desc, quiet
         self.stream = stream or sys.stderr
         self.log_every_s = self.LOG_EVERY_S if log_every_s is None else log_every_s
-        self._logged_count: int | None = None   # the count in the last line printed
+        self._logged_count: int | None = None  # the count in the last line printed
         self.count = 0
-        self.failed = 0                           # of `count`: units that ended in failure, never shown as done
+        self.failed = 0  # of `count`: units that ended in failure, never shown as done
         self.extra: dict[str, float] = {}
         self.started = time.time()
         self._last_log = self.started
         self._bar = None
         if not quiet and self.stream.isatty():
             from tqdm import tqdm
-            self._bar = tqdm(total=total, unit=f" {unit}", desc=desc, file=self.stream, leave=False,
-                             dynamic_ncols=True)
+
+            self._bar = tqdm(total=total, unit=f" {unit}", desc=desc, file=self.stream, leave=False, dynamic_ncols=True)
 
     def __enter__(self):
         return self
@@ -132,8 +139,10 @@ class Progress:
         if self.total and self.count:
             eta = f", ETA {format_duration(elapsed / self.count * (self.total - self.count))}"
         failed = f" ({self.failed} failed)" if self.failed else ""
-        return (f"{timestamp(now)} [{self.desc}] {done} {self.unit}{failed}, {self._rates()}{eta}, "
-                f"{format_duration(elapsed)} elapsed")
+        return (
+            f"{timestamp(now)} [{self.desc}] {done} {self.unit}{failed}, {self._rates()}{eta}, "
+            f"{format_duration(elapsed)} elapsed"
+        )
 
     def close(self) -> None:
         if self._bar is not None:

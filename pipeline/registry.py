@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-from typing import Iterator
+from collections.abc import Iterator
 
 from pipeline.contract import Stage
 
@@ -20,6 +20,8 @@ from pipeline.contract import Stage
 ORDER = ("manifest", "decode", "features", "kmeans", "quantize", "asr", "align", "train")
 
 STAGES: tuple[Stage, ...] = tuple(importlib.import_module(f"stages.{name}").STAGE for name in ORDER)
+
+
 def _index() -> None:
     """The lookups below, from STAGES."""
     global BY_NAME, NAMES, SHARD_STAGES
@@ -44,8 +46,7 @@ def run_stages(*, with_optional: bool = False) -> tuple[Stage, ...]:
     """The stages a whole run runs, in order: each one not made in another's pass (decode: in features'),
     those with in_run=False (train) only `with_optional`."""
     made_by_others = {name for spec in STAGES for name in spec.also_makes}
-    return tuple(spec for spec in STAGES
-                 if spec.name not in made_by_others and (spec.in_run or with_optional))
+    return tuple(spec for spec in STAGES if spec.name not in made_by_others and (spec.in_run or with_optional))
 
 
 def ray_resources() -> dict[str, dict[str, float]]:

@@ -18,7 +18,7 @@ from pipeline.config import Config, ConfigError, load_config
 from pipeline.engine.lineage import CorruptFile, changed_keys, flatten, read_json
 from pipeline.engine.workdir import WorkDir
 
-SHOWN_KEYS = 4   # keys named in the one-line notice; more are counted
+SHOWN_KEYS = 4  # keys named in the one-line notice; more are counted
 
 
 def remembered(work_dir) -> dict | None:
@@ -28,12 +28,12 @@ def remembered(work_dir) -> dict | None:
     try:
         record = read_json(WorkDir(work_dir).remembered_config)
     except (CorruptFile, OSError):
-        return None   # an unreadable record is no memory: the command's own config is used and recorded anew
+        return None  # an unreadable record is no memory: the command's own config is used and recorded anew
     config = (record or {}).get("config")
     return config if isinstance(config, dict) else None
 
 
-HISTORY_KEPT = 100   # configs kept in the history (the oldest beyond are dropped)
+HISTORY_KEPT = 100  # configs kept in the history (the oldest beyond are dropped)
 
 
 def history_path(work_dir):
@@ -55,8 +55,7 @@ def record(work_dir, cfg: Config, command: str) -> None:
     one shard with it); a config other than the last one recorded is added to the history."""
     now = time.time()
     config = cfg.to_dict()
-    storage.atomic_write_json(WorkDir(work_dir).remembered_config,
-                              {"config": config, "written_by": command, "at": now})
+    storage.atomic_write_json(WorkDir(work_dir).remembered_config, {"config": config, "written_by": command, "at": now})
     entries = history(work_dir)
     if entries and entries[-1].get("config") == config:
         return
@@ -66,6 +65,7 @@ def record(work_dir, cfg: Config, command: str) -> None:
 
 def _when(at) -> str:
     from pipeline.progress import timestamp
+
     return timestamp(at) if isinstance(at, (int, float)) else "?"
 
 
@@ -73,6 +73,7 @@ def show(work_dir) -> str | None:
     """The remembered config as YAML (a config file: `--config` takes it), under a comment saying which
     command recorded it and when; None when the work dir remembers none."""
     import yaml
+
     try:
         found = read_json(WorkDir(work_dir).remembered_config)
     except (CorruptFile, OSError):
@@ -80,15 +81,16 @@ def show(work_dir) -> str | None:
     config = (found or {}).get("config")
     if not isinstance(config, dict):
         return None
-    head = (f"# the config {WorkDir(work_dir).remembered_config} remembers: recorded by "
-            f"{found.get('written_by', '?')} at {_when(found.get('at'))}")
+    head = (
+        f"# the config {WorkDir(work_dir).remembered_config} remembers: recorded by "
+        f"{found.get('written_by', '?')} at {_when(found.get('at'))}"
+    )
     return head + "\n" + yaml.safe_dump(config, sort_keys=False).rstrip()
 
 
 def _differences(old: dict, new: dict) -> list[str]:
     old_flat, new_flat = flatten(old, keep_empty=True), flatten(new, keep_empty=True)
-    return [f"{key}: {_value(old_flat, key)} -> {_value(new_flat, key)}"
-            for key in changed_keys(old_flat, new_flat)]
+    return [f"{key}: {_value(old_flat, key)} -> {_value(new_flat, key)}" for key in changed_keys(old_flat, new_flat)]
 
 
 def diff_text(work_dir, cfg: Config | None) -> str | None:
@@ -103,8 +105,10 @@ def diff_text(work_dir, cfg: Config | None) -> str | None:
             return "no earlier config in the history: the remembered config is the only one used here"
         before, after = entries[-2], entries[-1]
         lines = _differences(before["config"], after["config"])
-        head = (f"the remembered config ({after.get('written_by', '?')}, {_when(after.get('at'))}) against the "
-                f"one before it ({before.get('written_by', '?')}, {_when(before.get('at'))}):")
+        head = (
+            f"the remembered config ({after.get('written_by', '?')}, {_when(after.get('at'))}) against the "
+            f"one before it ({before.get('written_by', '?')}, {_when(before.get('at'))}):"
+        )
         return "\n".join([head, *(f"  {line}" for line in lines)])
     lines = _differences(old, cfg.to_dict())
     if not lines:
@@ -113,8 +117,13 @@ def diff_text(work_dir, cfg: Config | None) -> str | None:
     work = WorkDir(work_dir)
     made = [stage for stage in stages_redone(keys) if _made(work, stage)]
     redo = f"a run with it redoes {', '.join(made)}" if made else "no output made so far depends on them"
-    return "\n".join([f"the config given against the one this work dir remembers ({len(lines)} key"
-                      f"{'s' if len(lines) != 1 else ''}; {redo}):", *(f"  {line}" for line in lines)])
+    return "\n".join(
+        [
+            f"the config given against the one this work dir remembers ({len(lines)} key"
+            f"{'s' if len(lines) != 1 else ''}; {redo}):",
+            *(f"  {line}" for line in lines),
+        ]
+    )
 
 
 def history_text(work_dir) -> str | None:
@@ -127,10 +136,12 @@ def history_text(work_dir) -> str | None:
         if index == 0:
             what = "first config"
         else:
-            changed = changed_keys(flatten(entries[index - 1]["config"], keep_empty=True),
-                                   flatten(entry["config"], keep_empty=True))
-            what = ", ".join(changed[:SHOWN_KEYS]) + (f" and {len(changed) - SHOWN_KEYS} more"
-                                                     if len(changed) > SHOWN_KEYS else "")
+            changed = changed_keys(
+                flatten(entries[index - 1]["config"], keep_empty=True), flatten(entry["config"], keep_empty=True)
+            )
+            what = ", ".join(changed[:SHOWN_KEYS]) + (
+                f" and {len(changed) - SHOWN_KEYS} more" if len(changed) > SHOWN_KEYS else ""
+            )
         lines.append(f"{index + 1:>3}  {_when(entry.get('at'))}  {entry.get('written_by', '?'):<10} {what}")
     return "\n".join(lines)
 
@@ -145,7 +156,7 @@ def stages_redone(keys: list[str]) -> list[str]:
                 redone.add(stage.name)
         if any(upstream in redone for upstream in stage.reads):
             redone.add(stage.name)
-        if any(other in redone for other in stage.also_makes):   # features makes decode's files too
+        if any(other in redone for other in stage.also_makes):  # features makes decode's files too
             redone.add(stage.name)
     return [name for name in registry.NAMES if name in redone]
 
@@ -163,7 +174,7 @@ def _value(flat: dict, key: str) -> str:
     return json.dumps(flat.get(key), default=str) if key in flat else "(absent)"
 
 
-DIFFERS = "config: differs"   # how the note that the config differs from the remembered one begins
+DIFFERS = "config: differs"  # how the note that the config differs from the remembered one begins
 
 
 def difference_line(work_dir, old: dict, cfg: Config) -> str | None:
@@ -176,10 +187,8 @@ def difference_line(work_dir, old: dict, cfg: Config) -> str | None:
     more = f" and {len(keys) - SHOWN_KEYS} more" if len(keys) > SHOWN_KEYS else ""
     work = WorkDir(work_dir)
     made = [stage for stage in stages_redone(keys) if _made(work, stage)]
-    redo = (f"a run with it redoes {', '.join(made)}" if made else
-            "no output made so far depends on them")
-    return (f"{DIFFERS} from the one this work dir remembers ({work.remembered_config}) in {shown}{more}; "
-            f"{redo}")
+    redo = f"a run with it redoes {', '.join(made)}" if made else "no output made so far depends on them"
+    return f"{DIFFERS} from the one this work dir remembers ({work.remembered_config}) in {shown}{more}; {redo}"
 
 
 def resolve(args, writes: bool) -> tuple[Config, list[str]]:
@@ -187,14 +196,18 @@ def resolve(args, writes: bool) -> tuple[Config, list[str]]:
     config is the base (its --set values on top); the defaults only where it remembers none."""
     old = remembered(getattr(args, "work_dir", None)) if args.config is not None or args.set or writes else None
     if args.config is None and old is not None:
-        try:   # the remembered config alone (a version that renamed a key may not read it)
+        try:  # the remembered config alone (a version that renamed a key may not read it)
             load_config(None, [], base=old)
         except ConfigError as error:
-            raise ConfigError(f"{error} (in the config {WorkDir(args.work_dir).remembered_config} remembers; "
-                              f"give --config to use another)") from None
+            raise ConfigError(
+                f"{error} (in the config {WorkDir(args.work_dir).remembered_config} remembers; "
+                f"give --config to use another)"
+            ) from None
         cfg = load_config(None, args.set, base=old)
-        notes = [f"config: this work dir's ({WorkDir(args.work_dir).remembered_config}, the last one used here; "
-                 f"--config FILE to use another)"]
+        notes = [
+            f"config: this work dir's ({WorkDir(args.work_dir).remembered_config}, the last one used here; "
+            f"--config FILE to use another)"
+        ]
     else:
         cfg = load_config(args.config, args.set)
         notes = []

@@ -37,27 +37,29 @@ def _ray_roles(ex, prefix: str) -> None:
 @dataclass
 class ExecutorConfig:
     kind: str = setting("local", choices=("local", "ray", "slurm"))
-    workers: int = count()              # local process pool size; 0 = the task's CPUs (pipeline/threads.py)
-    ray_address: str | None = None      # None starts a local Ray instance; "auto" joins a running cluster
-    max_retries: int = setting(2, ge=0, le=100)   # Ray: attempts after the first failure of a shard task
-    max_failed_share: float = setting(0.5, **FRACTION)   # a stage whose share of failed videos is larger exits with 3
+    workers: int = count()  # local process pool size; 0 = the task's CPUs (pipeline/threads.py)
+    ray_address: str | None = None  # None starts a local Ray instance; "auto" joins a running cluster
+    max_retries: int = setting(2, ge=0, le=100)  # Ray: attempts after the first failure of a shard task
+    max_failed_share: float = setting(0.5, **FRACTION)  # a stage whose share of failed videos is larger exits with 3
     # The slurm_* strings are written into #SBATCH lines, so each must look like what sbatch expects
     # (config_rules.SLURM_VALUES): no spaces, quotes or line breaks that could add a directive or a command
-    slurm_partition: str | None = setting(None, rule=rules.slurm_word("slurm_partition"))   # a name, or several, comma-separated
+    slurm_partition: str | None = setting(
+        None, rule=rules.slurm_word("slurm_partition")
+    )  # a name, or several, comma-separated
     # minutes, [days-]hours:minutes:seconds, ... or UNLIMITED; quote it in YAML (4:00:00 bare is a number)
     slurm_time: str = setting("04:00:00", rule=rules.slurm_word("slurm_time"))
     slurm_cpus_per_task: int = setting(4, gt=0, le=MAX_WORKERS)
-    slurm_mem: str = setting("16G", rule=rules.slurm_word("slurm_mem"))   # digits with an optional K, M, G or T
+    slurm_mem: str = setting("16G", rule=rules.slurm_word("slurm_mem"))  # digits with an optional K, M, G or T
     # GPUs per array task for the stages whose registry record says they use one (features, asr, train)
     slurm_gpus: int = setting(0, ge=0)
-    slurm_array_parallelism: int | None = setting(None, gt=0)   # at most this many array tasks at once
+    slurm_array_parallelism: int | None = setting(None, gt=0)  # at most this many array tasks at once
     # the cluster's MaxArraySize; None: `submit` reads it from `scontrol show config` (Slurm's default 1001,
     # indexes 0..1000, where it cannot): a longer array is submitted as several jobs, each task's index offset
     slurm_max_array_size: int | None = setting(None, ge=1, le=4_000_001)
     # nodes of a `submit train` job; more than one trains data-parallel over all of them (srun starts one
     # torchrun per node, joined by a c10d rendezvous), slurm_gpus processes per node
     slurm_nodes: int = setting(1, ge=1, le=4096)
-    slurm_rdzv_port: int = setting(29400, ge=1024, le=65535)   # the rendezvous port on the job's first node
+    slurm_rdzv_port: int = setting(29400, ge=1024, le=65535)  # the rendezvous port on the job's first node
     # extra lines, verbatim: each must start with "#SBATCH " and hold no control character
     slurm_extra: list[str] = setting(factory=list, rule=rules.sbatch_lines)
     # Ray: resources of one task, by role: num_cpus, num_gpus, memory_gb (a scheduling hint). The roles and
@@ -67,23 +69,31 @@ class ExecutorConfig:
 
 @dataclass
 class EvalConfig:
-    zero_shot_template: str = setting("now let me show you how to [MASK] the [MASK]",
-                                      rule=rules.masks(2, "two [MASK] (verb, noun)", "zero_shot_template"))
-    features_template: str = setting("now let's [MASK] the [MASK] to the [MASK], and then [MASK] the [MASK].",
-                                     rule=rules.masks(0, "a [MASK]", "features_template"))
-    verbs: str | None = None            # text file, one verb per line
-    nouns: str | None = None            # text file, one noun per line
+    zero_shot_template: str = setting(
+        "now let me show you how to [MASK] the [MASK]",
+        rule=rules.masks(2, "two [MASK] (verb, noun)", "zero_shot_template"),
+    )
+    features_template: str = setting(
+        "now let's [MASK] the [MASK] to the [MASK], and then [MASK] the [MASK].",
+        rule=rules.masks(0, "a [MASK]", "features_template"),
+    )
+    verbs: str | None = None  # text file, one verb per line
+    nouns: str | None = None  # text file, one noun per line
     # CSV/Parquet: video_id, segment_index, verb, noun; a segment may have several verbs and nouns (words
     # separated by | in a cell, a list column, or several rows): a prediction is right if it is any of them
     labels: str | None = None
     # zero-shot rankings reported, the first being the headline: open (every word of the vocabulary competes,
     # as in the paper) and closed (only the eval.verbs / eval.nouns words)
-    rankings: list[str] = setting(factory=lambda: ["open", "closed"], each=True, choices=("open", "closed"),
-                                  rule=rules.named_once("rankings", "ranking", ("open", "closed")))
+    rankings: list[str] = setting(
+        factory=lambda: ["open", "closed"],
+        each=True,
+        choices=("open", "closed"),
+        rule=rules.named_once("rankings", "ranking", ("open", "closed")),
+    )
     # the segments evaluated: align (the align shards' segments) or a YouCook II annotations JSON (segments
     # at its annotated times, their visual tokens from the quantize stage)
     segments: str = setting("align", rule=rules.segments_source)
-    subsets: list[str] = field(default_factory=lambda: ["validation"])   # annotations: the subsets evaluated
+    subsets: list[str] = field(default_factory=lambda: ["validation"])  # annotations: the subsets evaluated
     # youcook2-labels: the most frequent verb and noun lemmas of these subsets' captions (the paper: 45
     # verbs and 100 nouns from the validation captions)
     list_verbs: int = setting(45, gt=0)
@@ -93,7 +103,7 @@ class EvalConfig:
     # or on the videos not held out (align segments: probe_test_share of the videos, drawn by probe_seed)
     probe_train_subsets: list[str] = field(default_factory=lambda: ["training"])
     probe_test_share: float = setting(0.2, gt=0, lt=1)
-    probe_c: float = setting(1.0, gt=0)   # inverse L2 regularisation of the logistic regression
+    probe_c: float = setting(1.0, gt=0)  # inverse L2 regularisation of the logistic regression
     probe_seed: int = setting(0, **SEED)
     batch_size: int = setting(32, gt=0)
     predict_video_tokens: int = setting(8, gt=0)
@@ -114,24 +124,30 @@ YOUCOOK2_SUBSETS = ("training", "validation", "testing")
 class CaptionConfig:
     # eval captioning (videobert/eval/captioning.py): the paper's YouCook II transfer setup (Zhou et al. 2018's
     # encoder-decoder); the defaults are the paper's values
-    rows: list[str] = setting(factory=lambda: list(CAPTION_ROWS), each=True, choices=CAPTION_ROWS,
-                              rule=rules.named_once("rows", "row", CAPTION_ROWS))
-    train_subsets: list[str] = setting(factory=lambda: ["training"], each=True, choices=YOUCOOK2_SUBSETS,
-                                       rule=rules.some_subset("train_subsets"))
-    test_subsets: list[str] = setting(factory=lambda: ["validation"], each=True, choices=YOUCOOK2_SUBSETS,
-                                      rule=rules.subsets_apart)
-    layers: int = setting(2, gt=0)      # encoder and decoder layers each
-    hidden: int = setting(128, gt=0)    # a multiple of heads
+    rows: list[str] = setting(
+        factory=lambda: list(CAPTION_ROWS),
+        each=True,
+        choices=CAPTION_ROWS,
+        rule=rules.named_once("rows", "row", CAPTION_ROWS),
+    )
+    train_subsets: list[str] = setting(
+        factory=lambda: ["training"], each=True, choices=YOUCOOK2_SUBSETS, rule=rules.some_subset("train_subsets")
+    )
+    test_subsets: list[str] = setting(
+        factory=lambda: ["validation"], each=True, choices=YOUCOOK2_SUBSETS, rule=rules.subsets_apart
+    )
+    layers: int = setting(2, gt=0)  # encoder and decoder layers each
+    hidden: int = setting(128, gt=0)  # a multiple of heads
     heads: int = setting(8, gt=0, rule=rules.multiple_of("hidden", "heads"))
     feedforward: int = setting(512, gt=0)
     dropout: float = setting(0.4, ge=0, lt=1)
-    lr: float = setting(1.0e-3, gt=0)   # Adam, decayed linearly to 0 over steps
+    lr: float = setting(1.0e-3, gt=0)  # Adam, decayed linearly to 0 over steps
     batch_size: int = setting(128, gt=0)
     steps: int = setting(40000, gt=0)
     max_words: int = setting(20, gt=0)  # captions are cut there for training; decoding stops there
-    min_word_count: int = setting(1, gt=0)   # rarer training-caption words become <unk>
+    min_word_count: int = setting(1, gt=0)  # rarer training-caption words become <unk>
     seed: int = setting(0, **SEED)
-    num_threads: int = count()          # torch threads; 0 = train.num_threads / the task's CPUs
+    num_threads: int = count()  # torch threads; 0 = train.num_threads / the task's CPUs
     # >= 2 with a cv_grid: each row's hyper-parameters chosen by cv_folds-fold cross-validation on the
     # training segments (folds of whole videos), by cv_metric; 0 = the values above (the paper: 5 folds)
     cv_folds: int = setting(0, rule=rules.folds)

@@ -30,7 +30,7 @@ from schemas.metadata import Provenance
 
 TEMPORARY_PREFIX = ".tmp_"
 TEMPORARY_SUFFIX = ".partial"
-STALE_TEMPORARY_S = 24 * 3600     # another host's temporary file this old is a leftover, not a live write
+STALE_TEMPORARY_S = 24 * 3600  # another host's temporary file this old is a leftover, not a live write
 
 
 def one_line(error: BaseException) -> str:
@@ -41,15 +41,18 @@ def one_line(error: BaseException) -> str:
 
 def disk_error_hint(error: OSError) -> str | None:
     """A one-line hint for the OS errors a full, read-only or forbidden work dir gives."""
-    hints = {errno.ENOSPC: "the disk is full: free space or choose another --work-dir",
-             errno.EDQUOT: "the disk quota is exceeded: free space or choose another --work-dir",
-             errno.EROFS: "the file system is read-only: choose a writable --work-dir",
-             errno.EACCES: "permission denied: choose a --work-dir you can write to",
-             errno.EPERM: "operation not permitted: choose a --work-dir you can write to"}
+    hints = {
+        errno.ENOSPC: "the disk is full: free space or choose another --work-dir",
+        errno.EDQUOT: "the disk quota is exceeded: free space or choose another --work-dir",
+        errno.EROFS: "the file system is read-only: choose a writable --work-dir",
+        errno.EACCES: "permission denied: choose a --work-dir you can write to",
+        errno.EPERM: "operation not permitted: choose a --work-dir you can write to",
+    }
     return hints.get(error.errno)
 
 
 # ---------------------------------------------------------------- locations
+
 
 def location(value) -> Path:
     """A local Path for plain paths and file:// URIs; a UPath for any other URL (object storage, HTTP)."""
@@ -58,10 +61,12 @@ def location(value) -> Path:
     value = os.fspath(value)
     if value.startswith("file://"):
         from urllib.parse import unquote, urlparse
+
         return Path(unquote(urlparse(value).path))
     if "://" not in value:
         return Path(value)
     from upath import UPath
+
     protocol = value.split("://", 1)[0]
     # listings are not cached: another worker's new record must be seen at once
     options = {"use_listings_cache": False} if protocol in ("s3", "s3a", "gs", "gcs") else {}
@@ -88,7 +93,7 @@ def bucket_of(value) -> str | None:
     parsed = urlparse(text)
     if parsed.scheme in ("http", "https"):
         return None
-    if parsed.scheme == "hf":   # hf://datasets/owner/name/...: the repository
+    if parsed.scheme == "hf":  # hf://datasets/owner/name/...: the repository
         return "/".join(parsed.path.strip("/").split("/")[:2]) or None
     return parsed.netloc or None
 
@@ -99,9 +104,13 @@ def remote_error_types() -> tuple[type[BaseException], ...]:
     import sys
 
     found = []
-    for module, names in (("botocore.exceptions", ("BotoCoreError", "ClientError")),
-                          ("aiohttp", ("ClientError",)), ("google.auth.exceptions", ("GoogleAuthError",)),
-                          ("gcsfs.retry", ("HttpError",)), ("huggingface_hub.errors", ("HfHubHTTPError",))):
+    for module, names in (
+        ("botocore.exceptions", ("BotoCoreError", "ClientError")),
+        ("aiohttp", ("ClientError",)),
+        ("google.auth.exceptions", ("GoogleAuthError",)),
+        ("gcsfs.retry", ("HttpError",)),
+        ("huggingface_hub.errors", ("HfHubHTTPError",)),
+    ):
         loaded = sys.modules.get(module)
         found += [getattr(loaded, name) for name in names if loaded is not None and hasattr(loaded, name)]
     return tuple(found)
@@ -120,7 +129,7 @@ def remote_error_line(error: BaseException, *places) -> str:
     endpoint = os.environ.get("AWS_ENDPOINT_URL") or os.environ.get("AWS_ENDPOINT_URL_S3")
     if endpoint and any(str(place).startswith(("s3://", "s3a://")) for place in places if place is not None):
         named[-1:] = [f"{named[-1]} at {endpoint}"] if named else [endpoint]
-    text = re.sub(r"\?[^\s\"']*", "", one_line(error))    # a request's query string says nothing to a person
+    text = re.sub(r"\?[^\s\"']*", "", one_line(error))  # a request's query string says nothing to a person
     return f"object storage: {', '.join(named) or 'a remote location'}: {text}"
 
 
@@ -133,7 +142,7 @@ def canonical(value) -> str:
 
 def relative_name(root, path) -> str:
     """`path`'s name inside `root` ("a/b.json"), the same for local and remote locations."""
-    if not is_remote(root):   # by parts: a root of "." holds "a/b.json", whose text does not start with "./"
+    if not is_remote(root):  # by parts: a root of "." holds "a/b.json", whose text does not start with "./"
         try:
             return Path(path).relative_to(Path(root)).as_posix()
         except ValueError:
@@ -141,7 +150,7 @@ def relative_name(root, path) -> str:
     root_text, text = str(root).rstrip("/"), str(path)
     if not text.startswith(root_text + "/"):
         raise ValueError(f"{path} is not inside {root}")
-    return text[len(root_text) + 1:]
+    return text[len(root_text) + 1 :]
 
 
 def user_cache(name: str) -> Path:
@@ -158,6 +167,7 @@ def local_temporary(name: str) -> Path:
     name says which host and process made it (as atomic_path's do), so that the next run removes what a
     killed one left (remove_stale_local_temporaries): a k-means fit sample there is gigabytes."""
     import tempfile
+
     host = socket.gethostname().replace("_", "-")
     handle, path = tempfile.mkstemp(prefix=f"{TEMPORARY_PREFIX}{os.getpid()}_{host}_", suffix=f"_{name}")
     os.close(handle)
@@ -176,7 +186,7 @@ def remove_stale_local_temporaries() -> list[Path]:
                 path.unlink()
                 removed.append(path)
         except (OSError, ValueError):
-            continue   # another user's, or gone meanwhile
+            continue  # another user's, or gone meanwhile
     return removed
 
 
@@ -190,10 +200,12 @@ def arrow_filesystem(path):
     if not is_remote(path):
         return None, str(path)
     from pyarrow.fs import FSSpecHandler, PyFileSystem
+
     return PyFileSystem(FSSpecHandler(path.fs)), path.path
 
 
 # ---------------------------------------------------------------- atomic writes
+
 
 def atomic_path(final: Path, folder: Path | None = None) -> Path:
     """A unique temporary name for `final`: two workers racing on one shard never write into the same file.
@@ -212,7 +224,7 @@ def _writer_is_gone(name: str, age_s: float) -> bool:
     """Whether the writer of a temporary file has ended: this host's process no longer runs, or another
     host's file is older than any write takes."""
     try:
-        pid, host, _ = name[len(TEMPORARY_PREFIX):].split("_", 2)
+        pid, host, _ = name[len(TEMPORARY_PREFIX) :].split("_", 2)
         pid = int(pid)
     except ValueError:
         return age_s > STALE_TEMPORARY_S
@@ -263,7 +275,7 @@ def remove_stale_temporaries(folder: Path) -> list[Path]:
 
 def atomic_write_bytes(final: Path, data: bytes) -> None:
     if is_remote(final):
-        final.write_bytes(data)     # one request: the object appears whole or not at all
+        final.write_bytes(data)  # one request: the object appears whole or not at all
         return
     tmp = atomic_path(final)
     try:
@@ -282,17 +294,39 @@ def atomic_write_json(final: Path, value) -> None:
 
 # ---------------------------------------------------------------- Parquet
 
-def write_parquet(final: Path, table: pa.Table, provenance: Provenance, *, row_group_size: int | None = None,
-                  compression: str = "zstd", temporaries: Path | None = None) -> dict:
+
+def write_parquet(
+    final: Path,
+    table: pa.Table,
+    provenance: Provenance,
+    *,
+    row_group_size: int | None = None,
+    compression: str = "zstd",
+    temporaries: Path | None = None,
+) -> dict:
     """Write `table` atomically with its provenance in the file's key-value metadata; returns the
     written file's {"sha256", "bytes"}."""
-    return write_parquet_stream(final, table.schema, provenance, [table], row_group_size=row_group_size,
-                         compression=compression, temporaries=temporaries)
+    return write_parquet_stream(
+        final,
+        table.schema,
+        provenance,
+        [table],
+        row_group_size=row_group_size,
+        compression=compression,
+        temporaries=temporaries,
+    )
 
 
-def write_parquet_stream(final: Path, schema: pa.Schema, provenance: Provenance, tables, *,
-                         row_group_size: int | None = None, compression: str = "zstd",
-                         temporaries: Path | None = None) -> dict:
+def write_parquet_stream(
+    final: Path,
+    schema: pa.Schema,
+    provenance: Provenance,
+    tables,
+    *,
+    row_group_size: int | None = None,
+    compression: str = "zstd",
+    temporaries: Path | None = None,
+) -> dict:
     """Write `tables` (an iterable, consumed one at a time: bounded memory) one after another into one
     Parquet file of `schema`, atomically, with `provenance` in its key-value metadata (a file of no rows
     has no row group: every reader, `datasets` included, reads it as the schema alone). Every data page
@@ -302,14 +336,16 @@ def write_parquet_stream(final: Path, schema: pa.Schema, provenance: Provenance,
     schema = schema.with_metadata({**(schema.metadata or {}), **provenance.to_metadata()})
     tmp = local_temporary(final.name) if is_remote(final) else atomic_path(final, temporaries)
     try:
-        with pq.ParquetWriter(tmp, schema, compression=compression, write_statistics=True,
-                              write_page_checksum=True) as writer:
+        with pq.ParquetWriter(
+            tmp, schema, compression=compression, write_statistics=True, write_page_checksum=True
+        ) as writer:
             for table in tables:
                 # no row group of 0 rows: Hugging Face `datasets` fails on one ("BatchSize must be greater
                 # than 0") for the whole folder; a file with no rows is its schema alone (no row group)
                 if table.num_rows:
-                    writer.write_table(table if table.schema.equals(schema) else table.cast(schema),
-                                       row_group_size=row_group_size)
+                    writer.write_table(
+                        table if table.schema.equals(schema) else table.cast(schema), row_group_size=row_group_size
+                    )
         written = {"sha256": file_sha256(tmp), "bytes": tmp.stat().st_size}
         if is_remote(final):
             publish(tmp, final)
@@ -326,8 +362,7 @@ def read_table(path: Path, columns: list[str] | None = None, **kwargs) -> pa.Tab
     """A Parquet file with its page checksums verified; an unreadable file is an error naming it."""
     filesystem, name = arrow_filesystem(path)
     try:
-        return pq.read_table(name, columns=columns, page_checksum_verification=True, filesystem=filesystem,
-                             **kwargs)
+        return pq.read_table(name, columns=columns, page_checksum_verification=True, filesystem=filesystem, **kwargs)
     except (OSError, pa.ArrowException) as error:
         if isinstance(error, FileNotFoundError):
             raise FileNotFoundError(f"{path} not found") from None
@@ -370,7 +405,7 @@ def file_sha256(path: Path, chunk: int = 1 << 20) -> str:
     for file in files:
         if path.is_dir():
             digest.update(str(file.relative_to(path)).encode() + b"\0")
-        with file.open("rb") as handle:   # a Path or a UPath alike
+        with file.open("rb") as handle:  # a Path or a UPath alike
             while block := handle.read(chunk):
                 digest.update(block)
     return digest.hexdigest()

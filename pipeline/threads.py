@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import sys
 
-_processes_sharing = 1   # set in a local pool's worker by its initializer
+_processes_sharing = 1  # set in a local pool's worker by its initializer
 
 
 def allocated_cpus() -> tuple[int, str]:
@@ -95,7 +95,7 @@ def _ray_task_cpus() -> float | None:
 def _affinity() -> int | None:
     try:
         return len(os.sched_getaffinity(0)) or None
-    except (AttributeError, OSError):   # not on Linux
+    except (AttributeError, OSError):  # not on Linux
         return None
 
 

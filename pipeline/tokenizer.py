@@ -14,6 +14,7 @@ def load_tokenizer(spec: str):
     """BERT WordPiece from a hub name or a local folder; `pkg:<module>` names a package that ships one.
     (transformers 5's BertTokenizerFast(vocab_file=...) silently ignores the file: load the folder.)"""
     from transformers import AutoTokenizer
+
     tokenizer = AutoTokenizer.from_pretrained(models.location(spec))
     if tokenizer.unk_token_id is None or tokenizer.mask_token_id is None:
         raise ValueError(f"align.tokenizer {spec!r} is not a BERT WordPiece tokenizer ([UNK]/[MASK] missing)")

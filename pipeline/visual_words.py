@@ -41,8 +41,14 @@ def load(path: Path) -> Codebook:
     return from_bytes(data, info, str(path))
 
 
-def descend(codebook: Codebook, vectors: np.ndarray, *, return_path: bool = False, levels: int | None = None,
-            chunk_rows: int = 65_536) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
+def descend(
+    codebook: Codebook,
+    vectors: np.ndarray,
+    *,
+    return_path: bool = False,
+    levels: int | None = None,
+    chunk_rows: int = 65_536,
+) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
     """The leaf id (int64, in [0, k**depth)) of each row of `vectors` (n x dim, any float dtype): at each
     level the nearest (L2) non-empty child of the node chosen one level up; ties go to the lower child.
     With `return_path`, also the (n, levels) rows chosen at each level (the last column is the leaf id).
@@ -56,12 +62,14 @@ def descend(codebook: Codebook, vectors: np.ndarray, *, return_path: bool = Fals
         raise ValueError(f"descend: levels must be in 1..{codebook.depth}, got {levels}")
     # ||x - c||^2 = ||x||^2 + ||c||^2 - 2 x.c; ||x||^2 is the same for every child, so it is left out.
     # An empty child's bias is +inf, so it never wins while its parent has a non-empty child (always true).
-    biases = [np.where(counts > 0, np.einsum("ij,ij->i", centroids, centroids), np.inf).astype(np.float32)
-              for centroids, counts in zip(codebook.centroids[:levels], codebook.counts[:levels])]
+    biases = [
+        np.where(counts > 0, np.einsum("ij,ij->i", centroids, centroids), np.inf).astype(np.float32)
+        for centroids, counts in zip(codebook.centroids[:levels], codebook.counts[:levels])
+    ]
     path = np.empty((len(vectors), levels), dtype=np.int64)
     for start in range(0, len(vectors), chunk_rows):
-        chunk = np.ascontiguousarray(vectors[start:start + chunk_rows], dtype=np.float32)
-        path[start:start + len(chunk)] = _descend_chunk(codebook, biases, chunk, levels)
+        chunk = np.ascontiguousarray(vectors[start : start + chunk_rows], dtype=np.float32)
+        path[start : start + len(chunk)] = _descend_chunk(codebook, biases, chunk, levels)
     return (path[:, -1].copy(), path) if return_path else path[:, -1].copy()
 
 
@@ -79,7 +87,7 @@ def _descend_chunk(codebook: Codebook, biases: list[np.ndarray], chunk: np.ndarr
             # one parent for the whole chunk (always at level 1): no gather copy
             rows = order[begin:end] if end - begin < len(chunk) else slice(None)
             first = node * k
-            distances = bias[first:first + k] - 2.0 * (chunk[rows] @ centroids[first:first + k].T)
+            distances = bias[first : first + k] - 2.0 * (chunk[rows] @ centroids[first : first + k].T)
             chosen[rows] = first + distances.argmin(axis=1)
         path[:, level] = parent = chosen
     return path

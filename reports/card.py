@@ -33,29 +33,56 @@ from pipeline.engine.workdir import WorkDir
 
 FORMAT = "videobert-dataset:1"
 # the align parts' metadata (schemas/metadata.Provenance fields) the card carries; JSON text is parsed
-CARRIED = ("stage", "schema", "config", "config_hash", "feature_provenance_hash", "codebook_sha256",
-           "visual_vocab_size", "tokenizer", "tokenizer_vocab_sha256", "tokenizer_vocab_size", "text_languages")
+CARRIED = (
+    "stage",
+    "schema",
+    "config",
+    "config_hash",
+    "feature_provenance_hash",
+    "codebook_sha256",
+    "visual_vocab_size",
+    "tokenizer",
+    "tokenizer_vocab_sha256",
+    "tokenizer_vocab_size",
+    "text_languages",
+)
 PARSED = ("config", "text_languages")
 COLUMNS = {
     "video_id": "the video's id: a slug of its path under the input folder and a 10-digit hash of that path "
-                "(a YouCook II manifest: the YouTube id); `manifest/manifest.parquet` maps it to the video's `uri`",
+    "(a YouCook II manifest: the YouTube id); `manifest/manifest.parquet` maps it to the video's `uri`",
     "segment_index": "the segment's place in its video, from 0, in time order",
     "start_s": "text_video: the start of its sentence(s) (the first word); video_only: the start of its first "
-               "clip; seconds from the container's start",
+    "clip; seconds from the container's start",
     "end_s": "text_video: the end of its sentence(s) (the last word), which need not be a clip boundary; "
-             "video_only: the end of its last clip",
+    "video_only: the end of its last clip",
     "kind": "text_video (a sentence and the clips of its span) or video_only (clips nobody speaks over)",
     "text": "the sentence(s); null for video_only",
     "text_ids": "WordPiece ids of the text, without [CLS]/[SEP]; empty for video_only",
     "visual_ids": "visual words of the clips, in clip order: codebook leaf ids in [0, visual_vocab_size)",
     "language": "the language detected (or declared by an imported transcript) for the video",
 }
-HF_DTYPES = {pa.string(): "string", pa.large_string(): "large_string", pa.bool_(): "bool", pa.binary(): "binary",
-             pa.large_binary(): "large_binary", pa.float16(): "float16", pa.float32(): "float32",
-             pa.float64(): "float64", **{getattr(pa, name)(): name for name in
-                                         ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")}}
-SIZE_CATEGORIES = ((1e3, "n<1K"), (1e4, "1K<n<10K"), (1e5, "10K<n<100K"), (1e6, "100K<n<1M"), (1e7, "1M<n<10M"),
-                   (1e8, "10M<n<100M"), (1e9, "100M<n<1B"))
+HF_DTYPES = {
+    pa.string(): "string",
+    pa.large_string(): "large_string",
+    pa.bool_(): "bool",
+    pa.binary(): "binary",
+    pa.large_binary(): "large_binary",
+    pa.float16(): "float16",
+    pa.float32(): "float32",
+    pa.float64(): "float64",
+    **{
+        getattr(pa, name)(): name for name in ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
+    },
+}
+SIZE_CATEGORIES = (
+    (1e3, "n<1K"),
+    (1e4, "1K<n<10K"),
+    (1e5, "10K<n<100K"),
+    (1e6, "100K<n<1M"),
+    (1e7, "1M<n<10M"),
+    (1e8, "10M<n<100M"),
+    (1e9, "100M<n<1B"),
+)
 
 
 def card_configs() -> list[tuple[str, str, str]]:
@@ -79,6 +106,7 @@ class CardError(ValueError):
 
 # ---------------------------------------------------------------- Arrow types as Hugging Face features
 
+
 def _hf_type(arrow_type: pa.DataType):
     if pa.types.is_fixed_size_list(arrow_type):
         return {"list": _hf_type(arrow_type.value_type), "length": arrow_type.list_size}
@@ -99,19 +127,22 @@ def hf_features(schema: pa.Schema) -> list[dict]:
         feature = _hf_type(field.type)
         item = feature.get("list")
         if isinstance(item, dict) and set(item) == {"dtype"}:
-            feature["list"] = item["dtype"]          # a list of a plain type: `list: int32`
+            feature["list"] = item["dtype"]  # a list of a plain type: `list: int32`
         features.append({"name": field.name, **feature})
     return features
 
 
 # ---------------------------------------------------------------- the content
 
+
 def _same_everywhere(values: dict[str, object], what: str):
     distinct = {json.dumps(value, sort_keys=True): (part, value) for part, value in values.items()}
     if len(distinct) > 1:
         (part_a, value_a), (part_b, value_b) = list(distinct.values())[:2]
-        raise CardError(f"the align shards disagree on {what}: {part_a} has {value_a!r}, {part_b} has {value_b!r} "
-                        f"(rerun the align stage with one config)")
+        raise CardError(
+            f"the align shards disagree on {what}: {part_a} has {value_a!r}, {part_b} has {value_b!r} "
+            f"(rerun the align stage with one config)"
+        )
     return next(iter(distinct.values()))[1] if distinct else None
 
 
@@ -152,13 +183,17 @@ def collect(work_dir, license: str = "unknown") -> dict:
         "format": FORMAT,
         "license": license,
         "description": "VideoBERT training segments: each ASR sentence with the visual words of its time span, "
-                       "and video-only segments of visual words where nobody speaks",
-        "schema": data["schema"], "schema_name": schema_name, "schema_version": int(version or 0),
+        "and video-only segments of visual words where nobody speaks",
+        "schema": data["schema"],
+        "schema_name": schema_name,
+        "schema_version": int(version or 0),
         "columns": {field.name: str(field.type) for field in schemas.ALIGN.arrow},
         # the folders that hold parts: the card's configs
-        "data_files": {config: f"{relative(work, work.data_folder(stage, table))}/part-*.parquet"
-                       for config, stage, table in card_configs()
-                       if any(work.data_folder(stage, table).glob("part-*.parquet"))},
+        "data_files": {
+            config: f"{relative(work, work.data_folder(stage, table))}/part-*.parquet"
+            for config, stage, table in card_configs()
+            if any(work.data_folder(stage, table).glob("part-*.parquet"))
+        },
         "rows": sum(file["rows"] or 0 for file in files),
         "segments_by_kind": dict(sorted(kinds.items())),
         "shards": {"current": len(parts), "in_manifest": manifest_shards},
@@ -179,8 +214,8 @@ def collect(work_dir, license: str = "unknown") -> dict:
         "vocabulary_layout": {
             "text_ids": "WordPiece ids in [0, tokenizer_vocab_size)",
             "visual_ids": "codebook leaf ids in [0, visual_vocab_size): the bundled trainer's vocabulary puts "
-                          "visual word v at tokenizer_vocab_size + v and [>] at tokenizer_vocab_size + "
-                          "visual_vocab_size",
+            "visual word v at tokenizer_vocab_size + v and [>] at tokenizer_vocab_size + "
+            "visual_vocab_size",
         },
         "stage": data["stage"],
         "config": data["config"],
@@ -200,12 +235,20 @@ def _size_category(rows: int) -> str:
 def yaml_header(data: dict) -> dict:
     """The card's YAML metadata: configs whose data_files are the folders that hold parts, the default
     (align) config's features."""
-    configs = [{"config_name": config, **({"default": True} if config == "default" else {}),
-                "data_files": [{"split": "train", "path": path}]} for config, path in data["data_files"].items()]
-    header = {"pretty_name": "VideoBERT training segments",
-              "tags": ["video", "videobert", "visual-tokens", "parquet"],
-              "size_categories": [_size_category(data["rows"])],
-              "license": data.get("license", "unknown")}
+    configs = [
+        {
+            "config_name": config,
+            **({"default": True} if config == "default" else {}),
+            "data_files": [{"split": "train", "path": path}],
+        }
+        for config, path in data["data_files"].items()
+    ]
+    header = {
+        "pretty_name": "VideoBERT training segments",
+        "tags": ["video", "videobert", "visual-tokens", "parquet"],
+        "size_categories": [_size_category(data["rows"])],
+        "license": data.get("license", "unknown"),
+    }
     if data["text_languages"]:
         header["language"] = list(data["text_languages"])
     header["configs"] = configs
@@ -217,59 +260,96 @@ def markdown(data: dict, work: WorkDir) -> str:
     """The card: the YAML header, then what the shards are, how to load them and what their ids mean."""
     root = str(work.root)
     kinds = ", ".join(f"{count:,} {kind}" for kind, count in data["segments_by_kind"].items())
-    lines = ["---", yaml.safe_dump(yaml_header(data), sort_keys=False, allow_unicode=True).rstrip(), "---", "",
-             "# VideoBERT training segments", "",
-             f"{data['rows']:,} segments ({kinds}) in {data['shards']['current']} Parquet shard(s), "
-             f"`{data['data_files']['default']}`, made by the VideoBERT token pipeline (`python -m pipeline`); "
-             f"{data['shards']['current']} of the manifest's {data['shards']['in_manifest']} shard(s) were current "
-             f"when this card was written. `dataset.json` beside this card holds everything below as JSON, with "
-             f"the sha256 of every shard.", "",
-             f"Licence: `{data.get('license', 'unknown')}`, the input videos' licence as the config's `license` "
-             f"gives it (`unknown` when it was not given).", ""]
+    lines = [
+        "---",
+        yaml.safe_dump(yaml_header(data), sort_keys=False, allow_unicode=True).rstrip(),
+        "---",
+        "",
+        "# VideoBERT training segments",
+        "",
+        f"{data['rows']:,} segments ({kinds}) in {data['shards']['current']} Parquet shard(s), "
+        f"`{data['data_files']['default']}`, made by the VideoBERT token pipeline (`python -m pipeline`); "
+        f"{data['shards']['current']} of the manifest's {data['shards']['in_manifest']} shard(s) were current "
+        f"when this card was written. `dataset.json` beside this card holds everything below as JSON, with "
+        f"the sha256 of every shard.",
+        "",
+        f"Licence: `{data.get('license', 'unknown')}`, the input videos' licence as the config's `license` "
+        f"gives it (`unknown` when it was not given).",
+        "",
+    ]
     if data["pretrained"] is False:
-        lines += [f"> **NOT pretrained**: the visual words come from S3D features with random weights "
-                  f"(`{data['weights']}`): they are not semantic. Use these shards to test code, not to train a "
-                  f"model you mean to use.", ""]
-    lines += [f"> **Codebook**: {warning}." if not warning.endswith(".") else f"> **Codebook**: {warning}"
-              for warning in data.get("codebook_warnings") or []]
+        lines += [
+            f"> **NOT pretrained**: the visual words come from S3D features with random weights "
+            f"(`{data['weights']}`): they are not semantic. Use these shards to test code, not to train a "
+            f"model you mean to use.",
+            "",
+        ]
+    lines += [
+        f"> **Codebook**: {warning}." if not warning.endswith(".") else f"> **Codebook**: {warning}"
+        for warning in data.get("codebook_warnings") or []
+    ]
     if data.get("codebook_warnings"):
         lines.append("")
-    lines += ["## Loading", "", "```python",
-              "from datasets import load_dataset",
-              f"segments = load_dataset({root!r}, split=\"train\")   # this card's default config: the align shards",
-              "",
-              "import pyarrow.dataset, duckdb, polars",
-              f"pyarrow.dataset.dataset({root + '/align'!r})",
-              f"duckdb.sql(\"SELECT kind, count(*) FROM read_parquet('{root}/align') GROUP BY kind\")",
-              f"polars.read_parquet({root + '/align'!r})",
-              "```", "",
-              "The other configs are the earlier stages' tables, one schema per folder: "
-              + (", ".join(f"`{config}` (`{path}`)" for config, path in data["data_files"].items()
-                           if config != "default") or "none yet") + ".", "",
-              f"## Columns (schema `{data['schema']}`)", "", "| column | type | meaning |", "|---|---|---|"]
+    lines += [
+        "## Loading",
+        "",
+        "```python",
+        "from datasets import load_dataset",
+        f'segments = load_dataset({root!r}, split="train")   # this card\'s default config: the align shards',
+        "",
+        "import pyarrow.dataset, duckdb, polars",
+        f"pyarrow.dataset.dataset({root + '/align'!r})",
+        f"duckdb.sql(\"SELECT kind, count(*) FROM read_parquet('{root}/align') GROUP BY kind\")",
+        f"polars.read_parquet({root + '/align'!r})",
+        "```",
+        "",
+        "The other configs are the earlier stages' tables, one schema per folder: "
+        + (
+            ", ".join(f"`{config}` (`{path}`)" for config, path in data["data_files"].items() if config != "default")
+            or "none yet"
+        )
+        + ".",
+        "",
+        f"## Columns (schema `{data['schema']}`)",
+        "",
+        "| column | type | meaning |",
+        "|---|---|---|",
+    ]
     lines += [f"| `{name}` | `{kind}` | {COLUMNS.get(name, '')} |" for name, kind in data["columns"].items()]
     tokenizer_sha = (data["tokenizer_vocab_sha256"] or "?")[:16]
     layout = ""
     if data["tokenizer_vocab_size"] and data["visual_vocab_size"]:
         text, visual = data["tokenizer_vocab_size"], data["visual_vocab_size"]
-        layout = (f" The bundled trainer's vocabulary is the {text:,} WordPiece ids, then visual word v at "
-                  f"{text:,} + v, then `[>]` at {text + visual:,}.")
+        layout = (
+            f" The bundled trainer's vocabulary is the {text:,} WordPiece ids, then visual word v at "
+            f"{text:,} + v, then `[>]` at {text + visual:,}."
+        )
     codebook = f"depth {data['codebook_depth']}, k {data['codebook_k']}" if data["codebook_depth"] else "shape unknown"
-    lines += ["", "## What the ids mean", "",
-              f"- `text_ids`: WordPiece ids of `{data['tokenizer']}` ({_count(data['tokenizer_vocab_size'])} tokens, "
-              f"vocabulary sha256 {tokenizer_sha}...); text is kept for languages "
-              f"{', '.join(data['text_languages'] or []) or '-'}.",
-              f"- `visual_ids`: the {_count(data['visual_vocab_size'])} visual words, leaves of the hierarchical k-means "
-              f"codebook sha256 {(data['codebook_sha256'] or '?')[:16]}... ({codebook}), fit on S3D clip "
-              f"features.{layout}",
-              "", "## Provenance", "",
-              f"- S3D weights: `{data['weights'] or 'unknown'}`; feature provenance "
-              f"{data['feature_provenance_hash'] or '?'}"
-              + (f" ({', '.join(f'{k} {v}' for k, v in sorted(data['feature_provenance'].items()) if k != 'weights')})"
-                 if set(data["feature_provenance"] or {}) - {"weights"} else ""),
-              f"- align config (hash {data['config_hash']}): `{json.dumps(data['config'], sort_keys=True)}`",
-              "- Streaming the shards into a PyTorch training loop with pyarrow and torch alone: the pipeline's "
-              "README, \"Reading the shards\".", ""]
+    lines += [
+        "",
+        "## What the ids mean",
+        "",
+        f"- `text_ids`: WordPiece ids of `{data['tokenizer']}` ({_count(data['tokenizer_vocab_size'])} tokens, "
+        f"vocabulary sha256 {tokenizer_sha}...); text is kept for languages "
+        f"{', '.join(data['text_languages'] or []) or '-'}.",
+        f"- `visual_ids`: the {_count(data['visual_vocab_size'])} visual words, leaves of the hierarchical k-means "
+        f"codebook sha256 {(data['codebook_sha256'] or '?')[:16]}... ({codebook}), fit on S3D clip "
+        f"features.{layout}",
+        "",
+        "## Provenance",
+        "",
+        f"- S3D weights: `{data['weights'] or 'unknown'}`; feature provenance "
+        f"{data['feature_provenance_hash'] or '?'}"
+        + (
+            f" ({', '.join(f'{k} {v}' for k, v in sorted(data['feature_provenance'].items()) if k != 'weights')})"
+            if set(data["feature_provenance"] or {}) - {"weights"}
+            else ""
+        ),
+        f"- align config (hash {data['config_hash']}): `{json.dumps(data['config'], sort_keys=True)}`",
+        "- Streaming the shards into a PyTorch training loop with pyarrow and torch alone: the pipeline's "
+        'README, "Reading the shards".',
+        "",
+    ]
     return "\n".join(lines)
 
 
@@ -300,5 +380,7 @@ def card_state(work_dir) -> str | None:
     if now == written:
         return "current"
     changed = sorted(set(now.items()) ^ set(written.items()))
-    return (f"stale: {len({name for name, _ in changed})} align shard(s) changed since it was written "
-            f"(videobert card, or summary, writes it anew)")
+    return (
+        f"stale: {len({name for name, _ in changed})} align shard(s) changed since it was written "
+        f"(videobert card, or summary, writes it anew)"
+    )

@@ -6,7 +6,7 @@ import html
 
 from pipeline.progress import format_number
 
-SHOWN_MESSAGE = 160   # characters of an error message shown before it is cut short (or folded)
+SHOWN_MESSAGE = 160  # characters of an error message shown before it is cut short (or folded)
 
 
 def counted(count: int, noun: str, plural: str | None = None) -> str:
@@ -21,11 +21,11 @@ def number(value) -> str:
 
 
 def shortened(message: str) -> str:
-    return message if len(message) <= SHOWN_MESSAGE else message[:SHOWN_MESSAGE - 1].rstrip() + "…"
+    return message if len(message) <= SHOWN_MESSAGE else message[: SHOWN_MESSAGE - 1].rstrip() + "…"
 
 
 def folded(message: str) -> str:
     """A message as HTML: in full when short, else its beginning with the rest folded (a click opens it)."""
     if len(message) <= SHOWN_MESSAGE:
         return html.escape(message)
-    return (f"<details><summary>{html.escape(shortened(message))}</summary>{html.escape(message)}</details>")
+    return f"<details><summary>{html.escape(shortened(message))}</summary>{html.escape(message)}</details>"

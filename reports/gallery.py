@@ -35,11 +35,13 @@ from pipeline.engine.workdir import WorkDir
 from reports.cells import counted
 from reports.nearest import VIDEOS_COUNTED, NodeClips, decode_statuses, nearest_clips, read_thumbnails
 
-LABEL_WIDTH_PX = 190   # the contact sheet's label column
-LINE_PX = 14           # a line of the contact sheet's text
+LABEL_WIDTH_PX = 190  # the contact sheet's label column
+LINE_PX = 14  # a line of the contact sheet's text
 WARNING_BACKGROUND, WARNING_INK = (255, 236, 204), (170, 68, 0)
-ONE_VIDEO_NODE = ("Such a node is that video's look, not a visual word videos share: a static, synthetic or broken "
-                  "video's frames sit far from every other clip, and k-means spends a node on them.")
+ONE_VIDEO_NODE = (
+    "Such a node is that video's look, not a visual word videos share: a static, synthetic or broken "
+    "video's frames sit far from every other clip, and k-means spends a node on them."
+)
 NOT_PRETRAINED = "NOT pretrained: features from random S3D weights, so these clusters are not semantic"
 
 PAGE_STYLE = """
@@ -65,17 +67,21 @@ th:first-child, td:first-child { text-align: left; }
 
 def html_page(title: str, body: str) -> str:
     """A self-contained page: inline style, no script, no external reference."""
-    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-            f'<meta name="viewport" content="width=device-width, initial-scale=1">'
-            f'<title>{html.escape(title)}</title><style>{PAGE_STYLE}</style></head>\n'
-            f'<body>\n{body}\n</body></html>\n')
+    return (
+        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f'<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{html.escape(title)}</title><style>{PAGE_STYLE}</style></head>\n"
+        f"<body>\n{body}\n</body></html>\n"
+    )
 
 
 def html_table(header: list[str], rows: list[list]) -> str:
     """Numbers (with a unit, possibly) are right-aligned, text left-aligned."""
+
     def cell(value) -> str:
         numeric = bool(re.fullmatch(r"[-\d.,x/%]+( \S+)?", str(value)))
         return f'<td class="{"num" if numeric else "text"}">{html.escape(str(value))}</td>'
+
     head = "".join(f"<th>{html.escape(str(name))}</th>" for name in header)
     body = "".join("<tr>" + "".join(cell(value) for value in row) + "</tr>" for row in rows)
     return f"<table><tr>{head}</tr>{body}</table>"
@@ -85,18 +91,21 @@ def jpeg_data_uri(jpeg: bytes) -> str:
     return "data:image/jpeg;base64," + base64.b64encode(jpeg).decode("ascii")
 
 
-def choose_nodes(codebook: codebook_format.Codebook, level: int, clusters: int,
-                 node_ids: list[int] | None) -> list[int]:
+def choose_nodes(
+    codebook: codebook_format.Codebook, level: int, clusters: int, node_ids: list[int] | None
+) -> list[int]:
     """The ids asked for (checked), else the `clusters` non-empty nodes of the level with the most
     training members (ties: lower id first)."""
     if not 1 <= level <= codebook.depth:
         raise ValueError(f"gallery: --level must be in 1..{codebook.depth} (the codebook's depth), got {level}")
-    nodes_at_level = codebook.k ** level
+    nodes_at_level = codebook.k**level
     if node_ids:
         wrong = [node for node in node_ids if not 0 <= node < nodes_at_level]
         if wrong:
-            raise ValueError(f"gallery: node id {wrong[0]} is not in 0..{nodes_at_level - 1} "
-                             f"(level {level} has {nodes_at_level} nodes)")
+            raise ValueError(
+                f"gallery: node id {wrong[0]} is not in 0..{nodes_at_level - 1} "
+                f"(level {level} has {nodes_at_level} nodes)"
+            )
         return list(dict.fromkeys(node_ids))
     if clusters < 1:
         raise ValueError(f"gallery: --clusters must be >= 1, got {clusters}")
@@ -106,6 +115,7 @@ def choose_nodes(codebook: codebook_format.Codebook, level: int, clusters: int,
 
 
 # ---------------------------------------------------------------- rendering
+
 
 def s3d_weights(codebook: codebook_format.Codebook) -> str:
     """The S3D weights the codebook's features were made with, as its provenance records them."""
@@ -120,9 +130,11 @@ def not_pretrained_warning(codebook: codebook_format.Codebook) -> str | None:
 def _codebook_note(codebook: codebook_format.Codebook) -> str:
     info = codebook.info
     weights = s3d_weights(codebook)
-    note = (f"codebook depth {codebook.depth}, k {codebook.k}: {counted(codebook.num_leaves, 'leaf', 'leaves')}; "
-            f"fit on {counted(info.get('sample_size', 0), 'clip')}; sha256 {str(info.get('sha256', '?'))[:16]}; "
-            f"S3D weights {html.escape(weights)}")
+    note = (
+        f"codebook depth {codebook.depth}, k {codebook.k}: {counted(codebook.num_leaves, 'leaf', 'leaves')}; "
+        f"fit on {counted(info.get('sample_size', 0), 'clip')}; sha256 {str(info.get('sha256', '?'))[:16]}; "
+        f"S3D weights {html.escape(weights)}"
+    )
     if not_pretrained_warning(codebook):
         note += '<br><span class="warning">features from random S3D weights: clusters are not semantic</span>'
     return f'<p class="provenance">{note}</p>'
@@ -134,7 +146,7 @@ def videos_label(entry: NodeClips, statuses: dict[str, str]) -> str:
         many = len(entry.videos) == VIDEOS_COUNTED
         return f"{len(entry.videos):,}{'+' if many else ''} video{'' if len(entry.videos) == 1 else 's'}"
     status = statuses.get(entry.only_video, "ok")
-    return ("one video only: " + entry.only_video + ("" if status == "ok" else f" (decode status {status})"))
+    return "one video only: " + entry.only_video + ("" if status == "ok" else f" (decode status {status})")
 
 
 def single_video_last(found: dict[tuple[int, int], NodeClips], level: int, nodes: list[int]) -> list[int]:
@@ -143,35 +155,46 @@ def single_video_last(found: dict[tuple[int, int], NodeClips], level: int, nodes
     return sorted(nodes, key=lambda node: len(found[(level, node)].videos) <= 1)
 
 
-def _row_html(codebook: codebook_format.Codebook, entry: NodeClips, thumbnails: dict, link: str | None,
-              statuses: dict[str, str]) -> str:
+def _row_html(
+    codebook: codebook_format.Codebook, entry: NodeClips, thumbnails: dict, link: str | None, statuses: dict[str, str]
+) -> str:
     level, node, k = entry.level, entry.node, codebook.k
     members = int(codebook.counts[level - 1][node])
-    label = (f"<b>level {level}, node {node}</b><br>path {codebook_format.path_label(k, level, node)}<br>"
-             f"{counted(members, 'training member')}<br>{counted(entry.clips, 'clip')} in this run")
+    label = (
+        f"<b>level {level}, node {node}</b><br>path {codebook_format.path_label(k, level, node)}<br>"
+        f"{counted(members, 'training member')}<br>{counted(entry.clips, 'clip')} in this run"
+    )
     if members and entry.clips:
         videos = html.escape(videos_label(entry, statuses))
-        label += (f'<br><span class="warning">{videos}</span>' if entry.only_video else f"<br>{videos}")
+        label += f'<br><span class="warning">{videos}</span>' if entry.only_video else f"<br>{videos}"
     if members == 0:
-        return (f'<section class="cluster empty" id="node-{level}-{node}" data-level="{level}" data-node="{node}">'
-                f'<div class="label">{label}<br>empty: descent never chooses it</div></section>')
+        return (
+            f'<section class="cluster empty" id="node-{level}-{node}" data-level="{level}" data-node="{node}">'
+            f'<div class="label">{label}<br>empty: descent never chooses it</div></section>'
+        )
     if link:
         label += f'<br><a href="{link}">its {k} children &rarr;</a>'
     figures = []
     for clip in entry.nearest:
         jpeg = thumbnails.get((clip.shard, clip.video_id, clip.clip_index))
         if jpeg is None:
-            continue   # counted in the sidecar as missing
-        title = html.escape(f"{clip.video_id} clip {clip.clip_index} at {clip.start_s:.1f}s, "
-                            f"squared distance {clip.distance:.4g}", quote=True)
+            continue  # counted in the sidecar as missing
+        title = html.escape(
+            f"{clip.video_id} clip {clip.clip_index} at {clip.start_s:.1f}s, squared distance {clip.distance:.4g}",
+            quote=True,
+        )
         # under each thumbnail: where it is from (the video, the clip's start) and its distance
-        figures.append(f'<figure><img src="{jpeg_data_uri(jpeg)}" alt="{title}" title="{title}">'
-                       f'<figcaption title="{title}">{html.escape(clip.video_id)}<br>{clip.start_s:.1f} s &middot; '
-                       f'd {clip.distance:.3g}</figcaption></figure>')
+        figures.append(
+            f'<figure><img src="{jpeg_data_uri(jpeg)}" alt="{title}" title="{title}">'
+            f'<figcaption title="{title}">{html.escape(clip.video_id)}<br>{clip.start_s:.1f} s &middot; '
+            f"d {clip.distance:.3g}</figcaption></figure>"
+        )
     columns = f"grid-template-columns: repeat({max(entry.keep, 1)}, minmax(0, max-content))"
-    return (f'<section class="cluster" id="node-{level}-{node}" data-level="{level}" data-node="{node}">'
-            f'<div class="label">{label}</div><div class="thumbs" style="{columns}">{"".join(figures)}</div>'
-            f'</section>')
+    return (
+        f'<section class="cluster" id="node-{level}-{node}" data-level="{level}" data-node="{node}">'
+        f'<div class="label">{label}</div><div class="thumbs" style="{columns}">{"".join(figures)}</div>'
+        f"</section>"
+    )
 
 
 def _wrap(draw: ImageDraw.ImageDraw, text: str, font, width: int) -> list[str]:
@@ -186,8 +209,9 @@ def _wrap(draw: ImageDraw.ImageDraw, text: str, font, width: int) -> list[str]:
     return lines + [line] if line else lines
 
 
-def contact_sheet(codebook: codebook_format.Codebook, entries: list[NodeClips], thumbnails: dict,
-                  cell: int, per_row: int) -> Image.Image:
+def contact_sheet(
+    codebook: codebook_format.Codebook, entries: list[NodeClips], thumbnails: dict, cell: int, per_row: int
+) -> Image.Image:
     """The rows as one picture: a label column, then each node's nearest thumbnails, nearest first; across
     the top, the NOT-pretrained warning when the features come from random weights."""
     font = ImageFont.load_default(size=12)
@@ -206,10 +230,12 @@ def contact_sheet(codebook: codebook_format.Codebook, entries: list[NodeClips], 
     for row, entry in enumerate(entries):
         top = band + row * row_height
         members = int(codebook.counts[entry.level - 1][entry.node])
-        lines = [f"L{entry.level} node {entry.node}",
-                 f"path {codebook_format.path_label(codebook.k, entry.level, entry.node)}",
-                 counted(members, "member") if members else "empty"]
-        if members and entry.clips:   # the video's name is on the page: here, only that there is one
+        lines = [
+            f"L{entry.level} node {entry.node}",
+            f"path {codebook_format.path_label(codebook.k, entry.level, entry.node)}",
+            counted(members, "member") if members else "empty",
+        ]
+        if members and entry.clips:  # the video's name is on the page: here, only that there is one
             lines.append("one video only" if entry.only_video else counted(len(entry.videos), "video"))
         for number, text in enumerate(lines):
             draw.text((4, top + 4 + LINE_PX * number), text, fill="black", font=font)
@@ -237,9 +263,10 @@ def _png_bytes(image: Image.Image, text: dict[str, str]) -> bytes:
 @dataclass
 class GalleryView:
     """The nodes a gallery level shows, and for each shown node the children its own page lists."""
+
     level: int
     shown: list[int]
-    children: dict[int, list[int]]     # parent -> its k children (empty ones included)
+    children: dict[int, list[int]]  # parent -> its k children (empty ones included)
 
     @property
     def parents(self) -> list[int]:
@@ -250,17 +277,20 @@ def plan_view(codebook: codebook_format.Codebook, level: int, clusters: int, nod
     """The nodes to show and, below each non-empty one above the leaves, the children for its page."""
     shown = choose_nodes(codebook, level, clusters, node_ids)
     parents = [node for node in shown if level < codebook.depth and codebook.counts[level - 1][node] > 0]
-    return GalleryView(level, shown, {parent: list(range(parent * codebook.k, (parent + 1) * codebook.k))
-                                      for parent in parents})
+    return GalleryView(
+        level, shown, {parent: list(range(parent * codebook.k, (parent + 1) * codebook.k)) for parent in parents}
+    )
 
 
-def gather_clips(work_dir, codebook, view: GalleryView, per_cluster: int, *,
-                 quiet: bool) -> tuple[dict[tuple[int, int], NodeClips], dict]:
+def gather_clips(
+    work_dir, codebook, view: GalleryView, per_cluster: int, *, quiet: bool
+) -> tuple[dict[tuple[int, int], NodeClips], dict]:
     """The nearest clips of every shown node and child (one scan of the features), and their thumbnails."""
     nodes_by_level = {view.level: view.shown}
     if view.parents:
-        nodes_by_level[view.level + 1] = [child for group in view.children.values() for child in group
-                                          if codebook.counts[view.level][child] > 0]
+        nodes_by_level[view.level + 1] = [
+            child for group in view.children.values() for child in group if codebook.counts[view.level][child] > 0
+        ]
     found = nearest_clips(work_dir, codebook, nodes_by_level, per_cluster, quiet=quiet)
     for child in (child for group in view.children.values() for child in group):
         # empty children were not searched: they are shown as empty rows
@@ -270,39 +300,66 @@ def gather_clips(work_dir, codebook, view: GalleryView, per_cluster: int, *,
     return found, thumbnails
 
 
-def _single_video_note(codebook, found, level: int, nodes: list[int], statuses: dict[str, str],
-                       moved_last: bool) -> str:
+def _single_video_note(
+    codebook, found, level: int, nodes: list[int], statuses: dict[str, str], moved_last: bool
+) -> str:
     """Said above the rows when some of them hold one video's clips only: which videos, how many nodes each."""
-    single = [found[(level, node)].only_video for node in nodes
-              if found[(level, node)].only_video and codebook.counts[level - 1][node] > 0]
+    single = [
+        found[(level, node)].only_video
+        for node in nodes
+        if found[(level, node)].only_video and codebook.counts[level - 1][node] > 0
+    ]
     if not single:
         return ""
-    return (f'<p class="warning">{len(single)} of {counted(len(nodes), "node")} shown '
-            f'{"holds" if len(single) == 1 else "hold"} the clips of one video only '
-            f'({html.escape(one_video_nodes(single, statuses))}). {ONE_VIDEO_NODE}'
-            f'{" Shown last." if moved_last else ""}</p>')
+    return (
+        f'<p class="warning">{len(single)} of {counted(len(nodes), "node")} shown '
+        f"{'holds' if len(single) == 1 else 'hold'} the clips of one video only "
+        f"({html.escape(one_video_nodes(single, statuses))}). {ONE_VIDEO_NODE}"
+        f"{' Shown last.' if moved_last else ''}</p>"
+    )
 
 
 def one_video_nodes(videos: list[str], statuses: dict[str, str]) -> str:
     """`videos` (the one video of each such node) as `name (decode status partial): 2 nodes; ...`."""
-    return "; ".join(video + ("" if statuses.get(video, "ok") == "ok" else f" (decode status {statuses[video]})")
-                     + f": {counted(videos.count(video), 'node')}" for video in sorted(set(videos)))
+    return "; ".join(
+        video
+        + ("" if statuses.get(video, "ok") == "ok" else f" (decode status {statuses[video]})")
+        + f": {counted(videos.count(video), 'node')}"
+        for video in sorted(set(videos))
+    )
 
 
-def _level_page(codebook, view: GalleryView, found, thumbnails, per_cluster: int, node_ids, main_name: str,
-                sheet_name: str, statuses: dict[str, str]) -> str:
-    how = (f"up to {counted(per_cluster, 'clip')} nearest each node's centroid; nodes: "
-           + (f"ids {', '.join(map(str, view.shown))}" if node_ids else
-              f"the {len(view.shown)} largest of level {view.level}, those one video fills last"
-              if len(view.shown) > 1 else f"the largest of level {view.level}"))
+def _level_page(
+    codebook,
+    view: GalleryView,
+    found,
+    thumbnails,
+    per_cluster: int,
+    node_ids,
+    main_name: str,
+    sheet_name: str,
+    statuses: dict[str, str],
+) -> str:
+    how = f"up to {counted(per_cluster, 'clip')} nearest each node's centroid; nodes: " + (
+        f"ids {', '.join(map(str, view.shown))}"
+        if node_ids
+        else f"the {len(view.shown)} largest of level {view.level}, those one video fills last"
+        if len(view.shown) > 1
+        else f"the largest of level {view.level}"
+    )
     child_page = {parent: _child_page_name(view.level, parent) for parent in view.parents}
-    body = [f"<h1>Visual words: level {view.level} of {codebook.depth}</h1>", _codebook_note(codebook),
-            f'<p class="note">{html.escape(how)}; the number under a thumbnail is its squared distance to '
-            f'the centroid. Hover for the video and time. How this was made: gallery.json. These rows as one '
-            f'picture: <a href="{sheet_name}">{sheet_name}</a>.</p>']
+    body = [
+        f"<h1>Visual words: level {view.level} of {codebook.depth}</h1>",
+        _codebook_note(codebook),
+        f'<p class="note">{html.escape(how)}; the number under a thumbnail is its squared distance to '
+        f"the centroid. Hover for the video and time. How this was made: gallery.json. These rows as one "
+        f'picture: <a href="{sheet_name}">{sheet_name}</a>.</p>',
+    ]
     body.append(_single_video_note(codebook, found, view.level, view.shown, statuses, moved_last=not node_ids))
-    body += [_row_html(codebook, found[(view.level, node)], thumbnails, child_page.get(node), statuses)
-             for node in view.shown]
+    body += [
+        _row_html(codebook, found[(view.level, node)], thumbnails, child_page.get(node), statuses)
+        for node in view.shown
+    ]
     return html_page(f"Visual words, level {view.level}", "\n".join(body))
 
 
@@ -310,52 +367,99 @@ def _child_page_name(level: int, parent: int) -> str:
     return f"node-{level}-{parent}.html"
 
 
-def _child_page(codebook, view: GalleryView, parent: int, found, thumbnails, main_name: str,
-                statuses: dict[str, str]) -> str:
+def _child_page(
+    codebook, view: GalleryView, parent: int, found, thumbnails, main_name: str, statuses: dict[str, str]
+) -> str:
     level = view.level
-    rows = [_row_html(codebook, found[(level + 1, child)], thumbnails, None, statuses)
-            for child in view.children[parent]]
-    body = [f'<p><a href="{main_name}">&larr; level {level}</a></p>',
-            f"<h1>Node {parent} (path {codebook_format.path_label(codebook.k, level, parent)}) and its "
-            f"{codebook.k} children at level {level + 1}</h1>", _codebook_note(codebook),
-            _row_html(codebook, found[(level, parent)], thumbnails, None, statuses), "<h2>Children</h2>", *rows]
+    rows = [
+        _row_html(codebook, found[(level + 1, child)], thumbnails, None, statuses) for child in view.children[parent]
+    ]
+    body = [
+        f'<p><a href="{main_name}">&larr; level {level}</a></p>',
+        f"<h1>Node {parent} (path {codebook_format.path_label(codebook.k, level, parent)}) and its "
+        f"{codebook.k} children at level {level + 1}</h1>",
+        _codebook_note(codebook),
+        _row_html(codebook, found[(level, parent)], thumbnails, None, statuses),
+        "<h2>Children</h2>",
+        *rows,
+    ]
     return html_page(f"Visual words, node {level}-{parent}", "\n".join(body))
 
 
 def _sheet_png(cfg: Config, codebook, view: GalleryView, found, thumbnails, per_cluster: int) -> bytes:
     """The level's rows as one picture, with its provenance (and the NOT-pretrained warning) in its text."""
-    sheet = contact_sheet(codebook, [found[(view.level, node)] for node in view.shown], thumbnails,
-                          cfg.decode.thumbnail_size, per_cluster)
-    png_text = {"Title": f"Visual words: level {view.level} of {codebook.depth}",
-                "Source": f"codebook sha256 {codebook.info.get('sha256', '?')}; S3D weights {s3d_weights(codebook)}"}
+    sheet = contact_sheet(
+        codebook, [found[(view.level, node)] for node in view.shown], thumbnails, cfg.decode.thumbnail_size, per_cluster
+    )
+    png_text = {
+        "Title": f"Visual words: level {view.level} of {codebook.depth}",
+        "Source": f"codebook sha256 {codebook.info.get('sha256', '?')}; S3D weights {s3d_weights(codebook)}",
+    }
     if warning := not_pretrained_warning(codebook):
         png_text["Warning"] = warning
     return _png_bytes(sheet, png_text)
 
 
-def _sidecar(codebook, found, thumbnails, written: list[Path], *, level: int, clusters: int, per_cluster: int,
-             node_ids, shown: list[int]) -> dict:
+def _sidecar(
+    codebook,
+    found,
+    thumbnails,
+    written: list[Path],
+    *,
+    level: int,
+    clusters: int,
+    per_cluster: int,
+    node_ids,
+    shown: list[int],
+) -> dict:
     every_clip = [clip for entry in found.values() for clip in entry.nearest]
     missing = sum(1 for clip in every_clip if (clip.shard, clip.video_id, clip.clip_index) not in thumbnails)
     return {
-        "level": level, "clusters": clusters, "per_cluster": per_cluster, "node_ids": node_ids,
+        "level": level,
+        "clusters": clusters,
+        "per_cluster": per_cluster,
+        "node_ids": node_ids,
         "codebook_sha256": codebook.info.get("sha256"),
         "feature_provenance_hash": codebook.info.get("feature_provenance_hash"),
         "distance": "squared L2 to the node's centroid; members are the clips whose descent passes through it",
         "missing_thumbnails": missing,
-        "pages": [path.name for path in written], "shown": shown,
-        "nodes": [{"level": entry.level, "node": entry.node,
-                   "path": codebook_format.node_path(codebook.k, entry.level, entry.node),
-                   "training_members": int(codebook.counts[entry.level - 1][entry.node]), "clips": entry.clips,
-                   "videos": len(entry.videos), "only_video": entry.only_video,
-                   "nearest": [{"video_id": clip.video_id, "clip_index": clip.clip_index, "start_s": clip.start_s,
-                                "shard": clip.shard, "distance": clip.distance} for clip in entry.nearest]}
-                  for entry in sorted(found.values(), key=lambda e: (e.level, e.node))],
+        "pages": [path.name for path in written],
+        "shown": shown,
+        "nodes": [
+            {
+                "level": entry.level,
+                "node": entry.node,
+                "path": codebook_format.node_path(codebook.k, entry.level, entry.node),
+                "training_members": int(codebook.counts[entry.level - 1][entry.node]),
+                "clips": entry.clips,
+                "videos": len(entry.videos),
+                "only_video": entry.only_video,
+                "nearest": [
+                    {
+                        "video_id": clip.video_id,
+                        "clip_index": clip.clip_index,
+                        "start_s": clip.start_s,
+                        "shard": clip.shard,
+                        "distance": clip.distance,
+                    }
+                    for clip in entry.nearest
+                ],
+            }
+            for entry in sorted(found.values(), key=lambda e: (e.level, e.node))
+        ],
     }
 
 
-def write_gallery(cfg: Config, work_dir: Path, *, level: int = 1, clusters: int = 12, per_cluster: int = 12,
-                  node_ids: list[int] | None = None, quiet: bool = False) -> list[Path]:
+def write_gallery(
+    cfg: Config,
+    work_dir: Path,
+    *,
+    level: int = 1,
+    clusters: int = 12,
+    per_cluster: int = 12,
+    node_ids: list[int] | None = None,
+    quiet: bool = False,
+) -> list[Path]:
     """Write the gallery pages of one level (see the module docstring); returns the paths written."""
     work = WorkDir(work_dir)
     if per_cluster < 1:
@@ -364,23 +468,38 @@ def write_gallery(cfg: Config, work_dir: Path, *, level: int = 1, clusters: int 
     # which nodes, then their nearest clips and thumbnails (one scan of the features)
     view = plan_view(codebook, level, clusters, node_ids)
     found, thumbnails = gather_clips(work.root, codebook, view, per_cluster, quiet=quiet)
-    if not node_ids:     # ids asked for keep their order
+    if not node_ids:  # ids asked for keep their order
         view.shown = single_video_last(found, level, view.shown)
     statuses = decode_statuses(work.root, {entry.only_video for entry in found.values() if entry.only_video})
     # the level's page, its contact sheet, a page per shown node's children, and how it was all made
     folder = work.gallery
     main_name = "index.html" if level == 1 else f"level-{level}.html"
     sheet = folder / f"contact-level-{level}.png"
-    pages = {folder / main_name: _level_page(codebook, view, found, thumbnails, per_cluster, node_ids, main_name,
-                                             sheet.name, statuses).encode(),
-             sheet: _sheet_png(cfg, codebook, view, found, thumbnails, per_cluster)}
+    pages = {
+        folder / main_name: _level_page(
+            codebook, view, found, thumbnails, per_cluster, node_ids, main_name, sheet.name, statuses
+        ).encode(),
+        sheet: _sheet_png(cfg, codebook, view, found, thumbnails, per_cluster),
+    }
     for parent in view.parents:
-        pages[folder / _child_page_name(level, parent)] = _child_page(codebook, view, parent, found, thumbnails,
-                                                                      main_name, statuses).encode()
+        pages[folder / _child_page_name(level, parent)] = _child_page(
+            codebook, view, parent, found, thumbnails, main_name, statuses
+        ).encode()
     for path, data in pages.items():
         storage.atomic_write_bytes(path, data)
     written = list(pages)
-    storage.atomic_write_json(folder / "gallery.json", _sidecar(codebook, found, thumbnails, written, level=level,
-                                                                clusters=clusters, per_cluster=per_cluster,
-                                                                node_ids=node_ids, shown=view.shown))
+    storage.atomic_write_json(
+        folder / "gallery.json",
+        _sidecar(
+            codebook,
+            found,
+            thumbnails,
+            written,
+            level=level,
+            clusters=clusters,
+            per_cluster=per_cluster,
+            node_ids=node_ids,
+            shown=view.shown,
+        ),
+    )
     return written + [folder / "gallery.json"]

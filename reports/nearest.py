@@ -30,7 +30,7 @@ class Clip:
     video_id: str
     clip_index: int
     start_s: float
-    distance: float          # squared L2 distance of its feature to the node's centroid
+    distance: float  # squared L2 distance of its feature to the node's centroid
 
     @property
     def order_key(self) -> tuple:
@@ -40,15 +40,16 @@ class Clip:
 @dataclass
 class NodeClips:
     """The clips nearest one node's centroid seen so far, and how many clips descended through it."""
+
     level: int
     node: int
     keep: int
     nearest: list[Clip] = field(default_factory=list)
     clips: int = 0
-    videos: set[str] = field(default_factory=set)   # the videos its clips come from, up to VIDEOS_COUNTED
+    videos: set[str] = field(default_factory=set)  # the videos its clips come from, up to VIDEOS_COUNTED
 
     def offer(self, candidates: list[Clip]) -> None:
-        self.nearest = sorted(self.nearest + candidates, key=lambda clip: clip.order_key)[:self.keep]
+        self.nearest = sorted(self.nearest + candidates, key=lambda clip: clip.order_key)[: self.keep]
 
     def count_videos(self, video_ids: list[str]) -> None:
         for video_id in video_ids:
@@ -66,35 +67,53 @@ def feature_parts_checked(work_dir: Path, codebook: codebook_format.Codebook) ->
     """The completed features parts; refused when their feature space is not the codebook's."""
     parts = Lineage(work_dir).current_parts("features")
     if not parts:
-        raise FileNotFoundError(f"no current features shards under {WorkDir(work_dir).data_folder('features')}: "
-                                f"run the features stage first")
+        raise FileNotFoundError(
+            f"no current features shards under {WorkDir(work_dir).data_folder('features')}: "
+            f"run the features stage first"
+        )
     for shard, path in parts:
         footer = storage.parquet_file(path).metadata
         if footer.num_rows:
             codebook_format.check_feature_provenance(
-                codebook, shard, metadata.read(footer.schema.to_arrow_schema()).feature_provenance_hash,
-                "its clusters say nothing about these features")
+                codebook,
+                shard,
+                metadata.read(footer.schema.to_arrow_schema()).feature_provenance_hash,
+                "its clusters say nothing about these features",
+            )
     return parts
 
 
-def nearest_clips(work_dir: Path, codebook: codebook_format.Codebook, nodes_by_level: dict[int, list[int]],
-                  per_node: int, *, quiet: bool = False) -> dict[tuple[int, int], NodeClips]:
+def nearest_clips(
+    work_dir: Path,
+    codebook: codebook_format.Codebook,
+    nodes_by_level: dict[int, list[int]],
+    per_node: int,
+    *,
+    quiet: bool = False,
+) -> dict[tuple[int, int], NodeClips]:
     """For each (level, node) asked for, its `per_node` member clips nearest its centroid, streaming the
     features shard by shard."""
-    found = {(level, node): NodeClips(level, node, per_node)
-             for level, nodes in nodes_by_level.items() for node in nodes}
+    found = {
+        (level, node): NodeClips(level, node, per_node) for level, nodes in nodes_by_level.items() for node in nodes
+    }
     tracked = {level: np.array(sorted(nodes), dtype=np.int64) for level, nodes in nodes_by_level.items() if nodes}
     parts = feature_parts_checked(work_dir, codebook)
     with Progress(total=len(parts), unit="shards", desc="gallery", quiet=quiet) as progress:
         for shard, path in parts:
             clips_in_shard = 0
-            for batch in storage.parquet_file(path).iter_batches(batch_size=READ_BATCH_ROWS,
-                                                           columns=["video_id", "clip_index", "start_s", "feature"]):
+            for batch in storage.parquet_file(path).iter_batches(
+                batch_size=READ_BATCH_ROWS, columns=["video_id", "clip_index", "start_s", "feature"]
+            ):
                 if not batch.num_rows:
                     continue
                 clips_in_shard += batch.num_rows
-                vectors = batch.column(3).flatten().to_numpy(zero_copy_only=False) \
-                    .reshape(batch.num_rows, -1).astype(np.float32)
+                vectors = (
+                    batch.column(3)
+                    .flatten()
+                    .to_numpy(zero_copy_only=False)
+                    .reshape(batch.num_rows, -1)
+                    .astype(np.float32)
+                )
                 # only as deep as the deepest level shown: the levels below cost most of a descent
                 _, path_rows = visual_words.descend(codebook, vectors, return_path=True, levels=max(tracked))
                 videos = batch.column(0).dictionary_encode()
@@ -106,16 +125,28 @@ def nearest_clips(work_dir: Path, codebook: codebook_format.Codebook, nodes_by_l
                         continue
                     members = column[rows]
                     distances = ((vectors[rows] - codebook.centroids[level - 1][members]) ** 2).sum(axis=1)
-                    order = np.lexsort((distances, members))    # by node, nearest first
+                    order = np.lexsort((distances, members))  # by node, nearest first
                     nodes, firsts, counts = np.unique(members[order], return_index=True, return_counts=True)
                     for node, first, count in zip(nodes.tolist(), firsts.tolist(), counts.tolist()):
                         entry = found[(level, node)]
                         entry.clips += count
-                        entry.count_videos([video_names[code] for code in
-                                            np.unique(video_codes[rows[order[first:first + count]]]).tolist()])
+                        entry.count_videos(
+                            [
+                                video_names[code]
+                                for code in np.unique(video_codes[rows[order[first : first + count]]]).tolist()
+                            ]
+                        )
                         # only the candidates become Python objects, not the whole batch
-                        entry.offer([Clip(shard, *(batch.column(c)[int(rows[i])].as_py() for c in range(3)),
-                                          float(distances[i])) for i in order[first:first + min(count, per_node)]])
+                        entry.offer(
+                            [
+                                Clip(
+                                    shard,
+                                    *(batch.column(c)[int(rows[i])].as_py() for c in range(3)),
+                                    float(distances[i]),
+                                )
+                                for i in order[first : first + min(count, per_node)]
+                            ]
+                        )
             progress.update(1, clips=clips_in_shard)
     return found
 
@@ -131,8 +162,9 @@ def read_thumbnails(work_dir: Path, clips: list[tuple[int, str, int]]) -> dict[t
         path = WorkDir(work_dir).part("decode", shard)
         if not path.exists():
             raise FileNotFoundError(f"{path} not found: thumbnails come from the decode stage; run it first")
-        for batch in storage.parquet_file(path).iter_batches(batch_size=READ_BATCH_ROWS,
-                                                       columns=["video_id", "clip_index", "thumbnail_jpeg"]):
+        for batch in storage.parquet_file(path).iter_batches(
+            batch_size=READ_BATCH_ROWS, columns=["video_id", "clip_index", "thumbnail_jpeg"]
+        ):
             for row, key in enumerate(zip(batch.column(0).to_pylist(), batch.column(1).to_pylist())):
                 if key in keys:
                     thumbnails[(shard, *key)] = batch.column(2)[row].as_py()
@@ -147,7 +179,9 @@ def decode_statuses(work_dir: Path, video_ids: set[str]) -> dict[str, str]:
     for _, path in Lineage(work_dir).current_parts("decode", "videos"):
         if path.exists():
             table = storage.read_table(path, columns=["video_id", "status"])
-            statuses.update((video_id, status) for video_id, status in zip(table["video_id"].to_pylist(),
-                                                                             table["status"].to_pylist())
-                            if video_id in video_ids)
+            statuses.update(
+                (video_id, status)
+                for video_id, status in zip(table["video_id"].to_pylist(), table["status"].to_pylist())
+                if video_id in video_ids
+            )
     return statuses

@@ -28,8 +28,7 @@ from pipeline.engine.workdir import WorkDir
 from reports import summary
 from reports.cells import counted
 from reports.codebook import visual_word_stats, visual_words_html
-from reports.evaluation import (predicted_video, predicted_video_html, read_json, zero_shot_html,
-                                zero_shot_predictions)
+from reports.evaluation import predicted_video, predicted_video_html, read_json, zero_shot_html, zero_shot_predictions
 from reports.forecast import forecast_data, forecast_html, forecast_thumbnails
 from reports.gallery import html_page
 from reports.nearest import read_thumbnails
@@ -62,41 +61,61 @@ def collect(cfg: Config, work_dir: Path) -> dict:
     work_dir = WorkDir(work_dir).root
     evaluation = WorkDir(work_dir).eval_folder
     zero_shot = read_json(evaluation / "zero_shot.json")
-    log = summary.log_records(work_dir)        # the training log, read once
-    return {"summary": summary.collect(work_dir), "stages": stage_runs(work_dir),
-            "error_examples": error_examples(work_dir), "visual_words": visual_word_stats(work_dir),
-            "text": text_stats(cfg, work_dir), "examples": example_segments(work_dir),
-            "videos": video_table(work_dir),
-            "train": training_log(log), "validation": validation_log(log),
-            "train_header": training_header(log), "zero_shot": zero_shot,
-            "zero_shot_predictions": zero_shot_predictions(work_dir, zero_shot),
-            "linear_probe": read_json(evaluation / "linear_probe.json"), "predicted_video": predicted_video(work_dir),
-            "forecast": forecast_data(work_dir), "uniform_loss": uniform_losses(cfg, work_dir) if log else None}
+    log = summary.log_records(work_dir)  # the training log, read once
+    return {
+        "summary": summary.collect(work_dir),
+        "stages": stage_runs(work_dir),
+        "error_examples": error_examples(work_dir),
+        "visual_words": visual_word_stats(work_dir),
+        "text": text_stats(cfg, work_dir),
+        "examples": example_segments(work_dir),
+        "videos": video_table(work_dir),
+        "train": training_log(log),
+        "validation": validation_log(log),
+        "train_header": training_header(log),
+        "zero_shot": zero_shot,
+        "zero_shot_predictions": zero_shot_predictions(work_dir, zero_shot),
+        "linear_probe": read_json(evaluation / "linear_probe.json"),
+        "predicted_video": predicted_video(work_dir),
+        "forecast": forecast_data(work_dir),
+        "uniform_loss": uniform_losses(cfg, work_dir) if log else None,
+    }
 
 
 def _warnings_html(warnings: list[dict]) -> str:
     if not warnings:
         return ""
-    return ('<h2>Warnings</h2><ul class="warnings">'
-            + "".join(f'<li><span class="warning">{html.escape(w["stage"])}</span>: {html.escape(w["message"])}</li>'
-                      for w in warnings) + "</ul>")
+    return (
+        '<h2>Warnings</h2><ul class="warnings">'
+        + "".join(
+            f'<li><span class="warning">{html.escape(w["stage"])}</span>: {html.escape(w["message"])}</li>'
+            for w in warnings
+        )
+        + "</ul>"
+    )
 
 
 def render(data: dict, thumbnails: dict, work_dir: Path) -> str:
     run = data["summary"]
-    body = ["<h1>VideoBERT pipeline run report</h1>",
-            f'<p class="provenance">work dir {html.escape(run["work_dir"])}: {counted(run["videos_in"], "video")} '
-            f'in {counted(run["shards"], "shard")}. Every number here is in report.json.</p>']
+    body = [
+        "<h1>VideoBERT pipeline run report</h1>",
+        f'<p class="provenance">work dir {html.escape(run["work_dir"])}: {counted(run["videos_in"], "video")} '
+        f"in {counted(run['shards'], 'shard')}. Every number here is in report.json.</p>",
+    ]
     if (WorkDir(work_dir).gallery / "index.html").exists():
         body.append('<p><a href="gallery/index.html">the visual words as pictures (gallery)</a></p>')
-    body += [_warnings_html(run.get("warnings") or []), stages_html(data),
-             videos_html(data["videos"], (data.get("train_header") or {}).get("validation_videos")),
-             visual_words_html(data["visual_words"]), text_html(data["text"]),
-             examples_html(data["examples"], thumbnails),
-             train_html(data["train"], data.get("validation"), data.get("train_header"), data.get("uniform_loss")),
-             zero_shot_html(data.get("zero_shot"), data.get("linear_probe"), data.get("zero_shot_predictions")),
-             predicted_video_html(data.get("predicted_video") or [], thumbnails),
-             forecast_html(data.get("forecast"), thumbnails)]
+    body += [
+        _warnings_html(run.get("warnings") or []),
+        stages_html(data),
+        videos_html(data["videos"], (data.get("train_header") or {}).get("validation_videos")),
+        visual_words_html(data["visual_words"]),
+        text_html(data["text"]),
+        examples_html(data["examples"], thumbnails),
+        train_html(data["train"], data.get("validation"), data.get("train_header"), data.get("uniform_loss")),
+        zero_shot_html(data.get("zero_shot"), data.get("linear_probe"), data.get("zero_shot_predictions")),
+        predicted_video_html(data.get("predicted_video") or [], thumbnails),
+        forecast_html(data.get("forecast"), thumbnails),
+    ]
     return html_page("VideoBERT run report", "\n".join(body)).replace("</style>", REPORT_STYLE + "</style>", 1)
 
 
@@ -106,10 +125,17 @@ def write_report(cfg: Config, work_dir: Path) -> Path:
     if not work.manifest.exists():
         raise FileNotFoundError(f"{work.manifest} not found: nothing has run in {work.root} yet")
     data = collect(cfg, work_dir)
-    wanted = [(clip["shard"], example["video_id"], clip["clip_index"])
-              for example in data["examples"] for clip in example["clips"]]
-    wanted += [(clip["shard"], clip["video_id"], clip["clip_index"])
-               for sentence in data["predicted_video"] for token in sentence["tokens"] for clip in token["nearest"]]
+    wanted = [
+        (clip["shard"], example["video_id"], clip["clip_index"])
+        for example in data["examples"]
+        for clip in example["clips"]
+    ]
+    wanted += [
+        (clip["shard"], clip["video_id"], clip["clip_index"])
+        for sentence in data["predicted_video"]
+        for token in sentence["tokens"]
+        for clip in token["nearest"]
+    ]
     wanted += forecast_thumbnails(data.get("forecast"))
     thumbnails = read_thumbnails(work_dir, wanted) if wanted else {}
     page = work.report

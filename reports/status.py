@@ -17,7 +17,7 @@ from pipeline.engine.manifest import read_manifest
 from pipeline.engine.workdir import WorkDir
 from pipeline.progress import format_rate
 
-SLOWEST_SHARDS = 3   # per stage
+SLOWEST_SHARDS = 3  # per stage
 
 
 def error_rows(work: WorkDir, stage: str, shards: list[int]) -> list[dict]:
@@ -53,8 +53,9 @@ def failed_shards(work: WorkDir, stage: str, shards: list[int]) -> dict[int, dic
             failure = read_json(work.failure(stage, shard_index))
         except CorruptFile as error:
             failure = {"error": str(error)}
-        if failure is not None and not (isinstance(failure.get("error"), str) and
-                                        isinstance(failure.get("at", 0), (int, float))):
+        if failure is not None and not (
+            isinstance(failure.get("error"), str) and isinstance(failure.get("at", 0), (int, float))
+        ):
             failure = {"error": f"{work.failure(stage, shard_index)} is not a valid failure record"}
         if failure is not None:
             failures[shard_index] = failure
@@ -68,14 +69,16 @@ def status_text(work_dir, cfg=None) -> str:
     checker = Lineage(work, cfg)
     manifest = checker.manifest_record()
     shards = checker.manifest_shards()
-    lines = [f"run {work.root}: {manifest.get('videos', 0):,} videos in {len(shards)} manifest shard(s)"
-             + ("; checked against the config given (stale: a run with it would redo the shard)" if cfg else ""),
-             "",
-             f"{'stage':<9} {'shards current':>15} {'videos':>8} {'clips':>9} {'seconds':>9}  "
-             f"videos failed, by error type; shards not current"]
+    lines = [
+        f"run {work.root}: {manifest.get('videos', 0):,} videos in {len(shards)} manifest shard(s)"
+        + ("; checked against the config given (stale: a run with it would redo the shard)" if cfg else ""),
+        "",
+        f"{'stage':<9} {'shards current':>15} {'videos':>8} {'clips':>9} {'seconds':>9}  "
+        f"videos failed, by error type; shards not current",
+    ]
     current, problems, states_of = {}, [], {}
     for spec in registry.STAGES:
-        if not spec.per_shard:   # a whole-collection stage: its own line, where it has one (the codebook)
+        if not spec.per_shard:  # a whole-collection stage: its own line, where it has one (the codebook)
             if spec.status_line:
                 lines.append(spec.function("status_line")(checker, states_of))
             continue
@@ -89,25 +92,40 @@ def status_text(work_dir, cfg=None) -> str:
         share = len(records) / len(shards) if shards else 0.0
         error_types = sum((Counter(record.get("error_types", {})) for record in records.values()), Counter())
         errors = ", ".join(f"{name} {count}" for name, count in sorted(error_types.items())) or "-"
-        behind = Counter(state.status for shard, state in states.items()
-                         if not state.current and not (state.status == "missing" and shard in failures))
+        behind = Counter(
+            state.status
+            for shard, state in states.items()
+            if not state.current and not (state.status == "missing" and shard in failures)
+        )
         if failures:
             behind["failed"] = len(failures)
         not_current = ", ".join(f"{count} {status}" for status, count in sorted(behind.items()))
-        lines.append(f"{stage:<9} {f'{len(records)}/{len(shards)} {share:4.0%}':>15} "
-                     f"{sum(r.get('videos', 0) for r in records.values()):>8,} "
-                     f"{_clips(records):>9} "
-                     f"{sum(r.get('seconds', 0) for r in records.values()):>9.1f}  {errors}"
-                     f"{f'; {not_current}' if not_current else ''}")
+        lines.append(
+            f"{stage:<9} {f'{len(records)}/{len(shards)} {share:4.0%}':>15} "
+            f"{sum(r.get('videos', 0) for r in records.values()):>8,} "
+            f"{_clips(records):>9} "
+            f"{sum(r.get('seconds', 0) for r in records.values()):>9.1f}  {errors}"
+            f"{f'; {not_current}' if not_current else ''}"
+        )
         current[stage] = records
-        problems += [(stage, shard, state.status, state.reason) for shard, state in states.items()
-                     if state.status in ("stale", "corrupt")]
-        problems += [(stage, shard, "failed", f"{failure.get('error', '?')} ({_ago(failure.get('at'))}, "
-                                               f"{work.failure(stage, shard)})")
-                     for shard, failure in failures.items()]
-    failed_videos = len({row["video_id"] for stage, records in current.items()
-                         for row in error_rows(work, stage, list(records))})
-    if failed_videos:   # one read failure recorded by several stages (features' pass: decode too) is one video
+        problems += [
+            (stage, shard, state.status, state.reason)
+            for shard, state in states.items()
+            if state.status in ("stale", "corrupt")
+        ]
+        problems += [
+            (
+                stage,
+                shard,
+                "failed",
+                f"{failure.get('error', '?')} ({_ago(failure.get('at'))}, {work.failure(stage, shard)})",
+            )
+            for shard, failure in failures.items()
+        ]
+    failed_videos = len(
+        {row["video_id"] for stage, records in current.items() for row in error_rows(work, stage, list(records))}
+    )
+    if failed_videos:  # one read failure recorded by several stages (features' pass: decode too) is one video
         lines += ["", f"videos failed in any stage: {failed_videos}"]
     if any(current.values()):
         lines += ["", "slowest shards, per stage:"]
@@ -116,17 +134,21 @@ def status_text(work_dir, cfg=None) -> str:
         for shard_index, record in by_time[:SLOWEST_SHARDS]:
             seconds, clips = record.get("seconds", 0.0), record.get("clips")
             rate = f", {format_rate(clips, seconds, 'clips')}" if clips and seconds else ""
-            lines.append(f"  {stage} part {shard_index}: {seconds:.1f} s, {record.get('videos', 0)} videos"
-                         f"{f', {clips:,} clips' if clips is not None else ''}{rate} on {record.get('host', '?')}")
+            lines.append(
+                f"  {stage} part {shard_index}: {seconds:.1f} s, {record.get('videos', 0)} videos"
+                f"{f', {clips:,} clips' if clips is not None else ''}{rate} on {record.get('host', '?')}"
+            )
     if problems:
         lines += ["", "shards not current (a rerun of the stage redoes them):"]
         for stage, shard, status, reason in problems:
             lines.append(f"  {stage} part {shard:05d} {status}: {reason}")
     from pipeline.engine import replaced
+
     kept = replaced.summary_lines(work)
     if kept:
         lines += ["", f"moved aside, in {replaced.folder(work)} (`restore` puts back the newest re-listing's):", *kept]
     from reports.card import card_state
+
     card = card_state(work)
     if card is not None:
         lines += ["", f"dataset card {work.card}: {card}"]
@@ -158,9 +180,12 @@ def errors_text(work_dir, stage: str | None = None) -> str:
     work = WorkDir(work_dir)
     if stage is not None and stage not in registry.SHARD_STAGES:
         import difflib
+
         close = difflib.get_close_matches(stage, registry.SHARD_STAGES, n=1)
-        raise ValueError(f"--stage must be one of {', '.join(registry.SHARD_STAGES)} (got {stage!r}"
-                         f"{f'; did you mean {close[0]}?' if close else ''})")
+        raise ValueError(
+            f"--stage must be one of {', '.join(registry.SHARD_STAGES)} (got {stage!r}"
+            f"{f'; did you mean {close[0]}?' if close else ''})"
+        )
     checker = Lineage(work)
     shards = checker.manifest_shards()
     manifest = read_manifest(work, columns=["video_id", "uri"])
@@ -174,16 +199,23 @@ def errors_text(work_dir, stage: str | None = None) -> str:
     for row in sorted(failures, key=lambda r: (r["shard"], r["video_id"])):
         uri = uris.get(row["video_id"], "")
         where = f"  [{uri}]" if uri and uri not in row["message"] else ""
-        lines.append(f"{', '.join(row['stages']):<9} part {row['shard']:05d}  {row['video_id']}  "
-                     f"{row['error_type']}: {row['message']}{where}")
+        lines.append(
+            f"{', '.join(row['stages']):<9} part {row['shard']:05d}  {row['video_id']}  "
+            f"{row['error_type']}: {row['message']}{where}"
+        )
     for name in (stage,) if stage else registry.SHARD_STAGES:
         for shard, failure in failed_shards(work, name, shards).items():
-            crashed.append(f"{name:<9} part {shard:05d}  (whole shard)  {failure.get('error', '?')}  "
-                           f"[traceback in {work.failure(name, shard)}]")
+            crashed.append(
+                f"{name:<9} part {shard:05d}  (whole shard)  {failure.get('error', '?')}  "
+                f"[traceback in {work.failure(name, shard)}]"
+            )
     scope = f"the {stage} stage" if stage else "any stage"
     failed_videos = len({row["video_id"] for row in failures})
-    header = f"{failed_videos} failed video(s) in {scope} of {work.root}" if lines else \
-        f"no failed videos in {scope} of {work.root}"
+    header = (
+        f"{failed_videos} failed video(s) in {scope} of {work.root}"
+        if lines
+        else f"no failed videos in {scope} of {work.root}"
+    )
     if crashed:
         header += f"; {len(crashed)} shard(s) crashed"
     return "\n".join([header] + lines + crashed)

@@ -29,7 +29,9 @@ def token_counts(work_dir: Path, num_leaves: int = 0) -> np.ndarray:
     a time: memory stays bounded by a shard and the vocabulary, not the collection."""
     counts = np.zeros(num_leaves, dtype=np.int64)
     for path in _parts(work_dir, "quantize"):
-        part_counts = np.bincount(storage.read_table(path, columns=["token"])["token"].to_numpy(), minlength=len(counts))
+        part_counts = np.bincount(
+            storage.read_table(path, columns=["token"])["token"].to_numpy(), minlength=len(counts)
+        )
         counts = np.pad(counts, (0, len(part_counts) - len(counts))) + part_counts
     return counts
 
@@ -84,15 +86,22 @@ def collect(work_dir: Path) -> dict:
     checker = Lineage(work)
     manifest = read_record(work.record("manifest"), "manifest") or {}
     total_shards = len(manifest.get("shards", {}))
-    summary: dict = {"work_dir": str(work.root), "videos_in": manifest.get("videos", 0),
-                     "shards": total_shards, "stages": {}}
+    summary: dict = {
+        "work_dir": str(work.root),
+        "videos_in": manifest.get("videos", 0),
+        "shards": total_shards,
+        "stages": {},
+    }
     for stage in SHARD_STAGES:
         records = list(checker.current_records(stage).values())
         if not records:
             continue
-        entry = {"shards_complete": len(records), "shards_total": total_shards,
-                 "seconds": round(sum(r.get("seconds", 0) for r in records), 1)}
-        if made_in(records):   # one pass made both: its time is counted once, under the stage that ran it
+        entry = {
+            "shards_complete": len(records),
+            "shards_total": total_shards,
+            "seconds": round(sum(r.get("seconds", 0) for r in records), 1),
+        }
+        if made_in(records):  # one pass made both: its time is counted once, under the stage that ran it
             entry.update(seconds=0.0, made_in=made_in(records))
         parts = _parts(work_dir, stage)
         entry["rows"] = sum(parquet_rows(p) for p in parts)
@@ -128,7 +137,7 @@ def collect(work_dir: Path) -> dict:
     for stage in SHARD_STAGES:
         for shard in checker.current_records(stage):
             if not work.errors(stage, shard).exists():
-                continue   # parts made outside the stages have no error table
+                continue  # parts made outside the stages have no error table
             table = storage.read_table(work.errors(stage, shard), columns=["video_id", "error_type", "message"])
             for row in table.to_pylist():
                 errors.setdefault(stage, {}).setdefault(row["error_type"], 0)
@@ -144,14 +153,17 @@ def failure_counts(rows: list[dict]) -> dict:
     """`failed_videos`: videos with an error row in any stage, each once; `failures_by_type`: error type ->
     {videos, stages}, one read failure recorded by several stages (the features pass's decode) counted once."""
     from reports.status import distinct_failures
+
     failures = distinct_failures(rows)
     by_type: dict[str, dict] = {}
     for failure in failures:
         entry = by_type.setdefault(failure["error_type"], {"videos": 0, "stages": []})
         entry["videos"] += 1
         entry["stages"] = sorted(set(entry["stages"]) | set(failure["stages"]), key=SHARD_STAGES.index)
-    return {"failed_videos": len({failure["video_id"] for failure in failures}),
-            "failures_by_type": dict(sorted(by_type.items()))}
+    return {
+        "failed_videos": len({failure["video_id"] for failure in failures}),
+        "failures_by_type": dict(sorted(by_type.items())),
+    }
 
 
 def write_summary(work_dir: Path) -> dict:
@@ -161,17 +173,22 @@ def write_summary(work_dir: Path) -> dict:
 
 
 def render(summary: dict) -> str:
-    lines = [f"Run summary for {summary['work_dir']}",
-             f"  videos in: {summary['videos_in']} in {summary['shards']} shard(s)"]
+    lines = [
+        f"Run summary for {summary['work_dir']}",
+        f"  videos in: {summary['videos_in']} in {summary['shards']} shard(s)",
+    ]
     if "videos_by_status" in summary:
-        lines.append("  videos by decode status: " + ", ".join(f"{k} {v}" for k, v in summary["videos_by_status"].items()))
+        lines.append(
+            "  videos by decode status: " + ", ".join(f"{k} {v}" for k, v in summary["videos_by_status"].items())
+        )
     if "clips" in summary:
         lines.append(f"  clips: {summary['clips']}")
     lines.append(f"  {'stage':<10}{'shards':>12}{'rows':>10}{'seconds':>14}")
     for stage, entry in summary["stages"].items():
         seconds = f"in {entry['made_in']}" if entry.get("made_in") else entry["seconds"]
-        lines.append(f"  {stage:<10}{entry['shards_complete']:>6}/{entry['shards_total']:<5}"
-                     f"{entry['rows']:>10}{seconds:>14}")
+        lines.append(
+            f"  {stage:<10}{entry['shards_complete']:>6}/{entry['shards_total']:<5}{entry['rows']:>10}{seconds:>14}"
+        )
     if "distinct_visual_tokens" in summary:
         lines.append(f"  distinct visual tokens used: {summary['distinct_visual_tokens']}")
     if "segments_by_kind" in summary:

@@ -9,9 +9,9 @@ from pipeline.progress import format_number
 
 CHART_W, CHART_H = 520, 250
 LEFT, RIGHT, TOP, BOTTOM = 64, 16, 30, 46
-LABEL_CHAR_W = 6.4         # px per character of an 11 px label, a little over the average
+LABEL_CHAR_W = 6.4  # px per character of an 11 px label, a little over the average
 SERIES_COLOURS = ("#2a6fb0", "#d9822b", "#2f9e44", "#c92a2a", "#7048e8")
-MARKED_POINTS = 40         # lines of at most this many points also mark each point
+MARKED_POINTS = 40  # lines of at most this many points also mark each point
 
 
 def fmt_number(value: float) -> str:
@@ -50,7 +50,7 @@ class _Axis:
 
     def ticks(self) -> list[float]:
         if self.log:
-            return [10.0 ** e for e in range(int(self.lo), int(self.hi) + 1)]
+            return [10.0**e for e in range(int(self.lo), int(self.hi) + 1)]
         step = self.step
         first = math.ceil(self.lo / step - 1e-9) * step
         ticks = [first + i * step for i in range(int((self.hi - first) / step + 1e-9) + 1)]
@@ -65,10 +65,13 @@ def axis_top(value: float) -> float:
 
 def _svg(title: str, parts: list[str], width: int = CHART_W, height: int = CHART_H) -> str:
     title = html.escape(title)
-    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-            f'viewBox="0 0 {width} {height}" role="img" aria-label="{title}"><title>{title}</title>'
-            f'<text x="{width / 2}" y="16" text-anchor="middle" font-weight="bold">{title}</text>'
-            + "".join(parts) + "</svg>")
+    return (
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+        f'viewBox="0 0 {width} {height}" role="img" aria-label="{title}"><title>{title}</title>'
+        f'<text x="{width / 2}" y="16" text-anchor="middle" font-weight="bold">{title}</text>'
+        + "".join(parts)
+        + "</svg>"
+    )
 
 
 def _axes(x_axis: _Axis | None, y_axis: _Axis, x_label: str, y_label: str) -> list[str]:
@@ -77,21 +80,35 @@ def _axes(x_axis: _Axis | None, y_axis: _Axis, x_label: str, y_label: str) -> li
     parts = [f'<rect x="{LEFT}" y="{TOP}" width="{plot_w}" height="{plot_h}" fill="none" stroke="#999"/>']
     for tick in y_axis.ticks():
         y = TOP + plot_h * (1 - y_axis.frac(tick))
-        parts.append(f'<line x1="{LEFT}" x2="{LEFT + plot_w}" y1="{y:.1f}" y2="{y:.1f}" stroke="#e4e4e4"/>'
-                     f'<text x="{LEFT - 4}" y="{y + 4:.1f}" text-anchor="end">{fmt_number(tick)}</text>')
+        parts.append(
+            f'<line x1="{LEFT}" x2="{LEFT + plot_w}" y1="{y:.1f}" y2="{y:.1f}" stroke="#e4e4e4"/>'
+            f'<text x="{LEFT - 4}" y="{y + 4:.1f}" text-anchor="end">{fmt_number(tick)}</text>'
+        )
     if x_axis is not None:
         for tick in x_axis.ticks():
             x = LEFT + plot_w * x_axis.frac(tick)
-            parts.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{TOP + plot_h}" y2="{TOP + plot_h + 4}" stroke="#999"/>'
-                         f'<text x="{x:.1f}" y="{TOP + plot_h + 16}" text-anchor="middle">{fmt_number(tick)}</text>')
-    parts.append(f'<text x="{LEFT + plot_w / 2}" y="{CHART_H - 6}" text-anchor="middle">{html.escape(x_label)}</text>'
-                 f'<text x="14" y="{TOP + plot_h / 2}" text-anchor="middle" '
-                 f'transform="rotate(-90 14 {TOP + plot_h / 2})">{html.escape(y_label)}</text>')
+            parts.append(
+                f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{TOP + plot_h}" y2="{TOP + plot_h + 4}" stroke="#999"/>'
+                f'<text x="{x:.1f}" y="{TOP + plot_h + 16}" text-anchor="middle">{fmt_number(tick)}</text>'
+            )
+    parts.append(
+        f'<text x="{LEFT + plot_w / 2}" y="{CHART_H - 6}" text-anchor="middle">{html.escape(x_label)}</text>'
+        f'<text x="14" y="{TOP + plot_h / 2}" text-anchor="middle" '
+        f'transform="rotate(-90 14 {TOP + plot_h / 2})">{html.escape(y_label)}</text>'
+    )
     return parts
 
 
-def svg_line(xs: list[float], ys: list[float], *, title: str, x_label: str, y_label: str,
-             log: bool = False, integer_x: bool = False) -> str:
+def svg_line(
+    xs: list[float],
+    ys: list[float],
+    *,
+    title: str,
+    x_label: str,
+    y_label: str,
+    log: bool = False,
+    integer_x: bool = False,
+) -> str:
     """A line through (x, y) points, on log-log axes with `log`; `integer_x`: x counts (steps), so its
     ticks are whole numbers."""
     if not xs:
@@ -99,10 +116,14 @@ def svg_line(xs: list[float], ys: list[float], *, title: str, x_label: str, y_la
     x_axis = _Axis(min(xs), max(xs), log, integer=integer_x)
     y_axis = _Axis(0 if not log else min(ys), max(ys), log, headroom=True)
     plot_w, plot_h = CHART_W - LEFT - RIGHT, CHART_H - TOP - BOTTOM
-    points = " ".join(f"{LEFT + plot_w * x_axis.frac(x):.1f},{TOP + plot_h * (1 - y_axis.frac(y)):.1f}"
-                      for x, y in zip(xs, ys))
-    return _svg(title, _axes(x_axis, y_axis, x_label, y_label)
-                + [f'<polyline points="{points}" fill="none" stroke="#2a6fb0" stroke-width="1.5"/>'])
+    points = " ".join(
+        f"{LEFT + plot_w * x_axis.frac(x):.1f},{TOP + plot_h * (1 - y_axis.frac(y)):.1f}" for x, y in zip(xs, ys)
+    )
+    return _svg(
+        title,
+        _axes(x_axis, y_axis, x_label, y_label)
+        + [f'<polyline points="{points}" fill="none" stroke="#2a6fb0" stroke-width="1.5"/>'],
+    )
 
 
 def svg_bars(labels: list[str], values: list[float], *, title: str, x_label: str, y_label: str) -> str:
@@ -118,11 +139,14 @@ def svg_bars(labels: list[str], values: list[float], *, title: str, x_label: str
     for index, (label, value) in enumerate(zip(labels, values)):
         height = plot_h * y_axis.frac(value)
         x = LEFT + index * slot
-        parts.append(f'<rect x="{x + slot * 0.1:.1f}" y="{TOP + plot_h - height:.1f}" width="{slot * 0.8:.1f}" '
-                     f'height="{height:.1f}" fill="#2a6fb0"><title>{html.escape(label)}: {format_number(value)}</title></rect>')
-        if (len(values) - 1 - index) % label_every == 0:    # counted from the last: its label is shown
-            parts.append(f'<text x="{x + slot / 2:.1f}" y="{TOP + plot_h + 16}" text-anchor="middle">'
-                         f'{html.escape(label)}</text>')
+        parts.append(
+            f'<rect x="{x + slot * 0.1:.1f}" y="{TOP + plot_h - height:.1f}" width="{slot * 0.8:.1f}" '
+            f'height="{height:.1f}" fill="#2a6fb0"><title>{html.escape(label)}: {format_number(value)}</title></rect>'
+        )
+        if (len(values) - 1 - index) % label_every == 0:  # counted from the last: its label is shown
+            parts.append(
+                f'<text x="{x + slot / 2:.1f}" y="{TOP + plot_h + 16}" text-anchor="middle">{html.escape(label)}</text>'
+            )
     return _svg(title, parts)
 
 
@@ -137,25 +161,39 @@ def svg_share_bars(labels: list[str], shares: list[float], *, title: str) -> str
     parts = []
     for index, (label, share) in enumerate(zip(labels, shares)):
         y = TOP + index * row
-        parts.append(f'<text x="{label_w - 6}" y="{y + 12}" text-anchor="end">{html.escape(label)}</text>'
-                     f'<rect x="{label_w}" y="{y + 2}" width="{plot_w}" height="{row - 4}" fill="#eee"/>'
-                     f'<rect x="{label_w}" y="{y + 2}" width="{plot_w * share:.1f}" height="{row - 4}" fill="#2a6fb0">'
-                     f'<title>{html.escape(label)}: {share:.1%}</title></rect>'
-                     f'<text x="{label_w + plot_w + 4}" y="{y + 12}">{share:.0%}</text>')
+        parts.append(
+            f'<text x="{label_w - 6}" y="{y + 12}" text-anchor="end">{html.escape(label)}</text>'
+            f'<rect x="{label_w}" y="{y + 2}" width="{plot_w}" height="{row - 4}" fill="#eee"/>'
+            f'<rect x="{label_w}" y="{y + 2}" width="{plot_w * share:.1f}" height="{row - 4}" fill="#2a6fb0">'
+            f"<title>{html.escape(label)}: {share:.1%}</title></rect>"
+            f'<text x="{label_w + plot_w + 4}" y="{y + 12}">{share:.0%}</text>'
+        )
     return _svg(title, parts, width=width, height=height)
 
 
-def svg_lines(series: list[tuple[str, list[float], list[float | None]]], *, title: str, x_label: str,
-              y_label: str, y_max: float | None = None, x_range: tuple[float, float] | None = None) -> str:
+def svg_lines(
+    series: list[tuple[str, list[float], list[float | None]]],
+    *,
+    title: str,
+    x_label: str,
+    y_label: str,
+    y_max: float | None = None,
+    x_range: tuple[float, float] | None = None,
+) -> str:
     """Several lines on one pair of axes (x: steps), one colour each, named in a legend below the frame.
     A None y is a gap; few points are also marked, so a single one shows. `y_max` fixes the axis's top
     (accuracies: 1; two charts to compare: the same top), else it ends on the tick above the largest y;
     `x_range` likewise fixes the x axis (charts side by side: the same steps)."""
     # a series keeps its colour by its place in `series`, drawn or not: the same name, the same colour in
     # charts drawn side by side
-    drawn = [(name, SERIES_COLOURS[index % len(SERIES_COLOURS)],
-              [(x, y) for x, y in zip(xs, ys) if y is not None and math.isfinite(y)])
-             for index, (name, xs, ys) in enumerate(series)]
+    drawn = [
+        (
+            name,
+            SERIES_COLOURS[index % len(SERIES_COLOURS)],
+            [(x, y) for x, y in zip(xs, ys) if y is not None and math.isfinite(y)],
+        )
+        for index, (name, xs, ys) in enumerate(series)
+    ]
     drawn = [entry for entry in drawn if entry[2]]
     legend_h = 18
     if not drawn:
@@ -169,18 +207,24 @@ def svg_lines(series: list[tuple[str, list[float], list[float | None]]], *, titl
     legend_x, legend_row = LEFT, 0
     for name, colour, points in drawn:
         xy = [(LEFT + plot_w * x_axis.frac(x), TOP + plot_h * (1 - y_axis.frac(y))) for x, y in points]
-        parts.append(f'<polyline points="{" ".join(f"{x:.1f},{y:.1f}" for x, y in xy)}" fill="none" '
-                     f'stroke="{colour}" stroke-width="1.5"><title>{html.escape(name)}</title></polyline>')
+        parts.append(
+            f'<polyline points="{" ".join(f"{x:.1f},{y:.1f}" for x, y in xy)}" fill="none" '
+            f'stroke="{colour}" stroke-width="1.5"><title>{html.escape(name)}</title></polyline>'
+        )
         if len(xy) <= MARKED_POINTS:
-            parts += [f'<circle cx="{x:.1f}" cy="{y:.1f}" r="2.5" fill="{colour}"><title>{html.escape(name)} at '
-                      f'{fmt_number(px)}: {format_number(py)}</title></circle>'
-                      for (x, y), (px, py) in zip(xy, points)]
+            parts += [
+                f'<circle cx="{x:.1f}" cy="{y:.1f}" r="2.5" fill="{colour}"><title>{html.escape(name)} at '
+                f"{fmt_number(px)}: {format_number(py)}</title></circle>"
+                for (x, y), (px, py) in zip(xy, points)
+            ]
         entry_w = 28 + LABEL_CHAR_W * len(name)
-        if legend_x > LEFT and legend_x + entry_w > CHART_W - RIGHT:     # the legend wraps, never overflows
+        if legend_x > LEFT and legend_x + entry_w > CHART_W - RIGHT:  # the legend wraps, never overflows
             legend_x, legend_row = LEFT, legend_row + 1
         legend_y = CHART_H + legend_h * (legend_row + 0.5)
-        parts.append(f'<line x1="{legend_x}" x2="{legend_x + 16}" y1="{legend_y - 4}" y2="{legend_y - 4}" '
-                     f'stroke="{colour}" stroke-width="3"/><text x="{legend_x + 20}" y="{legend_y}">'
-                     f'{html.escape(name)}</text>')
+        parts.append(
+            f'<line x1="{legend_x}" x2="{legend_x + 16}" y1="{legend_y - 4}" y2="{legend_y - 4}" '
+            f'stroke="{colour}" stroke-width="3"/><text x="{legend_x + 20}" y="{legend_y}">'
+            f"{html.escape(name)}</text>"
+        )
         legend_x += entry_w
     return _svg(title, parts, height=CHART_H + legend_h * (legend_row + 1))

@@ -81,17 +81,18 @@ def _check_stage_parts(work: WorkDir, checker: Lineage, stage: Stage, visual_voc
     for shard in shards:
         state = checker.state(stage.name, shard, verify=True)
         if state.status in ("stale", "corrupt"):
-            problems.append(f"{work.record(stage.name, shard)}: {stage.name} part {shard:05d} is {state.status}: "
-                            f"{state.reason}")
+            problems.append(
+                f"{work.record(stage.name, shard)}: {stage.name} part {shard:05d} is {state.status}: {state.reason}"
+            )
         if not state.current:
             continue
         for table, schema in list(stage.tables.items()) + [("errors", schemas.ERRORS)]:
             path = work.errors(stage.name, shard) if table == "errors" else work.part(stage.name, shard, table)
             if table == "errors" and not path.exists():
-                continue   # parts made outside the stages have no error table
+                continue  # parts made outside the stages have no error table
             try:
                 _check_schema(path, schema)
-                storage.read_table(path)      # every value, with the page checksums verified
+                storage.read_table(path)  # every value, with the page checksums verified
                 part = Part(work, path, path.name.split("part-")[-1], visual_vocab)
                 for check in stage.checks.get(table, ()):
                     resolve(check)(part)
@@ -106,8 +107,10 @@ def _check_stage_parts(work: WorkDir, checker: Lineage, stage: Stage, visual_voc
     for table in stage.tables:
         for path in sorted(work.data_folder(stage.name, table).glob("part-*.parquet")):
             if relative(work, path) not in recorded:
-                problems.append(f"{path}: no completion record accounts for this file (a killed run's output, or "
-                                f"a shard no longer in the manifest); a rerun of {stage.name} redoes or removes it")
+                problems.append(
+                    f"{path}: no completion record accounts for this file (a killed run's output, or "
+                    f"a shard no longer in the manifest); a rerun of {stage.name} redoes or removes it"
+                )
     return problems
 
 
@@ -123,13 +126,13 @@ def validate_work_dir(work_dir, cfg=None) -> list[str]:
         return problems
     try:
         checker.manifest_record()
-    except (InputNotReady, CorruptFile):   # named by _check_manifest; no shard can be checked without it
+    except (InputNotReady, CorruptFile):  # named by _check_manifest; no shard can be checked without it
         return problems
     visual_vocab = _visual_vocab_size(work)
     for stage in registry.STAGES:
         if stage.per_shard:
             problems += _check_stage_parts(work, checker, stage, visual_vocab)
-    for stage in registry.STAGES:   # then the whole-collection stages' outputs (the codebook, checkpoints)
+    for stage in registry.STAGES:  # then the whole-collection stages' outputs (the codebook, checkpoints)
         if stage.validate:
             problems += stage.function("validate")(work, checker)
     return problems

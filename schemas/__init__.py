@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-FEATURE_DIM = 1024   # S3D's pooled activation before its classifier
+FEATURE_DIM = 1024  # S3D's pooled activation before its classifier
 
 
 @dataclass(frozen=True)
@@ -30,100 +30,165 @@ _clip_key = [
     pa.field("end_s", pa.float64(), nullable=False),
 ]
 
-MANIFEST = Schema("manifest", 2, pa.schema([
-    pa.field("video_id", pa.string(), nullable=False),
-    pa.field("uri", pa.string(), nullable=False),
-    pa.field("bytes", pa.int64()),                     # null when the file could not be stat'ed
-    # what tells a change of the bytes without reading them: "mtime:<ns>" of a local file, the object's
-    # "etag:..." (else "mtime:...") on object storage; null where unknown (a URL in a list)
-    pa.field("content_tag", pa.string()),
-    pa.field("transcript_uri", pa.string()),           # WebVTT / SRT / JSON to import instead of ASR
-    pa.field("shard", pa.int32(), nullable=False),
-]))
+MANIFEST = Schema(
+    "manifest",
+    2,
+    pa.schema(
+        [
+            pa.field("video_id", pa.string(), nullable=False),
+            pa.field("uri", pa.string(), nullable=False),
+            pa.field("bytes", pa.int64()),  # null when the file could not be stat'ed
+            # what tells a change of the bytes without reading them: "mtime:<ns>" of a local file, the object's
+            # "etag:..." (else "mtime:...") on object storage; null where unknown (a URL in a list)
+            pa.field("content_tag", pa.string()),
+            pa.field("transcript_uri", pa.string()),  # WebVTT / SRT / JSON to import instead of ASR
+            pa.field("shard", pa.int32(), nullable=False),
+        ]
+    ),
+)
 
 # decode's two tables are made by the features stage's pass (one read per video) or by the decode stage run
 # alone; the same columns and meaning either way, so their versions stay
-DECODE_CLIPS = Schema("decode", 1, pa.schema(_clip_key + [
-    pa.field("n_real_frames", pa.int32(), nullable=False),   # frames before padding
-    pa.field("padded", pa.bool_(), nullable=False),
-    pa.field("thumbnail_jpeg", pa.binary(), nullable=False), # the clip's middle frame, as the model sees it
-]))
+DECODE_CLIPS = Schema(
+    "decode",
+    1,
+    pa.schema(
+        _clip_key
+        + [
+            pa.field("n_real_frames", pa.int32(), nullable=False),  # frames before padding
+            pa.field("padded", pa.bool_(), nullable=False),
+            pa.field("thumbnail_jpeg", pa.binary(), nullable=False),  # the clip's middle frame, as the model sees it
+        ]
+    ),
+)
 
 VIDEO_STATUSES = ("ok", "partial", "too_short", "error")
 
 # 2: video_stream and video_streams (the stream decoded is chosen, no longer the first)
-DECODE_VIDEOS = Schema("decode.videos", 2, pa.schema([
-    pa.field("video_id", pa.string(), nullable=False),
-    pa.field("uri", pa.string(), nullable=False),
-    pa.field("status", pa.string(), nullable=False),   # one of VIDEO_STATUSES
-    pa.field("duration_s", pa.float64()),              # container or stream duration; null if unknown
-    pa.field("decoded_s", pa.float64()),               # time span actually decoded
-    pa.field("source_fps", pa.float64()),
-    pa.field("width", pa.int32()),
-    pa.field("height", pa.int32()),
-    pa.field("codec", pa.string()),
-    pa.field("has_audio", pa.bool_()),
-    pa.field("rotation", pa.int32()),                  # degrees applied to make the picture upright
-    pa.field("n_frames", pa.int64()),                  # frames produced at the target fps
-    pa.field("n_clips", pa.int32(), nullable=False),
-    pa.field("video_stream", pa.int32()),              # the stream index decoded: marked default, else the longest
-    pa.field("video_streams", pa.int32()),             # real video streams in the file (no covers or stills)
-]))
+DECODE_VIDEOS = Schema(
+    "decode.videos",
+    2,
+    pa.schema(
+        [
+            pa.field("video_id", pa.string(), nullable=False),
+            pa.field("uri", pa.string(), nullable=False),
+            pa.field("status", pa.string(), nullable=False),  # one of VIDEO_STATUSES
+            pa.field("duration_s", pa.float64()),  # container or stream duration; null if unknown
+            pa.field("decoded_s", pa.float64()),  # time span actually decoded
+            pa.field("source_fps", pa.float64()),
+            pa.field("width", pa.int32()),
+            pa.field("height", pa.int32()),
+            pa.field("codec", pa.string()),
+            pa.field("has_audio", pa.bool_()),
+            pa.field("rotation", pa.int32()),  # degrees applied to make the picture upright
+            pa.field("n_frames", pa.int64()),  # frames produced at the target fps
+            pa.field("n_clips", pa.int32(), nullable=False),
+            pa.field("video_stream", pa.int32()),  # the stream index decoded: marked default, else the longest
+            pa.field("video_streams", pa.int32()),  # real video streams in the file (no covers or stills)
+        ]
+    ),
+)
 
-FEATURES = Schema("features", 1, pa.schema(_clip_key + [
-    pa.field("feature", pa.list_(pa.float16(), FEATURE_DIM), nullable=False),
-]))
+FEATURES = Schema(
+    "features",
+    1,
+    pa.schema(
+        _clip_key
+        + [
+            pa.field("feature", pa.list_(pa.float16(), FEATURE_DIM), nullable=False),
+        ]
+    ),
+)
 
-QUANTIZE = Schema("quantize", 1, pa.schema(_clip_key + [
-    pa.field("token", pa.int32(), nullable=False),     # leaf id in [0, k**depth)
-]))
+QUANTIZE = Schema(
+    "quantize",
+    1,
+    pa.schema(
+        _clip_key
+        + [
+            pa.field("token", pa.int32(), nullable=False),  # leaf id in [0, k**depth)
+        ]
+    ),
+)
 
-SENTENCE = pa.struct([pa.field("text", pa.string()), pa.field("start_s", pa.float64()),
-                      pa.field("end_s", pa.float64()),
-                      # confidence (speech/confidence.py): word probabilities, and Whisper's segment signals
-                      # as a word-weighted mean over the segments the sentence draws words from; the
-                      # last three are null for imported transcripts, all five for imports without them
-                      pa.field("avg_word_prob", pa.float32()), pa.field("min_word_prob", pa.float32()),
-                      pa.field("no_speech_prob", pa.float32()), pa.field("avg_logprob", pa.float32()),
-                      pa.field("compression_ratio", pa.float32()),
-                      # null: kept as speech; else one of REJECTIONS, and align keeps none of its text
-                      pa.field("rejected", pa.string())])
+SENTENCE = pa.struct(
+    [
+        pa.field("text", pa.string()),
+        pa.field("start_s", pa.float64()),
+        pa.field("end_s", pa.float64()),
+        # confidence (speech/confidence.py): word probabilities, and Whisper's segment signals
+        # as a word-weighted mean over the segments the sentence draws words from; the
+        # last three are null for imported transcripts, all five for imports without them
+        pa.field("avg_word_prob", pa.float32()),
+        pa.field("min_word_prob", pa.float32()),
+        pa.field("no_speech_prob", pa.float32()),
+        pa.field("avg_logprob", pa.float32()),
+        pa.field("compression_ratio", pa.float32()),
+        # null: kept as speech; else one of REJECTIONS, and align keeps none of its text
+        pa.field("rejected", pa.string()),
+    ]
+)
 REJECTIONS = ("no_speech", "low_confidence", "repetition", "not_speech_language")
-WORD = pa.struct([pa.field("word", pa.string()), pa.field("start_s", pa.float64()),
-                  pa.field("end_s", pa.float64()), pa.field("prob", pa.float32())])
+WORD = pa.struct(
+    [
+        pa.field("word", pa.string()),
+        pa.field("start_s", pa.float64()),
+        pa.field("end_s", pa.float64()),
+        pa.field("prob", pa.float32()),
+    ]
+)
 
-ASR = Schema("asr", 2, pa.schema([
-    pa.field("video_id", pa.string(), nullable=False),
-    pa.field("status", pa.string(), nullable=False),   # ok | no_audio
-    pa.field("source", pa.string(), nullable=False),   # model name, or import:vtt / import:srt / import:json
-    pa.field("language", pa.string()),
-    pa.field("language_prob", pa.float32()),
-    pa.field("audio_s", pa.float64()),
-    pa.field("speech_s", pa.float64()),                # speech the voice-activity filter found; null: imports, no VAD
-    pa.field("sentences", pa.list_(SENTENCE), nullable=False),
-    pa.field("words", pa.list_(WORD), nullable=False),
-]))
+ASR = Schema(
+    "asr",
+    2,
+    pa.schema(
+        [
+            pa.field("video_id", pa.string(), nullable=False),
+            pa.field("status", pa.string(), nullable=False),  # ok | no_audio
+            pa.field("source", pa.string(), nullable=False),  # model name, or import:vtt / import:srt / import:json
+            pa.field("language", pa.string()),
+            pa.field("language_prob", pa.float32()),
+            pa.field("audio_s", pa.float64()),
+            pa.field("speech_s", pa.float64()),  # speech the voice-activity filter found; null: imports, no VAD
+            pa.field("sentences", pa.list_(SENTENCE), nullable=False),
+            pa.field("words", pa.list_(WORD), nullable=False),
+        ]
+    ),
+)
 
 SEGMENT_KINDS = ("text_video", "video_only")
 
-ALIGN = Schema("align", 1, pa.schema([
-    pa.field("video_id", pa.string(), nullable=False),
-    pa.field("segment_index", pa.int32(), nullable=False),
-    pa.field("start_s", pa.float64(), nullable=False),
-    pa.field("end_s", pa.float64(), nullable=False),
-    pa.field("kind", pa.string(), nullable=False),     # one of SEGMENT_KINDS
-    pa.field("text", pa.string()),                     # null for video_only
-    pa.field("text_ids", pa.list_(pa.int32()), nullable=False),     # WordPiece ids, no [CLS]/[SEP]
-    pa.field("visual_ids", pa.list_(pa.int32()), nullable=False),   # codebook leaf ids in [0, k**depth)
-    pa.field("language", pa.string()),
-]))
+ALIGN = Schema(
+    "align",
+    1,
+    pa.schema(
+        [
+            pa.field("video_id", pa.string(), nullable=False),
+            pa.field("segment_index", pa.int32(), nullable=False),
+            pa.field("start_s", pa.float64(), nullable=False),
+            pa.field("end_s", pa.float64(), nullable=False),
+            pa.field("kind", pa.string(), nullable=False),  # one of SEGMENT_KINDS
+            pa.field("text", pa.string()),  # null for video_only
+            pa.field("text_ids", pa.list_(pa.int32()), nullable=False),  # WordPiece ids, no [CLS]/[SEP]
+            pa.field("visual_ids", pa.list_(pa.int32()), nullable=False),  # codebook leaf ids in [0, k**depth)
+            pa.field("language", pa.string()),
+        ]
+    ),
+)
 
-ERRORS = Schema("errors", 1, pa.schema([
-    pa.field("video_id", pa.string(), nullable=False),
-    pa.field("stage", pa.string(), nullable=False),
-    pa.field("error_type", pa.string(), nullable=False),
-    pa.field("message", pa.string(), nullable=False),
-]))
+ERRORS = Schema(
+    "errors",
+    1,
+    pa.schema(
+        [
+            pa.field("video_id", pa.string(), nullable=False),
+            pa.field("stage", pa.string(), nullable=False),
+            pa.field("error_type", pa.string(), nullable=False),
+            pa.field("message", pa.string(), nullable=False),
+        ]
+    ),
+)
+
 
 def conform(table: pa.Table, schema: Schema) -> pa.Table:
     """Reorder and cast `table` to `schema`; a missing or extra column is a programming error."""

@@ -27,9 +27,9 @@ class CorruptCodebook(ValueError):
 class Codebook:
     depth: int
     k: int
-    centroids: list[np.ndarray]           # level L-1 -> (k**L, dim) float32
-    counts: list[np.ndarray]              # level L-1 -> (k**L,) int64
-    info: dict = field(default_factory=dict)   # the sidecar
+    centroids: list[np.ndarray]  # level L-1 -> (k**L, dim) float32
+    counts: list[np.ndarray]  # level L-1 -> (k**L,) int64
+    info: dict = field(default_factory=dict)  # the sidecar
 
     @property
     def dim(self) -> int:
@@ -37,7 +37,7 @@ class Codebook:
 
     @property
     def num_leaves(self) -> int:
-        return self.k ** self.depth
+        return self.k**self.depth
 
 
 def node_path(k: int, level: int, node: int) -> list[int]:
@@ -59,8 +59,10 @@ def check_feature_provenance(codebook: Codebook, shard_index: int, features_hash
     refuse a features part whose provenance is not the one the codebook was fit on."""
     codebook_hash = codebook.info.get("feature_provenance_hash")
     if features_hash != codebook_hash:
-        raise ValueError(f"features part {shard_index} has feature provenance {features_hash}, the codebook "
-                         f"was fit on {codebook_hash}: {remedy}")
+        raise ValueError(
+            f"features part {shard_index} has feature provenance {features_hash}, the codebook "
+            f"was fit on {codebook_hash}: {remedy}"
+        )
 
 
 def to_bytes(codebook: Codebook) -> bytes:
@@ -79,8 +81,9 @@ def to_bytes(codebook: Codebook) -> bytes:
 
 def sidecar(codebook: Codebook, sha256: str) -> dict:
     """The sidecar's content: the fit's information, the shape, and the tensors file's sha256."""
-    return dict(codebook.info, depth=codebook.depth, k=codebook.k, dim=codebook.dim, format_version=VERSION,
-                sha256=sha256)
+    return dict(
+        codebook.info, depth=codebook.depth, k=codebook.k, dim=codebook.dim, format_version=VERSION, sha256=sha256
+    )
 
 
 def from_bytes(data: bytes, info: dict, name: str) -> Codebook:
@@ -89,14 +92,20 @@ def from_bytes(data: bytes, info: dict, name: str) -> Codebook:
     from safetensors.numpy import load as load_bytes
 
     if info.get("sha256") and hashlib.sha256(data).hexdigest() != info["sha256"]:
-        raise CorruptCodebook(f"{name} does not match the sha256 in its sidecar {SIDECAR_NAME}: the codebook is "
-                              f"corrupt or was replaced; rerun the kmeans stage")
+        raise CorruptCodebook(
+            f"{name} does not match the sha256 in its sidecar {SIDECAR_NAME}: the codebook is "
+            f"corrupt or was replaced; rerun the kmeans stage"
+        )
     try:
         tensors = load_bytes(data)
     except Exception as error:  # noqa: BLE001 - safetensors raises its own error types
         raise CorruptCodebook(f"cannot read {name}: {error}: rerun the kmeans stage") from None
     depth = sum(1 for key in tensors if key.startswith("centroids_L"))
     k = tensors["centroids_L1"].shape[0]
-    return Codebook(depth=depth, k=k,
-                    centroids=[tensors[f"centroids_L{level}"] for level in range(1, depth + 1)],
-                    counts=[tensors[f"counts_L{level}"] for level in range(1, depth + 1)], info=info)
+    return Codebook(
+        depth=depth,
+        k=k,
+        centroids=[tensors[f"centroids_L{level}"] for level in range(1, depth + 1)],
+        counts=[tensors[f"counts_L{level}"] for level in range(1, depth + 1)],
+        info=info,
+    )

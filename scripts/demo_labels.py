@@ -41,19 +41,30 @@ def main(work: Path) -> Path:
     narration_by_id = {make_video_id(name): video for name, video in narration.items()}
     rows = []
     for _, part in Lineage(work).current_parts("align"):
-        for segment in pq.read_table(part, columns=["video_id", "segment_index", "start_s", "end_s", "kind"]).to_pylist():
+        for segment in pq.read_table(
+            part, columns=["video_id", "segment_index", "start_s", "end_s", "kind"]
+        ).to_pylist():
             if segment["kind"] != "text_video":
                 continue
             video = narration_by_id.get(segment["video_id"])
             if video is None:
                 continue
-            overlaps = [(min(s["end_s"], segment["end_s"]) - max(s["start_s"], segment["start_s"]), s["text"])
-                        for s in video["sentences"] if s["text"] in SENTENCE_LABELS]
+            overlaps = [
+                (min(s["end_s"], segment["end_s"]) - max(s["start_s"], segment["start_s"]), s["text"])
+                for s in video["sentences"]
+                if s["text"] in SENTENCE_LABELS
+            ]
             best = max(overlaps, default=(0.0, None))
             if best[0] > 0:
                 verbs, nouns = SENTENCE_LABELS[best[1]]
-                rows.append({"video_id": segment["video_id"], "segment_index": segment["segment_index"],
-                             "verb": "|".join(verbs), "noun": "|".join(nouns)})
+                rows.append(
+                    {
+                        "video_id": segment["video_id"],
+                        "segment_index": segment["segment_index"],
+                        "verb": "|".join(verbs),
+                        "noun": "|".join(nouns),
+                    }
+                )
     out = WorkDir(work).eval_folder / "labels.csv"
     out.parent.mkdir(parents=True, exist_ok=True)
     with open(out, "w", newline="") as handle:

@@ -53,21 +53,21 @@ ROOT = Path(__file__).resolve().parent.parent
 SAMPLES_DIR = ROOT / "samples"
 SPEECH_FIXTURES_DIR = ROOT / "tests" / "fixtures" / "speech"
 
-SEED = 20190401                # layout randomness (gaps between sentences)
-AUDIO_RATE = 16_000            # Hz, mono, for both the mp4 audio tracks and the fixture WAVs
-ESPEAK_RATE = 22_050           # what espeak-ng writes
-ESPEAK_SPEED = 150             # words per minute (espeak-ng -s)
-ESPEAK_TRIM_THRESHOLD = 64     # |int16| above this counts as sound when trimming espeak output
+SEED = 20190401  # layout randomness (gaps between sentences)
+AUDIO_RATE = 16_000  # Hz, mono, for both the mp4 audio tracks and the fixture WAVs
+ESPEAK_RATE = 22_050  # what espeak-ng writes
+ESPEAK_SPEED = 150  # words per minute (espeak-ng -s)
+ESPEAK_TRIM_THRESHOLD = 64  # |int16| above this counts as sound when trimming espeak output
 
-VIDEO_SIZE = (320, 240)        # width, height of the cooking videos
+VIDEO_SIZE = (320, 240)  # width, height of the cooking videos
 VIDEO_FPS = 25
-CRF = 32                       # libx264 constant rate factor: small files, still clear shapes
-GOP_SECONDS = 2                # a keyframe every 2 s, so seeking decoders stay cheap
+CRF = 32  # libx264 constant rate factor: small files, still clear shapes
+GOP_SECONDS = 2  # a keyframe every 2 s, so seeking decoders stay cheap
 AAC_BITRATE = 32_000
 
-FIRST_SENTENCE_START_S = 2.0   # the narrations start this far into the video
-GAP_RANGE_S = (0.8, 1.5)       # silence between sentences, drawn per gap, rounded to 0.1 s
-TAIL_S = 2.0                   # after the last sentence
+FIRST_SENTENCE_START_S = 2.0  # the narrations start this far into the video
+GAP_RANGE_S = (0.8, 1.5)  # silence between sentences, drawn per gap, rounded to 0.1 s
+TAIL_S = 2.0  # after the last sentence
 
 PASTA_SENTENCES = [
     "Today we are going to cook a simple tomato pasta.",
@@ -94,15 +94,51 @@ SPANISH_SENTENCES = [
 NO_AUDIO_SIZE = (480, 270)
 NO_AUDIO_FPS = 30
 NO_AUDIO_SCENE_S = 4.0
-NO_AUDIO_SCENES = 4            # 16 s
+NO_AUDIO_SCENES = 4  # 16 s
 
 MUSIC_SIZE = (320, 240)
 MUSIC_FPS = 30
 MUSIC_CHORD_S = 4.5
 # (root MIDI note, chord intervals): C major, A minor, F major, G major -> 18 s
 MUSIC_CHORDS = [(48, (0, 4, 7)), (45, (0, 3, 7)), (41, (0, 4, 7)), (43, (0, 4, 7))]
-MUSIC_MELODY = [72, 74, 76, 79, 76, 74, 72, 69, 72, 76, 77, 76, 74, 72, 71, 74,
-                72, 69, 72, 74, 76, 74, 72, 67, 71, 74, 79, 77, 76, 74, 72, 71, 72, 72, 72, 72]
+MUSIC_MELODY = [
+    72,
+    74,
+    76,
+    79,
+    76,
+    74,
+    72,
+    69,
+    72,
+    76,
+    77,
+    76,
+    74,
+    72,
+    71,
+    74,
+    72,
+    69,
+    72,
+    74,
+    76,
+    74,
+    72,
+    67,
+    71,
+    74,
+    79,
+    77,
+    76,
+    74,
+    72,
+    71,
+    72,
+    72,
+    72,
+    72,
+]
 MUSIC_NOTE_S = 0.5
 
 # The speech fixture: speech starts at 3 s, pauses > 1.5 s so caption importers can split on them.
@@ -120,37 +156,40 @@ AUTO_CAPTION_WORDS_PER_CUE = 3
 # One visual scene per narration step: (label, pattern, two RGB colours).  The colours and patterns
 # differ strongly between steps so that visual-word clustering has something to find.
 SCENES = {
-    "title":   ("title",   "bars",     (40, 40, 48),    (230, 230, 230)),
-    "boil":    ("boil",    "rings",    (20, 60, 200),   (200, 230, 255)),
-    "chop":    ("chop",    "checker",  (245, 245, 235), (120, 70, 30)),
-    "pasta":   ("pasta",   "stripes",  (250, 210, 60),  (200, 120, 20)),
-    "sauce":   ("sauce",   "dots",     (190, 20, 20),   (255, 140, 100)),
-    "wash":    ("wash",    "waves",    (60, 170, 220),  (230, 250, 255)),
-    "cut":     ("cut",     "checker",  (230, 40, 50),   (250, 220, 210)),
-    "slice":   ("slice",   "rings",    (40, 160, 60),   (210, 250, 200)),
-    "oil":     ("oil",     "gradient", (200, 190, 40),  (90, 70, 10)),
-    "toss":    ("toss",    "stripes",  (30, 120, 40),   (160, 220, 90)),
-    "potato":  ("potato",  "dots",     (220, 190, 140), (120, 80, 40)),
-    "egg":     ("egg",     "waves",    (255, 230, 90),  (250, 250, 240)),
-    "pan":     ("pan",     "gradient", (60, 60, 70),    (250, 160, 40)),
-    "outro":   ("outro",   "bars",     (20, 20, 20),    (120, 120, 120)),
+    "title": ("title", "bars", (40, 40, 48), (230, 230, 230)),
+    "boil": ("boil", "rings", (20, 60, 200), (200, 230, 255)),
+    "chop": ("chop", "checker", (245, 245, 235), (120, 70, 30)),
+    "pasta": ("pasta", "stripes", (250, 210, 60), (200, 120, 20)),
+    "sauce": ("sauce", "dots", (190, 20, 20), (255, 140, 100)),
+    "wash": ("wash", "waves", (60, 170, 220), (230, 250, 255)),
+    "cut": ("cut", "checker", (230, 40, 50), (250, 220, 210)),
+    "slice": ("slice", "rings", (40, 160, 60), (210, 250, 200)),
+    "oil": ("oil", "gradient", (200, 190, 40), (90, 70, 10)),
+    "toss": ("toss", "stripes", (30, 120, 40), (160, 220, 90)),
+    "potato": ("potato", "dots", (220, 190, 140), (120, 80, 40)),
+    "egg": ("egg", "waves", (255, 230, 90), (250, 250, 240)),
+    "pan": ("pan", "gradient", (60, 60, 70), (250, 160, 40)),
+    "outro": ("outro", "bars", (20, 20, 20), (120, 120, 120)),
 }
 PASTA_SCENES = ["title", "boil", "chop", "pasta", "sauce"]
 SALAD_SCENES = ["title", "wash", "cut", "slice", "oil", "toss"]
 SPANISH_SCENES = ["title", "potato", "egg", "pan"]
 NO_AUDIO_SCENE_NAMES = ["boil", "cut", "oil", "egg"]
 MUSIC_SCENE_NAMES = ["rings_blue", "stripes_purple", "dots_teal", "waves_orange"]
-SCENES.update({
-    "rings_blue":     ("rings_blue",     "rings",   (10, 20, 90),  (80, 160, 255)),
-    "stripes_purple": ("stripes_purple", "stripes", (90, 20, 120), (230, 150, 250)),
-    "dots_teal":      ("dots_teal",      "dots",    (0, 110, 110), (180, 255, 230)),
-    "waves_orange":   ("waves_orange",   "waves",   (230, 110, 0), (255, 220, 150)),
-})
+SCENES.update(
+    {
+        "rings_blue": ("rings_blue", "rings", (10, 20, 90), (80, 160, 255)),
+        "stripes_purple": ("stripes_purple", "stripes", (90, 20, 120), (230, 150, 250)),
+        "dots_teal": ("dots_teal", "dots", (0, 110, 110), (180, 255, 230)),
+        "waves_orange": ("waves_orange", "waves", (230, 110, 0), (255, 220, 150)),
+    }
+)
 
 
 # --------------------------------------------------------------------------------------------
 # Audio helpers
 # --------------------------------------------------------------------------------------------
+
 
 def espeak_version(binary: str = "espeak-ng") -> str:
     out = subprocess.run([binary, "--version"], check=True, capture_output=True, text=True)
@@ -170,14 +209,14 @@ def espeak_pcm(text: str, voice: str, speed: int = ESPEAK_SPEED, binary: str = "
     loud = np.nonzero(np.abs(pcm.astype(np.int32)) > ESPEAK_TRIM_THRESHOLD)[0]
     if not loud.size:
         raise RuntimeError(f"espeak-ng made silence for {text!r}")
-    return pcm[loud[0]:loud[-1] + 1], rate
+    return pcm[loud[0] : loud[-1] + 1], rate
 
 
 def synthesize(text: str, voice: str) -> np.ndarray:
     """Speak `text` with espeak-ng; return float32 mono at AUDIO_RATE, trailing silence trimmed."""
     pcm, rate = espeak_pcm(text, voice)
     speech = resample(pcm.astype(np.float64) / 32768.0, rate, AUDIO_RATE)
-    rms = float(np.sqrt(np.mean(speech ** 2)))
+    rms = float(np.sqrt(np.mean(speech**2)))
     assert rms > 0.02, f"espeak-ng output too quiet (rms {rms:.4f}) for {text!r}"
     return speech.astype(np.float32)
 
@@ -194,8 +233,7 @@ def resample(x: np.ndarray, rate_in: int, rate_out: int) -> np.ndarray:
     return np.fft.irfft(out_spec, n_out) * (n_out / len(x))
 
 
-def layout_narration(speeches: list[np.ndarray], first_start: float, gaps: list[float]
-                     ) -> list[tuple[float, float]]:
+def layout_narration(speeches: list[np.ndarray], first_start: float, gaps: list[float]) -> list[tuple[float, float]]:
     """Start/end times (s) for consecutive utterances; starts are on a 10 ms grid."""
     times, start = [], first_start
     for i, speech in enumerate(speeches):
@@ -206,12 +244,11 @@ def layout_narration(speeches: list[np.ndarray], first_start: float, gaps: list[
     return times
 
 
-def mix_track(speeches: list[np.ndarray], times: list[tuple[float, float]], duration: float
-              ) -> np.ndarray:
+def mix_track(speeches: list[np.ndarray], times: list[tuple[float, float]], duration: float) -> np.ndarray:
     track = np.zeros(int(round(duration * AUDIO_RATE)), dtype=np.float32)
     for speech, (start, _) in zip(speeches, times):
         i = int(round(start * AUDIO_RATE))
-        track[i:i + len(speech)] += speech
+        track[i : i + len(speech)] += speech
     return track
 
 
@@ -236,7 +273,7 @@ def tone(freq: float, seconds: float, harmonics: int, attack: float, release: fl
         if k * freq < AUDIO_RATE / 2 * 0.9:
             wave_ += np.sin(2 * np.pi * k * freq * t) / k
     env = np.minimum(1.0, t / attack) * np.exp(-t / release)
-    fade = np.minimum(1.0, (seconds - t) / 0.02)    # no click at the end of the note
+    fade = np.minimum(1.0, (seconds - t) / 0.02)  # no click at the end of the note
     return wave_ * env * fade
 
 
@@ -244,12 +281,12 @@ def tone(freq: float, seconds: float, harmonics: int, attack: float, release: fl
 # Picture helpers
 # --------------------------------------------------------------------------------------------
 
-def draw_frame(scene: str, t: float, size: tuple[int, int], grid: tuple[np.ndarray, np.ndarray]
-               ) -> np.ndarray:
+
+def draw_frame(scene: str, t: float, size: tuple[int, int], grid: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
     """One RGB frame of `scene` at scene-local time `t` (s): a moving pattern plus moving shapes."""
     _, pattern, c0, c1 = SCENES[scene]
     w, h = size
-    yy, xx = grid                                       # float pixel coordinates
+    yy, xx = grid  # float pixel coordinates
     c0 = np.array(c0, dtype=np.float32)
     c1 = np.array(c1, dtype=np.float32)
     if pattern == "stripes":
@@ -302,13 +339,21 @@ def scene_at(scenes: list[tuple[str, float, float]], t: float) -> tuple[str, flo
 # Encoding
 # --------------------------------------------------------------------------------------------
 
-def encode_mp4(path: Path, scenes: list[tuple[str, float, float]], duration: float,
-               size: tuple[int, int], fps: int, audio: np.ndarray | None) -> None:
+
+def encode_mp4(
+    path: Path,
+    scenes: list[tuple[str, float, float]],
+    duration: float,
+    size: tuple[int, int],
+    fps: int,
+    audio: np.ndarray | None,
+) -> None:
     """Write an H.264 (+ AAC mono) mp4 with PyAV.  `audio` is float32 at AUDIO_RATE or None."""
     n_frames = int(round(duration * fps))
     grid = make_grid(size)
-    with av.open(str(path), "w", format="mp4",
-                 container_options={"movflags": "+faststart", "fflags": "+bitexact"}) as container:
+    with av.open(
+        str(path), "w", format="mp4", container_options={"movflags": "+faststart", "fflags": "+bitexact"}
+    ) as container:
         video = container.add_stream("libx264", rate=fps)
         video.width, video.height = size
         video.pix_fmt = "yuv420p"
@@ -336,7 +381,7 @@ def encode_mp4(path: Path, scenes: list[tuple[str, float, float]], duration: flo
         if astream is not None:
             chunk = 1024
             for start in range(0, len(audio), chunk):
-                block = np.ascontiguousarray(audio[None, start:start + chunk], dtype=np.float32)
+                block = np.ascontiguousarray(audio[None, start : start + chunk], dtype=np.float32)
                 aframe = av.AudioFrame.from_ndarray(block, format="fltp", layout="mono")
                 aframe.sample_rate = AUDIO_RATE
                 aframe.pts = start
@@ -349,8 +394,10 @@ def encode_mp4(path: Path, scenes: list[tuple[str, float, float]], duration: flo
 # One function per video kind
 # --------------------------------------------------------------------------------------------
 
-def narrated_video(name: str, sentences: list[str], scene_names: list[str], voice: str,
-                   language: str, rng: np.random.Generator) -> dict:
+
+def narrated_video(
+    name: str, sentences: list[str], scene_names: list[str], voice: str, language: str, rng: np.random.Generator
+) -> dict:
     """A cooking-like video: title card, then one scene per sentence, with narration."""
     assert len(scene_names) == len(sentences), "one scene per step"
     speeches = [synthesize(s, voice) for s in sentences]
@@ -368,7 +415,9 @@ def narrated_video(name: str, sentences: list[str], scene_names: list[str], voic
         "duration_s": duration,
         "has_audio": True,
         "language": language,
-        "width": VIDEO_SIZE[0], "height": VIDEO_SIZE[1], "fps": VIDEO_FPS,
+        "width": VIDEO_SIZE[0],
+        "height": VIDEO_SIZE[1],
+        "fps": VIDEO_FPS,
         "audio_sample_rate": AUDIO_RATE,
         "sentences": [{"text": s, "start_s": a, "end_s": b} for s, (a, b) in zip(sentences, times)],
         "scenes": [{"label": n, "start_s": round(a, 3), "end_s": round(b, 3)} for n, a, b in scenes],
@@ -390,13 +439,17 @@ def cooking_spanish(rng: np.random.Generator) -> dict:
 def no_audio() -> dict:
     """Video stream only (no audio stream at all), 16:9 at 30 fps to vary the input format."""
     duration = NO_AUDIO_SCENE_S * NO_AUDIO_SCENES
-    scenes = [(n, k * NO_AUDIO_SCENE_S, (k + 1) * NO_AUDIO_SCENE_S)
-              for k, n in enumerate(NO_AUDIO_SCENE_NAMES)]
+    scenes = [(n, k * NO_AUDIO_SCENE_S, (k + 1) * NO_AUDIO_SCENE_S) for k, n in enumerate(NO_AUDIO_SCENE_NAMES)]
     encode_mp4(SAMPLES_DIR / "no_audio.mp4", scenes, duration, NO_AUDIO_SIZE, NO_AUDIO_FPS, None)
     return {
-        "duration_s": duration, "has_audio": False, "language": None,
-        "width": NO_AUDIO_SIZE[0], "height": NO_AUDIO_SIZE[1], "fps": NO_AUDIO_FPS,
-        "audio_sample_rate": None, "sentences": [],
+        "duration_s": duration,
+        "has_audio": False,
+        "language": None,
+        "width": NO_AUDIO_SIZE[0],
+        "height": NO_AUDIO_SIZE[1],
+        "fps": NO_AUDIO_FPS,
+        "audio_sample_rate": None,
+        "sentences": [],
         "scenes": [{"label": n, "start_s": a, "end_s": b} for n, a, b in scenes],
     }
 
@@ -409,19 +462,23 @@ def music_only() -> dict:
         i0 = int(round(k * MUSIC_CHORD_S * AUDIO_RATE))
         for iv in intervals:
             note = tone(midi_hz(root + iv), MUSIC_CHORD_S, harmonics=8, attack=0.08, release=3.0)
-            track[i0:i0 + len(note)] += 0.12 * note
+            track[i0 : i0 + len(note)] += 0.12 * note
     for k, midi in enumerate(MUSIC_MELODY):
         i0 = int(round(k * MUSIC_NOTE_S * AUDIO_RATE))
         note = tone(midi_hz(midi), MUSIC_NOTE_S, harmonics=2, attack=0.01, release=0.25)
-        track[i0:i0 + len(note)] += 0.25 * note[:len(track) - i0]
+        track[i0 : i0 + len(note)] += 0.25 * note[: len(track) - i0]
     track *= 0.7 / np.max(np.abs(track))
     scenes = [(n, k * MUSIC_CHORD_S, (k + 1) * MUSIC_CHORD_S) for k, n in enumerate(MUSIC_SCENE_NAMES)]
-    encode_mp4(SAMPLES_DIR / "music_only.mp4", scenes, duration, MUSIC_SIZE, MUSIC_FPS,
-               track.astype(np.float32))
+    encode_mp4(SAMPLES_DIR / "music_only.mp4", scenes, duration, MUSIC_SIZE, MUSIC_FPS, track.astype(np.float32))
     return {
-        "duration_s": duration, "has_audio": True, "language": None,
-        "width": MUSIC_SIZE[0], "height": MUSIC_SIZE[1], "fps": MUSIC_FPS,
-        "audio_sample_rate": AUDIO_RATE, "sentences": [],
+        "duration_s": duration,
+        "has_audio": True,
+        "language": None,
+        "width": MUSIC_SIZE[0],
+        "height": MUSIC_SIZE[1],
+        "fps": MUSIC_FPS,
+        "audio_sample_rate": AUDIO_RATE,
+        "sentences": [],
         "scenes": [{"label": n, "start_s": a, "end_s": b} for n, a, b in scenes],
     }
 
@@ -429,6 +486,7 @@ def music_only() -> dict:
 # --------------------------------------------------------------------------------------------
 # Speech fixtures and transcript import fixtures
 # --------------------------------------------------------------------------------------------
+
 
 def _ts(seconds: float, sep: str) -> str:
     ms = int(round(seconds * 1000))
@@ -439,8 +497,7 @@ def _ts(seconds: float, sep: str) -> str:
 
 
 def srt_text(cues: list[tuple[float, float, str]]) -> str:
-    blocks = [f"{i}\n{_ts(a, ',')} --> {_ts(b, ',')}\n{text}\n" for i, (a, b, text) in
-              enumerate(cues, 1)]
+    blocks = [f"{i}\n{_ts(a, ',')} --> {_ts(b, ',')}\n{text}\n" for i, (a, b, text) in enumerate(cues, 1)]
     return "\n".join(blocks)
 
 
@@ -455,8 +512,7 @@ def auto_caption_cues(sentences: list[dict]) -> list[tuple[float, float, str]]:
     cues = []
     for s in sentences:
         words = "".join(c for c in s["text"].lower() if c.isalnum() or c in " '").split()
-        chunks = [words[i:i + AUTO_CAPTION_WORDS_PER_CUE]
-                  for i in range(0, len(words), AUTO_CAPTION_WORDS_PER_CUE)]
+        chunks = [words[i : i + AUTO_CAPTION_WORDS_PER_CUE] for i in range(0, len(words), AUTO_CAPTION_WORDS_PER_CUE)]
         total = sum(len(" ".join(c)) for c in chunks)
         t = s["start_s"]
         for chunk in chunks:
@@ -470,26 +526,27 @@ def auto_caption_cues(sentences: list[dict]) -> list[tuple[float, float, str]]:
 def speech_fixtures() -> dict:
     out = SPEECH_FIXTURES_DIR
     speeches = [synthesize(s, "en-us") for s in FIXTURE_SENTENCES]
-    times = layout_narration(speeches, FIXTURE_FIRST_START_S,
-                             [FIXTURE_GAP_S] * (len(speeches) - 1))
+    times = layout_narration(speeches, FIXTURE_FIRST_START_S, [FIXTURE_GAP_S] * (len(speeches) - 1))
     duration = math.ceil((times[-1][1] + FIXTURE_TAIL_S) * 10) / 10
     write_wav(out / "narration_en.wav", mix_track(speeches, times, duration))
     write_wav(out / "silence.wav", np.zeros(int(FIXTURE_SILENCE_S * AUDIO_RATE), np.float32))
 
-    sentences = [{"text": s, "start_s": a, "end_s": b}
-                 for s, (a, b) in zip(FIXTURE_SENTENCES, times)]
+    sentences = [{"text": s, "start_s": a, "end_s": b} for s, (a, b) in zip(FIXTURE_SENTENCES, times)]
     meta = {
-        "audio": "narration_en.wav", "sample_rate": AUDIO_RATE, "duration_s": duration,
-        "language": "en", "sentences": sentences,
+        "audio": "narration_en.wav",
+        "sample_rate": AUDIO_RATE,
+        "duration_s": duration,
+        "language": "en",
+        "sentences": sentences,
         "silence": {"audio": "silence.wav", "duration_s": FIXTURE_SILENCE_S},
         "imports": {
             "narration_en.srt": "SRT, one cue per sentence",
             "narration_en.vtt": "WebVTT, one cue per sentence",
             "narration_en_transcript.json": "JSON list of {text, start, end} (seconds)",
             "narration_en_auto.vtt": "auto-caption style WebVTT: lower case, no punctuation, "
-                                     f"{AUTO_CAPTION_WORDS_PER_CUE} words per cue, cue times "
-                                     "within a sentence approximate; pauses between sentences "
-                                     f"{FIXTURE_GAP_S} s",
+            f"{AUTO_CAPTION_WORDS_PER_CUE} words per cue, cue times "
+            "within a sentence approximate; pauses between sentences "
+            f"{FIXTURE_GAP_S} s",
             "malformed.srt": "SRT whose second cue has a bad timestamp line",
             "malformed.vtt": "WebVTT whose second cue has a bad timestamp line",
         },
@@ -499,17 +556,16 @@ def speech_fixtures() -> dict:
     cues = [(s["start_s"], s["end_s"], s["text"]) for s in sentences]
     write_text(out / "narration_en.srt", srt_text(cues))
     write_text(out / "narration_en.vtt", vtt_text(cues))
-    write_json(out / "narration_en_transcript.json",
-               [{"text": t, "start": a, "end": b} for a, b, t in cues])
-    write_text(out / "narration_en_auto.vtt",
-               vtt_text(auto_caption_cues(sentences), header="WEBVTT\nKind: captions\nLanguage: en"))
+    write_json(out / "narration_en_transcript.json", [{"text": t, "start": a, "end": b} for a, b, t in cues])
+    write_text(
+        out / "narration_en_auto.vtt",
+        vtt_text(auto_caption_cues(sentences), header="WEBVTT\nKind: captions\nLanguage: en"),
+    )
 
     bad_srt = srt_text(cues).splitlines()
     bad_vtt = vtt_text(cues).splitlines()
-    bad_srt[bad_srt.index(f"{_ts(cues[1][0], ',')} --> {_ts(cues[1][1], ',')}")] = \
-        "00:00:07,5OO -> 00:00:1O,000"
-    bad_vtt[bad_vtt.index(f"{_ts(cues[1][0], '.')} --> {_ts(cues[1][1], '.')}")] = \
-        "00:07.500 --> 00:xx:10.000"
+    bad_srt[bad_srt.index(f"{_ts(cues[1][0], ',')} --> {_ts(cues[1][1], ',')}")] = "00:00:07,5OO -> 00:00:1O,000"
+    bad_vtt[bad_vtt.index(f"{_ts(cues[1][0], '.')} --> {_ts(cues[1][1], '.')}")] = "00:07.500 --> 00:xx:10.000"
     write_text(out / "malformed.srt", "\n".join(bad_srt) + "\n")
     write_text(out / "malformed.vtt", "\n".join(bad_vtt) + "\n")
     return meta
@@ -517,12 +573,13 @@ def speech_fixtures() -> dict:
 
 # --------------------------------------------------------------------------------------------
 
+
 def write_json(path: Path, obj) -> None:
     path.write_text(json.dumps(obj, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
 def write_text(path: Path, text: str) -> None:
-    with io.open(path, "w", encoding="utf-8", newline="\n") as f:
+    with open(path, "w", encoding="utf-8", newline="\n") as f:
         f.write(text)
 
 
@@ -540,19 +597,24 @@ def main() -> None:
         "no_audio.mp4": no_audio(),
         "music_only.mp4": music_only(),
     }
-    write_json(SAMPLES_DIR / "narration.json", {
-        "generator": "scripts/make_samples.py",
-        "espeak_ng": espeak_version(),
-        "note": "sentence times: espeak-ng speech placed at start_s, end_s = start_s + speech "
-                "length with espeak's trailing silence trimmed; scenes: the visual step shown",
-        "videos": videos,
-    })
+    write_json(
+        SAMPLES_DIR / "narration.json",
+        {
+            "generator": "scripts/make_samples.py",
+            "espeak_ng": espeak_version(),
+            "note": "sentence times: espeak-ng speech placed at start_s, end_s = start_s + speech "
+            "length with espeak's trailing silence trimmed; scenes: the visual step shown",
+            "videos": videos,
+        },
+    )
     # the Spanish video ships no captions: the multilingual Whisper detects its language, and align
     # keeps no text from it (tests/test_asr.py and tests/test_pipeline_e2e.py check both)
     speech_fixtures()
     for name, v in videos.items():
-        print(f"{name}: {v['duration_s']:.2f} s, audio={v['has_audio']}, lang={v['language']}, "
-              f"{len(v['sentences'])} sentences")
+        print(
+            f"{name}: {v['duration_s']:.2f} s, audio={v['has_audio']}, lang={v['language']}, "
+            f"{len(v['sentences'])} sentences"
+        )
 
 
 if __name__ == "__main__":

@@ -17,39 +17,41 @@ from __future__ import annotations
 import logging
 import math
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import Protocol
 
 import numpy as np
 
 from pipeline import devices, models, threads
-from stages.asr import AsrConfig
 from pipeline.media.audio import SAMPLE_RATE
 from speech.transcripts import SegmentSignals, Word
 from speech.whisper_weights import ctranslate2_to_openai_whisper
+from stages.asr import AsrConfig
 
-WINDOW_S = 30                  # Whisper's input window
+WINDOW_S = 30  # Whisper's input window
 
 
 @dataclass
 class Recognition:
-    words: list[Word]          # times relative to the first sample of the audio given
-    language: str | None       # None: unknown (not detectable, below the threshold, or nothing heard)
-    language_prob: float | None   # the detected language's probability (or, below the threshold, the top
-                                  # language's); None where nothing was detected (forced, English-only)
+    words: list[Word]  # times relative to the first sample of the audio given
+    language: str | None  # None: unknown (not detectable, below the threshold, or nothing heard)
+    language_prob: float | None  # the detected language's probability (or, below the threshold, the top
+    # language's); None where nothing was detected (forced, English-only)
     speech_s: float | None = None  # seconds of speech the voice-activity filter found; None without it
 
 
 @dataclass(frozen=True)
 class LanguageDecision:
-    language: str | None       # what the output records
+    language: str | None  # what the output records
     language_prob: float | None
-    decode_as: str             # the language Whisper decodes in (the top guess when below the threshold)
+    decode_as: str  # the language Whisper decodes in (the top guess when below the threshold)
 
 
-def decide_language(cfg: AsrConfig, multilingual: bool,
-                    probabilities: Callable[[], dict[str, float]]) -> LanguageDecision:
+def decide_language(
+    cfg: AsrConfig, multilingual: bool, probabilities: Callable[[], dict[str, float]]
+) -> LanguageDecision:
     """The language a video is recorded and decoded in. `probabilities` is called only when the language
     is to be detected (not forced, multilingual model)."""
     if cfg.language:
@@ -64,17 +66,19 @@ def decide_language(cfg: AsrConfig, multilingual: bool,
 
 def detection_windows(speech: np.ndarray, seconds: float) -> list[np.ndarray]:
     """The first `seconds` of `speech` in consecutive windows of at most 30 s (Whisper's input)."""
-    speech = speech[:round(seconds * SAMPLE_RATE)]
+    speech = speech[: round(seconds * SAMPLE_RATE)]
     step = WINDOW_S * SAMPLE_RATE
-    return [speech[start:start + step] for start in range(0, len(speech), step)]
+    return [speech[start : start + step] for start in range(0, len(speech), step)]
 
 
 def mean_probabilities(per_window: list[dict[str, float]], windows: list[np.ndarray]) -> dict[str, float]:
     """Language probabilities averaged over the windows, each weighted by its length."""
     total = sum(len(window) for window in windows)
     languages = per_window[0].keys()
-    return {language: sum(probs[language] * len(window) for probs, window in zip(per_window, windows)) / total
-            for language in languages}
+    return {
+        language: sum(probs[language] * len(window) for probs, window in zip(per_window, windows)) / total
+        for language in languages
+    }
 
 
 def language_note(cfg: AsrConfig, multilingual: bool, label: str) -> str:
@@ -82,16 +86,20 @@ def language_note(cfg: AsrConfig, multilingual: bool, label: str) -> str:
     if cfg.language:
         return f"forced by asr.language: {cfg.language}"
     if not multilingual:
-        return (f"none: {label} is English-only and cannot detect a language, so every video's language is "
-                f"recorded as unknown (null) and align keeps none of its text; set asr.language=en to claim "
-                f"English, or use a multilingual model")
-    return (f"detected per video on the first {cfg.language_detection_s:g} s of speech; below probability "
-            f"{cfg.language_threshold:g} recorded as unknown (null)")
+        return (
+            f"none: {label} is English-only and cannot detect a language, so every video's language is "
+            f"recorded as unknown (null) and align keeps none of its text; set asr.language=en to claim "
+            f"English, or use a multilingual model"
+        )
+    return (
+        f"detected per video on the first {cfg.language_detection_s:g} s of speech; below probability "
+        f"{cfg.language_threshold:g} recorded as unknown (null)"
+    )
 
 
 class Backend(Protocol):
-    source: str                # what the output's `source` column says, e.g. "faster-whisper:tiny.en"
-    metadata: dict[str, str]   # model provenance for the output's Parquet metadata (Provenance.extra)
+    source: str  # what the output's `source` column says, e.g. "faster-whisper:tiny.en"
+    metadata: dict[str, str]  # model provenance for the output's Parquet metadata (Provenance.extra)
 
     def recognise(self, samples: np.ndarray, seed: int) -> Recognition: ...
 
@@ -108,6 +116,7 @@ def _vad(samples: np.ndarray, vad: bool) -> tuple[np.ndarray, list[dict] | None]
     if not vad:
         return samples, None
     from faster_whisper.vad import VadOptions, collect_chunks, get_speech_timestamps
+
     chunks = get_speech_timestamps(samples, VadOptions())
     return np.concatenate(collect_chunks(samples, chunks)[0]), chunks
 
@@ -117,8 +126,9 @@ def _speech(samples: np.ndarray, vad: bool) -> np.ndarray:
     return _vad(samples, vad)[0]
 
 
-def _describe(kind: str, cfg: AsrConfig, resolved: models.ResolvedModel, multilingual: bool,
-              **settings: str) -> tuple[str, dict]:
+def _describe(
+    kind: str, cfg: AsrConfig, resolved: models.ResolvedModel, multilingual: bool, **settings: str
+) -> tuple[str, dict]:
     """A backend's `source` and output metadata; says on stderr when no language will be detected."""
     note = language_note(cfg, multilingual, resolved.label)
     if not multilingual and not cfg.language:
@@ -132,25 +142,37 @@ def _describe(kind: str, cfg: AsrConfig, resolved: models.ResolvedModel, multili
 class FasterWhisperBackend:
     def __init__(self, cfg: AsrConfig):
         import faster_whisper
-        logging.getLogger("faster_whisper").setLevel(logging.WARNING)   # per-file INFO lines drown progress
+
+        logging.getLogger("faster_whisper").setLevel(logging.WARNING)  # per-file INFO lines drown progress
         resolved = models.resolve(cfg.model)
         self.device = devices.resolve_name(cfg.device)
-        self.compute_type = cfg.compute_type if cfg.compute_type != "auto" else (
-            "float16" if self.device == "cuda" else "int8")
+        self.compute_type = (
+            cfg.compute_type if cfg.compute_type != "auto" else ("float16" if self.device == "cuda" else "int8")
+        )
         self.cfg = cfg
-        self.model = faster_whisper.WhisperModel(resolved.location, device=self.device,
-                                                 compute_type=self.compute_type,
-                                                 cpu_threads=threads.threads(cfg.num_threads))
+        self.model = faster_whisper.WhisperModel(
+            resolved.location,
+            device=self.device,
+            compute_type=self.compute_type,
+            cpu_threads=threads.threads(cfg.num_threads),
+        )
         self.multilingual = bool(self.model.model.is_multilingual)
         self.batched = faster_whisper.BatchedInferencePipeline(self.model) if cfg.batch_size else None
         self.source, self.metadata = _describe(
-            "faster-whisper", cfg, resolved, self.multilingual, device=self.device, compute_type=self.compute_type,
-            batch_size=str(cfg.batch_size))
+            "faster-whisper",
+            cfg,
+            resolved,
+            self.multilingual,
+            device=self.device,
+            compute_type=self.compute_type,
+            batch_size=str(cfg.batch_size),
+        )
         self.metadata["faster_whisper_version"] = faster_whisper.__version__
 
     def language_probabilities(self, speech: np.ndarray) -> dict[str, float]:
         """Whisper's language probabilities on the first asr.language_detection_s seconds of `speech`."""
         from faster_whisper.audio import pad_or_trim
+
         windows = detection_windows(speech, self.cfg.language_detection_s)
         per_window = []
         for window in windows:
@@ -160,36 +182,50 @@ class FasterWhisperBackend:
 
     def recognise(self, samples: np.ndarray, seed: int) -> Recognition:
         import ctranslate2
-        ctranslate2.set_random_seed(seed)   # the temperature fallback samples
+
+        ctranslate2.set_random_seed(seed)  # the temperature fallback samples
         speech, chunks = _vad(samples, self.cfg.vad)
         speech_s = len(speech) / SAMPLE_RATE if self.cfg.vad else None
         if not len(speech):
             return Recognition(words=[], language=None, language_prob=None, speech_s=speech_s)
         decision = decide_language(self.cfg, self.multilingual, lambda: self.language_probabilities(speech))
         options = {"language": decision.decode_as, "beam_size": self.cfg.beam_size, "word_timestamps": True}
-        if self.batched is not None:   # its own filter, with the batched pipeline's options
+        if self.batched is not None:  # its own filter, with the batched pipeline's options
             options["vad_filter"] = self.cfg.vad
             duration_s = len(samples) / SAMPLE_RATE
             # without the filter, the batched pipeline needs the windows given
-            windows = None if self.cfg.vad else [
-                {"start": start, "end": min(start + WINDOW_S, duration_s)}
-                for start in range(0, math.ceil(duration_s), WINDOW_S)]
-            segments, _ = self.batched.transcribe(samples, batch_size=self.cfg.batch_size,
-                                                  clip_timestamps=windows, **options)
-        else:   # the speech found above, its times mapped back as faster-whisper's own filter does
+            windows = (
+                None
+                if self.cfg.vad
+                else [
+                    {"start": start, "end": min(start + WINDOW_S, duration_s)}
+                    for start in range(0, math.ceil(duration_s), WINDOW_S)
+                ]
+            )
+            segments, _ = self.batched.transcribe(
+                samples, batch_size=self.cfg.batch_size, clip_timestamps=windows, **options
+            )
+        else:  # the speech found above, its times mapped back as faster-whisper's own filter does
             from faster_whisper.transcribe import restore_speech_timestamps
-            segments, _ = self.model.transcribe(speech, condition_on_previous_text=CONDITION_ON_PREVIOUS_TEXT,
-                                                vad_filter=False, **options)
+
+            segments, _ = self.model.transcribe(
+                speech, condition_on_previous_text=CONDITION_ON_PREVIOUS_TEXT, vad_filter=False, **options
+            )
             if chunks:
                 segments = restore_speech_timestamps(segments, chunks, SAMPLE_RATE)
-        words = [Word(text=w.word, start_s=float(w.start), end_s=float(w.end), prob=float(w.probability),
-                      segment=signals)
-                 for segment in segments
-                 for signals in [SegmentSignals(float(segment.no_speech_prob), float(segment.avg_logprob),
-                                                float(segment.compression_ratio))]
-                 for w in (segment.words or [])]
-        return Recognition(words=words, language=decision.language, language_prob=decision.language_prob,
-                           speech_s=speech_s)
+        words = [
+            Word(text=w.word, start_s=float(w.start), end_s=float(w.end), prob=float(w.probability), segment=signals)
+            for segment in segments
+            for signals in [
+                SegmentSignals(
+                    float(segment.no_speech_prob), float(segment.avg_logprob), float(segment.compression_ratio)
+                )
+            ]
+            for w in (segment.words or [])
+        ]
+        return Recognition(
+            words=words, language=decision.language, language_prob=decision.language_prob, speech_s=speech_s
+        )
 
 
 class OpenAIWhisperBackend:
@@ -198,6 +234,7 @@ class OpenAIWhisperBackend:
 
     def __init__(self, cfg: AsrConfig):
         import whisper
+
         resolved = models.resolve(cfg.model)
         self.device = devices.resolve_name(cfg.device)
         self.fp16 = cfg.compute_type == "float16" or (cfg.compute_type == "auto" and self.device == "cuda")
@@ -214,18 +251,26 @@ class OpenAIWhisperBackend:
         self.cfg = cfg
         self.multilingual = bool(self.model.is_multilingual)
         self.source, self.metadata = _describe(
-            "whisper", cfg, resolved, self.multilingual, device=self.device,
-            compute_type="float16" if self.fp16 else "float32")
+            "whisper",
+            cfg,
+            resolved,
+            self.multilingual,
+            device=self.device,
+            compute_type="float16" if self.fp16 else "float32",
+        )
         self.metadata["whisper_version"] = whisper.__version__
 
     def language_probabilities(self, speech: np.ndarray) -> dict[str, float]:
         """Whisper's language probabilities on the first asr.language_detection_s seconds of `speech`."""
         import torch
         import whisper
+
         windows = detection_windows(speech, self.cfg.language_detection_s)
         dtype = next(self.model.parameters()).dtype
-        mels = [whisper.log_mel_spectrogram(whisper.pad_or_trim(window), n_mels=self.model.dims.n_mels)
-                for window in windows]
+        mels = [
+            whisper.log_mel_spectrogram(whisper.pad_or_trim(window), n_mels=self.model.dims.n_mels)
+            for window in windows
+        ]
         _, per_window = self.model.detect_language(torch.stack(mels).to(self.device, dtype=dtype))
         return mean_probabilities(per_window, windows)
 
@@ -233,29 +278,41 @@ class OpenAIWhisperBackend:
         import torch
         import whisper
         from faster_whisper.vad import SpeechTimestampsMap
-        torch.manual_seed(seed)   # the temperature fallback samples
+
+        torch.manual_seed(seed)  # the temperature fallback samples
         samples, chunks = _vad(samples, self.cfg.vad)
         speech_s = len(samples) / SAMPLE_RATE if self.cfg.vad else None
         timestamps = SpeechTimestampsMap(chunks, SAMPLE_RATE) if chunks else None
         if not len(samples):
             return Recognition(words=[], language=None, language_prob=None, speech_s=speech_s)
         decision = decide_language(self.cfg, self.multilingual, lambda: self.language_probabilities(samples))
-        result = whisper.transcribe(self.model, samples, language=decision.decode_as, beam_size=self.cfg.beam_size,
-                                    best_of=5, word_timestamps=True, fp16=self.fp16, verbose=None,
-                                    condition_on_previous_text=CONDITION_ON_PREVIOUS_TEXT)
+        result = whisper.transcribe(
+            self.model,
+            samples,
+            language=decision.decode_as,
+            beam_size=self.cfg.beam_size,
+            best_of=5,
+            word_timestamps=True,
+            fp16=self.fp16,
+            verbose=None,
+            condition_on_previous_text=CONDITION_ON_PREVIOUS_TEXT,
+        )
         words = []
         for segment in result["segments"]:
-            signals = SegmentSignals(float(segment["no_speech_prob"]), float(segment["avg_logprob"]),
-                                     float(segment["compression_ratio"]))
+            signals = SegmentSignals(
+                float(segment["no_speech_prob"]), float(segment["avg_logprob"]), float(segment["compression_ratio"])
+            )
             for w in segment.get("words", []):
                 start, end = float(w["start"]), float(w["end"])
                 if timestamps is not None:
                     start = timestamps.get_original_time(start)
                     end = timestamps.get_original_time(end, is_end=True)
-                words.append(Word(text=w["word"], start_s=start, end_s=end, prob=float(w["probability"]),
-                                  segment=signals))
-        return Recognition(words=words, language=decision.language, language_prob=decision.language_prob,
-                           speech_s=speech_s)
+                words.append(
+                    Word(text=w["word"], start_s=start, end_s=end, prob=float(w["probability"]), segment=signals)
+                )
+        return Recognition(
+            words=words, language=decision.language, language_prob=decision.language_prob, speech_s=speech_s
+        )
 
 
 BACKENDS: dict[str, Callable[[AsrConfig], Backend]] = {
@@ -269,6 +326,6 @@ def load_backend(cfg: AsrConfig) -> Backend:
     """The configured backend with its model loaded; cached per process (a model loads once per worker)."""
     key = repr(cfg)
     if key not in _loaded:
-        _loaded.clear()   # one model in memory at a time
+        _loaded.clear()  # one model in memory at a time
         _loaded[key] = BACKENDS[cfg.backend](cfg)
     return _loaded[key]

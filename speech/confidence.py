@@ -22,8 +22,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from stages.asr import AsrConfig
 from speech.transcripts import Word
+from stages.asr import AsrConfig
 
 
 @dataclass(frozen=True)
@@ -35,9 +35,13 @@ class Confidence:
     compression_ratio: float | None
 
     def columns(self) -> dict:
-        return {"avg_word_prob": self.avg_word_prob, "min_word_prob": self.min_word_prob,
-                "no_speech_prob": self.no_speech_prob, "avg_logprob": self.avg_logprob,
-                "compression_ratio": self.compression_ratio}
+        return {
+            "avg_word_prob": self.avg_word_prob,
+            "min_word_prob": self.min_word_prob,
+            "no_speech_prob": self.no_speech_prob,
+            "avg_logprob": self.avg_logprob,
+            "compression_ratio": self.compression_ratio,
+        }
 
 
 def _mean(values: list[float]) -> float | None:
@@ -49,10 +53,12 @@ def confidence(words: list[Word]) -> Confidence:
     probs = [w.prob for w in words if w.prob is not None]
     segments = [w.segment for w in words if w.segment is not None]
     return Confidence(
-        avg_word_prob=_mean(probs), min_word_prob=min(probs) if probs else None,
+        avg_word_prob=_mean(probs),
+        min_word_prob=min(probs) if probs else None,
         no_speech_prob=_mean([s.no_speech_prob for s in segments]),
         avg_logprob=_mean([s.avg_logprob for s in segments]),
-        compression_ratio=_mean([s.compression_ratio for s in segments]))
+        compression_ratio=_mean([s.compression_ratio for s in segments]),
+    )
 
 
 def language_is_speech(cfg: AsrConfig, language_prob: float | None, speech_s: float | None) -> bool:
@@ -69,8 +75,12 @@ def language_is_speech(cfg: AsrConfig, language_prob: float | None, speech_s: fl
 def rejection(cfg: AsrConfig, sentence: Confidence) -> str | None:
     """The reason a recognised sentence is not speech, or None to keep it (the video-level reason,
     not_speech_language, is the caller's)."""
-    if sentence.no_speech_prob is not None and sentence.no_speech_prob > cfg.filter_no_speech_prob \
-            and sentence.avg_logprob is not None and sentence.avg_logprob < cfg.filter_no_speech_logprob:
+    if (
+        sentence.no_speech_prob is not None
+        and sentence.no_speech_prob > cfg.filter_no_speech_prob
+        and sentence.avg_logprob is not None
+        and sentence.avg_logprob < cfg.filter_no_speech_logprob
+    ):
         return "no_speech"
     if sentence.compression_ratio is not None and sentence.compression_ratio > cfg.filter_compression_ratio:
         return "repetition"

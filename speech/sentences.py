@@ -3,11 +3,11 @@ for unpunctuated captions; a sentence longer than asr.max_sentence_s is split at
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
-from stages.asr import AsrConfig
 from speech.transcripts import Word
+from stages.asr import AsrConfig
 
 SENTENCE_END = (".", "?", "!", "…", "。", "？", "！")
 CLOSING_MARKS = "\"'”’)]}»"
@@ -20,7 +20,7 @@ class Sentence:
     text: str
     start_s: float
     end_s: float
-    words: list[Word] = field(default_factory=list, repr=False, compare=False)   # what its confidence is of
+    words: list[Word] = field(default_factory=list, repr=False, compare=False)  # what its confidence is of
 
 
 def ends_sentence(word: str) -> bool:
@@ -47,9 +47,14 @@ def _split_at_longest_pause(words: list[Word], max_sentence_s: float) -> list[li
     if len(words) < 2 or words[-1].end_s - words[0].start_s <= max_sentence_s:
         return [words]
     middle = (words[0].start_s + words[-1].end_s) / 2
-    cut = max(range(1, len(words)),
-              key=lambda i: (round(words[i].start_s - words[i - 1].end_s, 6), _marks_a_boundary(words[i - 1], words[i]),
-                             -abs(words[i].start_s - middle)))
+    cut = max(
+        range(1, len(words)),
+        key=lambda i: (
+            round(words[i].start_s - words[i - 1].end_s, 6),
+            _marks_a_boundary(words[i - 1], words[i]),
+            -abs(words[i].start_s - middle),
+        ),
+    )
     return _split_at_longest_pause(words[:cut], max_sentence_s) + _split_at_longest_pause(words[cut:], max_sentence_s)
 
 
@@ -77,16 +82,18 @@ def split_sentences(words: list[Word], max_sentence_s: float, pause_split_s: flo
         for part in _split_at_longest_pause(group, max_sentence_s):
             text = "".join(word.text for word in part).strip()
             if text:
-                sentences.append(Sentence(text=text, start_s=part[0].start_s, end_s=max(part[-1].end_s, part[0].start_s),
-                                          words=part))
+                sentences.append(
+                    Sentence(text=text, start_s=part[0].start_s, end_s=max(part[-1].end_s, part[0].start_s), words=part)
+                )
     return sentences
 
 
-Punctuator = Callable[[list[Word]], list[Word]]   # a punctuation model: words in, punctuated words out
+Punctuator = Callable[[list[Word]], list[Word]]  # a punctuation model: words in, punctuated words out
 
 
-def sentences_from_words(words: list[Word], cfg: AsrConfig,
-                         punctuate: Punctuator | None = None) -> tuple[list[Word], list[Sentence]]:
+def sentences_from_words(
+    words: list[Word], cfg: AsrConfig, punctuate: Punctuator | None = None
+) -> tuple[list[Word], list[Sentence]]:
     """Sentences of a recognised or imported word stream. Text without any sentence punctuation
     (auto-captions; Whisper output that came out unpunctuated) is punctuated by `punctuate` when one is
     given (the hook for a punctuation model, like the paper's LSTM), else split at pauses longer than

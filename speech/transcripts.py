@@ -30,25 +30,26 @@ class TranscriptError(ValueError):
 @dataclass(frozen=True)
 class SegmentSignals:
     """What Whisper says of the segment (one decoded stretch of text) a recognised word came from."""
-    no_speech_prob: float      # probability that the window held no speech
-    avg_logprob: float         # mean log-probability of the segment's tokens
-    compression_ratio: float   # gzip ratio of the segment's text: high for repetition loops
+
+    no_speech_prob: float  # probability that the window held no speech
+    avg_logprob: float  # mean log-probability of the segment's tokens
+    compression_ratio: float  # gzip ratio of the segment's text: high for repetition loops
 
 
 @dataclass
 class Word:
-    text: str                  # as it joins into sentence text: Whisper's leading space included
+    text: str  # as it joins into sentence text: Whisper's leading space included
     start_s: float
     end_s: float
-    prob: float | None         # recogniser confidence; None for imported words
-    segment: SegmentSignals | None = None   # None for imported words
+    prob: float | None  # recogniser confidence; None for imported words
+    segment: SegmentSignals | None = None  # None for imported words
 
 
 @dataclass
 class Transcript:
     words: list[Word]
-    format: str                # vtt | srt | json
-    language: str | None       # as the file states it, else None
+    format: str  # vtt | srt | json
+    language: str | None  # as the file states it, else None
 
 
 _VTT_TIME = re.compile(r"^(?:(\d+):)?([0-5]\d):([0-5]\d)\.(\d{3})$")
@@ -57,8 +58,8 @@ _TIMING = re.compile(r"^\s*(\S+)\s+-->\s+(\S+)(?:\s.*)?$")
 _VTT_EXAMPLE = "00:00:01.000 --> 00:00:02.500"
 _SRT_EXAMPLE = "00:00:01,000 --> 00:00:02,500"
 _INLINE_TIME = re.compile(r"<((?:\d+:)?[0-5]\d:[0-5]\d\.\d{3})>")
-_TAG = re.compile(r"<[^>]*>|\{\\[^}]*\}")          # <i>, <c.colour>, <v Name>, SSA {\an8}
-_ANNOTATION = re.compile(r"\[[^\]]*\]|♪")          # [Music], [Applause]: sounds, not speech
+_TAG = re.compile(r"<[^>]*>|\{\\[^}]*\}")  # <i>, <c.colour>, <v Name>, SSA {\an8}
+_ANNOTATION = re.compile(r"\[[^\]]*\]|♪")  # [Music], [Applause]: sounds, not speech
 
 
 def _seconds(match: re.Match) -> float:
@@ -103,7 +104,7 @@ def _spread(text: str, start_s: float, end_s: float) -> list[Word]:
 def _cue_words(lines: list[str], start_s: float, end_s: float) -> list[Word]:
     """Words of one cue's text lines, using inline timestamps where present."""
     text = " ".join(lines)
-    pieces = _INLINE_TIME.split(text)   # [text, time, text, time, text, ...]
+    pieces = _INLINE_TIME.split(text)  # [text, time, text, time, text, ...]
     times = [start_s] + [_seconds(_VTT_TIME.match(stamp)) for stamp in pieces[1::2]] + [end_s]
     words = []
     for i, piece in enumerate(pieces[0::2]):
@@ -113,7 +114,7 @@ def _cue_words(lines: list[str], start_s: float, end_s: float) -> list[Word]:
     return words
 
 
-Cue = tuple[float, float, list[str]]   # start_s, end_s, its text lines
+Cue = tuple[float, float, list[str]]  # start_s, end_s, its text lines
 
 
 def _in_time_order(cues: list[tuple]) -> list[tuple]:
@@ -147,7 +148,7 @@ def _blocks(text: str, whitespace_is_blank: bool) -> list[tuple[int, list[str]]]
     only: auto-captions put lines of one space inside a cue."""
     blocks, current, first = [], [], 0
     for line_no, line in enumerate(text.splitlines(), start=1):
-        if (line.strip() if whitespace_is_blank else line):
+        if line.strip() if whitespace_is_blank else line:
             if not current:
                 first = line_no
             current.append(line)
@@ -173,14 +174,13 @@ def parse_vtt(text: str, name: str) -> Transcript:
     for first_line_no, lines in blocks[1:]:
         if lines[0].startswith(("NOTE", "STYLE", "REGION")):
             continue
-        timing_index = 0 if "-->" in lines[0] else 1   # an optional cue identifier comes first
+        timing_index = 0 if "-->" in lines[0] else 1  # an optional cue identifier comes first
         if timing_index >= len(lines):
             raise TranscriptError(f"{name}:{first_line_no}: expected a cue timing line like '{_VTT_EXAMPLE}'")
-        start_s, end_s = _parse_timing(lines[timing_index], _VTT_TIME, name, first_line_no + timing_index,
-                                       _VTT_EXAMPLE)
-        cues.append((start_s, end_s, lines[timing_index + 1:]))
+        start_s, end_s = _parse_timing(lines[timing_index], _VTT_TIME, name, first_line_no + timing_index, _VTT_EXAMPLE)
+        cues.append((start_s, end_s, lines[timing_index + 1 :]))
     cues = _in_time_order(cues)
-    if _INLINE_TIME.search(text):   # inline word times: YouTube's rolling auto-captions
+    if _INLINE_TIME.search(text):  # inline word times: YouTube's rolling auto-captions
         cues = _drop_rolling_repeats(cues)
     return Transcript(words=_words(cues), format="vtt", language=language)
 
@@ -188,13 +188,13 @@ def parse_vtt(text: str, name: str) -> Transcript:
 def parse_srt(text: str, name: str) -> Transcript:
     cues: list[Cue] = []
     for first_line_no, lines in _blocks(text.lstrip("\ufeff"), whitespace_is_blank=True):
-        timing_index = 1 if lines[0].strip().isdigit() else 0   # the cue number is optional in practice
+        timing_index = 1 if lines[0].strip().isdigit() else 0  # the cue number is optional in practice
         if timing_index >= len(lines):
-            raise TranscriptError(f"{name}:{first_line_no}: a cue number without a timing line like '{_SRT_EXAMPLE}' "
-                                  f"after it")
-        start_s, end_s = _parse_timing(lines[timing_index], _SRT_TIME, name, first_line_no + timing_index,
-                                       _SRT_EXAMPLE)
-        cues.append((start_s, end_s, lines[timing_index + 1:]))
+            raise TranscriptError(
+                f"{name}:{first_line_no}: a cue number without a timing line like '{_SRT_EXAMPLE}' after it"
+            )
+        start_s, end_s = _parse_timing(lines[timing_index], _SRT_TIME, name, first_line_no + timing_index, _SRT_EXAMPLE)
+        cues.append((start_s, end_s, lines[timing_index + 1 :]))
     return Transcript(words=_words(_in_time_order(cues)), format="srt", language=None)
 
 
@@ -202,8 +202,14 @@ def _json_type(value) -> str:
     """A JSON value's kind, for messages that must not quote the value itself."""
     if value is None:
         return "null"
-    return {bool: "a boolean", int: "a number", float: "a number", str: "a string", list: "a list",
-            dict: "an object"}.get(type(value), "a value")
+    return {
+        bool: "a boolean",
+        int: "a number",
+        float: "a number",
+        str: "a string",
+        list: "a list",
+        dict: "an object",
+    }.get(type(value), "a value")
 
 
 def _segment_problem(item) -> str | None:
@@ -216,7 +222,7 @@ def _segment_problem(item) -> str | None:
         value = item.get(key)
         if not isinstance(value, (int, float)) or isinstance(value, bool):
             return f"'{key}' is {_json_type(value) if key in item else 'missing'}"
-        if not math.isfinite(value):   # NaN, Infinity and 1e999 parse; no time is any of them
+        if not math.isfinite(value):  # NaN, Infinity and 1e999 parse; no time is any of them
             return f"'{key}' is not a finite number"
     return None
 
@@ -227,7 +233,7 @@ def parse_json(text: str, name: str) -> Transcript:
         data = json.loads(text)
     except json.JSONDecodeError as error:
         raise TranscriptError(f"{name}:{error.lineno}: invalid JSON: {error.msg}") from None
-    except RecursionError:   # lists in lists thousands deep: no transcript, and the parser's stack ends
+    except RecursionError:  # lists in lists thousands deep: no transcript, and the parser's stack ends
         raise TranscriptError(f"{name}: invalid JSON: nested too deeply") from None
     language = None
     if isinstance(data, dict):
@@ -241,8 +247,9 @@ def parse_json(text: str, name: str) -> Transcript:
     for index, item in enumerate(data):
         problem = _segment_problem(item)
         if problem:
-            raise TranscriptError(f"{name}: segment {index}: expected {{text: string, start: seconds, end: seconds}}; "
-                                  f"{problem}")
+            raise TranscriptError(
+                f"{name}: segment {index}: expected {{text: string, start: seconds, end: seconds}}; {problem}"
+            )
         if item["end"] < item["start"] or item["start"] < 0:
             raise TranscriptError(f"{name}: segment {index}: start must be >= 0 and end >= start")
         segments.append((float(item["start"]), float(item["end"]), item["text"]))
@@ -265,8 +272,13 @@ PARSERS = {"vtt": parse_vtt, "srt": parse_srt, "json": parse_json}
 # a 15-minute video's captions are tens of KB; far larger is not a transcript (or not a file at all)
 DEFAULT_MAX_BYTES = 16 * 1024 * 1024
 
-_FILE_KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a named pipe"), (stat.S_ISCHR, "a character device"),
-               (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+_FILE_KINDS = (
+    (stat.S_ISDIR, "a folder"),
+    (stat.S_ISFIFO, "a named pipe"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
 
 
 def _require_regular(name: str, mode: int) -> None:
@@ -278,8 +290,9 @@ def _require_regular(name: str, mode: int) -> None:
 
 
 def _too_large(name: str, max_bytes: int) -> TranscriptError:
-    return TranscriptError(f"{name}: larger than the {max_bytes:,}-byte limit for a transcript "
-                           f"(asr.max_transcript_bytes)")
+    return TranscriptError(
+        f"{name}: larger than the {max_bytes:,}-byte limit for a transcript (asr.max_transcript_bytes)"
+    )
 
 
 def read_capped(path: str | Path, max_bytes: int = DEFAULT_MAX_BYTES, name: str | None = None) -> bytes:
@@ -292,7 +305,7 @@ def read_capped(path: str | Path, max_bytes: int = DEFAULT_MAX_BYTES, name: str 
     spelling (`local://`, `simplecache::file://`) is read as the local file it names."""
     name = name or str(path)
     if is_object_storage(str(path)):
-        backing = local_file(str(path))   # zip://member::file:///x.zip reads a local archive: stat'ed first
+        backing = local_file(str(path))  # zip://member::file:///x.zip reads a local archive: stat'ed first
         if backing is not None:
             _require_regular(name, os.stat(backing).st_mode)
         with location(str(path)).open("rb") as handle:

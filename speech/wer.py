@@ -9,8 +9,28 @@ from __future__ import annotations
 import re
 
 TITLES = {"mr": "mister", "mrs": "missus", "dr": "doctor", "st": "saint"}
-ONES = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven",
-        "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen"]
+ONES = [
+    "zero",
+    "one",
+    "two",
+    "three",
+    "four",
+    "five",
+    "six",
+    "seven",
+    "eight",
+    "nine",
+    "ten",
+    "eleven",
+    "twelve",
+    "thirteen",
+    "fourteen",
+    "fifteen",
+    "sixteen",
+    "seventeen",
+    "eighteen",
+    "nineteen",
+]
 TENS = ["", "", "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety"]
 
 
@@ -45,8 +65,10 @@ def edit_distance(reference: list[str], hypothesis: list[str]) -> int:
     for i, ref_word in enumerate(reference, start=1):
         previous, distance[0] = distance[0], i
         for j, hyp_word in enumerate(hypothesis, start=1):
-            previous, distance[j] = distance[j], min(distance[j] + 1, distance[j - 1] + 1,
-                                                     previous + (ref_word != hyp_word))
+            previous, distance[j] = (
+                distance[j],
+                min(distance[j] + 1, distance[j - 1] + 1, previous + (ref_word != hyp_word)),
+            )
     return distance[len(hypothesis)]
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
+
 def ctranslate2_to_openai_whisper(model_dir: str | Path):
     """Build an openai-whisper model from a CTranslate2 Whisper conversion (model.bin + config.json).
 
@@ -31,24 +32,24 @@ def ctranslate2_to_openai_whisper(model_dir: str | Path):
     def take_string() -> str:
         nonlocal position
         length = take("H")
-        text = data[position:position + length - 1].decode()
+        text = data[position : position + length - 1].decode()
         position += length
         return text
 
     # the layout CTranslate2's ModelSpec._serialize writes (binary version 6)
-    dtypes = (np.float32, np.int8, np.int16, np.int32, np.float16, None)   # None: bfloat16
+    dtypes = (np.float32, np.int8, np.int16, np.int32, np.float16, None)  # None: bfloat16
     version = take("I")
     spec_name = take_string()
     if spec_name != "WhisperSpec" or version > 6:
         raise ValueError(f"{model_dir}: not a CTranslate2 Whisper model (spec {spec_name!r}, version {version})")
-    take("I")   # spec revision
+    take("I")  # spec revision
     tensors: dict[str, torch.Tensor] = {}
     for _ in range(take("I")):
         name = take_string()
         shape = [take("I") for _ in range(take("B"))]
         dtype_id = take("B")
         n_bytes = take("I")
-        raw = data[position:position + n_bytes]
+        raw = data[position : position + n_bytes]
         position += n_bytes
         if dtypes[dtype_id] is None:
             values = torch.frombuffer(bytearray(raw), dtype=torch.bfloat16).float()
@@ -59,19 +60,33 @@ def ctranslate2_to_openai_whisper(model_dir: str | Path):
         alias, target = take_string(), take_string()
         tensors[alias] = tensors[target]
     if any(name.endswith("weight_scale") for name in tensors):
-        raise ValueError(f"{model_dir}: int8-quantised CTranslate2 weights cannot be converted; use a float16/32 conversion")
+        raise ValueError(
+            f"{model_dir}: int8-quantised CTranslate2 weights cannot be converted; use a float16/32 conversion"
+        )
 
     def n_layers(prefix: str) -> int:
-        return len({name.split("/")[1] for name in tensors
-                    if name.startswith(prefix + "/layer_") and name.split("/")[1][len("layer_"):].isdigit()})
+        return len(
+            {
+                name.split("/")[1]
+                for name in tensors
+                if name.startswith(prefix + "/layer_") and name.split("/")[1][len("layer_") :].isdigit()
+            }
+        )
 
     n_audio_layer, n_text_layer = n_layers("encoder"), n_layers("decoder")
     n_state = tensors["encoder/conv1/weight"].shape[0]
     dims = whisper.model.ModelDimensions(
-        n_mels=tensors["encoder/conv1/weight"].shape[1], n_audio_ctx=tensors["encoder/position_encodings/encodings"].shape[0],
-        n_audio_state=n_state, n_audio_head=int(tensors["encoder/num_heads"]), n_audio_layer=n_audio_layer,
-        n_vocab=tensors["decoder/embeddings/weight"].shape[0], n_text_ctx=tensors["decoder/position_encodings/encodings"].shape[0],
-        n_text_state=n_state, n_text_head=int(tensors["decoder/num_heads"]), n_text_layer=n_text_layer)
+        n_mels=tensors["encoder/conv1/weight"].shape[1],
+        n_audio_ctx=tensors["encoder/position_encodings/encodings"].shape[0],
+        n_audio_state=n_state,
+        n_audio_head=int(tensors["encoder/num_heads"]),
+        n_audio_layer=n_audio_layer,
+        n_vocab=tensors["decoder/embeddings/weight"].shape[0],
+        n_text_ctx=tensors["decoder/position_encodings/encodings"].shape[0],
+        n_text_state=n_state,
+        n_text_head=int(tensors["decoder/num_heads"]),
+        n_text_layer=n_text_layer,
+    )
 
     state: dict[str, torch.Tensor] = {}
 
@@ -88,9 +103,15 @@ def ctranslate2_to_openai_whisper(model_dir: str | Path):
         # CTranslate2 fuses q, k, v into one projection; Whisper's key projection has no bias
         query, key, value = tensors[f"{source}/linear_0/weight"].chunk(3)
         query_bias, _, value_bias = tensors[f"{source}/linear_0/bias"].chunk(3)
-        state.update({f"{target}.query.weight": query, f"{target}.query.bias": query_bias,
-                      f"{target}.key.weight": key, f"{target}.value.weight": value,
-                      f"{target}.value.bias": value_bias})
+        state.update(
+            {
+                f"{target}.query.weight": query,
+                f"{target}.query.bias": query_bias,
+                f"{target}.key.weight": key,
+                f"{target}.value.weight": value,
+                f"{target}.value.bias": value_bias,
+            }
+        )
         linear(f"{target}.out", f"{source}/linear_1")
 
     def mlp(target: str, source: str):
@@ -115,9 +136,13 @@ def ctranslate2_to_openai_whisper(model_dir: str | Path):
         key, value = tensors[f"{source}/linear_1/weight"].chunk(2)
         _, value_bias = tensors[f"{source}/linear_1/bias"].chunk(2)
         linear(f"decoder.blocks.{i}.cross_attn.query", f"{source}/linear_0")
-        state.update({f"decoder.blocks.{i}.cross_attn.key.weight": key,
-                      f"decoder.blocks.{i}.cross_attn.value.weight": value,
-                      f"decoder.blocks.{i}.cross_attn.value.bias": value_bias})
+        state.update(
+            {
+                f"decoder.blocks.{i}.cross_attn.key.weight": key,
+                f"decoder.blocks.{i}.cross_attn.value.weight": value,
+                f"decoder.blocks.{i}.cross_attn.value.bias": value_bias,
+            }
+        )
         linear(f"decoder.blocks.{i}.cross_attn.out", f"{source}/linear_2")
         norm(f"decoder.blocks.{i}.cross_attn_ln", f"{source}/layer_norm")
         mlp(f"decoder.blocks.{i}", f"decoder/layer_{i}/ffn")

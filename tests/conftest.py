@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "tests"))   # media_factory
+sys.path.insert(0, str(REPO / "tests"))  # media_factory
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 # The same math kernels on every x86 CPU: on CPUs with AMX (Intel Sapphire Rapids and later) MKL's int8
@@ -31,10 +31,22 @@ WORKER_MEMORY = 4 << 30
 # The modules that run longest (half a minute and more on 2 cores) go to the workers first: started last,
 # one of them would keep a worker busy long after the others are done (`--no-loadscope-reorder` keeps this
 # order; pytest-xdist's own puts the modules with the most tests first).
-LONGEST_FIRST = ("test_slurm_cluster",
-                 "test_asr", "test_videobert", "test_pipeline_e2e", "test_input_limits", "test_status",
-                 "test_ray", "test_known_answer_media", "test_features", "test_object_storage",
-                 "test_caption_metrics", "test_captioning_e2e", "test_torchcodec", "test_bad_inputs")
+LONGEST_FIRST = (
+    "test_slurm_cluster",
+    "test_asr",
+    "test_videobert",
+    "test_pipeline_e2e",
+    "test_input_limits",
+    "test_status",
+    "test_ray",
+    "test_known_answer_media",
+    "test_features",
+    "test_object_storage",
+    "test_caption_metrics",
+    "test_captioning_e2e",
+    "test_torchcodec",
+    "test_bad_inputs",
+)
 
 
 def pytest_xdist_auto_num_workers(config):
@@ -45,6 +57,6 @@ def pytest_xdist_auto_num_workers(config):
 
 
 def pytest_collection_modifyitems(config, items):
-    if hasattr(config, "workerinput"):   # a pytest-xdist worker: the order is the one modules are handed out in
+    if hasattr(config, "workerinput"):  # a pytest-xdist worker: the order is the one modules are handed out in
         rank = {name: index for index, name in enumerate(LONGEST_FIRST)}
         items.sort(key=lambda item: rank.get(item.module.__name__ if item.module else "", len(rank)))

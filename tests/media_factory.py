@@ -14,14 +14,26 @@ def frame_pattern(index: int, width: int, height: int) -> np.ndarray:
     """A frame whose content says which frame it is: the left half's grey level encodes the index."""
     image = np.zeros((height, width, 3), dtype=np.uint8)
     image[:, : width // 2] = (index * 7) % 256
-    image[:, width // 2:, 0] = 255 - (index * 7) % 256
+    image[:, width // 2 :, 0] = 255 - (index * 7) % 256
     return image
 
 
-def make_video(path: Path, *, duration_s: float = 3.0, fps: float = 25.0, width: int = 64, height: int = 48,
-               rotation: int | None = None, start_s: float = 0.0, frame_times: list[float] | None = None,
-               audio: bool = False, codec: str = "libx264", pix_fmt: str = "yuv420p",
-               frame_fn=frame_pattern, container_format: str | None = None) -> Path:
+def make_video(
+    path: Path,
+    *,
+    duration_s: float = 3.0,
+    fps: float = 25.0,
+    width: int = 64,
+    height: int = 48,
+    rotation: int | None = None,
+    start_s: float = 0.0,
+    frame_times: list[float] | None = None,
+    audio: bool = False,
+    codec: str = "libx264",
+    pix_fmt: str = "yuv420p",
+    frame_fn=frame_pattern,
+    container_format: str | None = None,
+) -> Path:
     """Encode a video. `frame_times` (seconds) gives a variable frame rate; otherwise frames are at
     start_s + i/fps. `rotation` is the display-matrix angle (counter-clockwise, as FFmpeg reads it)."""
     path = Path(path)
@@ -57,7 +69,7 @@ def make_video(path: Path, *, duration_s: float = 3.0, fps: float = 25.0, width:
             total = int((frame_times[-1] + 1 / fps) * 16000)
             samples = (0.1 * np.sin(np.arange(total) * 2 * np.pi * 440 / 16000)).astype(np.float32)
             for offset in range(0, total, 1024):
-                chunk = samples[offset: offset + 1024].reshape(1, -1)
+                chunk = samples[offset : offset + 1024].reshape(1, -1)
                 audio_frame = av.AudioFrame.from_ndarray(chunk, format="flt", layout="mono")
                 audio_frame.sample_rate = 16000
                 audio_frame.pts = offset
@@ -79,8 +91,7 @@ def one_clip_videos(folder: Path, count: int) -> Path:
 def mux_mono_audio(container, stream, samples: np.ndarray) -> None:
     """Encode float32 mono `samples` at 16 kHz into `stream` of `container`, in frames of 1024, then flush."""
     for offset in range(0, len(samples), 1024):
-        frame = av.AudioFrame.from_ndarray(samples[offset: offset + 1024].reshape(1, -1), format="flt",
-                                           layout="mono")
+        frame = av.AudioFrame.from_ndarray(samples[offset : offset + 1024].reshape(1, -1), format="flt", layout="mono")
         frame.sample_rate, frame.pts = 16000, offset
         for packet in stream.encode(frame):
             container.mux(packet)
@@ -109,10 +120,10 @@ def set_matroska_duration(path: Path, duration_s: float) -> Path:
     """Rewrite the Segment Duration a Matroska file's header declares (an 8-byte float in milliseconds, as
     FFmpeg writes it): the frames keep their timestamps."""
     data = bytearray(Path(path).read_bytes())
-    position = data.find(b"\x44\x89\x88")   # element id 0x4489, size 8
+    position = data.find(b"\x44\x89\x88")  # element id 0x4489, size 8
     if position < 0:
         raise ValueError(f"{path} declares no 8-byte Segment Duration")
-    data[position + 3:position + 11] = struct.pack(">d", duration_s * 1000)
+    data[position + 3 : position + 11] = struct.pack(">d", duration_s * 1000)
     Path(path).write_bytes(bytes(data))
     return path
 
@@ -126,7 +137,7 @@ def remux(source: Path, path: Path, rotation: int | None = None) -> Path:
         if rotation:
             stream.set_display_rotation(rotation)
         for packet in reader.demux(video):
-            if packet.dts is not None:   # the demuxer's flush packets carry no data
+            if packet.dts is not None:  # the demuxer's flush packets carry no data
                 packet.stream = stream
                 writer.mux(packet)
     return Path(path)

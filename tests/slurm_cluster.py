@@ -24,8 +24,16 @@ NODES = ("n1", "n2")
 
 def missing_programs() -> list[str]:
     """The daemons and client commands a cluster needs that are not installed."""
-    wanted = {"munged": ["/usr/sbin"], "mungekey": ["/usr/sbin"], "slurmctld": ["/usr/sbin"],
-              "slurmd": ["/usr/sbin"], "sbatch": [], "scontrol": [], "squeue": [], "srun": []}
+    wanted = {
+        "munged": ["/usr/sbin"],
+        "mungekey": ["/usr/sbin"],
+        "slurmctld": ["/usr/sbin"],
+        "slurmd": ["/usr/sbin"],
+        "sbatch": [],
+        "scontrol": [],
+        "squeue": [],
+        "srun": [],
+    }
     return [name for name, extra in wanted.items() if _which(name, extra) is None]
 
 
@@ -65,68 +73,86 @@ class SlurmCluster:
         host = socket.gethostname()
         user = getpass.getuser()
         root = self.root
-        nodes = [f"NodeName={name} NodeHostname={host} NodeAddr=127.0.0.1 Port={port} CPUs={self.cpus_per_node} "
-                 f"RealMemory=1000 State=UNKNOWN" for name, port in zip(NODES, (n1_port, n2_port))]
-        return "\n".join([
-            "ClusterName=videobert-test",
-            f"SlurmctldHost={host}(127.0.0.1)",
-            f"SlurmctldPort={ctld_port}",
-            f"SlurmdPort={n1_port}",
-            f"SlurmUser={user}",
-            f"SlurmdUser={user}",
-            "AuthType=auth/munge",
-            "CredType=cred/munge",
-            f"AuthInfo=socket={self.munge_socket}",
-            f"StateSaveLocation={root}/state",
-            f"SlurmdSpoolDir={root}/spool-%n",
-            f"SlurmctldPidFile={root}/slurmctld.pid",
-            f"SlurmdPidFile={root}/slurmd-%n.pid",
-            f"SlurmctldLogFile={root}/log/slurmctld.log",
-            f"SlurmdLogFile={root}/log/slurmd-%n.log",
-            "ProctrackType=proctrack/linuxproc",
-            "TaskPlugin=task/none",
-            "MpiDefault=none",
-            "SelectType=select/cons_tres",
-            "SelectTypeParameters=CR_CPU",
-            "SchedulerType=sched/backfill",
-            "JobAcctGatherType=jobacct_gather/none",
-            "AccountingStorageType=accounting_storage/none",
-            # the node's declared CPUs and memory are taken as they are (a CI machine may have fewer)
-            "SlurmdParameters=config_overrides",
-            "ReturnToService=2",
-            f"MaxArraySize={self.max_array_size}",
-            f"MaxJobCount={self.max_job_count}",
-            "SlurmctldTimeout=10",
-            "SlurmdTimeout=30",
-            "InactiveLimit=0",
-            "MinJobAge=3600",         # finished jobs stay visible to `scontrol show job` for the tests
-            "KillWait=2",             # SIGTERM, then SIGKILL 2 s later (a cancelled or timed-out task)
-            "OverTimeLimit=0",
-            *nodes,
-            f"PartitionName=debug Nodes={','.join(NODES)} Default=YES MaxTime=INFINITE State=UP",
-            ""])
+        nodes = [
+            f"NodeName={name} NodeHostname={host} NodeAddr=127.0.0.1 Port={port} CPUs={self.cpus_per_node} "
+            f"RealMemory=1000 State=UNKNOWN"
+            for name, port in zip(NODES, (n1_port, n2_port))
+        ]
+        return "\n".join(
+            [
+                "ClusterName=videobert-test",
+                f"SlurmctldHost={host}(127.0.0.1)",
+                f"SlurmctldPort={ctld_port}",
+                f"SlurmdPort={n1_port}",
+                f"SlurmUser={user}",
+                f"SlurmdUser={user}",
+                "AuthType=auth/munge",
+                "CredType=cred/munge",
+                f"AuthInfo=socket={self.munge_socket}",
+                f"StateSaveLocation={root}/state",
+                f"SlurmdSpoolDir={root}/spool-%n",
+                f"SlurmctldPidFile={root}/slurmctld.pid",
+                f"SlurmdPidFile={root}/slurmd-%n.pid",
+                f"SlurmctldLogFile={root}/log/slurmctld.log",
+                f"SlurmdLogFile={root}/log/slurmd-%n.log",
+                "ProctrackType=proctrack/linuxproc",
+                "TaskPlugin=task/none",
+                "MpiDefault=none",
+                "SelectType=select/cons_tres",
+                "SelectTypeParameters=CR_CPU",
+                "SchedulerType=sched/backfill",
+                "JobAcctGatherType=jobacct_gather/none",
+                "AccountingStorageType=accounting_storage/none",
+                # the node's declared CPUs and memory are taken as they are (a CI machine may have fewer)
+                "SlurmdParameters=config_overrides",
+                "ReturnToService=2",
+                f"MaxArraySize={self.max_array_size}",
+                f"MaxJobCount={self.max_job_count}",
+                "SlurmctldTimeout=10",
+                "SlurmdTimeout=30",
+                "InactiveLimit=0",
+                "MinJobAge=3600",  # finished jobs stay visible to `scontrol show job` for the tests
+                "KillWait=2",  # SIGTERM, then SIGKILL 2 s later (a cancelled or timed-out task)
+                "OverTimeLimit=0",
+                *nodes,
+                f"PartitionName=debug Nodes={','.join(NODES)} Default=YES MaxTime=INFINITE State=UP",
+                "",
+            ]
+        )
 
     def start(self, timeout_s: float = 60) -> SlurmCluster:
         for folder in ("munge", "state", "log", *(f"spool-{name}" for name in NODES)):
             (self.root / folder).mkdir()
         key = self.root / "munge" / "munge.key"
-        subprocess.run([_which("mungekey", ["/usr/sbin"]), "--create", f"--keyfile={key}"], check=True,
-                       capture_output=True)
+        subprocess.run(
+            [_which("mungekey", ["/usr/sbin"]), "--create", f"--keyfile={key}"], check=True, capture_output=True
+        )
         key.chmod(0o600)
         self.conf.write_text(self._config())
         log = self.root / "log"
         try:
-            self._spawn("munged", [_which("munged", ["/usr/sbin"]), "--foreground", "--force",
-                                   f"--socket={self.munge_socket}", f"--key-file={key}",
-                                   f"--log-file={log}/munged.log", f"--pid-file={self.root}/munge/munged.pid",
-                                   f"--seed-file={self.root}/munge/munged.seed"])
+            self._spawn(
+                "munged",
+                [
+                    _which("munged", ["/usr/sbin"]),
+                    "--foreground",
+                    "--force",
+                    f"--socket={self.munge_socket}",
+                    f"--key-file={key}",
+                    f"--log-file={log}/munged.log",
+                    f"--pid-file={self.root}/munge/munged.pid",
+                    f"--seed-file={self.root}/munge/munged.seed",
+                ],
+            )
             self._wait(lambda: self.munge_socket.exists(), timeout_s, "munged did not create its socket")
             self._spawn("slurmctld", [_which("slurmctld", ["/usr/sbin"]), "-D", "-f", str(self.conf)])
-            self._wait(lambda: self._run("scontrol", "ping").returncode == 0, timeout_s,
-                       "slurmctld does not answer `scontrol ping`")
+            self._wait(
+                lambda: self._run("scontrol", "ping").returncode == 0,
+                timeout_s,
+                "slurmctld does not answer `scontrol ping`",
+            )
             for name in NODES:
-                self._spawn(f"slurmd-{name}", [_which("slurmd", ["/usr/sbin"]), "-D", "-N", name,
-                                               "-f", str(self.conf)])
+                self._spawn(f"slurmd-{name}", [_which("slurmd", ["/usr/sbin"]), "-D", "-N", name, "-f", str(self.conf)])
             self._wait(self.nodes_idle, timeout_s, "the nodes did not become idle")
         except BaseException:
             self.stop()
@@ -135,8 +161,9 @@ class SlurmCluster:
 
     def _spawn(self, name: str, argv: list[str]) -> None:
         out = open(self.root / "log" / f"{name}.out", "wb")
-        self.processes[name] = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=self.env,
-                                                start_new_session=True)
+        self.processes[name] = subprocess.Popen(
+            argv, stdout=out, stderr=subprocess.STDOUT, env=self.env, start_new_session=True
+        )
         out.close()
 
     def _wait(self, ready, timeout_s: float, what: str) -> None:
@@ -144,13 +171,17 @@ class SlurmCluster:
         while not ready():
             dead = [name for name, process in self.processes.items() if process.poll() is not None]
             if dead or time.monotonic() > deadline:
-                raise RuntimeError(f"slurm test cluster: {what} ({'exited: ' + ', '.join(dead) if dead else 'timeout'}); "
-                                   f"logs in {self.root / 'log'}:\n{self.logs()}")
+                raise RuntimeError(
+                    f"slurm test cluster: {what} ({'exited: ' + ', '.join(dead) if dead else 'timeout'}); "
+                    f"logs in {self.root / 'log'}:\n{self.logs()}"
+                )
             time.sleep(0.2)
 
     def logs(self) -> str:
-        return "\n".join(f"--- {path.name}\n{path.read_text(errors='replace')[-2000:]}"
-                         for path in sorted((self.root / "log").glob("*")))
+        return "\n".join(
+            f"--- {path.name}\n{path.read_text(errors='replace')[-2000:]}"
+            for path in sorted((self.root / "log").glob("*"))
+        )
 
     def _run(self, *argv: str, check: bool = False) -> subprocess.CompletedProcess:
         return subprocess.run(list(argv), env=self.env, capture_output=True, text=True, check=check, timeout=60)

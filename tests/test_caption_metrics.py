@@ -17,14 +17,22 @@ from videobert.eval import caption_metrics
 
 # lower-case, unpunctuated captions: the PTB tokenizer leaves them as they are, so the references can
 # split on spaces
-REFERENCES = {"a": ["the cat is on the mat"], "b": ["chop the onion"],
-              "c": ["add the pasta to the boiling water"], "d": ["pour the sauce over the pasta"]}
-PREDICTIONS = {"a": "the cat sat on the mat", "b": "chop the onion", "c": "add the pasta to water",
-               "d": "pour the sauce on the pasta and serve"}
+REFERENCES = {
+    "a": ["the cat is on the mat"],
+    "b": ["chop the onion"],
+    "c": ["add the pasta to the boiling water"],
+    "d": ["pour the sauce over the pasta"],
+}
+PREDICTIONS = {
+    "a": "the cat sat on the mat",
+    "b": "chop the onion",
+    "c": "add the pasta to water",
+    "d": "pour the sauce on the pasta and serve",
+}
 
 
 def ngrams(words, n):
-    return Counter(tuple(words[i:i + n]) for i in range(len(words) - n + 1))
+    return Counter(tuple(words[i : i + n]) for i in range(len(words) - n + 1))
 
 
 def reference_bleu(refs, preds, n_max):
@@ -62,8 +70,11 @@ def reference_rouge_l(refs, preds, beta=1.2):
         hyp = preds[key].split()
         precision = max(lcs(hyp, r.split()) / len(hyp) for r in refs[key])
         recall = max(lcs(hyp, r.split()) / len(r.split()) for r in refs[key])
-        scores.append(0.0 if precision == 0 or recall == 0 else
-                      (1 + beta ** 2) * precision * recall / (recall + beta ** 2 * precision))
+        scores.append(
+            0.0
+            if precision == 0 or recall == 0
+            else (1 + beta**2) * precision * recall / (recall + beta**2 * precision)
+        )
     return sum(scores) / len(scores)
 
 
@@ -90,7 +101,7 @@ def reference_cider_d(refs, preds, sigma=6.0):
                 norm_ref = math.sqrt(sum(v * v for v in g_ref.values()))
                 numerator = sum(min(g_hyp[g], g_ref[g]) * g_ref[g] for g in g_hyp if g in g_ref)
                 cosine = numerator / (norm_hyp * norm_ref) if norm_hyp and norm_ref else 0.0
-                value += math.exp(-((len(hyp) - len(r.split())) ** 2) / (2 * sigma ** 2)) * cosine
+                value += math.exp(-((len(hyp) - len(r.split())) ** 2) / (2 * sigma**2)) * cosine
             per_n.append(value / len(refs[key]))
         total += 10.0 * sum(per_n) / 4
     return total / n_docs
@@ -143,14 +154,16 @@ def test_meteor_with_java(scored, monkeypatch):
     assert 0 < scored["per_segment"]["a"]["METEOR"] < 1
     # within one_meteor every score uses one METEOR process (a JVM start each otherwise), scoring the same
     from pycocoevalcap.meteor import meteor
+
     started, original = [], meteor.Meteor.__init__
     monkeypatch.setattr(meteor.Meteor, "__init__", lambda self: (started.append(self), original(self))[-1])
     with caption_metrics.one_meteor():
         again = caption_metrics.score(REFERENCES, PREDICTIONS, use_java=True)
-        disjoint = caption_metrics.score({"x": ["chop the onion"], "y": ["beat the eggs"]},
-                                         {"x": "pour milk", "y": "beat the eggs"}, use_java=True)
+        disjoint = caption_metrics.score(
+            {"x": ["chop the onion"], "y": ["beat the eggs"]}, {"x": "pour milk", "y": "beat the eggs"}, use_java=True
+        )
     assert again["per_segment"] == scored["per_segment"] and len(started) == 1
-    assert started[0].meteor_p.poll() is not None         # ended with the block
+    assert started[0].meteor_p.poll() is not None  # ended with the block
     assert disjoint["per_segment"]["x"]["METEOR"] == 0.0
     assert disjoint["per_segment"]["y"]["METEOR"] == pytest.approx(1.0)
     assert disjoint["tokenizer"].startswith("Stanford PTBTokenizer")
@@ -170,6 +183,7 @@ def test_mismatched_keys_are_refused():
 
 
 def test_paper_units():
-    units = caption_metrics.as_paper_units({"BLEU-3": 0.0759, "BLEU-4": 0.0433, "METEOR": None,
-                                            "ROUGE-L": 0.288, "CIDEr": 0.55})
+    units = caption_metrics.as_paper_units(
+        {"BLEU-3": 0.0759, "BLEU-4": 0.0433, "METEOR": None, "ROUGE-L": 0.288, "CIDEr": 0.55}
+    )
     assert units["BLEU-4"] == pytest.approx(4.33) and units["CIDEr"] == 0.55 and units["METEOR"] is None

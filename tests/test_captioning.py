@@ -24,7 +24,7 @@ def test_word_vocab_round_trip():
     ids = vocab.encode("chop the onion", max_words=20)
     assert ids[0] == vocab.index[captioning.BOS] and ids[-1] == vocab.index[captioning.EOS]
     assert ids[3] == vocab.index[captioning.UNK]
-    assert vocab.decode(ids[1:]) == "chop the"           # <unk> is not written out
+    assert vocab.decode(ids[1:]) == "chop the"  # <unk> is not written out
     assert len(vocab.encode("chop the onion and the garlic", max_words=2)) == 4
 
 
@@ -32,26 +32,41 @@ def test_training_lowers_the_loss_and_decodes_held_out_captions():
     x_train, captions = planted(per_class=6, seed=1)
     x_test, expected = planted(per_class=2, seed=2)
     model, vocab, losses = captioning.train_captioner(
-        x_train, captions, hidden=32, layers=1, heads=4, feedforward=64, dropout=0.1, lr=3e-3, batch_size=8,
-        steps=150, seed=0, log_every=25)
+        x_train,
+        captions,
+        hidden=32,
+        layers=1,
+        heads=4,
+        feedforward=64,
+        dropout=0.1,
+        lr=3e-3,
+        batch_size=8,
+        steps=150,
+        seed=0,
+        log_every=25,
+    )
     assert [step for step, _ in losses] == [25, 50, 75, 100, 125, 150]
     assert losses[-1][1] < 0.25 * losses[0][1]
     decoded = captioning.caption(model, vocab, x_test)
     assert decoded == expected
 
 
-
 def test_the_same_seed_trains_the_same_model():
     x_train, captions = planted(per_class=2, seed=1)
-    runs = [captioning.train_captioner(x_train, captions, hidden=16, layers=1, heads=2, feedforward=32, steps=6,
-                                       seed=3, log_every=2)[2] for _ in range(2)]
+    runs = [
+        captioning.train_captioner(
+            x_train, captions, hidden=16, layers=1, heads=2, feedforward=32, steps=6, seed=3, log_every=2
+        )[2]
+        for _ in range(2)
+    ]
     assert runs[0] == runs[1] and len(runs[0]) == 3
 
 
 def test_decoding_stops_at_max_words():
     x_train, captions = planted(per_class=2, seed=1)
-    model, vocab, _ = captioning.train_captioner(x_train, captions, hidden=16, layers=1, heads=2, feedforward=32,
-                                                 steps=2, max_words=3, seed=0)
+    model, vocab, _ = captioning.train_captioner(
+        x_train, captions, hidden=16, layers=1, heads=2, feedforward=32, steps=2, max_words=3, seed=0
+    )
     assert all(len(text.split()) <= 3 for text in captioning.caption(model, vocab, x_train))
 
 
@@ -67,11 +82,23 @@ def test_standardise_uses_the_training_statistics():
 
 def test_cross_validation_picks_the_setting_that_learns():
     x_train, captions = planted(per_class=4, seed=1)
-    groups = [f"video{i % 4}" for i in range(len(captions))]      # 4 videos, each with every caption
-    params = dict(hidden=16, layers=1, heads=2, feedforward=32, dropout=0.1, lr=3e-3, batch_size=8, steps=60,
-                  max_words=20, min_word_count=1, seed=0)
-    result = captioning.cross_validate(x_train, captions, groups, params, {"lr": [1e-7, 3e-3]}, folds=2, seed=0,
-                                       metric="ROUGE-L", use_java=False)
+    groups = [f"video{i % 4}" for i in range(len(captions))]  # 4 videos, each with every caption
+    params = dict(
+        hidden=16,
+        layers=1,
+        heads=2,
+        feedforward=32,
+        dropout=0.1,
+        lr=3e-3,
+        batch_size=8,
+        steps=60,
+        max_words=20,
+        min_word_count=1,
+        seed=0,
+    )
+    result = captioning.cross_validate(
+        x_train, captions, groups, params, {"lr": [1e-7, 3e-3]}, folds=2, seed=0, metric="ROUGE-L", use_java=False
+    )
     assert [c["params"] for c in result["candidates"]] == [{"lr": 1e-7}, {"lr": 3e-3}]
     assert all(len(c["scores"]) == 2 for c in result["candidates"])
     assert result["chosen"]["lr"] == 3e-3 and result["chosen"]["hidden"] == 16

@@ -21,8 +21,16 @@ from videobert.synthetic import write_synthetic
 from videobert.train import train
 
 CAPTIONS = ["cut the onion", "mix the egg", "fry the sauce"]
-TINY_CAPTION = ["caption.steps=150", "caption.batch_size=8", "caption.lr=3e-3", "caption.hidden=16", "caption.heads=2",
-                "caption.feedforward=32", "caption.dropout=0.1", "caption.num_threads=1"]
+TINY_CAPTION = [
+    "caption.steps=150",
+    "caption.batch_size=8",
+    "caption.lr=3e-3",
+    "caption.hidden=16",
+    "caption.heads=2",
+    "caption.feedforward=32",
+    "caption.dropout=0.1",
+    "caption.num_threads=1",
+]
 
 
 @pytest.fixture(scope="module")
@@ -38,16 +46,31 @@ def trained(tmp_path_factory):
     clips, features, database = {}, [], {}
     for v in range(6):
         video_id = f"synthetic{v:04d}"
-        clips[video_id] = [w for c in range(len(CAPTIONS)) for w in (c, c + 4)]        # two clips per segment
+        clips[video_id] = [w for c in range(len(CAPTIONS)) for w in (c, c + 4)]  # two clips per segment
         for i in range(2 * len(CAPTIONS)):
             vector = prototypes[i // 2] + rng.standard_normal(schemas.FEATURE_DIM)
-            features.append({"video_id": video_id, "clip_index": i, "start_s": 1.5 * i, "end_s": 1.5 * i + 1.5,
-                             "feature": vector.astype(np.float16)})
-        database[video_id] = entry("training" if v < 4 else "validation",
-                                   [(3.0 * c, 3.0 * c + 3.0, text) for c, text in enumerate(CAPTIONS)])
+            features.append(
+                {
+                    "video_id": video_id,
+                    "clip_index": i,
+                    "start_s": 1.5 * i,
+                    "end_s": 1.5 * i + 1.5,
+                    "feature": vector.astype(np.float16),
+                }
+            )
+        database[video_id] = entry(
+            "training" if v < 4 else "validation", [(3.0 * c, 3.0 * c + 3.0, text) for c, text in enumerate(CAPTIONS)]
+        )
     synthetic_quantize(work, codebook_sha, clips)
-    write_part(work, "features", 0, pa.Table.from_pylist(features, schema=schemas.FEATURES.arrow), schemas.FEATURES,
-               record={"clips": len(features)}, weights="random(seed=0) - NOT pretrained")
+    write_part(
+        work,
+        "features",
+        0,
+        pa.Table.from_pylist(features, schema=schemas.FEATURES.arrow),
+        schemas.FEATURES,
+        record={"clips": len(features)},
+        weights="random(seed=0) - NOT pretrained",
+    )
     annotations = annotations_file(work / "annotations.json", database)
     cfg = config(work, f"eval.segments={annotations}", *TINY_CAPTION)
     train(cfg, work, quiet=True)
@@ -56,7 +79,7 @@ def trained(tmp_path_factory):
 
 def test_captioning_writes_the_table_predictions_and_provenance(trained, capsys):
     work, cfg, _ = trained
-    report = captioning.run_captioning(cfg, work, quiet=True, use_java=False)     # Java: the CLI test
+    report = captioning.run_captioning(cfg, work, quiet=True, use_java=False)  # Java: the CLI test
     assert (report["train_segments"], report["test_segments"]) == (12, 6)
     assert list(report["rows"]) == ["s3d", "videobert", "videobert_s3d"]
     for row in report["rows"].values():
@@ -103,7 +126,7 @@ def test_forecast_names_three_non_empty_words_per_horizon(trained):
     for word in report["words"]:
         for found in word["forecasts"].values():
             assert len(found) == 3
-            assert all(f["leaf"] < 8 for f in found)             # write_synthetic: only leaves 0..7 have clips
+            assert all(f["leaf"] < 8 for f in found)  # write_synthetic: only leaves 0..7 have clips
             probs = [f["prob"] for f in found]
             assert probs == sorted(probs, reverse=True) and 0 < sum(probs) <= 1 + 1e-6
     assert json.loads((WorkDir(work).eval_folder / "forecast.json").read_text())["words"] == report["words"]
@@ -111,20 +134,37 @@ def test_forecast_names_three_non_empty_words_per_horizon(trained):
 
 def test_captioning_and_forecast_through_the_command_line(trained, capsys):
     work, _, annotations = trained
-    common = ["--work-dir", str(work), "--quiet", "--set", f"eval.segments={annotations}",
-              *[item for setting in [s for s in TINY_CAPTION if not s.startswith("caption.steps=")] + ["train.max_len=48", "caption.rows=[s3d]", "caption.cv_folds=2",
-                                                    "caption.steps=30",   # what the command writes; learning: the test above
-                                                    "caption.cv_grid={dropout: [0.1, 0.2]}", "caption.cv_metric=ROUGE-L"]
-                for item in ("--set", setting)]]
+    common = [
+        "--work-dir",
+        str(work),
+        "--quiet",
+        "--set",
+        f"eval.segments={annotations}",
+        *[
+            item
+            for setting in [s for s in TINY_CAPTION if not s.startswith("caption.steps=")]
+            + [
+                "train.max_len=48",
+                "caption.rows=[s3d]",
+                "caption.cv_folds=2",
+                "caption.steps=30",  # what the command writes; learning: the test above
+                "caption.cv_grid={dropout: [0.1, 0.2]}",
+                "caption.cv_metric=ROUGE-L",
+            ]
+            for item in ("--set", setting)
+        ],
+    ]
     assert cli.main(["eval", "captioning", *common]) == 0
     assert "S3D" in capsys.readouterr().out
     saved = json.loads((WorkDir(work).eval_folder / "captioning.json").read_text())
     assert list(saved["rows"]) == ["s3d"]
-    validation = saved["rows"]["s3d"]["cross_validation"]        # 2 folds of 2 training videos each
-    assert validation["folds"] == 2 and [c["params"] for c in validation["candidates"]] == [{"dropout": 0.1},
-                                                                                            {"dropout": 0.2}]
+    validation = saved["rows"]["s3d"]["cross_validation"]  # 2 folds of 2 training videos each
+    assert validation["folds"] == 2 and [c["params"] for c in validation["candidates"]] == [
+        {"dropout": 0.1},
+        {"dropout": 0.2},
+    ]
     assert saved["rows"]["s3d"]["params"]["dropout"] in (0.1, 0.2)
-    if saved["metrics"]["meteor"] is not None:                   # with Java: coco-caption's METEOR and PTB
+    if saved["metrics"]["meteor"] is not None:  # with Java: coco-caption's METEOR and PTB
         assert saved["rows"]["s3d"]["scores"]["METEOR"] is not None
         assert saved["metrics"]["tokenizer"].startswith("Stanford PTBTokenizer")
     assert cli.main(["eval", "forecast", *common, "--set", "eval.forecast_words=2"]) == 0
@@ -136,13 +176,23 @@ def test_the_report_shows_each_word_and_its_forecasts_as_thumbnails():
     from reports.forecast import forecast_html, forecast_thumbnails
 
     clip = {"shard": 0, "video_id": "v", "clip_index": 3, "start_s": 4.5}
-    data = {"steps": [1, 2], "words": [{"leaf": 5, "members": 9, "forecasts": {
-        "1": [{"leaf": 5, "prob": 0.5}, {"leaf": 7, "prob": 0.25}, {"leaf": 2, "prob": 0.125}],
-        "2": [{"leaf": 7, "prob": 0.4}, {"leaf": 5, "prob": 0.3}, {"leaf": 2, "prob": 0.2}]}}],
-            "nearest": {"2": [], "5": [clip], "7": [dict(clip, clip_index=4)]}}
+    data = {
+        "steps": [1, 2],
+        "words": [
+            {
+                "leaf": 5,
+                "members": 9,
+                "forecasts": {
+                    "1": [{"leaf": 5, "prob": 0.5}, {"leaf": 7, "prob": 0.25}, {"leaf": 2, "prob": 0.125}],
+                    "2": [{"leaf": 7, "prob": 0.4}, {"leaf": 5, "prob": 0.3}, {"leaf": 2, "prob": 0.2}],
+                },
+            }
+        ],
+        "nearest": {"2": [], "5": [clip], "7": [dict(clip, clip_index=4)]},
+    }
     assert forecast_thumbnails(data) == [(0, "v", 3), (0, "v", 4)]
     page = forecast_html(data, {(0, "v", 3): b"\xff\xd8jpeg", (0, "v", 4): b"\xff\xd8jpeg"})
     assert "<h2>Forecasting</h2>" in page and "v5 (given)" in page
     assert "+1: v7 0.25" in page and "+2: v2 0.20" in page
-    assert page.count("<img") == 1 + 2 + 2 and "no clip" in page       # leaf 2 has no clip of this run
+    assert page.count("<img") == 1 + 2 + 2 and "no clip" in page  # leaf 2 has no clip of this run
     assert forecast_html(None, {}) == ""

@@ -35,11 +35,27 @@ VIDEOS = {  # video: (shard, clips, language, sentences)
 
 def _write_upstream(work: Path, shard: int, tokens: list[dict], asr: list[dict], codebook_sha256: str) -> None:
     """A quantize and an asr part made by hand, on the codebook of gallery_factory.make_codebook()."""
-    write_part(work, "quantize", shard, pa.Table.from_pylist(tokens, schema=schemas.QUANTIZE.arrow),
-               schemas.QUANTIZE, record={"clips": len(tokens)}, codebook_sha256=codebook_sha256, codebook_depth=2,
-               codebook_k=3, visual_vocab_size=9, feature_provenance_hash=gallery_factory.PROVENANCE_HASH)
-    write_part(work, "asr", shard, pa.Table.from_pylist(asr, schema=schemas.ASR.arrow), schemas.ASR,
-               record={"videos": len(asr)})
+    write_part(
+        work,
+        "quantize",
+        shard,
+        pa.Table.from_pylist(tokens, schema=schemas.QUANTIZE.arrow),
+        schemas.QUANTIZE,
+        record={"clips": len(tokens)},
+        codebook_sha256=codebook_sha256,
+        codebook_depth=2,
+        codebook_k=3,
+        visual_vocab_size=9,
+        feature_provenance_hash=gallery_factory.PROVENANCE_HASH,
+    )
+    write_part(
+        work,
+        "asr",
+        shard,
+        pa.Table.from_pylist(asr, schema=schemas.ASR.arrow),
+        schemas.ASR,
+        record={"videos": len(asr)},
+    )
 
 
 def _align(work: Path, settings=SETTINGS, force=False) -> None:
@@ -54,26 +70,50 @@ def work(tmp_path_factory):
     work = tmp_path_factory.mktemp("card")
     codebook = gallery_factory.make_codebook()
     _, sha = visual_words.save(codebook, WorkDir(work).kmeans_folder)
-    write_manifest_rows(work, [{"video_id": video, "uri": f"/videos/{video}.mp4", "bytes": 1, "transcript_uri": None,
-                                "shard": shard} for video, (shard, *_) in VIDEOS.items()])
+    write_manifest_rows(
+        work,
+        [
+            {"video_id": video, "uri": f"/videos/{video}.mp4", "bytes": 1, "transcript_uri": None, "shard": shard}
+            for video, (shard, *_) in VIDEOS.items()
+        ],
+    )
     for shard in (0, 1):
         tokens, asr = [], []
         for video, (video_shard, clips, language, sentences) in VIDEOS.items():
             if video_shard != shard:
                 continue
-            tokens += [{"video_id": video, "clip_index": i, "start_s": 1.5 * i, "end_s": 1.5 * i + 1.5,
-                        "token": (3 * i + len(video)) % 9} for i in range(clips)]
-            asr.append({"video_id": video, "status": "ok" if language else "no_audio", "source": "test",
-                        "language": language, "language_prob": 0.9, "audio_s": 1.5 * clips, "words": [],
-                        "sentences": [{"text": text, "start_s": start, "end_s": end} for text, start, end in sentences]})
+            tokens += [
+                {
+                    "video_id": video,
+                    "clip_index": i,
+                    "start_s": 1.5 * i,
+                    "end_s": 1.5 * i + 1.5,
+                    "token": (3 * i + len(video)) % 9,
+                }
+                for i in range(clips)
+            ]
+            asr.append(
+                {
+                    "video_id": video,
+                    "status": "ok" if language else "no_audio",
+                    "source": "test",
+                    "language": language,
+                    "language_prob": 0.9,
+                    "audio_s": 1.5 * clips,
+                    "words": [],
+                    "sentences": [{"text": text, "start_s": start, "end_s": end} for text, start, end in sentences],
+                }
+            )
         _write_upstream(work, shard, tokens, asr, sha)
     _align(work)
     return work
 
 
 def _rows(rows: list[dict]) -> list[tuple]:
-    return sorted((row["video_id"], row["segment_index"], row["kind"], tuple(row["text_ids"]),
-                   tuple(row["visual_ids"])) for row in rows)
+    return sorted(
+        (row["video_id"], row["segment_index"], row["kind"], tuple(row["text_ids"]), tuple(row["visual_ids"]))
+        for row in rows
+    )
 
 
 def test_the_align_folder_opens_as_a_dataset_in_four_readers(work, tmp_path):
@@ -82,11 +122,13 @@ def test_the_align_folder_opens_as_a_dataset_in_four_readers(work, tmp_path):
     import pyarrow.dataset
     from datasets import load_dataset
 
-    assert cli.main(["card", "--work-dir", str(work), "--quiet"]) == 0   # the card lives beside the folder
+    assert cli.main(["card", "--work-dir", str(work), "--quiet"]) == 0  # the card lives beside the folder
     folder = WorkDir(work).data_folder("align")
-    assert sorted(os.listdir(folder)) == ["part-00000.parquet", "part-00001.parquet"]   # data only
-    expected = _rows(pq.read_table(folder / "part-00000.parquet").to_pylist()
-                     + pq.read_table(folder / "part-00001.parquet").to_pylist())
+    assert sorted(os.listdir(folder)) == ["part-00000.parquet", "part-00001.parquet"]  # data only
+    expected = _rows(
+        pq.read_table(folder / "part-00000.parquet").to_pylist()
+        + pq.read_table(folder / "part-00001.parquet").to_pylist()
+    )
     assert len(expected) > 6 and {row[2] for row in expected} == {"text_video", "video_only"}
 
     assert _rows(pyarrow.dataset.dataset(folder).to_table().to_pylist()) == expected
@@ -111,8 +153,11 @@ def test_the_card_lets_load_dataset_find_the_shards_with_their_features(work, tm
     assert default["default"] and default["data_files"] == [{"split": "train", "path": "align/part-*.parquet"}]
     assert {config["config_name"] for config in header["configs"]} == {"default", "quantize", "asr"}  # present ones
     # the features the card declares are the ones `datasets` itself writes for the align schema
-    assert header["dataset_info"][0]["features"] == hf_features(schemas.ALIGN.arrow) == \
-        Features.from_arrow_schema(schemas.ALIGN.arrow)._to_yaml_list()
+    assert (
+        header["dataset_info"][0]["features"]
+        == hf_features(schemas.ALIGN.arrow)
+        == Features.from_arrow_schema(schemas.ALIGN.arrow)._to_yaml_list()
+    )
 
     segments = load_dataset(str(work), split="train", cache_dir=str(tmp_path / "hf"))
     parts = [WorkDir(work).part("align", shard) for shard in (0, 1)]
@@ -140,9 +185,10 @@ def test_the_sidecar_holds_the_align_parts_metadata_and_the_codebook_it_indexes(
     assert sidecar["feature_provenance"] == codebook["feature_provenance"] and sidecar["pretrained"] is False
     assert sidecar["text_languages"] == ["en"] and sidecar["config"]["align"]["tokens_per_segment_without_text"] == 4
     records = [json.loads(WorkDir(work).record("align", shard).read_text()) for shard in (0, 1)]
-    assert [(f["path"], f["sha256"]) for f in sidecar["files"]] == \
-        [(f"align/part-0000{shard}.parquet", records[shard]["outputs"][f"align/part-0000{shard}.parquet"]["sha256"])
-         for shard in (0, 1)]
+    assert [(f["path"], f["sha256"]) for f in sidecar["files"]] == [
+        (f"align/part-0000{shard}.parquet", records[shard]["outputs"][f"align/part-0000{shard}.parquet"]["sha256"])
+        for shard in (0, 1)
+    ]
     assert sidecar["rows"] == sum(sidecar["segments_by_kind"].values()) == sum(f["rows"] for f in sidecar["files"])
     assert "**NOT pretrained**" in body and "visual word v at 30,522 + v" in body
 
@@ -168,13 +214,13 @@ def test_status_says_when_the_card_is_behind_and_summary_writes_it_anew(work, tm
 
     assert cli.main(["card", "--work-dir", str(work)]) == 0
     assert card_state(work) == "current" and status_text(work).endswith(f"dataset card {work / 'README.md'}: current")
-    _align(work, SETTINGS[:2] + ["align.tokens_per_segment_without_text=3"], force=True)   # the shards change
+    _align(work, SETTINGS[:2] + ["align.tokens_per_segment_without_text=3"], force=True)  # the shards change
     assert card_state(work).startswith("stale: 2 align shard(s) changed")
     assert cli.main(["summary", "--work-dir", str(work)]) == 0
     assert f"dataset card: {work / 'README.md'}" in capsys.readouterr().err
     assert card_state(work) == "current"
     assert json.loads((work / "dataset.json").read_text())["config"]["align"]["tokens_per_segment_without_text"] == 3
-    _align(work, force=True)   # back to the fixture's shards for the other tests
+    _align(work, force=True)  # back to the fixture's shards for the other tests
     assert cli.main(["card", "--work-dir", str(work), "--quiet"]) == 0
 
 
@@ -182,7 +228,7 @@ def test_without_align_shards_there_is_no_card(tmp_path, capsys):
     work = gallery_factory.make_work_dir(tmp_path, stages=("decode",))
     assert cli.main(["card", "--work-dir", str(work)]) == 1
     assert "no current align shards" in capsys.readouterr().err and not (work / "README.md").exists()
-    assert cli.main(["summary", "--work-dir", str(work)]) == 0   # the summary is still written
+    assert cli.main(["summary", "--work-dir", str(work)]) == 0  # the summary is still written
     assert "dataset card not written" in capsys.readouterr().err
 
 
@@ -197,15 +243,17 @@ def test_the_readme_recipe_streams_the_shards_into_pytorch_without_this_project(
     assert len([line for line in recipe.splitlines() if line.strip()]) <= 15
     assert "pipeline" not in recipe and "videobert" not in recipe
     step = next(line for line in recipe.splitlines() if "training step" in line)
-    indent = step[:len(step) - len(step.lstrip())]
+    indent = step[: len(step) - len(step.lstrip())]
     script = recipe.replace('"/data/run1"', repr(str(work))).replace(
-        step, f"{indent}print(batch.shape[0], int((batch >= offset).sum()), batch.dtype, flush=True)")
+        step, f"{indent}print(batch.shape[0], int((batch >= offset).sum()), batch.dtype, flush=True)"
+    )
     script += "\nassert not any(name.split('.')[0] in ('pipeline', 'videobert', 'schemas') for name in sys.modules)\n"
     path = tmp_path / "recipe.py"
     path.write_text("import sys\n" + script)
     env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
-    run = subprocess.run([sys.executable, str(path)], cwd=tmp_path, env=env, capture_output=True, text=True,
-                         timeout=300)
+    run = subprocess.run(
+        [sys.executable, str(path)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     batches = [line.split() for line in run.stdout.splitlines()]
     table = pq.read_table(WorkDir(work).data_folder("align"))
@@ -226,14 +274,34 @@ def test_a_shard_with_no_rows_leaves_the_folder_readable_in_every_reader(tmp_pat
     work = tmp_path / "work"
     codebook = gallery_factory.make_codebook()
     _, sha = visual_words.save(codebook, WorkDir(work).kmeans_folder)
-    write_manifest_rows(work, [{"video_id": video, "uri": f"/videos/{video}.mp4", "bytes": 1, "transcript_uri": None,
-                                "shard": shard} for shard, video in ((0, "cook-en"), (1, "broken"))])
+    write_manifest_rows(
+        work,
+        [
+            {"video_id": video, "uri": f"/videos/{video}.mp4", "bytes": 1, "transcript_uri": None, "shard": shard}
+            for shard, video in ((0, "cook-en"), (1, "broken"))
+        ],
+    )
     for shard, clips in ((0, 8), (1, 0)):
-        tokens = [{"video_id": "cook-en", "clip_index": i, "start_s": 1.5 * i, "end_s": 1.5 * i + 1.5,
-                   "token": i % 9} for i in range(clips)]
-        asr = [{"video_id": "cook-en", "status": "ok", "source": "test", "language": "en", "language_prob": 0.9,
-                "audio_s": 12.0, "words": [], "sentences": [{"text": "Chop the onion.", "start_s": 1.5,
-                                                             "end_s": 4.4}]}] if clips else []
+        tokens = [
+            {"video_id": "cook-en", "clip_index": i, "start_s": 1.5 * i, "end_s": 1.5 * i + 1.5, "token": i % 9}
+            for i in range(clips)
+        ]
+        asr = (
+            [
+                {
+                    "video_id": "cook-en",
+                    "status": "ok",
+                    "source": "test",
+                    "language": "en",
+                    "language_prob": 0.9,
+                    "audio_s": 12.0,
+                    "words": [],
+                    "sentences": [{"text": "Chop the onion.", "start_s": 1.5, "end_s": 4.4}],
+                }
+            ]
+            if clips
+            else []
+        )
         _write_upstream(work, shard, tokens, asr, sha)
     _align(work)
     folder = WorkDir(work).data_folder("align")
@@ -245,8 +313,10 @@ def test_a_shard_with_no_rows_leaves_the_folder_readable_in_every_reader(tmp_pat
 
     assert _rows(pyarrow.dataset.dataset(folder).to_table().to_pylist()) == expected
     assert _rows(pq.read_table(folder).to_pylist()) == expected
-    assert _rows(duckdb.sql(f"SELECT * FROM read_parquet('{folder}/*.parquet')").arrow().read_all().to_pylist()) \
+    assert (
+        _rows(duckdb.sql(f"SELECT * FROM read_parquet('{folder}/*.parquet')").arrow().read_all().to_pylist())
         == expected
+    )
     assert _rows(polars.read_parquet(folder).to_dicts()) == expected
     assert _rows(polars.scan_parquet(f"{folder}/*.parquet").collect().to_dicts()) == expected
     hf = load_dataset("parquet", data_dir=str(folder), split="train", cache_dir=str(tmp_path / "hf"))
@@ -261,11 +331,12 @@ def test_a_shard_with_no_rows_leaves_the_folder_readable_in_every_reader(tmp_pat
 
 def test_the_card_carries_the_configured_licence_and_says_what_the_columns_hold(work, tmp_path, capsys):
     import shutil
+
     copy = tmp_path / "copy"
     shutil.copytree(work, copy)
     assert cli.main(["card", "--work-dir", str(copy)]) == 0
     header, body, sidecar = _card(copy)
-    assert header["license"] == sidecar["license"] == "unknown"     # not given: unknown, never a guess
+    assert header["license"] == sidecar["license"] == "unknown"  # not given: unknown, never a guess
     assert cli.main(["card", "--work-dir", str(copy), "--set", "license=cc-by-4.0"]) == 0
     header, body, sidecar = _card(copy)
     assert header["license"] == sidecar["license"] == "cc-by-4.0"
@@ -273,11 +344,15 @@ def test_the_card_carries_the_configured_licence_and_says_what_the_columns_hold(
     # the work dir remembers it: summary's card keeps it
     assert cli.main(["summary", "--work-dir", str(copy)]) == 0
     assert _card(copy)[0]["license"] == "cc-by-4.0"
-    rows = {line.split("|")[1].strip(" `"): line.split("|")[3] for line in body.splitlines()
-            if line.startswith("| `")}
+    rows = {line.split("|")[1].strip(" `"): line.split("|")[3] for line in body.splitlines() if line.startswith("| `")}
     assert "the start of its sentence(s)" in rows["start_s"] and "need not be a clip boundary" in rows["end_s"]
     assert "a slug of its path" in rows["video_id"] and "hash" in rows["video_id"]
     capsys.readouterr()
     assert cli.main(["card", "--work-dir", str(copy), "--set", "license=my licence"]) == 2
-    assert capsys.readouterr().err.strip().endswith("license must be a licence identifier such as cc-by-4.0, "
-                                                    "apache-2.0, other or unknown (got 'my licence')")
+    assert (
+        capsys.readouterr()
+        .err.strip()
+        .endswith(
+            "license must be a licence identifier such as cc-by-4.0, apache-2.0, other or unknown (got 'my licence')"
+        )
+    )

@@ -21,9 +21,9 @@ from pipeline.engine.workdir import WorkDir
 from pipeline.tokenizer import load_tokenizer
 from reports import validate
 from videobert import checkpoints
-from videobert.eval import evaluate
 from videobert import train as train_module
 from videobert.checkpoints import CorruptCheckpoint, TrainingDiverged, TrainingLocked, latest_checkpoint
+from videobert.eval import evaluate
 from videobert.synthetic import write_synthetic
 from videobert.train import train
 
@@ -40,12 +40,25 @@ def settings(work_dir: Path, *extra: str) -> list[str]:
     """The test's settings, each key once (the command line refuses a key given twice): `extra` replaces."""
     synthetic = work_dir / "synthetic"
     given = {item.split("=", 1)[0] for item in extra}
-    return [item for item in [
-        "train.init_checkpoint=random:tiny", "train.batch_size=8", "train.max_steps=6", "train.lr=0.001",
-        "train.log_every=1", "train.checkpoint_every=3", "train.shuffle_buffer=32", "train.num_workers=0",
-        "train.num_threads=1", "train.max_len=48", f"eval.verbs={synthetic / 'verbs.txt'}",
-        f"eval.nouns={synthetic / 'nouns.txt'}", f"eval.labels={synthetic / 'labels.csv'}"]
-        if item.split("=", 1)[0] not in given] + list(extra)
+    return [
+        item
+        for item in [
+            "train.init_checkpoint=random:tiny",
+            "train.batch_size=8",
+            "train.max_steps=6",
+            "train.lr=0.001",
+            "train.log_every=1",
+            "train.checkpoint_every=3",
+            "train.shuffle_buffer=32",
+            "train.num_workers=0",
+            "train.num_threads=1",
+            "train.max_len=48",
+            f"eval.verbs={synthetic / 'verbs.txt'}",
+            f"eval.nouns={synthetic / 'nouns.txt'}",
+            f"eval.labels={synthetic / 'labels.csv'}",
+        ]
+        if item.split("=", 1)[0] not in given
+    ] + list(extra)
 
 
 def config(work_dir: Path, *extra: str):
@@ -65,10 +78,10 @@ def flip_exponent_bits(weights: Path, tensor: str, count: int, *, finite: bool) 
     exponent (values near +-2**127) or to all ones (inf or NaN)."""
     data = bytearray(weights.read_bytes())
     header_size = struct.unpack("<Q", data[:8])[0]
-    header = json.loads(data[8:8 + header_size])
+    header = json.loads(data[8 : 8 + header_size])
     start = 8 + header_size + header[tensor]["data_offsets"][0]
     for index in range(count):
-        low, high = start + 4 * index + 2, start + 4 * index + 3      # little-endian: the sign and exponent
+        low, high = start + 4 * index + 2, start + 4 * index + 3  # little-endian: the sign and exponent
         data[high] |= 0x7F
         data[low] = data[low] & 0x7F if finite else data[low] | 0x80
     weights.write_bytes(bytes(data))
@@ -86,6 +99,7 @@ def two_checkpoints(tmp_path, tokenizer):
 
 # ---------------------------------------------------------------- checksums
 
+
 def test_every_checkpoint_file_has_its_sha256(two_checkpoints):
     _, folders = two_checkpoints
     for folder in folders:
@@ -100,9 +114,12 @@ def test_flipped_bits_are_refused_by_resume_and_eval(two_checkpoints, capsys):
     work_dir, (earlier, newest) = two_checkpoints
     log_before = (work_dir / "train" / "log.jsonl").read_text()
     flip_exponent_bits(newest / "model.safetensors", QUERY, 16, finite=False)
-    with pytest.raises(CorruptCheckpoint, match=rf"checkpoint step-00000006 is damaged: .*model.safetensors does "
-                                                rf"not match the sha256.*previous complete, verified checkpoint is "
-                                                rf"{earlier}.*train --resume"):
+    with pytest.raises(
+        CorruptCheckpoint,
+        match=rf"checkpoint step-00000006 is damaged: .*model.safetensors does "
+        rf"not match the sha256.*previous complete, verified checkpoint is "
+        rf"{earlier}.*train --resume",
+    ):
         train(config(work_dir, "train.max_steps=9"), work_dir, resume=True, quiet=True)
     # nothing was trained on it and nothing was lost
     assert (work_dir / "train" / "log.jsonl").read_text() == log_before
@@ -114,8 +131,10 @@ def test_flipped_bits_are_refused_by_resume_and_eval(two_checkpoints, capsys):
         evaluate.Evaluator(config(work_dir), work_dir, None)
     assert evaluate.Evaluator(config(work_dir), work_dir, earlier).info["step"] == 3
     # and `validate` names it
-    assert any(problem.startswith(f"{newest}: {newest / 'model.safetensors'} does not match the sha256")
-               for problem in validate.validate_work_dir(work_dir))
+    assert any(
+        problem.startswith(f"{newest}: {newest / 'model.safetensors'} does not match the sha256")
+        for problem in validate.validate_work_dir(work_dir)
+    )
     # with the damaged folder moved aside, as the message says, the run continues from step 3
     newest.rename(work_dir / "damaged-step-6")
     assert train(config(work_dir, "train.max_steps=9"), work_dir, resume=True, quiet=True)["step"] == 9
@@ -124,7 +143,7 @@ def test_flipped_bits_are_refused_by_resume_and_eval(two_checkpoints, capsys):
 def test_a_truncated_trainer_state_is_one_line(two_checkpoints, capsys):
     work_dir, (earlier, newest) = two_checkpoints
     state = newest / "trainer.pt"
-    state.write_bytes(state.read_bytes()[:state.stat().st_size // 2])
+    state.write_bytes(state.read_bytes()[: state.stat().st_size // 2])
     code, lines = run_cli(capsys, work_dir, "--resume", extra=("train.max_steps=9",))
     assert code == 1 and len(lines) == 1, lines
     assert "trainer.pt is truncated or overwritten" in lines[0] and str(earlier) in lines[0]
@@ -149,15 +168,23 @@ def test_a_checkpoint_without_checksums_is_accepted_with_a_note(two_checkpoints,
 
 # ---------------------------------------------------------------- non-finite losses
 
+
 def test_non_finite_weights_of_an_unverified_checkpoint_stop_at_the_first_step(two_checkpoints):
     work_dir, (earlier, newest) = two_checkpoints
     # huge but finite weights: they load, and the first forward pass overflows
     (newest / checkpoints.CHECKSUMS_NAME).unlink()
     flip_exponent_bits(newest / "model.safetensors", QUERY, 64 * 64, finite=True)
-    with pytest.raises(TrainingDiverged, match=r"stopped at step 7: the (loss|gradient norm) is (nan|inf).*newest "
-                                               r"checkpoint step-00000006 is kept"):
-        train(config(work_dir, "train.max_steps=9", "train.checkpoint_every=1", "train.keep_checkpoints=1"),
-              work_dir, resume=True, quiet=True)
+    with pytest.raises(
+        TrainingDiverged,
+        match=r"stopped at step 7: the (loss|gradient norm) is (nan|inf).*newest "
+        r"checkpoint step-00000006 is kept",
+    ):
+        train(
+            config(work_dir, "train.max_steps=9", "train.checkpoint_every=1", "train.keep_checkpoints=1"),
+            work_dir,
+            resume=True,
+            quiet=True,
+        )
     assert sorted(WorkDir(work_dir).checkpoints.glob("step-*")) == [earlier, newest]
     records = [json.loads(line) for line in (work_dir / "train" / "log.jsonl").read_text().splitlines()]
     assert records[-1]["event"] == "stopped" and records[-1]["step"] == 7 and records[-1]["checkpoint"] == str(newest)
@@ -170,10 +197,13 @@ def test_non_finite_weights_of_an_unverified_checkpoint_stop_at_the_first_step(t
 
 def test_a_nan_learning_rate_stops_without_saving(tmp_path, tokenizer, monkeypatch):
     write_synthetic(tmp_path, tokenizer, videos=8, videos_per_shard=2)
-    cfg = config(tmp_path, "train.grad_clip=0")      # the gradient norm measured without clipping
-    cfg.train.lr = float("inf")      # past the config's rules (lr in (0, 1]), as a bad override would be
-    with pytest.raises(TrainingDiverged, match=r"stopped at step 2: the loss is nan .*learning rate inf.*nothing "
-                                               r"was saved"):
+    cfg = config(tmp_path, "train.grad_clip=0")  # the gradient norm measured without clipping
+    cfg.train.lr = float("inf")  # past the config's rules (lr in (0, 1]), as a bad override would be
+    with pytest.raises(
+        TrainingDiverged,
+        match=r"stopped at step 2: the loss is nan .*learning rate inf.*nothing "
+        r"was saved",
+    ):
         train(cfg, tmp_path, quiet=True)
     assert latest_checkpoint(tmp_path) is None
     # a schedule that gives NaN, with a checkpoint due at step 1: the NaN weights of the update are not saved
@@ -219,13 +249,23 @@ def test_a_nan_loss_mid_run_stops_it_and_keeps_the_newest_checkpoint(tmp_path, t
 
 # ---------------------------------------------------------------- one run per work dir
 
+
 def test_a_second_train_on_the_same_work_dir_is_refused(tmp_path, tokenizer, capsys):
     write_synthetic(tmp_path, tokenizer, videos=8, videos_per_shard=2)
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time\n"
-         "from pipeline.engine.workdir import WorkDir\nfrom videobert.checkpoints import train_lock\n"
-         "with train_lock(WorkDir(sys.argv[1])):\n    print('locked', flush=True)\n    time.sleep(120)\n",
-         str(tmp_path)], stdout=subprocess.PIPE, text=True, cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)))
+        [
+            sys.executable,
+            "-c",
+            "import sys, time\n"
+            "from pipeline.engine.workdir import WorkDir\nfrom videobert.checkpoints import train_lock\n"
+            "with train_lock(WorkDir(sys.argv[1])):\n    print('locked', flush=True)\n    time.sleep(120)\n",
+            str(tmp_path),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+    )
     try:
         assert holder.stdout.readline().strip() == "locked"
         with pytest.raises(TrainingLocked, match=rf"another train is running on {tmp_path} \(pid {holder.pid} on "):
@@ -240,12 +280,16 @@ def test_a_second_train_on_the_same_work_dir_is_refused(tmp_path, tokenizer, cap
     lock = checkpoints.lock_path(WorkDir(tmp_path))
     assert f"pid {holder.pid}" in lock.read_text()
     assert train(config(tmp_path), tmp_path, quiet=True)["step"] == 6
-    steps = [json.loads(line)["step"] for line in (tmp_path / "train" / "log.jsonl").read_text().splitlines()
-             if json.loads(line)["event"] == "train"]
+    steps = [
+        json.loads(line)["step"]
+        for line in (tmp_path / "train" / "log.jsonl").read_text().splitlines()
+        if json.loads(line)["event"] == "train"
+    ]
     assert steps == [1, 2, 3, 4, 5, 6]
 
 
 # ---------------------------------------------------------------- restart
+
 
 def test_restart_with_a_bad_init_checkpoint_keeps_the_run(two_checkpoints, capsys):
     work_dir, folders = two_checkpoints

@@ -39,7 +39,7 @@ def source_index(frame):
 def test_clip_count_and_times_for_common_frame_rates(tmp_path, fps):
     path = make_video(tmp_path / "v.mp4", duration_s=4.0, fps=fps, frame_fn=index_pattern)
     source_frames = round(4.0 * fps)
-    duration = source_frames / fps             # 4.004 s at 29.97
+    duration = source_frames / fps  # 4.004 s at 29.97
     with ClipReader(str(path), CFG.decode) as reader:
         clips = list(reader.clips())
     # 80 frames at 20 fps (81 for 4.004 s) = 2 full clips + a last one of 20-21 frames (>= 15: padded)
@@ -53,11 +53,11 @@ def test_clip_count_and_times_for_common_frame_rates(tmp_path, fps):
     assert shown == [min(math.floor(n / 20 * fps + 1e-6), source_frames - 1) for n in range(len(frames))]
     assert [c.padded for c in clips] == [False, False, True]
     assert clips[-1].frames.shape == (30, 224, 224, 3)
-    assert (clips[-1].frames[last:] == clips[-1].frames[last - 1]).all()   # padded with the last real frame
+    assert (clips[-1].frames[last:] == clips[-1].frames[last - 1]).all()  # padded with the last real frame
 
 
 def test_short_last_window_is_dropped(tmp_path):
-    path = make_video(tmp_path / "v.mp4", duration_s=2.1, fps=25)   # 42 frames: 30 + 12 (< 15)
+    path = make_video(tmp_path / "v.mp4", duration_s=2.1, fps=25)  # 42 frames: 30 + 12 (< 15)
     with ClipReader(str(path), CFG.decode) as reader:
         assert [c.n_real_frames for c in reader.clips()] == [30]
 
@@ -95,14 +95,18 @@ def test_timestamp_reset_stops_the_video_and_keeps_the_clips_before(tmp_path):
     joined = concatenate([first, second], tmp_path / "joined.ts")
     clips, video, errors = decode_video(_row(joined), CFG)
     assert video["status"] == "partial" and len(clips) == 2
-    assert [(e["error_type"], e["message"]) for e in errors] == [(
-        "TimestampDiscontinuity", f"{joined}: timestamps jump back from 2.960 s to 0.000 s at source frame 75; "
-                                  f"the clips before it are kept")]
+    assert [(e["error_type"], e["message"]) for e in errors] == [
+        (
+            "TimestampDiscontinuity",
+            f"{joined}: timestamps jump back from 2.960 s to 0.000 s at source frame 75; the clips before it are kept",
+        )
+    ]
     # the clips are the first part's, exactly
     kept, reader = _decoded(joined)
     alone, _ = _decoded(first)
-    assert [(c.start_s, c.end_s, c.frames.tobytes()) for c in kept] == \
-        [(c.start_s, c.end_s, c.frames.tobytes()) for c in alone]
+    assert [(c.start_s, c.end_s, c.frames.tobytes()) for c in kept] == [
+        (c.start_s, c.end_s, c.frames.tobytes()) for c in alone
+    ]
     assert reader.stop_reason()[1] == "TimestampDiscontinuity"
 
 
@@ -122,9 +126,13 @@ def test_an_hour_long_timestamp_gap_stops_the_video_instead_of_repeating_a_frame
     clips, video, errors = decode_video(_row(path), CFG)
     assert video["duration_s"] > 3600
     assert (video["status"], len(clips), video["n_frames"]) == ("partial", 1, 40)
-    assert [(e["error_type"], e["message"]) for e in errors] == [(
-        "TimestampDiscontinuity", f"{path}: timestamps jump forward from 1.960 s to 3600.000 s at source frame "
-                                  f"50, a gap over decode.max_gap_s=60 s; the clips before it are kept")]
+    assert [(e["error_type"], e["message"]) for e in errors] == [
+        (
+            "TimestampDiscontinuity",
+            f"{path}: timestamps jump forward from 1.960 s to 3600.000 s at source frame "
+            f"50, a gap over decode.max_gap_s=60 s; the clips before it are kept",
+        )
+    ]
     # a longer limit takes the gap as a picture held on screen
     clips, video, errors = decode_video(_row(path), load_config(None, ["decode.max_gap_s=4000"]))
     assert (video["status"], len(clips), errors) == ("ok", expected_clip_count(3600.04, CFG.decode), [])
@@ -146,9 +154,13 @@ def test_frames_past_the_declared_duration_stop_the_video(tmp_path):
     path = set_matroska_duration(make_video(tmp_path / "v.mkv", duration_s=6.0, container_format="matroska"), 2.0)
     clips, video, errors = decode_video(_row(path), CFG)
     assert (video["status"], len(clips), video["n_frames"]) == ("partial", 2, 60)
-    assert [(e["error_type"], e["message"]) for e in errors] == [(
-        "FramesPastDuration", f"{path}: source frame 76 at 3.040 s lies past the 2.000 s the header declares; "
-                              f"the clips before it are kept")]
+    assert [(e["error_type"], e["message"]) for e in errors] == [
+        (
+            "FramesPastDuration",
+            f"{path}: source frame 76 at 3.040 s lies past the 2.000 s the header declares; "
+            f"the clips before it are kept",
+        )
+    ]
 
 
 def test_non_zero_start_time(tmp_path):
@@ -162,22 +174,33 @@ def test_non_zero_start_time(tmp_path):
 
 def quadrant_pattern(index, width, height):
     image = np.zeros((height, width, 3), dtype=np.uint8)
-    image[: height // 2, : width // 2] = (255, 0, 0)     # top-left red
-    image[: height // 2, width // 2:] = (0, 255, 0)      # top-right green
+    image[: height // 2, : width // 2] = (255, 0, 0)  # top-left red
+    image[: height // 2, width // 2 :] = (0, 255, 0)  # top-right green
     return image
 
 
 @pytest.mark.parametrize("display_rotation, np_turns", [(90, 1), (180, 2), (270, 3), (-90, 3)])
 def test_rotation_metadata_is_applied(tmp_path, display_rotation, np_turns):
-    path = make_video(tmp_path / "r.mp4", duration_s=2.0, fps=25, width=64, height=32,
-                      rotation=display_rotation, frame_fn=quadrant_pattern)
+    path = make_video(
+        tmp_path / "r.mp4",
+        duration_s=2.0,
+        fps=25,
+        width=64,
+        height=32,
+        rotation=display_rotation,
+        frame_fn=quadrant_pattern,
+    )
     with ClipReader(str(path), CFG.decode) as reader:
         frame = next(reader.clips()).frames[0].astype(int)
     # the display matrix angle is counter-clockwise: np.rot90 turns counter-clockwise too
     upright = np.rot90(quadrant_pattern(0, 64, 32), np_turns)
     h, w = upright.shape[:2]
-    corners = {"tl": upright[h // 8, w // 8], "tr": upright[h // 8, -w // 8],
-               "bl": upright[-h // 8, w // 8], "br": upright[-h // 8, -w // 8]}
+    corners = {
+        "tl": upright[h // 8, w // 8],
+        "tr": upright[h // 8, -w // 8],
+        "bl": upright[-h // 8, w // 8],
+        "br": upright[-h // 8, -w // 8],
+    }
     got = {"tl": frame[20, 20], "tr": frame[20, -20], "bl": frame[-20, 20], "br": frame[-20, -20]}
     for corner, colour in corners.items():
         assert np.abs(got[corner] - colour).max() < 60, (corner, got[corner], colour)
@@ -186,10 +209,12 @@ def test_rotation_metadata_is_applied(tmp_path, display_rotation, np_turns):
 def test_full_range_source_is_not_washed_out(tmp_path):
     def black_and_white(index, width, height):
         image = np.zeros((height, width, 3), dtype=np.uint8)
-        image[:, width // 2:] = 255
+        image[:, width // 2 :] = 255
         return image
-    path = make_video(tmp_path / "full.mkv", duration_s=2.0, fps=25, codec="mjpeg", pix_fmt="yuvj420p",
-                      frame_fn=black_and_white)
+
+    path = make_video(
+        tmp_path / "full.mkv", duration_s=2.0, fps=25, codec="mjpeg", pix_fmt="yuvj420p", frame_fn=black_and_white
+    )
     with ClipReader(str(path), CFG.decode) as reader:
         frame = next(reader.clips()).frames[0]
     # a washed-out (limited-range) reading would give about 16 and 235
@@ -201,8 +226,15 @@ def _size_change(folder, second_size, rotation=None, second_s=3.0):
     """3 s of 64x48 pictures, then `second_s` of `second_size` ones (one H.264 stream, new sequence headers
     where the second part begins) from 3.0 s on; with a display rotation when given."""
     first = make_video(folder / "first.ts", duration_s=3.0, container_format="mpegts", frame_fn=quadrant_pattern)
-    second = make_video(folder / "second.ts", duration_s=second_s, start_s=3.0, width=second_size[0],
-                        height=second_size[1], container_format="mpegts", frame_fn=quadrant_pattern)
+    second = make_video(
+        folder / "second.ts",
+        duration_s=second_s,
+        start_s=3.0,
+        width=second_size[0],
+        height=second_size[1],
+        container_format="mpegts",
+        frame_fn=quadrant_pattern,
+    )
     joined = concatenate([first, second], folder / "joined.ts")
     if rotation is None:
         return joined, second
@@ -225,14 +257,18 @@ def test_every_frame_over_max_pixels_stops_the_video_before_the_filter_graph(tmp
     # the first 3 s are 64x48, then one 6000x6000 frame (36 Mpixel, over the default 8192x4320)
     joined, _ = _size_change(tmp_path, (6000, 6000), second_s=0.04)
     with ClipReader(str(joined), CFG.decode) as reader:
-        assert reader.info.width * reader.info.height == 64 * 48   # the header shows the first part
+        assert reader.info.width * reader.info.height == 64 * 48  # the header shows the first part
         clips = list(reader.clips(with_frames=False))
-    assert reader.picture_sizes == [(64, 48)]   # the big picture never reached the filter graph
+    assert reader.picture_sizes == [(64, 48)]  # the big picture never reached the filter graph
     clip_rows, video, errors = decode_video(_row(joined), CFG)
     assert (video["status"], len(clips), len(clip_rows)) == ("partial", 2, 2)
-    assert [(e["error_type"], e["message"]) for e in errors] == [(
-        "VideoTooLarge", f"{joined}: source frame 75 is 6000x6000, over decode.max_pixels={CFG.decode.max_pixels}; "
-                         f"the clips before it are kept")]
+    assert [(e["error_type"], e["message"]) for e in errors] == [
+        (
+            "VideoTooLarge",
+            f"{joined}: source frame 75 is 6000x6000, over decode.max_pixels={CFG.decode.max_pixels}; "
+            f"the clips before it are kept",
+        )
+    ]
 
 
 def test_real_full_range_video_keeps_black(realdata):
@@ -254,14 +290,19 @@ def test_bad_inputs_become_error_rows_or_statuses(tmp_path):
     tiny = make_video(tmp_path / "tiny.mp4", duration_s=0.4, fps=25)
     good = make_video(tmp_path / "good.mp4", duration_s=4.0, fps=25)
     truncated = tmp_path / "truncated.mp4"
-    data = make_video(tmp_path / "long.mkv", duration_s=6.0, fps=25, width=160, height=120,
-                      container_format="matroska").read_bytes()
+    data = make_video(
+        tmp_path / "long.mkv", duration_s=6.0, fps=25, width=160, height=120, container_format="matroska"
+    ).read_bytes()
     truncated.write_bytes(data[: len(data) * 2 // 3])
     outcomes = {}
     for path in (zero, text, audio_only, tiny, good, truncated, tmp_path / "missing.mp4"):
         clips, video, errors = decode_video(_row(path, path.stem), CFG)
-        outcomes[path.stem] = (len(clips), video["status"], [e["error_type"] for e in errors],
-                               [e["message"] for e in errors])
+        outcomes[path.stem] = (
+            len(clips),
+            video["status"],
+            [e["error_type"] for e in errors],
+            [e["message"] for e in errors],
+        )
     assert outcomes["zero"][:3] == (0, "error", ["EmptyFile"])
     assert outcomes["text"][:2] == (0, "error") and "cannot open" in outcomes["text"][3][0]
     assert outcomes["audio"][:3] == (0, "error", ["NoVideoStream"])

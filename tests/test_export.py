@@ -37,22 +37,33 @@ def exported(tmp_path_factory):
     rng = np.random.default_rng(0)
     counts = np.ones(NUM_VISUAL, dtype=np.int64)
     counts[3] = 0
-    model, _ = build_model("random:tiny", layout, rng.normal(size=(NUM_VISUAL, 1024)).astype(np.float32), counts,
-                           max_len=64, seed=0)
-    with torch.no_grad():                      # a trained output layer differs from the input embeddings
+    model, _ = build_model(
+        "random:tiny", layout, rng.normal(size=(NUM_VISUAL, 1024)).astype(np.float32), counts, max_len=64, seed=0
+    )
+    with torch.no_grad():  # a trained output layer differs from the input embeddings
         model.mlm_decoder.weight.add_(0.01 * torch.randn_like(model.mlm_decoder.weight))
         model.mlm_decoder.bias.normal_(std=0.1)
     checkpoint = root / "work" / "train" / "checkpoints" / "step-00000007"
-    model.save(checkpoint, {"step": 7, "tokenizer": TOKENIZER_SPEC, "codebook_sha256": "ab" * 32,
-                            "init_checkpoint": "random:tiny", "shards": ["shard-00000.parquet"]})
+    model.save(
+        checkpoint,
+        {
+            "step": 7,
+            "tokenizer": TOKENIZER_SPEC,
+            "codebook_sha256": "ab" * 32,
+            "init_checkpoint": "random:tiny",
+            "shards": ["shard-00000.parquet"],
+        },
+    )
     out = export.export(root / "work", root / "hf", checkpoint)
     return model, layout, tokenizer, out
 
 
 def batch(layout, tokenizer):
     text = np.array(tokenizer("cut the onion", add_special_tokens=False)["input_ids"], dtype=np.int64)
-    examples = [assemble(layout, text, np.array([0, 5, 11, 2], dtype=np.int64), with_separator=True),
-                assemble(layout, text[:2], np.array([7], dtype=np.int64), with_separator=True)]
+    examples = [
+        assemble(layout, text, np.array([0, 5, 11, 2], dtype=np.int64), with_separator=True),
+        assemble(layout, text[:2], np.array([7], dtype=np.int64), with_separator=True),
+    ]
     return [torch.from_numpy(a) for a in pad_examples(examples, layout.pad_id)]
 
 
@@ -68,8 +79,11 @@ def test_bert_for_pretraining_reproduces_the_logits(exported):
         _, logits, alignment = model(ids, types, attention, torch.ones_like(ids, dtype=torch.bool))
         hf = BertForPreTraining.from_pretrained(out).eval()
         result = hf(input_ids=ids, token_type_ids=types, attention_mask=attention)
-        masked_lm = BertForMaskedLM.from_pretrained(out).eval()(input_ids=ids, token_type_ids=types,
-                                                                attention_mask=attention).logits
+        masked_lm = (
+            BertForMaskedLM.from_pretrained(out)
+            .eval()(input_ids=ids, token_type_ids=types, attention_mask=attention)
+            .logits
+        )
     assert torch.allclose(result.prediction_logits.reshape(-1, layout.vocab_size), logits, atol=1e-5)
     assert torch.allclose(result.seq_relationship_logits, alignment, atol=1e-5)
     assert torch.allclose(masked_lm, result.prediction_logits, atol=1e-5)
@@ -83,8 +97,11 @@ def test_the_tokenizer_holds_the_visual_words_at_the_shards_ids(exported):
     _, layout, tokenizer, out = exported
     loaded = AutoTokenizer.from_pretrained(out)
     assert len(loaded) == layout.vocab_size
-    assert loaded.convert_tokens_to_ids(["[V0]", "[V11]", "[>]"]) == [layout.visual_offset,
-                                                                      layout.visual_offset + 11, layout.visual_sep_id]
+    assert loaded.convert_tokens_to_ids(["[V0]", "[V11]", "[>]"]) == [
+        layout.visual_offset,
+        layout.visual_offset + 11,
+        layout.visual_sep_id,
+    ]
     ids = loaded("cut the onion [>] [V5] [V11]", add_special_tokens=False)["input_ids"]
     text = tokenizer("cut the onion", add_special_tokens=False)["input_ids"]
     assert ids == [*text, layout.visual_sep_id, layout.visual_offset + 5, layout.visual_offset + 11]
@@ -120,8 +137,9 @@ def test_the_inputs_helper_gives_the_training_token_types(exported):
     inputs = inputs_module(out)
     text = np.array(tokenizer("cut the onion", add_special_tokens=False)["input_ids"], dtype=np.int64)
     for words, leaves in (("cut the onion", [0, 5, 11, 2]), ("cut the onion", []), ("", [7, 7])):
-        ids, types = assemble(layout, text if words else text[:0], np.array(leaves, dtype=np.int64),
-                              with_separator=bool(words and leaves))
+        ids, types = assemble(
+            layout, text if words else text[:0], np.array(leaves, dtype=np.int64), with_separator=bool(words and leaves)
+        )
         encoded = inputs.encode(tokenizer, words, leaves, return_tensors=None)
         assert encoded["input_ids"] == ids.tolist() and encoded["token_type_ids"] == types.tolist()
     # the tokenizer alone gives type 0 to the visual words; the model's logits depend on it
@@ -129,10 +147,18 @@ def test_the_inputs_helper_gives_the_training_token_types(exported):
     assert encoded["token_type_ids"][0].tolist()[-5:] == [1, 1, 1, 1, 1]
     model.eval()
     with torch.no_grad():
-        right = model(encoded["input_ids"], encoded["token_type_ids"], encoded["attention_mask"],
-                      torch.ones_like(encoded["input_ids"], dtype=torch.bool))[1]
-        zeros = model(encoded["input_ids"], torch.zeros_like(encoded["token_type_ids"]), encoded["attention_mask"],
-                      torch.ones_like(encoded["input_ids"], dtype=torch.bool))[1]
+        right = model(
+            encoded["input_ids"],
+            encoded["token_type_ids"],
+            encoded["attention_mask"],
+            torch.ones_like(encoded["input_ids"], dtype=torch.bool),
+        )[1]
+        zeros = model(
+            encoded["input_ids"],
+            torch.zeros_like(encoded["token_type_ids"]),
+            encoded["attention_mask"],
+            torch.ones_like(encoded["input_ids"], dtype=torch.bool),
+        )[1]
     assert not torch.allclose(right, zeros, atol=1e-3)
     # padding keeps type 0
     assert inputs.token_type_ids([*encoded["input_ids"][0].tolist(), layout.pad_id])[-1] == 0
@@ -140,13 +166,22 @@ def test_the_inputs_helper_gives_the_training_token_types(exported):
 
 def auto_tokenizer(folder):
     from transformers import AutoTokenizer
+
     return AutoTokenizer.from_pretrained(folder)
 
 
-@pytest.mark.parametrize("bad, message", [
-    ("[V12]", "out of range"), ("[v0]", "not a visual word"), ("[V05]", "not a visual word"),
-    ("[V-1]", "not a visual word"), ("[ V3 ]", "not a visual word"), ("cut the onion [V3]", "as `leaves`"),
-    ("cut the onion [>]", "as `leaves`")])
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        ("[V12]", "out of range"),
+        ("[v0]", "not a visual word"),
+        ("[V05]", "not a visual word"),
+        ("[V-1]", "not a visual word"),
+        ("[ V3 ]", "not a visual word"),
+        ("cut the onion [V3]", "as `leaves`"),
+        ("cut the onion [>]", "as `leaves`"),
+    ],
+)
 def test_malformed_visual_words_are_refused(exported, bad, message):
     _, layout, tokenizer, out = exported
     inputs = inputs_module(out)
@@ -157,8 +192,16 @@ def test_malformed_visual_words_are_refused(exported, bad, message):
             inputs.check_text(bad, inputs.layout(out))
 
 
-@pytest.mark.parametrize("leaves, message", [([12], "this model has leaves 0..11"), ([-1], "leaf -1"),
-                                             (["3"], "an integer"), ([True], "an integer"), ([1.5], "an integer")])
+@pytest.mark.parametrize(
+    "leaves, message",
+    [
+        ([12], "this model has leaves 0..11"),
+        ([-1], "leaf -1"),
+        (["3"], "an integer"),
+        ([True], "an integer"),
+        ([1.5], "an integer"),
+    ],
+)
 def test_out_of_range_leaves_are_refused(exported, leaves, message):
     _, _, tokenizer, out = exported
     with pytest.raises(ValueError, match=message):
@@ -169,8 +212,9 @@ def test_out_of_range_leaves_are_refused(exported, leaves, message):
 def test_every_exported_file_is_world_readable(exported):
     _, _, _, out = exported
     files = [path for path in out.rglob("*") if path.is_file()]
-    assert {"model.safetensors", "config.json", "README.md", export.CARD_NAME, export.INPUTS_NAME} <= \
-        {path.name for path in files}
+    assert {"model.safetensors", "config.json", "README.md", export.CARD_NAME, export.INPUTS_NAME} <= {
+        path.name for path in files
+    }
     assert all(stat.S_IMODE(path.stat().st_mode) == 0o644 for path in files)
 
 
@@ -198,6 +242,7 @@ def test_export_through_the_command_line(exported, tmp_path, capsys):
 
 # ---------------------------------------------------------------- a complete export of a real work dir
 
+
 @pytest.fixture(scope="module")
 def from_a_video(tmp_path_factory):
     """A work dir made by the stages from one sample video (demo settings: random calibrated S3D, a codebook
@@ -208,9 +253,23 @@ def from_a_video(tmp_path_factory):
     videos.mkdir()
     shutil.copy(REPO / "samples" / "cooking_salad.mp4", videos / "cooking_salad.mp4")
     work = root / "work"
-    settings = ["--config", str(REPO / "configs" / "demo.yaml"), "--work-dir", str(work), "--quiet",
-                "--set", "kmeans.depth=1", "--set", "kmeans.k=4", "--set", "decode.fps=10",
-                "--set", "decode.clip_frames=15", "--set", "decode.min_clip_frames=8"]
+    settings = [
+        "--config",
+        str(REPO / "configs" / "demo.yaml"),
+        "--work-dir",
+        str(work),
+        "--quiet",
+        "--set",
+        "kmeans.depth=1",
+        "--set",
+        "kmeans.k=4",
+        "--set",
+        "decode.fps=10",
+        "--set",
+        "decode.clip_frames=15",
+        "--set",
+        "decode.min_clip_frames=8",
+    ]
     assert cli.main(["manifest", "--input", str(videos), *settings]) == 0
     for stage in ("features", "kmeans", "quantize"):
         assert cli.main([stage, *settings]) == 0, stage
@@ -221,15 +280,30 @@ def from_a_video(tmp_path_factory):
     with torch.no_grad():
         model.mlm_decoder.weight.add_(0.01 * torch.randn_like(model.mlm_decoder.weight))
     checkpoint = WorkDir(work).checkpoints / "step-00000005"
-    model.save(checkpoint, {"step": 5, "tokenizer": TOKENIZER_SPEC, "codebook_sha256": codebook.info["sha256"],
-                            "init_checkpoint": "random:tiny", "shards": ["part-00000.parquet"],
-                            "validation_videos": ["cooking_pasta"],
-                            "config": {"train": {"max_steps": 5, "batch_size": 8, "lr": 1e-4, "max_len": 64}}})
-    WorkDir(work).train_log.write_text("\n".join(json.dumps(record) for record in (
-        {"event": "start", "step": 0},
-        {"event": "train", "step": 5, "loss": 7.25, "alignment_acc": 0.625},
-        {"event": "validation", "step": 5, "videos": 1, "alignment_acc": 0.75, "alignment_auc": 0.8125},
-        {"event": "train", "step": 10, "loss": 1.0})) + "\n")           # after the checkpoint: not its figures
+    model.save(
+        checkpoint,
+        {
+            "step": 5,
+            "tokenizer": TOKENIZER_SPEC,
+            "codebook_sha256": codebook.info["sha256"],
+            "init_checkpoint": "random:tiny",
+            "shards": ["part-00000.parquet"],
+            "validation_videos": ["cooking_pasta"],
+            "config": {"train": {"max_steps": 5, "batch_size": 8, "lr": 1e-4, "max_len": 64}},
+        },
+    )
+    WorkDir(work).train_log.write_text(
+        "\n".join(
+            json.dumps(record)
+            for record in (
+                {"event": "start", "step": 0},
+                {"event": "train", "step": 5, "loss": 7.25, "alignment_acc": 0.625},
+                {"event": "validation", "step": 5, "videos": 1, "alignment_acc": 0.75, "alignment_auc": 0.8125},
+                {"event": "train", "step": 10, "loss": 1.0},
+            )
+        )
+        + "\n"
+    )  # after the checkpoint: not its figures
     out = export.export(work, root / "hf", checkpoint)
     return work, model, layout, tokenizer, out
 
@@ -255,7 +329,7 @@ def test_the_export_holds_the_codebook_s3d_settings_and_the_training_figures(fro
 
 def test_a_new_video_gets_the_visual_words_training_saw(from_a_video):
     work, _, _, _, out = from_a_video
-    tokens = video_token_ids_of_quantize(work, "cooking_salad")      # the manifest's id: its name and a hash
+    tokens = video_token_ids_of_quantize(work, "cooking_salad")  # the manifest's id: its name and a hash
     found = export.video_token_ids(out, REPO / "samples" / "cooking_salad.mp4")
     assert found["leaves"] == tokens and len(found["start_s"]) == len(tokens) and not found["errors"]
     # other S3D weights than the export's are refused
@@ -269,9 +343,12 @@ def test_a_new_video_gets_the_visual_words_training_saw(from_a_video):
 
 
 def video_token_ids_of_quantize(work: Path, video_id: str) -> list[int]:
-    rows = [row for _, path in Lineage(WorkDir(work)).current_parts("quantize")
-            for row in storage.read_table(path, columns=["video_id", "clip_index", "token"]).to_pylist()
-            if row["video_id"].split("-")[0] == video_id]
+    rows = [
+        row
+        for _, path in Lineage(WorkDir(work)).current_parts("quantize")
+        for row in storage.read_table(path, columns=["video_id", "clip_index", "token"]).to_pylist()
+        if row["video_id"].split("-")[0] == video_id
+    ]
     return [row["token"] for row in sorted(rows, key=lambda row: row["clip_index"])]
 
 
@@ -295,11 +372,21 @@ def test_the_readme_snippet_gives_the_models_logits_in_a_fresh_python(from_a_vid
     assert leaves
     readme = (out / "README.md").read_text()
     snippet = readme.split("```python\n", 1)[1].split("```", 1)[0]
-    script = FRESH.format(site=sysconfig.get_paths()["purelib"], folder=str(out), leaves=leaves, snippet=snippet,
-                          result=str(tmp_path / "result.pt"))
+    script = FRESH.format(
+        site=sysconfig.get_paths()["purelib"],
+        folder=str(out),
+        leaves=leaves,
+        snippet=snippet,
+        result=str(tmp_path / "result.pt"),
+    )
     # -I: no PYTHONPATH, no user site; -S: no site-packages .pth files (the editable install of this repo)
-    result = subprocess.run([sys.executable, "-I", "-S", "-c", script], cwd=tmp_path, capture_output=True, text=True,
-                            env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"})
+    result = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", script],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"},
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.strip() == "[]"
     fresh = torch.load(tmp_path / "result.pt")

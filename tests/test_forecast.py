@@ -45,7 +45,7 @@ def expected_pairs(videos: list[str], step: int, rate: int) -> list[tuple[list[i
         tokens = sequence(VIDEOS.index(video))
         for last in range(len(tokens) - step * rate):
             first = max(last % rate, last - (forecast.CONTEXT - 1) * rate)
-            pairs.append((tokens[first:last + 1:rate], tokens[last + step * rate]))
+            pairs.append((tokens[first : last + 1 : rate], tokens[last + step * rate]))
     return pairs
 
 
@@ -61,8 +61,9 @@ def test_horizons_are_labelled_with_the_subsampling_of_training(trained):
 def test_top_k_accuracy_on_held_out_videos_beside_a_frequency_prior(trained):
     work, cfg = trained
     report = forecast.forecast(cfg, work)
-    held_out = checkpoints.load_model(checkpoints.latest_checkpoint(checkpoints.local_files(WorkDir(work))),
-                                      torch.device("cpu"), resuming=False)[1]["validation_videos"]
+    held_out = checkpoints.load_model(
+        checkpoints.latest_checkpoint(checkpoints.local_files(WorkDir(work))), torch.device("cpu"), resuming=False
+    )[1]["validation_videos"]
     assert len(held_out) == 2
     training = [t for v, video in enumerate(VIDEOS) if video not in held_out for t in sequence(v)]
     most_frequent = int(np.argmax(np.bincount(training, minlength=8)))
@@ -84,14 +85,16 @@ def test_a_forecast_that_ignores_its_context_is_said(trained, tmp_path):
     work, cfg = trained
     latest = checkpoints.latest_checkpoint(checkpoints.local_files(WorkDir(work)))
     model, info = VideoBert.load(latest)
-    with torch.no_grad():                        # the output layer reads nothing: one word wins everywhere
+    with torch.no_grad():  # the output layer reads nothing: one word wins everywhere
         model.mlm_decoder.weight.zero_()
         model.mlm_decoder.bias.copy_(torch.arange(model.mlm_decoder.bias.numel(), dtype=torch.float32))
     constant = tmp_path / "step-00000006"
     model.save(constant, info)
     report = forecast.forecast(cfg, work, checkpoint=constant)
-    assert any("does not depend on its context: one top-1 visual word" in note and "4 of 4 positions@step" in note
-               for note in report["notes"])
+    assert any(
+        "does not depend on its context: one top-1 visual word" in note and "4 of 4 positions@step" in note
+        for note in report["notes"]
+    )
     assert any("all" in note and "visual words of the figure" in note for note in report["notes"])
     assert all(row["distinct_top1"] == 1 for row in report["accuracy"].values())
     # a note exactly where one word takes SAME_SHARE of the contexts

@@ -48,14 +48,20 @@ def _clusters(page: str) -> list[tuple[int, int, bool]]:
 def test_level_one_shows_every_top_cluster_with_its_nearest_clips_first(work, cfg):
     paths = write_gallery(cfg, work, level=1, clusters=12, per_cluster=5, quiet=True)
     names = [path.name for path in paths]
-    assert names == ["index.html", "contact-level-1.png", "node-1-0.html", "node-1-1.html", "node-1-2.html",
-                     "gallery.json"]
+    assert names == [
+        "index.html",
+        "contact-level-1.png",
+        "node-1-0.html",
+        "node-1-1.html",
+        "node-1-2.html",
+        "gallery.json",
+    ]
     assert all(path.exists() for path in paths)
     index = paths[0].read_text()
-    assert _clusters(index) == [(1, 0, False), (1, 1, False), (1, 2, False)]   # largest first: 13, 11, 7
+    assert _clusters(index) == [(1, 0, False), (1, 1, False), (1, 2, False)]  # largest first: 13, 11, 7
     assert len(_images(index)) == 3 * 5
-    assert "http" not in index.replace('xmlns="http://www.w3.org/2000/svg"', "")   # nothing fetched
-    for node in range(factory.K):   # a link to each cluster's children page, which exists
+    assert "http" not in index.replace('xmlns="http://www.w3.org/2000/svg"', "")  # nothing fetched
+    for node in range(factory.K):  # a link to each cluster's children page, which exists
         assert f'href="node-1-{node}.html"' in index
 
     sidecar = json.loads(paths[-1].read_text())
@@ -82,20 +88,20 @@ def test_children_pages_show_each_child_and_mark_the_empty_one(work, cfg):
     # every thumbnail of a leaf row is that leaf's colour: its clips really are its members
     for image in _images(leaf_7):
         assert np.abs(np.asarray(image.convert("RGB"), dtype=int) - factory.leaf_colour(7)).max() < 12
-    assert len(_images(leaf_7)) == 3   # leaf 7 has 3 clips, fewer than per_cluster
+    assert len(_images(leaf_7)) == 3  # leaf 7 has 3 clips, fewer than per_cluster
 
 
 def test_contact_sheet_has_a_row_per_cluster_in_thumbnail_colours(work, cfg):
     paths = write_gallery(cfg, work, level=2, node_ids=[7, 0], per_cluster=3, quiet=True)
     assert [path.name for path in paths] == ["level-2.html", "contact-level-2.png", "gallery.json"]
-    assert _clusters(paths[0].read_text()) == [(2, 7, False), (2, 0, False)]   # ids in the order asked
+    assert _clusters(paths[0].read_text()) == [(2, 7, False), (2, 0, False)]  # ids in the order asked
     sheet = Image.open(paths[1]).convert("RGB")
     cell = factory.THUMBNAIL_SIZE
     assert sheet.size[0] == 190 + 3 * (cell + 2)
     row_height = max(cell, 56) + 4
-    band = sheet.size[1] - 2 * row_height          # the NOT-pretrained warning across the top
+    band = sheet.size[1] - 2 * row_height  # the NOT-pretrained warning across the top
     assert band > 0
-    centre = np.asarray(sheet.getpixel((190 + cell // 2, band + 2 + cell // 2)))   # first thumbnail of row 1
+    centre = np.asarray(sheet.getpixel((190 + cell // 2, band + 2 + cell // 2)))  # first thumbnail of row 1
     assert np.abs(centre - factory.leaf_colour(7)).max() < 12
 
 
@@ -110,9 +116,9 @@ def test_the_contact_sheet_of_random_weights_says_not_pretrained_and_the_index_l
     index, sheet_path = paths[0].read_text(), paths[1]
     assert 'href="contact-level-1.png"' in index and sheet_path.name == "contact-level-1.png"
     sheet = Image.open(sheet_path)
-    assert "NOT pretrained" in sheet.text["Warning"]          # in its metadata ...
+    assert "NOT pretrained" in sheet.text["Warning"]  # in its metadata ...
     band = sheet.size[1] - 3 * (max(factory.THUMBNAIL_SIZE, 56) + 4)
-    assert band > 0 and _warning_ink(sheet, 0, band) > 100     # ... and drawn across its top
+    assert band > 0 and _warning_ink(sheet, 0, band) > 100  # ... and drawn across its top
     assert _warning_ink(sheet, band, sheet.size[1]) == 0
     assert np.asarray(sheet.convert("RGB"))[1, -2].tolist() == list(WARNING_BACKGROUND)
 
@@ -155,13 +161,26 @@ def test_features_from_another_feature_space_are_refused(tmp_path, cfg):
 
 def test_missing_stage_outputs_name_the_stage_to_run(tmp_path, cfg):
     work = factory.make_work_dir(tmp_path, stages=("features", "kmeans"))
-    with pytest.raises(FileNotFoundError, match="run it first"):   # thumbnails come from decode
+    with pytest.raises(FileNotFoundError, match="run it first"):  # thumbnails come from decode
         write_gallery(cfg, work, quiet=True)
 
 
 def test_cli_prints_the_paths_it_wrote(work, capsys):
-    assert cli.main(["gallery", "--work-dir", str(work), "--per-cluster", "2", "--quiet",
-                     "--set", f"decode.thumbnail_size={factory.THUMBNAIL_SIZE}"]) == 0
+    assert (
+        cli.main(
+            [
+                "gallery",
+                "--work-dir",
+                str(work),
+                "--per-cluster",
+                "2",
+                "--quiet",
+                "--set",
+                f"decode.thumbnail_size={factory.THUMBNAIL_SIZE}",
+            ]
+        )
+        == 0
+    )
     printed = capsys.readouterr().out.split()
     assert printed[0].endswith("gallery/index.html") and len(printed) == 6
 

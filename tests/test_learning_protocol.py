@@ -15,10 +15,10 @@ import yaml
 from pipeline.config import ConfigError, load_config
 from pipeline.tokenizer import load_tokenizer
 from videobert.eval import zero_shot
+from videobert.eval.zero_shot import evaluate_videos
 from videobert.synthetic import HELD_OUT_PAIRS, HELD_OUT_WORDINGS, NOUNS, TRAIN_WORDINGS, VERBS, write_synthetic
 from videobert.train import train
 from videobert.validation import read_splits
-from videobert.eval.zero_shot import evaluate_videos
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -30,12 +30,27 @@ def tokenizer():
 
 def config(work: Path, *overrides: str):
     synthetic = work / "synthetic"
-    return load_config(None, [
-        "train.init_checkpoint=random:tiny-128", "train.batch_size=8", "train.max_steps=4", "train.lr=0.001",
-        "train.log_every=2", "train.checkpoint_every=4", "train.shuffle_buffer=32", "train.num_workers=0",
-        "train.num_threads=1", "train.max_len=48", "train.validation_every=2",
-        f"eval.verbs={synthetic / 'verbs.txt'}", f"eval.nouns={synthetic / 'nouns.txt'}",
-        f"eval.labels={synthetic / 'labels.csv'}", "eval.rankings=[closed]", *overrides])
+    return load_config(
+        None,
+        [
+            "train.init_checkpoint=random:tiny-128",
+            "train.batch_size=8",
+            "train.max_steps=4",
+            "train.lr=0.001",
+            "train.log_every=2",
+            "train.checkpoint_every=4",
+            "train.shuffle_buffer=32",
+            "train.num_workers=0",
+            "train.num_threads=1",
+            "train.max_len=48",
+            "train.validation_every=2",
+            f"eval.verbs={synthetic / 'verbs.txt'}",
+            f"eval.nouns={synthetic / 'nouns.txt'}",
+            f"eval.labels={synthetic / 'labels.csv'}",
+            "eval.rankings=[closed]",
+            *overrides,
+        ],
+    )
 
 
 def test_the_small_preset_is_the_demo_pipeline_with_a_training_that_learns():
@@ -52,17 +67,33 @@ def test_the_small_preset_is_the_demo_pipeline_with_a_training_that_learns():
     assert "train --config configs/small.yaml --work-dir $(DEMO_WORK)" in makefile
     # the paper's values stay the defaults
     paper = load_config(REPO / "configs" / "default.yaml").train
-    assert (paper.init_checkpoint, paper.lr, paper.max_steps, paper.concat_prob, paper.max_subsample_step) == \
-        ("bert-large-uncased", 1e-5, 500_000, 0.5, 5)
+    assert (paper.init_checkpoint, paper.lr, paper.max_steps, paper.concat_prob, paper.max_subsample_step) == (
+        "bert-large-uncased",
+        1e-5,
+        500_000,
+        0.5,
+        5,
+    )
 
 
 def test_held_out_sentences_are_new_wordings_and_combinations(tmp_path, tokenizer):
-    made = write_synthetic(tmp_path, tokenizer, videos=16, split_shares=(0.25, 0.25), wordings=TRAIN_WORDINGS,
-                           held_out_wordings=HELD_OUT_WORDINGS, held_out_pairs=HELD_OUT_PAIRS)
+    made = write_synthetic(
+        tmp_path,
+        tokenizer,
+        videos=16,
+        split_shares=(0.25, 0.25),
+        wordings=TRAIN_WORDINGS,
+        held_out_wordings=HELD_OUT_WORDINGS,
+        held_out_pairs=HELD_OUT_PAIRS,
+    )
     splits = read_splits(made["splits"])
     assert sorted(splits.values()).count("validation") == 4 and sorted(splits.values()).count("test") == 4
-    rows = [row for shard in sorted((tmp_path / "align").glob("part-*.parquet"))
-            for row in pq.read_table(shard).to_pylist() if row["text"]]
+    rows = [
+        row
+        for shard in sorted((tmp_path / "align").glob("part-*.parquet"))
+        for row in pq.read_table(shard).to_pylist()
+        if row["text"]
+    ]
     trained = {row["text"] for row in rows if splits[row["video_id"]] == "train"}
     held_out = [row["text"] for row in rows if splits[row["video_id"]] != "train"]
     assert held_out and not trained & set(held_out)
@@ -79,8 +110,15 @@ def test_held_out_sentences_are_new_wordings_and_combinations(tmp_path, tokenize
 
 
 def test_a_fixed_split_keeps_test_videos_out_of_training_and_validation(tmp_path, tokenizer):
-    made = write_synthetic(tmp_path, tokenizer, videos=12, videos_per_shard=3, split_shares=(0.25, 0.25),
-                           wordings=TRAIN_WORDINGS, held_out_wordings=HELD_OUT_WORDINGS)
+    made = write_synthetic(
+        tmp_path,
+        tokenizer,
+        videos=12,
+        videos_per_shard=3,
+        split_shares=(0.25, 0.25),
+        wordings=TRAIN_WORDINGS,
+        held_out_wordings=HELD_OUT_WORDINGS,
+    )
     splits = read_splits(made["splits"])
     with pytest.raises(ConfigError, match="train.splits and train.validation_videos"):
         config(tmp_path, f"train.splits={made['splits']}", "train.validation_videos=2")
@@ -90,8 +128,11 @@ def test_a_fixed_split_keeps_test_videos_out_of_training_and_validation(tmp_path
     validation = sorted(v for v, s in splits.items() if s == "validation")
     test = sorted(v for v, s in splits.items() if s == "test")
     assert header["validation_videos"] == validation and header["test_videos"] == test
-    trained_on = {row["video_id"] for shard in (tmp_path / "train" / "heldout").glob("part-*.parquet")
-                  for row in pq.read_table(shard, columns=["video_id"]).to_pylist()}
+    trained_on = {
+        row["video_id"]
+        for shard in (tmp_path / "train" / "heldout").glob("part-*.parquet")
+        for row in pq.read_table(shard, columns=["video_id"]).to_pylist()
+    }
     assert trained_on == {v for v, s in splits.items() if s == "train"}
     assert summary["validation"]["videos"] == len(validation)
     # the test split, scored only when asked, the same way
@@ -99,6 +140,7 @@ def test_a_fixed_split_keeps_test_videos_out_of_training_and_validation(tmp_path
     assert record["split"] == "test" and record["videos"] == len(test) and record["protocol"] == "clean"
     assert 0 <= record["alignment_acc"] <= 1 and record["examples"]["negatives"] > 0
     from dataclasses import replace
+
     report = zero_shot.zero_shot(replace(cfg, eval=replace(cfg.eval, videos="test")), tmp_path, quiet=True)
     with open(made["labels"]) as handle:
         labelled_test = [row for row in csv.DictReader(handle) if row["video_id"] in test]
@@ -120,8 +162,9 @@ def test_clean_protocol_beside_the_runs_noise_and_regimes_without_examples(tmp_p
     records = [r for r in lines if r["event"] == "validation"]
     assert records and all(set(r["missing"]) == {"text", "text_video"} for r in records)
     assert all(r["mlm_text_loss"] is None and r["alignment_auc"] is None for r in records)
-    assert all(r["noisy"]["mlm_video_acc"] is not None for r in records)   # the defaults' noise: both protocols
+    assert all(r["noisy"]["mlm_video_acc"] is not None for r in records)  # the defaults' noise: both protocols
 
     from reports.training import validation_protocol_html as _validation_protocol_html
+
     shown = _validation_protocol_html(records[-1])
     assert "clean protocol" in shown and "nothing to measure for: text, text_video" in shown

@@ -43,16 +43,17 @@ def alive(pid: int) -> bool:
 
 
 def test_pool_workers_end_when_their_parent_is_killed(tmp_path):
-    script = ("import time\n"
-              "from pipeline.config import load_config\n"
-              "from pipeline.executors.local import LocalExecutor\n"
-              "LocalExecutor(load_config(None, []), 2).map(time.sleep, [120, 120])\n")
-    parent = subprocess.Popen([sys.executable, "-c", script], cwd=REPO,
-                              env={**os.environ, "PYTHONPATH": str(REPO)})
+    script = (
+        "import time\n"
+        "from pipeline.config import load_config\n"
+        "from pipeline.executors.local import LocalExecutor\n"
+        "LocalExecutor(load_config(None, []), 2).map(time.sleep, [120, 120])\n"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", script], cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
     workers: set[int] = set()
     try:
         deadline = time.time() + 60
-        while time.time() < deadline and len(descendants(parent.pid)) < 3:   # 2 workers + resource tracker
+        while time.time() < deadline and len(descendants(parent.pid)) < 3:  # 2 workers + resource tracker
             time.sleep(0.2)
         workers = descendants(parent.pid)
         assert len(workers) >= 2, workers
@@ -65,18 +66,19 @@ def test_pool_workers_end_when_their_parent_is_killed(tmp_path):
     finally:
         if parent.poll() is None:
             parent.kill()
-        for pid in workers | descendants(parent.pid):   # only on failure: none should be left to end
+        for pid in workers | descendants(parent.pid):  # only on failure: none should be left to end
             if alive(pid):
                 os.kill(pid, signal.SIGKILL)
 
 
 def test_a_killed_runs_local_temporaries_are_removed_by_the_next_run(tmp_path, monkeypatch):
     import tempfile
+
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    mine = storage.local_temporary("fit_sample.npy")            # a live writer's (this process)
+    mine = storage.local_temporary("fit_sample.npy")  # a live writer's (this process)
     gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     host = socket.gethostname().replace("_", "-")
-    leftover = tmp_path / f".tmp_{int(gone.stdout)}_{host}_k3j9x_fit_sample.npy"   # as local_temporary names it
+    leftover = tmp_path / f".tmp_{int(gone.stdout)}_{host}_k3j9x_fit_sample.npy"  # as local_temporary names it
     leftover.write_bytes(b"\0" * 1024)
     unrelated = tmp_path / "notes.txt"
     unrelated.write_text("kept")

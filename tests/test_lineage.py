@@ -41,6 +41,7 @@ def flip_a_byte(path, offset_from_end: int | None = None) -> None:
 
 # ---------------------------------------------------------------- decode: re-listing and config changes
 
+
 @pytest.fixture
 def videos(tmp_path):
     return one_clip_videos(tmp_path / "videos", 4)
@@ -48,8 +49,11 @@ def videos(tmp_path):
 
 def decode_keys(work) -> list[str]:
     """The video of every clip in the current decode parts."""
-    return [video for _, path in Lineage(work).current_parts("decode")
-            for video in pq.read_table(path, columns=["video_id"])["video_id"].to_pylist()]
+    return [
+        video
+        for _, path in Lineage(work).current_parts("decode")
+        for video in pq.read_table(path, columns=["video_id"])["video_id"].to_pylist()
+    ]
 
 
 def test_a_new_video_is_decoded_and_no_video_sits_in_two_parts_after_relisting(tmp_path, videos, capsys):
@@ -57,7 +61,7 @@ def test_a_new_video_is_decoded_and_no_video_sits_in_two_parts_after_relisting(t
     settings = ["--set", "shards.videos_per_shard=2", "--set", "executor.workers=1"]
     assert run(capsys, "manifest", "--work-dir", work, "--input", videos, *settings)[0] == 0
     assert run(capsys, "decode", "--work-dir", work, "--quiet", *settings)[0] == 0
-    make_video(videos / "a_new.mp4", duration_s=1.6, fps=25, width=64, height=48)   # sorts first
+    make_video(videos / "a_new.mp4", duration_s=1.6, fps=25, width=64, height=48)  # sorts first
 
     # listed again: the known videos keep their shards, the new one gets a new shard
     code, err = run(capsys, "manifest", "--work-dir", work, "--input", videos, *settings)
@@ -66,7 +70,7 @@ def test_a_new_video_is_decoded_and_no_video_sits_in_two_parts_after_relisting(t
     assert code == 0 and "decode: 1 shard(s) run, 2 already current" in err
     clips = decode_keys(work)
     manifest_ids = read_manifest(work, columns=["video_id"])["video_id"].to_pylist()
-    assert sorted(set(clips)) == sorted(manifest_ids) and len(clips) == 5   # one 1.5 s clip each, once
+    assert sorted(set(clips)) == sorted(manifest_ids) and len(clips) == 5  # one 1.5 s clip each, once
 
     # --force: every video assigned anew (the new one moves to shard 0): shifted shards are redone
     code, err = run(capsys, "manifest", "--work-dir", work, "--input", videos, "--force", *settings)
@@ -96,15 +100,30 @@ def test_a_changed_config_value_redoes_the_stage_and_names_the_key(tmp_path, vid
     assert run(capsys, "manifest", "--work-dir", work, "--input", videos)[0] == 0
     assert run(capsys, "decode", "--work-dir", work, "--quiet")[0] == 0
     before = pq.read_table(WorkDir(work).part("decode", 0), columns=["end_s"])["end_s"].to_pylist()
-    code, err = run(capsys, "decode", "--work-dir", work, "--quiet", "--set", "decode.fps=10",
-                    "--set", "decode.clip_frames=14", "--set", "decode.min_clip_frames=7")
+    code, err = run(
+        capsys,
+        "decode",
+        "--work-dir",
+        work,
+        "--quiet",
+        "--set",
+        "decode.fps=10",
+        "--set",
+        "decode.clip_frames=14",
+        "--set",
+        "decode.min_clip_frames=7",
+    )
     assert code == 0 and "1 shard(s) run (1 redone: stale or corrupt)" in err
     assert "config decode.clip_frames 30 -> 14, decode.fps 20.0 -> 10.0, decode.min_clip_frames 15 -> 7" in err
     after = pq.read_table(WorkDir(work).part("decode", 0), columns=["end_s"])["end_s"].to_pylist()
     assert before != after and after[0] == pytest.approx(1.4)
     # validate with the run's config agrees, and names the part stale under the default config
-    assert validate_work_dir(work, load_config(None, ["decode.fps=10", "decode.clip_frames=14",
-                                                      "decode.min_clip_frames=7"])) == []
+    assert (
+        validate_work_dir(
+            work, load_config(None, ["decode.fps=10", "decode.clip_frames=14", "decode.min_clip_frames=7"])
+        )
+        == []
+    )
     problems = validate_work_dir(work, load_config(None, []))
     assert len(problems) == 1 and "decode part 00000 is stale: config decode.clip_frames 14 -> 30" in problems[0]
 
@@ -116,7 +135,7 @@ def test_a_truncated_part_and_a_broken_record_are_named_and_redone(tmp_path, vid
     assert run(capsys, "decode", "--work-dir", work, "--quiet", *settings)[0] == 0
     reference = {shard: WorkDir(work).part("decode", shard).read_bytes() for shard in (0, 1)}
     part = WorkDir(work).part("decode", 0)
-    part.write_bytes(part.read_bytes()[:len(part.read_bytes()) // 2])
+    part.write_bytes(part.read_bytes()[: len(part.read_bytes()) // 2])
     record = WorkDir(work).record("decode", 1)
     record.write_text(record.read_text()[:40])
     problems = validate_work_dir(work)
@@ -131,7 +150,7 @@ def test_a_truncated_part_and_a_broken_record_are_named_and_redone(tmp_path, vid
     assert validate_work_dir(work) == []
 
 
-WRONG_SHAPES = {   # valid JSON objects that are not completion records
+WRONG_SHAPES = {  # valid JSON objects that are not completion records
     "empty": {},
     "lineage-a-list": {"lineage": [], "outputs": {}},
     "outputs-a-list": "outputs=[]",
@@ -154,7 +173,7 @@ def _wrong_shape(record: dict, change) -> dict:
     node = record
     for key in keys[:-1]:
         node = node[next(iter(node))] if key == "first" else node[key]
-    node[next(iter(node)) if keys[-1] == "first" else keys[-1]] = eval(value)   # noqa: S307 - test literals
+    node[next(iter(node)) if keys[-1] == "first" else keys[-1]] = eval(value)  # noqa: S307 - test literals
     return record
 
 
@@ -168,8 +187,10 @@ def test_a_record_of_the_wrong_shape_is_named_corrupt_and_its_shard_redone(tmp_p
     for name, change in WRONG_SHAPES.items():
         record.write_text(json.dumps(_wrong_shape(json.loads(record.read_text()), change)))
         problems = validate_work_dir(work)
-        assert any(problem.startswith(f"{record}: decode part 00001 is corrupt: {record} is not a valid "
-                                      f"completion record (") for problem in problems), (name, problems)
+        assert any(
+            problem.startswith(f"{record}: decode part 00001 is corrupt: {record} is not a valid completion record (")
+            for problem in problems
+        ), (name, problems)
         assert run(capsys, "validate", "--work-dir", work)[0] == 1
         status = cli_output(capsys, "status", "--work-dir", work)
         assert f"decode part 00001 corrupt: {record} is not a valid completion record (" in status, name
@@ -183,15 +204,18 @@ def test_a_manifest_record_of_the_wrong_shape_is_named(tmp_path, videos, capsys)
     work = tmp_path / "work"
     assert run(capsys, "manifest", "--work-dir", work, "--input", videos)[0] == 0
     record = WorkDir(work).record("manifest")
-    for change in ({"shards": [0], "lineage": {}, "outputs": {}}, {"shards": {"0": 5}, "lineage": {}, "outputs": {}},
-                   {"lineage": {"config": []}, "outputs": {}, "shards": {}}):
+    for change in (
+        {"shards": [0], "lineage": {}, "outputs": {}},
+        {"shards": {"0": 5}, "lineage": {}, "outputs": {}},
+        {"lineage": {"config": []}, "outputs": {}, "shards": {}},
+    ):
         record.write_text(json.dumps(change))
         problems = validate_work_dir(work)
         assert len(problems) == 1 and problems[0].startswith(f"{record} is not a valid completion record ("), problems
         code, err = run(capsys, "decode", "--work-dir", work, "--quiet")
         assert code == 1 and err.startswith(f"decode: cannot run: {record} is not a valid completion record"), err
         assert err.count("\n") == 1
-        code, err = run(capsys, "manifest", "--work-dir", work, "--input", videos)   # made anew
+        code, err = run(capsys, "manifest", "--work-dir", work, "--input", videos)  # made anew
         assert code == 0 and validate_work_dir(work) == []
 
 
@@ -215,11 +239,27 @@ def finished_chain(tmp_path_factory):
     vectors, _, _ = planted_hierarchy(groups=3, subgroups=3, per_subgroup=4, seed=5)
     tables = make_work_dir(work, [vectors[:18], vectors[18:]], clips_per_video=9)
     for shard, table in tables.items():
-        rows = [{"video_id": video, "status": "ok", "source": "test", "language": "en", "language_prob": 0.9,
-                 "audio_s": 13.5, "sentences": [{"text": "Chop the onion.", "start_s": 0.0, "end_s": 3.0}],
-                 "words": []} for video in sorted(set(table["video_id"].to_pylist()))]
-        write_part(work, "asr", shard, pa.Table.from_pylist(rows, schema=schemas.ASR.arrow), schemas.ASR,
-                   record={"videos": len(rows)})
+        rows = [
+            {
+                "video_id": video,
+                "status": "ok",
+                "source": "test",
+                "language": "en",
+                "language_prob": 0.9,
+                "audio_s": 13.5,
+                "sentences": [{"text": "Chop the onion.", "start_s": 0.0, "end_s": 3.0}],
+                "words": [],
+            }
+            for video in sorted(set(table["video_id"].to_pylist()))
+        ]
+        write_part(
+            work,
+            "asr",
+            shard,
+            pa.Table.from_pylist(rows, schema=schemas.ASR.arrow),
+            schemas.ASR,
+            record={"videos": len(rows)},
+        )
     for stage in ("kmeans", "quantize", "align"):
         assert cli.main([stage, "--work-dir", str(work), "--quiet", *SETTINGS]) == 0, stage
     return work
@@ -289,7 +329,7 @@ def test_a_bit_flip_in_the_codebook_is_caught_before_any_token_is_made(chain, ca
     assert code == 1 and f"{WorkDir(work).codebook} does not match its sha256" in err
     assert "run the kmeans stage first" in err
     assert any("codebook.safetensors" in problem for problem in validate_work_dir(work))
-    code, err = run(capsys, "kmeans", "--work-dir", work, "--quiet", *settings)   # refit: the record was broken
+    code, err = run(capsys, "kmeans", "--work-dir", work, "--quiet", *settings)  # refit: the record was broken
     assert code == 0 and "corrupt" in err
     assert validate_work_dir(work) == []
 
@@ -308,6 +348,7 @@ def test_a_deleted_input_file_is_named_missing_not_corrupt(chain, capsys, name):
 
 
 # ---------------------------------------------------------------- exit codes and traces
+
 
 def test_exit_codes_for_no_videos_all_failing_and_a_stage_run_too_early(tmp_path, capsys):
     empty = tmp_path / "empty"
@@ -329,8 +370,7 @@ def test_exit_codes_for_no_videos_all_failing_and_a_stage_run_too_early(tmp_path
 
     code, err = run(capsys, "align", "--work-dir", work, "--quiet")
     assert code == 1 and "Traceback" not in err
-    assert err.strip().splitlines()[-1].endswith("run the quantize stage first") or \
-        "run the asr stage first" in err
+    assert err.strip().splitlines()[-1].endswith("run the quantize stage first") or "run the asr stage first" in err
 
 
 def test_a_crashed_shard_is_recorded_shown_by_status_and_errors_and_cleared_by_a_good_rerun(tmp_path, capsys):
@@ -347,14 +387,16 @@ def test_a_crashed_shard_is_recorded_shown_by_status_and_errors_and_cleared_by_a
     tables[1] = write_features_shard(work, 1, vectors[12:], provenance_hash="another-model", clips_per_video=6)
     write_features_manifest(work, tables)
     code, err = run(capsys, "quantize", "--work-dir", work, "--quiet", "--workers", "1", *settings)
-    assert code == 1 and "quantize part 00001 FAILED: ValueError: features part 1 has feature provenance " \
-        "another-model" in err
+    assert (
+        code == 1
+        and "quantize part 00001 FAILED: ValueError: features part 1 has feature provenance another-model" in err
+    )
     assert "Traceback" not in err
     failure = json.loads(WorkDir(work).failure("quantize", 1).read_text())
     assert "Traceback" in failure["traceback"] and failure["error"].startswith("ValueError: features part 1")
     status = cli_output(capsys, "status", "--work-dir", work)
     assert "quantize part 00001 failed: ValueError: features part 1 has feature provenance another-model" in status
-    assert cli.main(["errors", "--work-dir", str(work)]) == 1   # a crashed shard: the run is not done
+    assert cli.main(["errors", "--work-dir", str(work)]) == 1  # a crashed shard: the run is not done
     errors = capsys.readouterr().out
     assert "1 shard(s) crashed" in errors.splitlines()[0]
     assert "quantize  part 00001  (whole shard)  ValueError: features part 1 has feature provenance" in errors
@@ -367,6 +409,7 @@ def test_a_crashed_shard_is_recorded_shown_by_status_and_errors_and_cleared_by_a
 
 
 # ---------------------------------------------------------------- leftovers of killed runs
+
 
 def test_leftovers_of_killed_runs_are_removed_by_the_next_run(chain, capsys):
     import subprocess
@@ -385,4 +428,4 @@ def test_leftovers_of_killed_runs_are_removed_by_the_next_run(chain, capsys):
     assert run(capsys, "kmeans", "--work-dir", work, "--quiet", "--force", *settings)[0] == 0
     assert not sample.exists()
     assert run(capsys, "quantize", "--work-dir", work, "--quiet", *settings)[0] == 0
-    assert not part.exists() and live.exists()   # (the trainer's: tests/test_videobert.py)
+    assert not part.exists() and live.exists()  # (the trainer's: tests/test_videobert.py)

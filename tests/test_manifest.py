@@ -31,8 +31,14 @@ def test_folder_is_searched_recursively_with_sidecar_transcripts(tmp_path):
 
 
 def test_video_ids_are_unique_and_safe_file_names():
-    paths = ["dir/My Vidéo (1).mp4", "dir/My Vidéo (1).mkv", "../../etc/passwd.mp4", "a\x00b\nc.mp4",
-             "日本語/料理.mp4", "x" * 500 + ".mp4"]
+    paths = [
+        "dir/My Vidéo (1).mp4",
+        "dir/My Vidéo (1).mkv",
+        "../../etc/passwd.mp4",
+        "a\x00b\nc.mp4",
+        "日本語/料理.mp4",
+        "x" * 500 + ".mp4",
+    ]
     ids = [make_video_id(p) for p in paths]
     assert len(set(ids)) == len(ids)
     for video_id in ids:
@@ -54,7 +60,7 @@ def test_lists_txt_csv_parquet_with_duplicates_once(tmp_path):
     assert len(rows) == 2
     listed = {row["uri"].rsplit("/", 1)[1]: row for row in rows}
     assert listed["clip one.mp4"]["transcript_uri"].endswith("sub.srt")
-    assert listed["missing.mp4"]["bytes"] is None   # decode reports it as an error row
+    assert listed["missing.mp4"]["bytes"] is None  # decode reports it as an error row
     assert build_manifest(cfg, tmp_path / "list.parquet").num_rows == 1
 
 
@@ -88,6 +94,7 @@ def test_manifest_records_the_folder_transcripts_are_confined_to(tmp_path):
 def test_the_current_folder_as_work_dir(tmp_path, monkeypatch):
     """`--work-dir .`: records name their files inside the work dir whatever way its root is spelled."""
     from pipeline.engine.lineage import Lineage
+
     videos = tmp_path / "videos"
     _touch(videos / "a.mp4")
     work = tmp_path / "work"
@@ -96,18 +103,20 @@ def test_the_current_folder_as_work_dir(tmp_path, monkeypatch):
     write_manifest(load_config(None, []), videos, ".")
     checker = Lineage(".")
     assert checker.manifest_shards() == [0]
-    assert checker.verified("manifest", None, checker.work.manifest) == checker.work.manifest   # its sha256 matches
+    assert checker.verified("manifest", None, checker.work.manifest) == checker.work.manifest  # its sha256 matches
     assert storage.relative_name(".", "manifest/manifest.parquet") == "manifest/manifest.parquet"
 
 
 def _decode_and_asr(cfg, work):
     from pipeline.engine import runner
+
     for stage in ("decode", "asr"):
         runner.run_one_shard(cfg, work, stage, 0, quiet=True)
 
 
 def _sentences(work):
     from pipeline.engine.workdir import WorkDir
+
     return [s["text"] for row in pq.read_table(WorkDir(work).part("asr", 0)).to_pylist() for s in row["sentences"]]
 
 
@@ -116,6 +125,7 @@ def test_a_transcript_added_or_removed_beside_a_listed_video_redoes_asr_but_not_
 
     from pipeline.engine.lineage import Lineage
     from pipeline.engine.workdir import WorkDir
+
     folder, work = tmp_path / "videos", tmp_path / "work"
     folder.mkdir()
     make_video(folder / "one.mp4", duration_s=1.0)
@@ -142,7 +152,7 @@ def test_a_transcript_added_or_removed_beside_a_listed_video_redoes_asr_but_not_
     assert Lineage(work, cfg).state("asr", 0).status == "stale"
     _decode_and_asr(cfg, work)
     assert _sentences(work) == ["captions that came later."]
-    assert WorkDir(work).record("decode", 0).read_bytes() == decode_record   # decode was not redone
+    assert WorkDir(work).record("decode", 0).read_bytes() == decode_record  # decode was not redone
     assert write_manifest(cfg, folder, work)[2].get("unchanged")
 
 
@@ -152,6 +162,7 @@ def test_a_moved_input_folder_rewrites_the_paths_and_redoes_nothing(tmp_path):
     from pipeline.engine.lineage import Lineage
     from pipeline.engine.manifest import recorded_transcript_root
     from pipeline.engine.workdir import WorkDir
+
     old, new, work = tmp_path / "old", tmp_path / "new", tmp_path / "work"
     old.mkdir()
     make_video(old / "one.mp4", duration_s=1.0)
@@ -159,7 +170,7 @@ def test_a_moved_input_folder_rewrites_the_paths_and_redoes_nothing(tmp_path):
     cfg = load_config(None, ["asr.language=en"])
     write_manifest(cfg, old, work)
     _decode_and_asr(cfg, work)
-    old.rename(new)   # a move keeps the files' modification times
+    old.rename(new)  # a move keeps the files' modification times
     _, table, changes = write_manifest(cfg, new, work)
     assert not changes.get("unchanged") and changes["changed_shards"] == []
     assert table["uri"].to_pylist() == [str(new / "one.mp4")]
@@ -177,6 +188,7 @@ def test_a_video_rewritten_in_place_with_the_same_size_is_redone_and_validate_sa
 
     from pipeline.engine.lineage import Lineage
     from reports.validate import validate_work_dir
+
     folder, work = tmp_path / "videos", tmp_path / "work"
     folder.mkdir()
     video = make_video(folder / "one.mp4", duration_s=1.0)
@@ -184,6 +196,7 @@ def test_a_video_rewritten_in_place_with_the_same_size_is_redone_and_validate_sa
     rows = write_manifest(cfg, folder, work)[1].to_pylist()
     assert rows[0]["content_tag"] == f"mtime:{video.stat().st_mtime_ns}"
     from pipeline.engine import runner
+
     runner.run_one_shard(cfg, work, "decode", 0, quiet=True)
     assert validate_work_dir(work) == []
     data = bytearray(video.read_bytes())
@@ -201,6 +214,7 @@ def test_object_storage_listings_give_a_content_tag(tmp_path):
     import fsspec
 
     from pipeline.engine.manifest import list_videos, remote_tag
+
     fs = fsspec.filesystem("memory")
     fs.pipe("/tagged/one.mp4", b"bytes")
     try:
@@ -219,13 +233,14 @@ def test_a_file_name_that_is_not_utf8_is_listed_by_its_bytes_and_decoded(tmp_pat
 
     from pipeline.engine import runner
     from pipeline.engine.workdir import WorkDir
+
     folder, work = tmp_path / "videos", tmp_path / "work"
     folder.mkdir()
     make_video(folder / "plain.mp4", duration_s=1.0)
     (folder / "plain.vtt").write_text("WEBVTT\n\n00:00:00.000 --> 00:00:00.900\nrien.\n")
     make_video(folder / "latin.mp4", duration_s=1.0)
     (folder / "latin.vtt").write_text("WEBVTT\n\n00:00:00.000 --> 00:00:00.900\nbonjour tout le monde.\n")
-    raw = os.fsencode(folder) + b"/caf\xe9"   # Latin-1 bytes: not UTF-8
+    raw = os.fsencode(folder) + b"/caf\xe9"  # Latin-1 bytes: not UTF-8
     os.rename(folder / "latin.mp4", raw + b".mp4")
     os.rename(folder / "latin.vtt", raw + b".vtt")
     # and one that is neither a video nor a transcript: error rows that name it, the shard complete

@@ -14,16 +14,31 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-
 from media_factory import make_video
+
 from pipeline import cli
 
 REPO = Path(__file__).resolve().parent.parent
-SETTINGS = ["features.weights=random", "decode.clip_frames=14", "decode.min_clip_frames=7", "kmeans.depth=1",
-            "kmeans.k=2", "shards.videos_per_shard=1", "features.decode_workers=0", "executor.workers=1",
-            "kmeans.workers=1"]
-TRAIN = ["train.init_checkpoint=random:tiny", "train.batch_size=4", "train.max_steps=4", "train.num_workers=0",
-         "train.checkpoint_every=2", "train.max_len=32", "train.num_threads=1"]
+SETTINGS = [
+    "features.weights=random",
+    "decode.clip_frames=14",
+    "decode.min_clip_frames=7",
+    "kmeans.depth=1",
+    "kmeans.k=2",
+    "shards.videos_per_shard=1",
+    "features.decode_workers=0",
+    "executor.workers=1",
+    "kmeans.workers=1",
+]
+TRAIN = [
+    "train.init_checkpoint=random:tiny",
+    "train.batch_size=4",
+    "train.max_steps=4",
+    "train.num_workers=0",
+    "train.checkpoint_every=2",
+    "train.max_len=32",
+    "train.num_threads=1",
+]
 STAGES = ("decode", "features", "kmeans", "quantize", "asr", "align")
 
 
@@ -35,8 +50,12 @@ def _free_port() -> int:
 
 def start_moto(port: int, env: dict | None = None) -> subprocess.Popen:
     """A moto S3 server on 127.0.0.1:`port` (with `env` added to its environment), once it accepts connections."""
-    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                              env={**os.environ, **(env or {})}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        env={**os.environ, **(env or {})},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.time() + 30
     while time.time() < deadline:
         try:
@@ -54,11 +73,16 @@ def s3(tmp_path_factory):
     pytest.importorskip("s3fs")
     port = _free_port()
     server = start_moto(port)
-    env = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "testing",
-           "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
+    env = {
+        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }
     saved = {key: os.environ.get(key) for key in env}
     os.environ.update(env)
     import fsspec
+
     fs = fsspec.filesystem("s3", skip_instance_cache=True)
     fs.mkdir("videobert")
     yield fs, env
@@ -103,10 +127,16 @@ def test_the_pipeline_on_object_storage_writes_the_shards_of_a_local_run(s3, tmp
     assert "valid:" in _cli(capsys, "validate", "--work-dir", remote)
 
     # every data file: byte for byte, but for the columns that name where a video was read from
-    local_files = sorted(str(path.relative_to(local)) for path in local.rglob("*.parquet")
-                         if not path.relative_to(local).parts[0].startswith("_"))
-    remote_files = sorted(name[len("videobert/run/"):] for name in fs.find("videobert/run")
-                          if name.endswith(".parquet") and not name.startswith("videobert/run/_"))
+    local_files = sorted(
+        str(path.relative_to(local))
+        for path in local.rglob("*.parquet")
+        if not path.relative_to(local).parts[0].startswith("_")
+    )
+    remote_files = sorted(
+        name[len("videobert/run/") :]
+        for name in fs.find("videobert/run")
+        if name.endswith(".parquet") and not name.startswith("videobert/run/_")
+    )
     assert local_files == remote_files and any(name.startswith("align/") for name in local_files)
     for name in local_files:
         remote_bytes = fs.cat_file(f"videobert/run/{name}")
@@ -131,7 +161,7 @@ def test_the_pipeline_on_object_storage_writes_the_shards_of_a_local_run(s3, tmp
     _cli(capsys, "train", "--work-dir", remote, *_settings(TRAIN), "--quiet")
     names = fs.find("videobert/run/train")
     assert {"videobert/run/train/checkpoints/step-00000004/trainer.pt", "videobert/run/train/log.jsonl"} <= set(names)
-    shutil.rmtree(Path.home() / ".cache" / "videobert" / "train-mirrors", ignore_errors=True)   # a fresh machine
+    shutil.rmtree(Path.home() / ".cache" / "videobert" / "train-mirrors", ignore_errors=True)  # a fresh machine
     resumed = _cli(capsys, "train", "--work-dir", remote, *_settings([*TRAIN, "train.max_steps=6"]), "--resume")
     assert '"step": 6' in resumed and '"steps_this_run": 2' in resumed
     assert "videobert/run/train/checkpoints/step-00000006/trainer.pt" in fs.find("videobert/run/train")
@@ -142,26 +172,38 @@ def test_an_unreachable_endpoint_is_one_line_naming_the_bucket(tmp_path, command
     """AWS_ENDPOINT_URL at a port where nothing listens: one line naming the bucket and the endpoint, no
     traceback (one attempt per request here, AWS_MAX_ATTEMPTS: the test stays short)."""
     pytest.importorskip("s3fs")
-    endpoint = f"http://127.0.0.1:{_free_port()}"      # bound and closed again: nothing listens there
-    env = {**os.environ, "AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "testing",
-           "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1", "AWS_MAX_ATTEMPTS": "1"}
-    if command[0] == "manifest":   # the input on the store, the work dir local
+    endpoint = f"http://127.0.0.1:{_free_port()}"  # bound and closed again: nothing listens there
+    env = {
+        **os.environ,
+        "AWS_ENDPOINT_URL": endpoint,
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_MAX_ATTEMPTS": "1",
+    }
+    if command[0] == "manifest":  # the input on the store, the work dir local
         args = ["manifest", "--input", "s3://no-such-store/videos", "--work-dir", str(tmp_path / "w")]
         bucket = "bucket no-such-store (s3://no-such-store/videos)"
     else:
         args = [*command, "--work-dir", "s3://no-such-store/run1"]
         bucket = "bucket no-such-store (s3://no-such-store/run1)"
-    result = subprocess.run([sys.executable, "-m", "pipeline", *args], capture_output=True, text=True, cwd=REPO,
-                            env=env, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-m", "pipeline", *args], capture_output=True, text=True, cwd=REPO, env=env, timeout=300
+    )
     assert result.returncode == 1, result.stderr[-2000:]
     assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr, result.stderr[-2000:]
-    assert result.stderr.startswith(f"{args[0]}: error: object storage: {bucket} at {endpoint}: "
-                                    f"EndpointConnectionError: Could not connect to the endpoint URL"), result.stderr
+    assert result.stderr.startswith(
+        f"{args[0]}: error: object storage: {bucket} at {endpoint}: "
+        f"EndpointConnectionError: Could not connect to the endpoint URL"
+    ), result.stderr
 
 
 def test_a_missing_bucket_is_one_line_naming_it(s3, capsys):
     for command in (["decode"], ["manifest", "--input", str(REPO / "samples")]):
         code = cli.main([*command, "--work-dir", "s3://no-such-bucket/run1", "--quiet"])
         err = capsys.readouterr().err
-        assert code == 1 and err == f"{command[0]}: error: The specified bucket does not exist (object storage: " \
-                                    f"bucket no-such-bucket)\n", err
+        assert (
+            code == 1
+            and err
+            == f"{command[0]}: error: The specified bucket does not exist (object storage: bucket no-such-bucket)\n"
+        ), err

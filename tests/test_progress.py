@@ -62,17 +62,31 @@ def test_hours_long_work_logs_with_readable_rates_and_durations(clock):
     assert line == "[features] 1/200 shards, 1 shards/h, 40 videos/h, ETA 8d07h, 1h00m elapsed"
 
 
-@pytest.mark.parametrize("count, seconds, unit, expected", [
-    (1560, 1.0, "clips", "1,560 clips/s"), (12, 10.0, "videos", "1.2 videos/s"),
-    (1, 86.0, "shards", "41.9 shards/h"), (41, 60.0, "shards", "41 shards/min"),
-    (1, 3 * 3600.0, "shards", "3 h/shard"), (0, 5.0, "videos", "0 videos/s"), (3, 0.0, "videos", "-")])
+@pytest.mark.parametrize(
+    "count, seconds, unit, expected",
+    [
+        (1560, 1.0, "clips", "1,560 clips/s"),
+        (12, 10.0, "videos", "1.2 videos/s"),
+        (1, 86.0, "shards", "41.9 shards/h"),
+        (41, 60.0, "shards", "41 shards/min"),
+        (1, 3 * 3600.0, "shards", "3 h/shard"),
+        (0, 5.0, "videos", "0 videos/s"),
+        (3, 0.0, "videos", "-"),
+    ],
+)
 def test_rates_use_the_unit_that_gives_a_number_of_at_least_one(count, seconds, unit, expected):
     assert format_rate(count, seconds, unit) == expected
 
 
 def test_numbers_and_durations_are_written_without_exponents():
-    assert [format_number(v) for v in (0.0116, 0.000123, 7.5, 41.25, 1560.4, 1234567.0)] == \
-        ["0.0116", "0.000123", "7.5", "41.2", "1,560", "1,234,567"]
+    assert [format_number(v) for v in (0.0116, 0.000123, 7.5, 41.25, 1560.4, 1234567.0)] == [
+        "0.0116",
+        "0.000123",
+        "7.5",
+        "41.2",
+        "1,560",
+        "1,234,567",
+    ]
     assert [format_duration(s) for s in (0.4, 59, 65, 3725, 90000)] == ["0s", "59s", "1m05s", "1h02m", "1d01h"]
 
 
@@ -106,7 +120,7 @@ def test_on_a_terminal_it_draws_a_bar():
 
 @pytest.mark.parametrize("workers", [1, 2])
 def test_local_executor_counts_shards_in_the_parent(tmp_path, monkeypatch, capsys, workers):
-    work = factory.make_work_dir(tmp_path, stages=("decode",))   # both shards complete: they are skipped
+    work = factory.make_work_dir(tmp_path, stages=("decode",))  # both shards complete: they are skipped
     monkeypatch.setattr(Progress, "LOG_EVERY_S", 0.0)
     results = LocalExecutor(load_config(None, []), workers).run_shards(work, "decode", [1, 0])
     assert [r["shard"] for r in results] == [1, 0] and all(r["skipped"] for r in results)

@@ -23,8 +23,14 @@ def fitted(tmp_path_factory):
     tables = make_work_dir(work_dir, [vectors[:500], vectors[500:]], clips_per_video=40)
     cfg = load_config(None, SETTINGS)
     kmeans.run(cfg, work_dir, LocalExecutor(cfg, workers=1), quiet=True)
-    return {"work_dir": work_dir, "cfg": cfg, "tables": tables, "vectors": vectors, "group": group,
-            "subgroup": subgroup}
+    return {
+        "work_dir": work_dir,
+        "cfg": cfg,
+        "tables": tables,
+        "vectors": vectors,
+        "group": group,
+        "subgroup": subgroup,
+    }
 
 
 def test_tokens_are_the_tree_descent_of_each_clip(fitted):
@@ -44,17 +50,25 @@ def test_tokens_are_the_tree_descent_of_each_clip(fitted):
         assert metadata.codebook_sha256 == storage.file_sha256(work_dir / "kmeans" / "codebook.safetensors")
         assert metadata.feature_provenance_hash == PROVENANCE_HASH
         # the same clip in the features shard: its vector descended by hand
-        vectors = {(v, c): np.asarray(f, dtype=np.float32) for v, c, f in zip(
-            features["video_id"].to_pylist(), features["clip_index"].to_pylist(),
-            features["feature"].to_numpy(zero_copy_only=False))}
+        vectors = {
+            (v, c): np.asarray(f, dtype=np.float32)
+            for v, c, f in zip(
+                features["video_id"].to_pylist(),
+                features["clip_index"].to_pylist(),
+                features["feature"].to_numpy(zero_copy_only=False),
+            )
+        }
         for key, token, start_s in zip(keys, table["token"].to_pylist(), table["start_s"].to_pylist()):
             path_rows, margins = brute_force_descent(codebook.centroids, codebook.counts, 12, vectors[key])
             assert token == path_rows[-1] or min(margins) < 1e-5 * float(vectors[key] @ vectors[key])
             assert start_s == key[1] * 1.5
             tokens_by_clip[key] = token
     # the planted subgroups become the visual words: one token per subgroup, all 144 distinct
-    all_features = [row for shard in fitted["tables"].values() for row in
-                    zip(shard["video_id"].to_pylist(), shard["clip_index"].to_pylist())]
+    all_features = [
+        row
+        for shard in fitted["tables"].values()
+        for row in zip(shard["video_id"].to_pylist(), shard["clip_index"].to_pylist())
+    ]
     words = {(g, s): set() for g, s in zip(fitted["group"].tolist(), fitted["subgroup"].tolist())}
     for key, g, s in zip(all_features, fitted["group"].tolist(), fitted["subgroup"].tolist()):
         words[(g, s)].add(tokens_by_clip[key])

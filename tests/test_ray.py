@@ -25,8 +25,14 @@ ray = pytest.importorskip("ray")
 from pipeline.executors.ray import RayExecutor, task_options  # noqa: E402
 
 # the smallest clips S3D takes (14 frames), random weights: each clip costs about a second on 2 cores
-TINY_FEATURES = ["features.weights=random", "decode.clip_frames=14", "decode.min_clip_frames=7",
-                 "features.batch_size=2", "features.decode_workers=2", "shards.videos_per_shard=2"]
+TINY_FEATURES = [
+    "features.weights=random",
+    "decode.clip_frames=14",
+    "decode.min_clip_frames=7",
+    "features.batch_size=2",
+    "features.decode_workers=2",
+    "shards.videos_per_shard=2",
+]
 
 
 @pytest.fixture(scope="module")
@@ -44,14 +50,15 @@ def _outputs(work: Path) -> dict[str, bytes]:
 def test_decode_and_features_are_byte_identical_to_the_local_executor(tmp_path, ray_instance):
     videos = tmp_path / "videos"
     videos.mkdir()
-    make_video(videos / "a.mp4", duration_s=1.7, fps=25)    # two clips
-    make_video(videos / "b.mp4", duration_s=0.8, fps=30)    # one
-    make_video(videos / "c.mp4", duration_s=1.0, fps=24)    # one
-    (videos / "broken.mp4").write_text("not a video")       # an error row in both stages
+    make_video(videos / "a.mp4", duration_s=1.7, fps=25)  # two clips
+    make_video(videos / "b.mp4", duration_s=0.8, fps=30)  # one
+    make_video(videos / "c.mp4", duration_s=1.0, fps=24)  # one
+    (videos / "broken.mp4").write_text("not a video")  # an error row in both stages
     # features on Ray: the shard's two producer streams (decode_workers=2) are decode tasks feeding one
     # encoder actor (on CPU here; on a cluster it asks for a GPU)
-    cfg = load_config(None, TINY_FEATURES + ["features.ray_models=1",
-                                             "executor.ray_resources={features_model: {num_gpus: 0}}"])
+    cfg = load_config(
+        None, TINY_FEATURES + ["features.ray_models=1", "executor.ray_resources={features_model: {num_gpus: 0}}"]
+    )
     local, distributed = tmp_path / "local", tmp_path / "ray"
     for work in (local, distributed):
         write_manifest(cfg, videos, work)
@@ -75,8 +82,9 @@ def test_decode_and_features_are_byte_identical_to_the_local_executor(tmp_path, 
         for shard in shards:
             WorkDir(work).record("decode", shard).unlink()
     LocalExecutor(cfg, workers=1).run_shards(local, "decode", shards, quiet=True)
-    assert not any(r.get("failed") or r.get("skipped") for r in executor.run_shards(distributed, "decode", shards,
-                                                                                      quiet=True))
+    assert not any(
+        r.get("failed") or r.get("skipped") for r in executor.run_shards(distributed, "decode", shards, quiet=True)
+    )
     assert _outputs(distributed) == _outputs(local)
 
 
@@ -89,22 +97,23 @@ def test_a_shard_that_keeps_failing_is_reported_with_its_log_and_the_others_comp
     pin_codebook(tmp_path)
     # shard 1's features come from another S3D: quantize refuses them on every attempt
     write_features_shard(tmp_path, 1, vectors[12:], provenance_hash="another-model", clips_per_video=6)
-    write_features_manifest(tmp_path, {index: pq.read_table(WorkDir(tmp_path).part("features", index))
-                                       for index in (0, 1)})
+    write_features_manifest(
+        tmp_path, {index: pq.read_table(WorkDir(tmp_path).part("features", index)) for index in (0, 1)}
+    )
 
-    args = ["quantize", "--work-dir", str(tmp_path), "--executor", "ray", "--quiet"] + \
-        [part for setting in settings for part in ("--set", setting)]
+    args = ["quantize", "--work-dir", str(tmp_path), "--executor", "ray", "--quiet"] + [
+        part for setting in settings for part in ("--set", setting)
+    ]
     assert cli.main(args) == 1
     err = capsys.readouterr().err
     assert "1 shard(s) run, 0 already current, 1 failed" in err
     assert "quantize part 00001 FAILED: ValueError: features part 1 has feature provenance another-model" in err
     assert "(after 2 attempt(s))" in err and str(WorkDir(tmp_path).shard_log("quantize", 1)) in err
     log = WorkDir(tmp_path).shard_log("quantize", 1).read_text()
-    assert log.count(": attempt on ") == 2 and log.count(": attempt failed") == 2   # retried once
-    assert Lineage(tmp_path).current("quantize", 0)                    # kept
+    assert log.count(": attempt on ") == 2 and log.count(": attempt failed") == 2  # retried once
+    assert Lineage(tmp_path).current("quantize", 0)  # kept
     assert not Lineage(tmp_path).current("quantize", 1)
-    assert "quantize part 00001 failed: ValueError: features part 1 has feature provenance" \
-        in status_text(tmp_path)
+    assert "quantize part 00001 failed: ValueError: features part 1 has feature provenance" in status_text(tmp_path)
 
     write_features_shard(tmp_path, 1, vectors[12:], provenance_hash=PROVENANCE_HASH, clips_per_video=6)
     assert cli.main(args) == 0
@@ -133,10 +142,14 @@ def test_map_retries_a_part_that_raised_or_whose_worker_died(tmp_path, ray_insta
         if first and item == 1:
             raise RuntimeError("transient failure")
         if first and item == 2:
-            os._exit(1)   # the worker process dies, as on a lost node or the OOM killer
+            os._exit(1)  # the worker process dies, as on a lost node or the OOM killer
         return item * 10
 
-    assert RayExecutor(load_config(None, ["executor.max_retries=1"])).map(flaky, [0, 1, 2], role="kmeans") == [0, 10, 20]
+    assert RayExecutor(load_config(None, ["executor.max_retries=1"])).map(flaky, [0, 1, 2], role="kmeans") == [
+        0,
+        10,
+        20,
+    ]
 
     def always_fails(item):
         raise ValueError(f"part {item} is broken")
@@ -146,17 +159,20 @@ def test_map_retries_a_part_that_raised_or_whose_worker_died(tmp_path, ray_insta
 
 
 def test_task_resources_come_from_the_config_over_the_defaults():
-    cfg = load_config(None, ["executor.ray_resources={features_model: {num_gpus: 0.5, memory_gb: 8}, "
-                             "asr: {num_gpus: 1}}"])
+    cfg = load_config(
+        None, ["executor.ray_resources={features_model: {num_gpus: 0.5, memory_gb: 8}, asr: {num_gpus: 1}}"]
+    )
     assert task_options(cfg, "features_model") == {"num_cpus": 1, "num_gpus": 0.5, "memory": 8 * 2**30}
-    assert task_options(cfg, "asr") == {"num_cpus": 2, "num_gpus": 1}      # num_cpus kept from the defaults
+    assert task_options(cfg, "asr") == {"num_cpus": 2, "num_gpus": 1}  # num_cpus kept from the defaults
     assert task_options(cfg, "decode") == {"num_cpus": 1, "num_gpus": 0}
     with pytest.raises(ConfigError, match="executor.ray_resources.featurs"):
         load_config(None, ["executor.ray_resources={featurs: {num_gpus: 1}}"])
     with pytest.raises(ConfigError, match="executor.ray_resources.asr.gpus"):
         load_config(None, ["executor.ray_resources={asr: {gpus: 1}}"])
-    assert task_options(load_config(None, ["executor.ray_resources={decode: {num_cpus: 0.25}}"]),
-                        "decode")["num_cpus"] == 0.25
+    assert (
+        task_options(load_config(None, ["executor.ray_resources={decode: {num_cpus: 0.25}}"]), "decode")["num_cpus"]
+        == 0.25
+    )
 
 
 def test_the_ray_executor_names_no_stage():
@@ -166,6 +182,7 @@ def test_the_ray_executor_names_no_stage():
 
     from pipeline import registry
     from pipeline.executors import ray as ray_executor
+
     source = Path(ray_executor.__file__).read_text()
     assert not re.search(r"stage *(==|!=|in) ", source)
     assert [name for name in registry.NAMES if re.search(rf"[\"']{name}[\"']", source)] == ["kmeans"]
@@ -174,14 +191,18 @@ def test_the_ray_executor_names_no_stage():
 
 def test_a_task_no_node_can_hold_is_named_before_it_is_submitted():
     from pipeline.executors.ray import infeasible
-    nodes = [{"Alive": True, "Resources": {"CPU": 3.0, "memory": 16 * 2**30}},
-             {"Alive": True, "Resources": {"CPU": 1.0, "GPU": 1.0, "memory": 2**30}},
-             {"Alive": False, "Resources": {"CPU": 64.0, "GPU": 8.0}}]          # a dead node holds nothing
+
+    nodes = [
+        {"Alive": True, "Resources": {"CPU": 3.0, "memory": 16 * 2**30}},
+        {"Alive": True, "Resources": {"CPU": 1.0, "GPU": 1.0, "memory": 2**30}},
+        {"Alive": False, "Resources": {"CPU": 64.0, "GPU": 8.0}},
+    ]  # a dead node holds nothing
     assert infeasible("asr", {"num_cpus": 1, "num_gpus": 1}, nodes) is None
     assert infeasible("asr", {"num_cpus": 3, "num_gpus": 0}, nodes) is None
     assert infeasible("asr", {"num_cpus": 16, "num_gpus": 0}, nodes) == (
         "executor.ray_resources.asr asks for 16 CPU(s) per task, but no node of the Ray cluster has that (its 2 "
-        "node(s) have at most 3 CPUs, 1 GPUs, 16.0 GB of memory): lower it, or add such a node")
+        "node(s) have at most 3 CPUs, 1 GPUs, 16.0 GB of memory): lower it, or add such a node"
+    )
     # each alone fits a node, together none: both named
     assert "asks for 2 CPU(s), 1 GPU(s) per task" in infeasible("asr", {"num_cpus": 2, "num_gpus": 1}, nodes)
     assert "asks for 1024 GB of memory per task" in infeasible("asr", {"num_cpus": 1, "memory": 2**40}, nodes)

@@ -20,21 +20,25 @@ def run(capsys, *args) -> tuple[int, str]:
 
 
 def decoded(work) -> set[str]:
-    return {video for _, path in Lineage(work).current_parts("decode")
-            for video in pq.read_table(path, columns=["video_id"])["video_id"].to_pylist()}
+    return {
+        video
+        for _, path in Lineage(work).current_parts("decode")
+        for video in pq.read_table(path, columns=["video_id"])["video_id"].to_pylist()
+    }
 
 
 def on_a_terminal(monkeypatch, answer: str) -> None:
     """stdin and stderr as a terminal's, the user typing `answer`."""
+
     class Terminal(io.StringIO):
         def isatty(self) -> bool:
             return True
+
     monkeypatch.setattr(sys, "stdin", Terminal(answer))
     monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
 
 
-def test_a_relisting_that_drops_finished_videos_is_refused_then_kept_aside_and_restored(tmp_path, capsys,
-                                                                                      monkeypatch):
+def test_a_relisting_that_drops_finished_videos_is_refused_then_kept_aside_and_restored(tmp_path, capsys, monkeypatch):
     videos = one_clip_videos(tmp_path / "videos", 4)
     work = tmp_path / "work"
     assert run(capsys, "manifest", "--work-dir", work, "--input", videos, *SETTINGS)[0] == 0

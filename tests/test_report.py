@@ -37,7 +37,7 @@ def test_numbers_match_the_work_dir(report):
     words = data["visual_words"]
     assert words["clips_quantized"] == sum(factory.CLIPS.values()) == sum(words["frequency_by_rank"])
     assert words["frequency_by_rank"] == sorted(words["frequency_by_rank"], reverse=True)
-    assert words["empty_leaves"] == 1 and words["leaves"] == factory.K ** factory.DEPTH
+    assert words["empty_leaves"] == 1 and words["leaves"] == factory.K**factory.DEPTH
     assert [level["size_bins"]["0"] for level in words["levels"]] == [0, 1]
     assert sum(words["levels"][1]["size_bins"].values()) == 9
     text = data["text"]
@@ -57,10 +57,10 @@ def test_numbers_match_the_work_dir(report):
 def test_page_is_self_contained_with_every_image_and_plot(report):
     _, page, data = report
     assert "<script" not in page and "<link" not in page and "@import" not in page
-    assert not re.search(r'(src|href)="(https?:)?//', page)   # nothing fetched from a network
+    assert not re.search(r'(src|href)="(https?:)?//', page)  # nothing fetched from a network
     sources = re.findall(r'<img src="([^"]+)"', page)
     example = data["examples"][0]
-    assert [e["video_id"] for e in data["examples"]] == ["v0"]   # the only video with text
+    assert [e["video_id"] for e in data["examples"]] == ["v0"]  # the only video with text
     assert len(sources) == len(example["clips"]) == len(example["visual_ids"]) == 4
     for source in sources:
         assert source.startswith("data:image/jpeg;base64,")
@@ -69,15 +69,21 @@ def test_page_is_self_contained_with_every_image_and_plot(report):
     assert re.findall(r"<figcaption>v(\d+)</figcaption>", page) == [str(t) for t in example["visual_ids"]]
     assert "cut the onions into thin slices." in page
     titles = re.findall(r"<svg [^>]*><title>([^<]+)</title>", page)
-    assert titles == ["visual-token frequency by rank", "level 1: 3 nodes, 0 empty", "level 2: 9 nodes, 1 empty",
-                      "share of each video&#x27;s clips inside a text segment", "words per ASR sentence",
-                      "WordPiece tokens per text segment"]
+    assert titles == [
+        "visual-token frequency by rank",
+        "level 1: 3 nodes, 0 empty",
+        "level 2: 9 nodes, 1 empty",
+        "share of each video&#x27;s clips inside a text segment",
+        "words per ASR sentence",
+        "WordPiece tokens per text segment",
+    ]
     assert page.count("<polyline") == 1
-    stage_rows = re.findall(r'<tr><td class="text">(decode|features|quantize|asr|align)</td><td class="num">2/2</td>',
-                            page)
+    stage_rows = re.findall(
+        r'<tr><td class="text">(decode|features|quantize|asr|align)</td><td class="num">2/2</td>', page
+    )
     assert stage_rows == ["decode", "features", "quantize", "asr", "align"]
     assert "VideoDecodeError" in page and "Invalid data found when processing input" in page
-    assert "not semantic" in page   # random S3D weights are flagged
+    assert "not semantic" in page  # random S3D weights are flagged
 
 
 def test_report_is_deterministic(work, report):
@@ -96,8 +102,16 @@ def test_training_log_is_plotted(tmp_path):
     work = factory.make_work_dir(tmp_path)
     (work / "train").mkdir()
     records = [{"event": "start", "step": 0}] + [
-        {"event": "train", "step": step, "loss": 10.0 / step, "mlm_text_loss": 2.0, "mlm_text_acc": 0.25,
-         "tokens_per_s": 900.0} for step in (5, 10, 15)]
+        {
+            "event": "train",
+            "step": step,
+            "loss": 10.0 / step,
+            "mlm_text_loss": 2.0,
+            "mlm_text_acc": 0.25,
+            "tokens_per_s": 900.0,
+        }
+        for step in (5, 10, 15)
+    ]
     (work / "train" / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     page = write_report(load_config(None, []), work).read_text()
     assert "<title>training loss</title>" in page and "step 15, loss 0.6667" in page
@@ -130,10 +144,25 @@ def test_report_renders_in_headless_chromium(report, tmp_path):
     probed = tmp_path / "report.html"
     probed.write_text(page.replace("<head>", "<head>" + PROBE, 1))
     result = subprocess.run(
-        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=5000", "--dump-dom",
-         probed.as_uri()], capture_output=True, text=True, timeout=120)
+        [
+            CHROMIUM,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            f"--user-data-dir={tmp_path / 'profile'}",
+            "--virtual-time-budget=5000",
+            "--dump-dom",
+            probed.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     found = re.search(r'<pre id="probe">(.*?)</pre>', result.stdout, re.S)
     assert found, result.stderr[-2000:]
     probe = json.loads(html.unescape(found.group(1)))
@@ -156,38 +185,48 @@ def _charts(page: str) -> list[str]:
 @pytest.mark.parametrize("values", [[1], [3, 1, 2], [13, 11, 7], [0, 4, 1560], [5, 5, 5, 5]])
 def test_count_bars_have_whole_number_ticks_and_room_above_the_tallest(values):
     from reports.svg import TOP, svg_bars
+
     chart = svg_bars([str(i) for i in range(len(values))], values, title="t", x_label="x", y_label="n")
     ticks = Y_TICK.findall(chart)
     assert ticks and all(re.fullmatch(r"\d+(\.\d+)?k?", tick) for tick in ticks), ticks
     assert all(float(tick.rstrip("k")) * (1000 if tick.endswith("k") else 1) % 1 == 0 for tick in ticks)
     tops = [float(y) for y, height in BAR.findall(chart) if float(height) > 0]
-    assert min(tops) > TOP + 1      # the tallest bar ends below the frame's top edge
+    assert min(tops) > TOP + 1  # the tallest bar ends below the frame's top edge
     if 1560 in values:
-        assert "2: 1,560</title>" in chart       # the bar's own value, as a reader writes it
+        assert "2: 1,560</title>" in chart  # the bar's own value, as a reader writes it
 
 
 def test_report_charts_have_integer_count_ticks_headroom_and_matching_captions(report):
     _, page, _ = report
     from reports.svg import TOP
+
     for chart in _charts(page):
         title = re.search(r"<title>([^<]+)</title>", chart).group(1)
-        if BAR.search(chart):     # bar charts: every one counts something
+        if BAR.search(chart):  # bar charts: every one counts something
             assert all(re.fullmatch(r"\d+k?", tick) for tick in Y_TICK.findall(chart)), title
             assert min(float(y) for y, _ in BAR.findall(chart)) > TOP + 1, title
     assert "last bin" not in page and "e+" not in page and "e-0" not in page
     # neither the words nor the WordPiece lengths reach their caps here: the captions say nothing of a cap
     labels = X_LABEL.findall(page)
     assert "words" in labels and "tokens" in labels
-    assert '<td class="num">7.75 clips/s</td>' in page      # decode: 31 clips in 4 shard-seconds
+    assert '<td class="num">7.75 clips/s</td>' in page  # decode: 31 clips in 4 shard-seconds
 
 
 def test_a_capped_length_histogram_names_its_last_bin_as_the_axis_shows_it():
     from reports.text import text_html as _text_html
+
     wordpieces = [0] * 65
-    wordpieces[5], wordpieces[64] = 3, 2           # two segments at train.max_len 64 or longer
-    text = {"asr_status": {"ok": 1}, "languages": {"en": 1}, "text_languages": ["en"],
-            "words_per_sentence": [0] * 61, "segments": {}, "coverage": {},
-            "wordpieces_per_text_segment": wordpieces, "wordpiece_cap": 64}
+    wordpieces[5], wordpieces[64] = 3, 2  # two segments at train.max_len 64 or longer
+    text = {
+        "asr_status": {"ok": 1},
+        "languages": {"en": 1},
+        "text_languages": ["en"],
+        "words_per_sentence": [0] * 61,
+        "segments": {},
+        "coverage": {},
+        "wordpieces_per_text_segment": wordpieces,
+        "wordpiece_cap": 64,
+    }
     chart = _charts(_text_html(text))[-1]
     shown = re.findall(r'<text x="[\d.]+" y="220" text-anchor="middle">([^<]+)</text>', chart)
     assert shown[-1] == "63-64+" and X_LABEL.findall(chart) == ["tokens (64+ = train.max_len or more)"]
@@ -195,10 +234,24 @@ def test_a_capped_length_histogram_names_its_last_bin_as_the_axis_shows_it():
 
 def test_rates_in_the_stage_table_are_readable(tmp_path):
     from reports.stage_table import stages_html as _stages_html
-    data = {"summary": {"shards": 1, "stages": {"decode": {"shards_complete": 1, "shards_total": 1, "rows": 1560}},
-                        "errors": {}},
-            "stages": {"decode": {"shards": 1, "seconds": 1.0, "wall_seconds": 90.0, "videos": 3, "clips": 1560,
-                                  "clips_per_s": 1560.0}}}
+
+    data = {
+        "summary": {
+            "shards": 1,
+            "stages": {"decode": {"shards_complete": 1, "shards_total": 1, "rows": 1560}},
+            "errors": {},
+        },
+        "stages": {
+            "decode": {
+                "shards": 1,
+                "seconds": 1.0,
+                "wall_seconds": 90.0,
+                "videos": 3,
+                "clips": 1560,
+                "clips_per_s": 1560.0,
+            }
+        },
+    }
     page = _stages_html(data)
     assert '<td class="num">1,560 clips/s</td>' in page and '<td class="num">17.3 clips/s</td>' in page
     data["stages"]["decode"].update(seconds=7200.0, wall_seconds=7200.0, clips=1)
@@ -207,11 +260,19 @@ def test_rates_in_the_stage_table_are_readable(tmp_path):
 
 def zero_shot_report(rows: dict) -> dict:
     """DIR/eval/zero_shot.json as videobert/eval/zero_shot.py writes it (the keys the report reads)."""
-    return {"step": 40, "segments": 8, "segment_source": "annotations.json", "verbs": 9, "nouns": 12,
-            "template": "now let me show you how to [MASK] the [MASK]", "precision": "float32",
-            "rankings": ["open", "closed"], "candidates": {"open": {"verb": 22501, "noun": 22502},
-                                                          "closed": {"verb": 9, "noun": 12}},
-            "results": rows, "notes": ["initial BERT prior: no MLM head weights"]}
+    return {
+        "step": 40,
+        "segments": 8,
+        "segment_source": "annotations.json",
+        "verbs": 9,
+        "nouns": 12,
+        "template": "now let me show you how to [MASK] the [MASK]",
+        "precision": "float32",
+        "rankings": ["open", "closed"],
+        "candidates": {"open": {"verb": 22501, "noun": 22502}, "closed": {"verb": 9, "noun": 12}},
+        "results": rows,
+        "notes": ["initial BERT prior: no MLM head weights"],
+    }
 
 
 def test_zero_shot_table_and_predicted_visual_words(tmp_path):
@@ -224,32 +285,55 @@ def test_zero_shot_table_and_predicted_visual_words(tmp_path):
 
     def row(top1):
         return {"verb": {"top1": top1, "top5": 0.5, "n": 8}, "noun": {"top1": top1 / 2, "top5": 0.75, "n": 8}}
-    rows = {mode: {"videobert": row(0.25), "text_only_prior": row(0.125), "initial_bert_prior": row(0.0)}
-            for mode in ("open", "closed")}
+
+    rows = {
+        mode: {"videobert": row(0.25), "text_only_prior": row(0.125), "initial_bert_prior": row(0.0)}
+        for mode in ("open", "closed")
+    }
     rows["closed"]["chance"] = row(0.111)
     (evaluation / "zero_shot.json").write_text(json.dumps(zero_shot_report(rows)))
-    (evaluation / "linear_probe.json").write_text(json.dumps({
-        "results": {"s3d_linear_probe": row(0.375)}, "segments": {"train": 8, "test": 8}, "split": "subsets",
-        "classifier": "multinomial logistic regression", "feature": "mean S3D vector", "notes": []}))
-    predicted = [{"sentence": "chop the onion", "visual_ids": [1, 4, 4], "probs": [0.5, 0.25, 0.125]},
-                 {"sentence": "an older file", "visual_ids": [factory.EMPTY_LEAF], "probs": [0.9]}]
+    (evaluation / "linear_probe.json").write_text(
+        json.dumps(
+            {
+                "results": {"s3d_linear_probe": row(0.375)},
+                "segments": {"train": 8, "test": 8},
+                "split": "subsets",
+                "classifier": "multinomial logistic regression",
+                "feature": "mean S3D vector",
+                "notes": [],
+            }
+        )
+    )
+    predicted = [
+        {"sentence": "chop the onion", "visual_ids": [1, 4, 4], "probs": [0.5, 0.25, 0.125]},
+        {"sentence": "an older file", "visual_ids": [factory.EMPTY_LEAF], "probs": [0.9]},
+    ]
     pq.write_table(pa.Table.from_pylist(predicted), evaluation / "predict_video.parquet")
     page = write_report(load_config(None, []), work).read_text()
     data = json.loads((work / "report.json").read_text())
 
     tables = re.findall(r"<h3>([^<]+)</h3><table>(.*?)</table>", page.replace("\n", ""))
-    assert [title for title, _ in tables] == ["open vocabulary: 22,501 verb and 22,502 noun candidates",
-                                              "closed set (the label lists): 9 verb and 12 noun candidates"]
+    assert [title for title, _ in tables] == [
+        "open vocabulary: 22,501 verb and 22,502 noun candidates",
+        "closed set (the label lists): 9 verb and 12 noun candidates",
+    ]
     names = [re.findall(r'<tr><td class="text">([^<]*)</td>', table) for _, table in tables]
-    assert names == [["VideoBERT (video + text)", "VideoBERT text-only prior", "initial BERT prior"],
-                     ["VideoBERT (video + text)", "VideoBERT text-only prior", "initial BERT prior",
-                      "S3D linear probe (supervised)", "chance (random ranking)"]]
+    assert names == [
+        ["VideoBERT (video + text)", "VideoBERT text-only prior", "initial BERT prior"],
+        [
+            "VideoBERT (video + text)",
+            "VideoBERT text-only prior",
+            "initial BERT prior",
+            "S3D linear probe (supervised)",
+            "chance (random ranking)",
+        ],
+    ]
     assert '<td class="num">37.5%</td><td class="num">50.0%</td><td class="num">18.8%</td>' in tables[1][1]
     assert "no MLM head weights" in page
 
     strip = data["predicted_video"]
     assert [[token["leaf"] for token in sentence["tokens"]] for sentence in strip] == [[1, 4, 4], [factory.EMPTY_LEAF]]
-    section = page[page.index("<h2>Predicted visual words</h2>"):]
+    section = page[page.index("<h2>Predicted visual words</h2>") :]
     images = re.findall(r'<img src="data:image/jpeg;base64,([^"]+)" alt="leaf (\d+): (\w+) clip (\d+)', section)
     # up to the 3 nearest clips of each of the 3 predicted words
     shown = [len(token["nearest"]) for token in strip[0]["tokens"]]
@@ -266,10 +350,20 @@ def test_zero_shot_table_and_predicted_visual_words(tmp_path):
 
 # ---------------------------------------------------------------- learning, warnings, predictions, videos
 
+
 def _objectives(step: int, scale: float, **extra) -> dict:
-    return {"step": step, "mlm_text_loss": 4.0 * scale, "mlm_text_acc": 0.2, "mlm_video_loss": 3.0 * scale,
-            "mlm_video_acc": 0.1, "mlm_text_video_loss": 3.5 * scale, "mlm_text_video_acc": 0.15,
-            "alignment_loss": 0.69 * scale, "alignment_acc": 0.5, **extra}
+    return {
+        "step": step,
+        "mlm_text_loss": 4.0 * scale,
+        "mlm_text_acc": 0.2,
+        "mlm_video_loss": 3.0 * scale,
+        "mlm_video_acc": 0.1,
+        "mlm_text_video_loss": 3.5 * scale,
+        "mlm_text_video_acc": 0.15,
+        "alignment_loss": 0.69 * scale,
+        "alignment_acc": 0.5,
+        **extra,
+    }
 
 
 def write_training_log(work, *, validation: bool, warnings=None) -> None:
@@ -277,14 +371,15 @@ def write_training_log(work, *, validation: bool, warnings=None) -> None:
     header = {"event": "start", "step": 0, "notes": []}
     if warnings is not None:
         header.update(warnings=warnings, validation_videos=["v1"] if validation else [])
-    records = [{"event": "start", "step": 0, "notes": ["an earlier run, started again"]},
-               {"event": "train", "step": 5, "loss": 99.0, **_objectives(5, 20.0)},     # not the latest run
-               header]
+    records = [
+        {"event": "start", "step": 0, "notes": ["an earlier run, started again"]},
+        {"event": "train", "step": 5, "loss": 99.0, **_objectives(5, 20.0)},  # not the latest run
+        header,
+    ]
     for step in (5, 10, 15, 20):
         records.append({"event": "train", "loss": 12.0 / step, "tokens_per_s": 900.0, **_objectives(step, 1 / step)})
         if validation and step % 10 == 0:
-            records.append({"event": "validation", "videos": 1, "alignment_auc": 0.6,
-                            **_objectives(step, 2 / step)})
+            records.append({"event": "validation", "videos": 1, "alignment_auc": 0.6, **_objectives(step, 2 / step)})
     (work / "train" / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records) + '{"event": "tra')
 
 
@@ -297,39 +392,48 @@ def test_training_and_validation_curves_per_objective_side_by_side(tmp_path):
     write_training_log(work, validation=True, warnings=["3 of 5 text segments repeat one sentence"])
     page = write_report(load_config(None, []), work).read_text()
     data = json.loads((work / "report.json").read_text())
-    assert [r["step"] for r in data["train"]] == [5, 10, 15, 20]            # the latest run only
+    assert [r["step"] for r in data["train"]] == [5, 10, 15, 20]  # the latest run only
     assert [r["step"] for r in data["validation"]] == [10, 20]
     assert data["train_header"]["validation_videos"] == ["v1"]
     titles = _titles(page)
-    learning = titles[titles.index("training loss"):]
-    assert learning[:5] == ["training loss", "training loss by objective", "validation loss by objective",
-                            "training accuracy by objective", "validation accuracy by objective"]
+    learning = titles[titles.index("training loss") :]
+    assert learning[:5] == [
+        "training loss",
+        "training loss by objective",
+        "validation loss by objective",
+        "training accuracy by objective",
+        "validation accuracy by objective",
+    ]
     rows = re.findall(r'<div class="plots">((?:<svg .*?</svg>)+)</div>', page, re.S)
     paired = [_titles(row) for row in rows]
     assert ["training loss by objective", "validation loss by objective"] in paired
     assert ["training accuracy by objective", "validation accuracy by objective"] in paired
     charts = {re.search(r"<title>([^<]+)</title>", chart).group(1): chart for chart in _charts(page)}
     for title in ("training loss by objective", "validation loss by objective"):
-        lines = re.findall(r'<polyline [^>]*><title>([^<]+)</title>', charts[title])
+        lines = re.findall(r"<polyline [^>]*><title>([^<]+)</title>", charts[title])
         assert lines == ["mlm_text", "mlm_video", "mlm_text_video", "alignment"], title
     assert "alignment AUC" in charts["validation accuracy by objective"]
     assert "alignment AUC" not in charts["training accuracy by objective"]
     # one loss axis and one step axis for the two: the same top tick, the same step ticks
-    assert Y_TICK.findall(charts["training loss by objective"])[-1] == \
-        Y_TICK.findall(charts["validation loss by objective"])[-1]
-    step_ticks = [re.findall(r'<text x="[\d.]+" y="220" text-anchor="middle">([^<]+)</text>', charts[title])
-                  for title in ("training loss by objective", "validation loss by objective")]
+    assert (
+        Y_TICK.findall(charts["training loss by objective"])[-1]
+        == Y_TICK.findall(charts["validation loss by objective"])[-1]
+    )
+    step_ticks = [
+        re.findall(r'<text x="[\d.]+" y="220" text-anchor="middle">([^<]+)</text>', charts[title])
+        for title in ("training loss by objective", "validation loss by objective")
+    ]
     assert step_ticks[0] == step_ticks[1] and step_ticks[0][0] == "5" and step_ticks[0][-1] == "20"
     assert "validation loss (step 20)" in page and "1 held-out video (v1)" in page
     assert "AUC 0.600" in page
-    section = page[page.index("<h2>Warnings</h2>"):page.index("<h2>Stages</h2>")]
+    section = page[page.index("<h2>Warnings</h2>") : page.index("<h2>Stages</h2>")]
     assert "3 of 5 text segments repeat one sentence" in section
     assert data["summary"]["warnings"] == [{"stage": "train", "message": "3 of 5 text segments repeat one sentence"}]
 
 
 def test_without_validation_records_no_validation_curve_is_drawn(tmp_path):
     work = factory.make_work_dir(tmp_path)
-    write_training_log(work, validation=False)           # an older log: no warnings, no validation keys
+    write_training_log(work, validation=False)  # an older log: no warnings, no validation keys
     page = write_report(load_config(None, []), work).read_text()
     titles = _titles(page)
     assert "training loss by objective" in titles and "training accuracy by objective" in titles
@@ -347,15 +451,17 @@ def test_summary_collects_the_codebook_and_training_warnings(tmp_path, capsys):
     write_training_log(work, validation=False, warnings=["fewer text segments (2) than a batch (8)"])
     assert cli.main(["summary", "--work-dir", str(work)]) == 0
     printed = capsys.readouterr().out
-    expected = [{"stage": "kmeans", "message": "codebook depth 2, k 3 is too large for 4 fit clips"},
-                {"stage": "train", "message": "fewer text segments (2) than a batch (8)"}]
+    expected = [
+        {"stage": "kmeans", "message": "codebook depth 2, k 3 is too large for 4 fit clips"},
+        {"stage": "train", "message": "fewer text segments (2) than a batch (8)"},
+    ]
     assert json.loads((work / "summary.json").read_text())["warnings"] == expected
     assert "warning (kmeans): codebook depth 2, k 3 is too large for 4 fit clips" in printed
     assert "warning (train): fewer text segments (2) than a batch (8)" in printed
     page = write_report(load_config(None, []), work).read_text()
-    section = page[page.index("<h2>Warnings</h2>"):page.index("<h2>Stages</h2>")]
+    section = page[page.index("<h2>Warnings</h2>") : page.index("<h2>Stages</h2>")]
     assert section.count("<li>") == 2 and "too large for 4 fit clips" in section
-    (work / "train" / "log.jsonl").unlink()                     # no training log: the codebook's only
+    (work / "train" / "log.jsonl").unlink()  # no training log: the codebook's only
     assert summary.warnings(work) == expected[:1]
 
 
@@ -367,22 +473,39 @@ def write_zero_shot(work, *, labels: bool, equal_rows: bool = False, prior=None)
     evaluation.mkdir(exist_ok=True)
     prior = prior or {"verb": ["cut", "fry", "add", "mix", "stir"], "noun": ["onion", "oil", "pan", "salt", "egg"]}
     report = zero_shot_report({})
-    report.update(rankings=["closed"], segment_source="align", segments=3,
-                  prior_top5={"text_only_prior": {"closed": prior}})
+    report.update(
+        rankings=["closed"], segment_source="align", segments=3, prior_top5={"text_only_prior": {"closed": prior}}
+    )
     if labels:
+
         def row(top1):
             return {"verb": {"top1": top1, "top5": 0.5, "n": 3}, "noun": {"top1": top1, "top5": 0.5, "n": 3}}
-        report["results"] = {"closed": {"videobert": row(1 / 3), "text_only_prior": row(1 / 3 if equal_rows else 0.0),
-                                        "chance": row(0.1)}}
+
+        report["results"] = {
+            "closed": {
+                "videobert": row(1 / 3),
+                "text_only_prior": row(1 / 3 if equal_rows else 0.0),
+                "chance": row(0.1),
+            }
+        }
     else:
         del report["results"]
     (evaluation / "zero_shot.json").write_text(json.dumps(report))
-    segments = [("v0", 0, 0.0, 6.0, ["cut"], ["onion"]), ("v0", 1, 6.0, 12.0, ["fry"], ["oil"]),
-                ("v1", 0, 0.0, 15.0, [], [])]
+    segments = [
+        ("v0", 0, 0.0, 6.0, ["cut"], ["onion"]),
+        ("v0", 1, 6.0, 12.0, ["fry"], ["oil"]),
+        ("v1", 0, 0.0, 15.0, [], []),
+    ]
     records = []
     for video, index, start, end, verbs, nouns in segments:
-        record = {"video_id": video, "segment_index": index, "start_s": start, "end_s": end,
-                  "verbs": verbs if labels else [], "nouns": nouns if labels else []}
+        record = {
+            "video_id": video,
+            "segment_index": index,
+            "start_s": start,
+            "end_s": end,
+            "verbs": verbs if labels else [],
+            "nouns": nouns if labels else [],
+        }
         for part in ("verb", "noun"):
             record[f"{part}_top5_closed"] = prior[part] if equal_rows or video == "v1" else prior[part][::-1]
             record[f"{part}_scores_closed"] = [-0.5, -1.0, -2.0, -3.0, -4.0]
@@ -399,15 +522,18 @@ def test_zero_shot_predictions_are_shown_without_labels(tmp_path):
     assert data["same_as_text_only_prior"] == {"closed": {"verb": 1, "noun": 1}}
     assert data["sample"][0]["verb_top5_closed"][0] == ["stir", 0.6065]
     assert data["sample"][0]["text"] == "cut the onions into thin slices." and data["sample"][2]["text"] is None
-    section = page[page.index("<h2>Zero-shot"):]
+    section = page[page.index("<h2>Zero-shot") :]
     assert "no labels (eval.labels)" in section and "Predictions for 3 of 3 segments (closed set)" in section
     table = re.search(r'<table class="predictions">(.*?)</table>', section).group(1)
-    cells = re.findall(r'<tr><td class="text">v0 #0 0.0-6.0 s</td><td class="text">([^<]*)</td>'
-                       r'<td class="text">([^<]*)</td>', table)
+    cells = re.findall(
+        r'<tr><td class="text">v0 #0 0.0-6.0 s</td><td class="text">([^<]*)</td>'
+        r'<td class="text">([^<]*)</td>',
+        table,
+    )
     assert cells == [("cut the onions into thin slices.", "stir 61%, mix 37%, add 14%, fry 5%, cut 1.8%")]
-    assert "labels</th>" not in table                       # no labels: no labels column
+    assert "labels</th>" not in table  # no labels: no labels column
     assert "Segments whose top-5 equals it: verbs 1, nouns 1 of 3." in section
-    assert "exactly the text-only prior" not in page        # 2 of 3 segments differ: no note
+    assert "exactly the text-only prior" not in page  # 2 of 3 segments differ: no note
 
 
 def test_a_videobert_row_equal_to_the_prior_is_pointed_out(tmp_path):
@@ -415,12 +541,16 @@ def test_a_videobert_row_equal_to_the_prior_is_pointed_out(tmp_path):
     write_zero_shot(work, labels=True, equal_rows=True)
     page = write_report(load_config(None, []), work).read_text()
     notes = re.findall(r'<p class="warning">([^<]+)</p>', page)
-    assert "closed set: the VideoBERT row equals the text-only prior row exactly: on these segments the video " \
-           "did not change a single accuracy" in notes
-    assert "closed set: every one of the 3 segments&#x27; top-5 verbs and nouns are exactly the text-only " \
-           "prior&#x27;s: VideoBERT&#x27;s answer does not depend on the video" in notes
+    assert (
+        "closed set: the VideoBERT row equals the text-only prior row exactly: on these segments the video "
+        "did not change a single accuracy" in notes
+    )
+    assert (
+        "closed set: every one of the 3 segments&#x27; top-5 verbs and nouns are exactly the text-only "
+        "prior&#x27;s: VideoBERT&#x27;s answer does not depend on the video" in notes
+    )
     table = re.search(r'<table class="predictions">(.*?)</table>', page).group(1)
-    assert "labels</th>" in table and "<b>cut</b>" in table     # a labelled word is bold
+    assert "labels</th>" in table and "<b>cut</b>" in table  # a labelled word is bold
 
     write_zero_shot(work, labels=True, equal_rows=False)
     page = write_report(load_config(None, []), work).read_text()
@@ -438,22 +568,55 @@ def test_per_video_table_names_a_too_short_video_and_rejected_sentences(tmp_path
 
     work = factory.make_work_dir(tmp_path, v3_too_short=True)
     # shard 0's ASR as schema version 2 writes it: each sentence says whether (and why) it was rejected
-    sentence = pa.struct([("text", pa.string()), ("start_s", pa.float64()), ("end_s", pa.float64()),
-                          ("avg_word_prob", pa.float32()), ("rejected", pa.string())])
-    fields = [field if field.name != "sentences" else pa.field("sentences", pa.list_(sentence))
-              for field in schemas.ASR.arrow]
-    rows = [{"video_id": "v0", "status": "ok", "source": "base", "language": "en", "language_prob": 0.97,
-             "audio_s": 18.0, "words": [],
-             "sentences": [{"text": "cut the onions into thin slices.", "start_s": 0.0, "end_s": 6.0,
-                            "avg_word_prob": 0.9, "rejected": None},
-                           {"text": "fry them in oil.", "start_s": 6.0, "end_s": 12.0, "avg_word_prob": 0.8,
-                            "rejected": None},
-                           {"text": "thank you.", "start_s": 12.0, "end_s": 13.0, "avg_word_prob": 0.2,
-                            "rejected": "no_speech"}]},
-            {"video_id": "v1", "status": "no_audio", "source": "base", "language": None, "language_prob": None,
-             "audio_s": 15.0, "words": [], "sentences": []}]
-    storage.write_parquet(WorkDir(work).part("asr", 0), pa.Table.from_pylist(rows, schema=pa.schema(fields)),
-                          Provenance(stage="asr", schema="asr:2"))
+    sentence = pa.struct(
+        [
+            ("text", pa.string()),
+            ("start_s", pa.float64()),
+            ("end_s", pa.float64()),
+            ("avg_word_prob", pa.float32()),
+            ("rejected", pa.string()),
+        ]
+    )
+    fields = [
+        field if field.name != "sentences" else pa.field("sentences", pa.list_(sentence)) for field in schemas.ASR.arrow
+    ]
+    rows = [
+        {
+            "video_id": "v0",
+            "status": "ok",
+            "source": "base",
+            "language": "en",
+            "language_prob": 0.97,
+            "audio_s": 18.0,
+            "words": [],
+            "sentences": [
+                {
+                    "text": "cut the onions into thin slices.",
+                    "start_s": 0.0,
+                    "end_s": 6.0,
+                    "avg_word_prob": 0.9,
+                    "rejected": None,
+                },
+                {"text": "fry them in oil.", "start_s": 6.0, "end_s": 12.0, "avg_word_prob": 0.8, "rejected": None},
+                {"text": "thank you.", "start_s": 12.0, "end_s": 13.0, "avg_word_prob": 0.2, "rejected": "no_speech"},
+            ],
+        },
+        {
+            "video_id": "v1",
+            "status": "no_audio",
+            "source": "base",
+            "language": None,
+            "language_prob": None,
+            "audio_s": 15.0,
+            "words": [],
+            "sentences": [],
+        },
+    ]
+    storage.write_parquet(
+        WorkDir(work).part("asr", 0),
+        pa.Table.from_pylist(rows, schema=pa.schema(fields)),
+        Provenance(stage="asr", schema="asr:2"),
+    )
     lineage.record_external(work, "asr", 0, "tests", {"seconds": 3.0, "finished_at": 1000.0, "videos": 2})
     page = write_report(load_config(None, []), work).read_text()
     data = json.loads((work / "report.json").read_text())["videos"]
@@ -487,9 +650,13 @@ def test_long_video_names_are_not_cut_in_charts():
 def test_a_series_without_values_is_left_out_and_the_others_keep_their_colours():
     from reports.svg import SERIES_COLOURS, svg_lines
 
-    chart = svg_lines([("a", [1, 2], [None, None]), ("b", [1, 2], [0.5, float("nan")]), ("c", [1, 2], [1.0, 2.0])],
-                      title="t", x_label="step", y_label="loss")
+    chart = svg_lines(
+        [("a", [1, 2], [None, None]), ("b", [1, 2], [0.5, float("nan")]), ("c", [1, 2], [1.0, 2.0])],
+        title="t",
+        x_label="step",
+        y_label="loss",
+    )
     lines = re.findall(r'<polyline [^>]*stroke="([^"]+)"[^>]*><title>([^<]+)</title>', chart)
     assert lines == [(SERIES_COLOURS[1], "b"), (SERIES_COLOURS[2], "c")]
-    assert chart.count("<circle") == 3                      # b's one point is still shown
+    assert chart.count("<circle") == 3  # b's one point is still shown
     assert ">no data<" in svg_lines([("a", [1], [None])], title="t", x_label="step", y_label="loss")

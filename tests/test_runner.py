@@ -32,8 +32,14 @@ def videos(tmp_path_factory):
 
 
 def _cli(*args, **kwargs):
-    return subprocess.Popen([sys.executable, "-m", "pipeline", *map(str, args)], cwd=REPO,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs)
+    return subprocess.Popen(
+        [sys.executable, "-m", "pipeline", *map(str, args)],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **kwargs,
+    )
 
 
 def _outputs(work: Path) -> dict[str, bytes]:
@@ -50,7 +56,7 @@ def test_rerun_skips_complete_shards_and_force_redoes_them(tmp_path, videos):
     assert again["skipped"]
     forced = run_one_shard(cfg, tmp_path, "decode", 0, force=True)
     assert not forced.get("skipped")
-    assert not list(tmp_path.rglob(".tmp_*"))   # no temporary file left behind
+    assert not list(tmp_path.rglob(".tmp_*"))  # no temporary file left behind
 
 
 def test_two_runs_with_one_config_are_byte_identical(tmp_path, videos):
@@ -87,7 +93,7 @@ def test_sigkill_mid_run_then_rerun_gives_the_uninterrupted_outputs(tmp_path, vi
     for folder in ("decode", "videos"):
         assert all(path.name.startswith("part-") and path.suffix == ".parquet" for path in (killed / folder).iterdir())
     assert _cli("decode", "--work-dir", killed, "--workers", "1", "--quiet", *settings).wait() == 0
-    assert not list(killed.rglob(".tmp_*"))   # the rerun removed what the killed writer left
+    assert not list(killed.rglob(".tmp_*"))  # the rerun removed what the killed writer left
     assert _outputs(killed) == _outputs(reference)
 
 
@@ -105,7 +111,7 @@ def test_slurm_array_environment_selects_this_tasks_shards(monkeypatch):
     monkeypatch.setenv("SLURM_ARRAY_TASK_ID", "1")
     monkeypatch.setenv("SLURM_ARRAY_TASK_COUNT", "4")
     assert select_shards(shards, None, None) == [1, 5, 9]
-    assert select_shards(shards, 0, 2) == [0, 2, 4, 6, 8]   # explicit flags win
+    assert select_shards(shards, 0, 2) == [0, 2, 4, 6, 8]  # explicit flags win
     with pytest.raises(ValueError):
         select_shards(shards, 4, 4)
 

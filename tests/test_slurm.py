@@ -28,35 +28,61 @@ def _directives(script: str) -> list[str]:
 
 def _command(script: str) -> list[str]:
     exec_line = next(line for line in script.splitlines() if line.startswith("exec "))
-    return shlex.split(exec_line[len("exec "):])
+    return shlex.split(exec_line[len("exec ") :])
 
 
 def test_a_shard_stage_is_an_array_with_the_configs_resources(tmp_path):
-    cfg = load_config(None, ["executor.slurm_partition=gpu", "executor.slurm_gpus=2",
-                             "executor.slurm_cpus_per_task=8", "executor.slurm_mem=32G",
-                             "executor.slurm_time=01:30:00", "executor.slurm_extra=['#SBATCH --account=vb']"])
+    cfg = load_config(
+        None,
+        [
+            "executor.slurm_partition=gpu",
+            "executor.slurm_gpus=2",
+            "executor.slurm_cpus_per_task=8",
+            "executor.slurm_mem=32G",
+            "executor.slurm_time=01:30:00",
+            "executor.slurm_extra=['#SBATCH --account=vb']",
+        ],
+    )
     config = tmp_path / "my config.yaml"
-    script = sbatch_script(cfg, "features", work_dir=tmp_path / "work", config=str(config),
-                           overrides=["decode.fps=25"], num_shards=10, array_parallelism=3, after=["41", "42_7"])
+    script = sbatch_script(
+        cfg,
+        "features",
+        work_dir=tmp_path / "work",
+        config=str(config),
+        overrides=["decode.fps=25"],
+        num_shards=10,
+        array_parallelism=3,
+        after=["41", "42_7"],
+    )
     directives = _directives(script)
-    for expected in ("--job-name=videobert-features", "--array=0-9%3", "--cpus-per-task=8", "--mem=32G",
-                     "--time=01:30:00", "--partition=gpu", "--gres=gpu:2", "--requeue",
-                     "--dependency=afterok:41:42_7", "--account=vb"):
+    for expected in (
+        "--job-name=videobert-features",
+        "--array=0-9%3",
+        "--cpus-per-task=8",
+        "--mem=32G",
+        "--time=01:30:00",
+        "--partition=gpu",
+        "--gres=gpu:2",
+        "--requeue",
+        "--dependency=afterok:41:42_7",
+        "--account=vb",
+    ):
         assert f"#SBATCH {expected}" in directives, expected
     assert f"#SBATCH --output={WorkDir(tmp_path / 'work').slurm_logs}/%x-%A_%a.out" in directives
     command = _command(script)
     assert command[1:4] == ["-m", "pipeline", "features"]
-    assert command[command.index("--config") + 1] == str(config)          # the space survives quoting
+    assert command[command.index("--config") + 1] == str(config)  # the space survives quoting
     assert command[command.index("--set") + 1] == "decode.fps=25"
-    assert command[command.index("--shard") + 1] == "$SLURM_ARRAY_TASK_ID"   # shlex keeps it literal
+    assert command[command.index("--shard") + 1] == "$SLURM_ARRAY_TASK_ID"  # shlex keeps it literal
     assert command[command.index("--num-shards") + 1] == "10"
     assert command[command.index("--executor") + 1] == "local"
 
     decode = sbatch_script(cfg, "decode", work_dir=tmp_path, num_shards=4)
-    assert not any("--gres" in line or "--dependency" in line for line in _directives(decode))   # CPU stage
+    assert not any("--gres" in line or "--dependency" in line for line in _directives(decode))  # CPU stage
     assert "#SBATCH --array=0-3" in _directives(decode)
-    throttled = sbatch_script(load_config(None, ["executor.slurm_array_parallelism=5"]), "asr",
-                              work_dir=tmp_path, num_shards=20)
+    throttled = sbatch_script(
+        load_config(None, ["executor.slurm_array_parallelism=5"]), "asr", work_dir=tmp_path, num_shards=20
+    )
     assert "#SBATCH --array=0-19%5" in _directives(throttled)
 
 
@@ -99,8 +125,10 @@ def fake_sbatch(tmp_path, monkeypatch):
     folder.mkdir()
     calls = tmp_path / "sbatch-calls.txt"
     # job ids 4242, 4243, ... one per call
-    (folder / "sbatch").write_text(f'#!/bin/bash\necho "$@" >> {shlex.quote(str(calls))}\n'
-                                   f'echo "$((4241 + $(wc -l < {shlex.quote(str(calls))})));cluster"\n')
+    (folder / "sbatch").write_text(
+        f'#!/bin/bash\necho "$@" >> {shlex.quote(str(calls))}\n'
+        f'echo "$((4241 + $(wc -l < {shlex.quote(str(calls))})));cluster"\n'
+    )
     (folder / "sbatch").chmod(0o755)
     monkeypatch.setenv("PATH", f"{folder}{os.pathsep}{os.environ['PATH']}")
     return calls
@@ -109,7 +137,7 @@ def fake_sbatch(tmp_path, monkeypatch):
 def test_submit_writes_the_script_calls_sbatch_and_prints_the_job_id(tmp_path, fake_sbatch, capsys):
     work = tmp_path / "work"
     assert cli.main(["submit", "asr", "--work-dir", str(work), "--num-shards", "3", "--after", "77", "--quiet"]) == 0
-    assert capsys.readouterr().out.strip() == "4242"     # only the id: `--after "$(...)"` chains stages
+    assert capsys.readouterr().out.strip() == "4242"  # only the id: `--after "$(...)"` chains stages
     scripts = sorted(WorkDir(work).slurm_folder.glob("asr-*.sbatch"))
     assert len(scripts) == 1 and WorkDir(work).slurm_logs.is_dir()
     assert "#SBATCH --dependency=afterok:77" in _directives(scripts[0].read_text())
@@ -128,13 +156,14 @@ def test_submit_refuses_bad_arguments_and_a_missing_sbatch(tmp_path, monkeypatch
     assert "--after takes a Slurm job id" in capsys.readouterr().err
     assert cli.main(["submit", "decode", "--work-dir", str(tmp_path), "--num-shards", "0"]) == 2
     assert "--num-shards must be >= 1" in capsys.readouterr().err
-    monkeypatch.setenv("PATH", str(tmp_path))   # no sbatch anywhere
+    monkeypatch.setenv("PATH", str(tmp_path))  # no sbatch anywhere
     assert cli.main(["submit", "decode", "--work-dir", str(tmp_path), "--num-shards", "2"]) == 1
     assert "sbatch not found on PATH" in capsys.readouterr().err
 
 
 def test_slurm_config_mistakes_stop_at_load():
     from pipeline.config import ConfigError
+
     with pytest.raises(ConfigError, match="executor.slurm_gpu_stages"):
         load_config(None, ["executor.slurm_gpu_stages=[featurs]"])
     with pytest.raises(ConfigError, match="executor.slurm_array_parallelism"):
@@ -146,7 +175,7 @@ def _sbatch_words(line: str) -> list[str]:
     whitespace separates unless quoted, ' and " group, a backslash escapes the next character, an unquoted
     '#' starts a comment."""
     words, word, quote, escaped, started = [], "", None, False, False
-    for char in line[len("#SBATCH"):]:
+    for char in line[len("#SBATCH") :]:
         if escaped:
             word, escaped, started = word + char, False, True
         elif char == "\\":
@@ -180,12 +209,17 @@ def test_a_work_dir_with_a_line_break_is_refused_and_no_script_is_written(tmp_pa
 def test_a_config_path_or_override_with_a_control_character_is_refused_naming_it(tmp_path, fake_sbatch, capsys):
     config = tmp_path / "c\nx.yaml"
     config.write_text("decode:\n  fps: 20\n")
-    assert cli.main(["submit", "decode", "--work-dir", str(tmp_path), "--config", str(config),
-                     "--num-shards", "1"]) == 2
+    assert (
+        cli.main(["submit", "decode", "--work-dir", str(tmp_path), "--config", str(config), "--num-shards", "1"]) == 2
+    )
     assert capsys.readouterr().err.startswith("submit: --config must not contain control characters")
     # valid YAML (a folded string) for the config, yet a line break in the script
-    assert cli.main(["submit", "decode", "--work-dir", str(tmp_path), "--set", "eval.verbs=a\ntouch b",
-                     "--num-shards", "1"]) == 2
+    assert (
+        cli.main(
+            ["submit", "decode", "--work-dir", str(tmp_path), "--set", "eval.verbs=a\ntouch b", "--num-shards", "1"]
+        )
+        == 2
+    )
     assert capsys.readouterr().err.startswith("submit: --set must not contain control characters")
     with pytest.raises(ScriptError, match="Python interpreter"):
         sbatch_script(load_config(None), "decode", work_dir=tmp_path, python="/usr/bin/python3\tx")
@@ -200,11 +234,19 @@ def test_paths_with_spaces_quotes_and_substitutions_reach_the_command_as_written
     argv_file = tmp_path / "argv.json"
     python = tmp_path / "bin dir" / "python"
     python.parent.mkdir()
-    python.write_text(f"#!{sys.executable}\nimport json, sys\n"
-                      f"open({str(argv_file)!r}, 'w').write(json.dumps(sys.argv[1:]))\n")
+    python.write_text(
+        f"#!{sys.executable}\nimport json, sys\nopen({str(argv_file)!r}, 'w').write(json.dumps(sys.argv[1:]))\n"
+    )
     python.chmod(0o755)
-    script = sbatch_script(load_config(None), "decode", work_dir=weird, config=str(config),
-                           overrides=[f"eval.verbs={verbs}"], num_shards=3, python=str(python))
+    script = sbatch_script(
+        load_config(None),
+        "decode",
+        work_dir=weird,
+        config=str(config),
+        overrides=[f"eval.verbs={verbs}"],
+        num_shards=3,
+        python=str(python),
+    )
     path = tmp_path / "decode.sbatch"
     path.write_text(script)
     assert subprocess.run(["bash", "-n", str(path)]).returncode == 0
@@ -214,19 +256,20 @@ def test_paths_with_spaces_quotes_and_substitutions_reach_the_command_as_written
     assert run.returncode == 0, run.stderr
     argv = json.loads(argv_file.read_text())
     # what bash passed is what shlex reads in the exec line, with only the task's two variables expanded
-    expected = [word.replace("$SLURM_ARRAY_TASK_ID", "2").replace("${SLURM_CPUS_PER_TASK:-1}", "1")
-                for word in _command(script)[1:]]
+    expected = [
+        word.replace("$SLURM_ARRAY_TASK_ID", "2").replace("${SLURM_CPUS_PER_TASK:-1}", "1")
+        for word in _command(script)[1:]
+    ]
     assert argv == expected
     assert argv[argv.index("--work-dir") + 1] == str(weird)
     assert argv[argv.index("--config") + 1] == str(config)
     assert argv[argv.index("--set") + 1] == f"eval.verbs={verbs}"
     assert argv[argv.index("--shard") + 1] == "2"
-    assert not list(tmp_path.rglob("pwned")) and not (REPO / "pwned").exists()   # nothing was substituted
+    assert not list(tmp_path.rglob("pwned")) and not (REPO / "pwned").exists()  # nothing was substituted
 
     # sbatch reads the log path back whole: "%" doubled (a literal one), its own %x/%A/%a kept
     output = next(line for line in _directives(script) if line.startswith("#SBATCH --output="))
-    assert _sbatch_words(output) == [
-        "--output=" + str(WorkDir(weird).slurm_logs).replace("%", "%%") + "/%x-%A_%a.out"]
+    assert _sbatch_words(output) == ["--output=" + str(WorkDir(weird).slurm_logs).replace("%", "%%") + "/%x-%A_%a.out"]
 
 
 def test_a_backslash_in_the_work_dir_is_refused_for_the_log_names(tmp_path):
@@ -234,17 +277,20 @@ def test_a_backslash_in_the_work_dir_is_refused_for_the_log_names(tmp_path):
         sbatch_script(load_config(None), "decode", work_dir=tmp_path / "a\\b")
 
 
-@pytest.mark.parametrize("yaml_text, key", [
-    ('executor:\n  slurm_partition: "gpu\\n touch /tmp/pwned"\n', "executor.slurm_partition"),
-    ("executor:\n  slurm_partition: gpu --wrap=x\n", "executor.slurm_partition"),
-    ('executor:\n  slurm_mem: "16G\\n#SBATCH --uid=0"\n', "executor.slurm_mem"),
-    ("executor:\n  slurm_mem: 16 GB\n", "executor.slurm_mem"),
-    ("executor:\n  slurm_time: 04:00:00 # four hours\n", None),        # a YAML comment: accepted
-    ("executor:\n  slurm_time: '04:00:00 #x'\n", "executor.slurm_time"),
-    ("executor:\n  slurm_extra: ['--account=vb']\n", "executor.slurm_extra[0]"),
-    ('executor:\n  slurm_extra: ["#SBATCH --account=vb\\ntouch /tmp/pwned"]\n', "executor.slurm_extra[0]"),
-    ('executor:\n  slurm_extra: ["#SBATCH\\t--account=vb"]\n', "executor.slurm_extra[0]"),
-])
+@pytest.mark.parametrize(
+    "yaml_text, key",
+    [
+        ('executor:\n  slurm_partition: "gpu\\n touch /tmp/pwned"\n', "executor.slurm_partition"),
+        ("executor:\n  slurm_partition: gpu --wrap=x\n", "executor.slurm_partition"),
+        ('executor:\n  slurm_mem: "16G\\n#SBATCH --uid=0"\n', "executor.slurm_mem"),
+        ("executor:\n  slurm_mem: 16 GB\n", "executor.slurm_mem"),
+        ("executor:\n  slurm_time: 04:00:00 # four hours\n", None),  # a YAML comment: accepted
+        ("executor:\n  slurm_time: '04:00:00 #x'\n", "executor.slurm_time"),
+        ("executor:\n  slurm_extra: ['--account=vb']\n", "executor.slurm_extra[0]"),
+        ('executor:\n  slurm_extra: ["#SBATCH --account=vb\\ntouch /tmp/pwned"]\n', "executor.slurm_extra[0]"),
+        ('executor:\n  slurm_extra: ["#SBATCH\\t--account=vb"]\n', "executor.slurm_extra[0]"),
+    ],
+)
 def test_slurm_values_that_could_add_a_directive_or_command_are_refused_at_load(tmp_path, yaml_text, key):
     config = tmp_path / "config.yaml"
     config.write_text(yaml_text)
@@ -254,13 +300,18 @@ def test_slurm_values_that_could_add_a_directive_or_command_are_refused_at_load(
     with pytest.raises(ConfigError) as error:
         load_config(config)
     assert str(error.value).startswith(f"config error: {key} must be") and "\n" not in str(error.value)
-    assert cli.main(["submit", "decode", "--config", str(config), "--work-dir", str(tmp_path),
-                     "--num-shards", "1", "--dry-run"]) == 2
+    assert (
+        cli.main(
+            ["submit", "decode", "--config", str(config), "--work-dir", str(tmp_path), "--num-shards", "1", "--dry-run"]
+        )
+        == 2
+    )
 
 
 def test_usual_slurm_values_are_accepted(tmp_path):
-    cfg = load_config(None, ["executor.slurm_partition=gpu,cpu_long", "executor.slurm_time=2-00:00:00",
-                             "executor.slurm_mem=16000M"])
+    cfg = load_config(
+        None, ["executor.slurm_partition=gpu,cpu_long", "executor.slurm_time=2-00:00:00", "executor.slurm_mem=16000M"]
+    )
     directives = _directives(sbatch_script(cfg, "decode", work_dir=tmp_path))
     assert {"#SBATCH --partition=gpu,cpu_long", "#SBATCH --time=2-00:00:00", "#SBATCH --mem=16000M"} <= set(directives)
     for time in ("90", "UNLIMITED", "1-12", "30:00"):
@@ -280,6 +331,7 @@ def test_a_config_built_in_code_cannot_inject_a_directive_either(tmp_path):
 
 # ---------------------------------------------------------------- logs, long arrays, multi-node training
 
+
 def _recorder(path, argv_file):
     """A stand-in program that writes the arguments it was given, one per line, and exits 0."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -298,24 +350,28 @@ def test_an_array_longer_than_max_array_size_is_split_and_its_jobs_run_every_tas
     cfg = load_config(None, ["executor.slurm_max_array_size=3"])
     python = _recorder(tmp_path / "bin" / "python", tmp_path / "argv.txt")
     scripts = sbatch_scripts(cfg, "asr", work_dir=tmp_path / "work", num_shards=7, python=str(python))
-    assert [next(line for line in _directives(script) if "--array" in line) for script in scripts] == \
-        ["#SBATCH --array=0-2", "#SBATCH --array=0-2", "#SBATCH --array=0-0"]
+    assert [next(line for line in _directives(script) if "--array" in line) for script in scripts] == [
+        "#SBATCH --array=0-2",
+        "#SBATCH --array=0-2",
+        "#SBATCH --array=0-0",
+    ]
     tasks = []
     for index, script in enumerate(scripts):
         path = tmp_path / f"asr-{index}.sbatch"
         path.write_text(script)
         assert subprocess.run(["bash", "-n", str(path)]).returncode == 0
         for array_index in range(3 if index < 2 else 1):
-            env = dict(os.environ, SLURM_ARRAY_TASK_ID=str(array_index), SLURM_ARRAY_TASK_COUNT="3",
-                       SLURM_CPUS_PER_TASK="2")
+            env = dict(
+                os.environ, SLURM_ARRAY_TASK_ID=str(array_index), SLURM_ARRAY_TASK_COUNT="3", SLURM_CPUS_PER_TASK="2"
+            )
             assert subprocess.run(["bash", str(path)], env=env, timeout=60).returncode == 0
             argv = (tmp_path / "argv.txt").read_text().splitlines()
             assert argv[argv.index("--num-shards") + 1] == "7" and argv[argv.index("--workers") + 1] == "2"
             tasks.append(int(argv[argv.index("--shard") + 1]))
-    assert tasks == list(range(7))    # task t takes manifest shards s with s % 7 == t: every shard once
+    assert tasks == list(range(7))  # task t takes manifest shards s with s % 7 == t: every shard once
     with pytest.raises(ScriptError, match="more than executor.slurm_max_array_size"):
         sbatch_script(cfg, "asr", work_dir=tmp_path, num_shards=4)
-    assert len(sbatch_scripts(load_config(None), "asr", work_dir=tmp_path, num_shards=1001)) == 1   # 0..1000
+    assert len(sbatch_scripts(load_config(None), "asr", work_dir=tmp_path, num_shards=1001)) == 1  # 0..1000
     assert len(sbatch_scripts(load_config(None), "asr", work_dir=tmp_path, num_shards=1002)) == 2
 
 
@@ -340,27 +396,80 @@ def test_the_second_job_of_a_split_array_runs_its_shards_for_real(tmp_path):
 
 def test_submit_sends_each_job_of_a_split_array_and_prints_their_ids(tmp_path, fake_sbatch, capsys):
     work = tmp_path / "work"
-    assert cli.main(["submit", "quantize", "--work-dir", str(work), "--num-shards", "5", "--after", "70:71",
-                     "--set", "executor.slurm_max_array_size=2"]) == 0
-    assert capsys.readouterr().out.strip() == "4242:4243:4244"   # what --after takes
+    assert (
+        cli.main(
+            [
+                "submit",
+                "quantize",
+                "--work-dir",
+                str(work),
+                "--num-shards",
+                "5",
+                "--after",
+                "70:71",
+                "--set",
+                "executor.slurm_max_array_size=2",
+            ]
+        )
+        == 0
+    )
+    assert capsys.readouterr().out.strip() == "4242:4243:4244"  # what --after takes
     calls = fake_sbatch.read_text().splitlines()
-    assert [call.split()[:-1] for call in calls] == [["--parsable"]] * 3   # no throttle: all at once
+    assert [call.split()[:-1] for call in calls] == [["--parsable"]] * 3  # no throttle: all at once
     scripts = [Path(call.split()[-1]).read_text() for call in calls]
     assert all("#SBATCH --dependency=afterok:70:71" in _directives(script) for script in scripts)
-    assert [_command(script)[_command(script).index("--shard") + 1] for script in scripts] == \
-        ["$SLURM_ARRAY_TASK_ID", "$((SLURM_ARRAY_TASK_ID + 2))", "$((SLURM_ARRAY_TASK_ID + 4))"]
+    assert [_command(script)[_command(script).index("--shard") + 1] for script in scripts] == [
+        "$SLURM_ARRAY_TASK_ID",
+        "$((SLURM_ARRAY_TASK_ID + 2))",
+        "$((SLURM_ARRAY_TASK_ID + 4))",
+    ]
 
     # with a throttle, each job waits for the one before: at most 3 tasks at once over all of them
     fake_sbatch.unlink()
-    assert cli.main(["submit", "quantize", "--work-dir", str(work), "--num-shards", "5", "--after", "70",
-                     "--array-parallelism", "3", "--set", "executor.slurm_max_array_size=2", "--quiet"]) == 0
+    assert (
+        cli.main(
+            [
+                "submit",
+                "quantize",
+                "--work-dir",
+                str(work),
+                "--num-shards",
+                "5",
+                "--after",
+                "70",
+                "--array-parallelism",
+                "3",
+                "--set",
+                "executor.slurm_max_array_size=2",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     assert capsys.readouterr().out.strip() == "4242:4243:4244"
     calls = [call.split()[:-1] for call in fake_sbatch.read_text().splitlines()]
-    assert calls == [["--parsable"], ["--parsable", "--dependency=afterok:70,afterany:4242"],
-                     ["--parsable", "--dependency=afterok:70,afterany:4243"]]
+    assert calls == [
+        ["--parsable"],
+        ["--parsable", "--dependency=afterok:70,afterany:4242"],
+        ["--parsable", "--dependency=afterok:70,afterany:4243"],
+    ]
 
-    assert cli.main(["submit", "quantize", "--work-dir", str(work), "--num-shards", "3", "--dry-run",
-                     "--set", "executor.slurm_max_array_size=2"]) == 0
+    assert (
+        cli.main(
+            [
+                "submit",
+                "quantize",
+                "--work-dir",
+                str(work),
+                "--num-shards",
+                "3",
+                "--dry-run",
+                "--set",
+                "executor.slurm_max_array_size=2",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert out.count("#!/bin/bash") == 2 and "# ---- job 2 of 2: sbatch ----" in out
 
@@ -368,11 +477,16 @@ def test_submit_sends_each_job_of_a_split_array_and_prints_their_ids(tmp_path, f
 def test_the_number_of_tasks_defaults_to_the_manifest_shards(tmp_path, capsys):
     assert cli.main(["submit", "decode", "--work-dir", str(tmp_path), "--dry-run"]) == 2
     assert "give --num-shards" in capsys.readouterr().err
-    write_manifest_rows(tmp_path, [{"video_id": f"v{i}", "uri": f"/v/{i}.mp4", "bytes": 1, "transcript_uri": None,
-                                    "shard": i // 2} for i in range(5)])
+    write_manifest_rows(
+        tmp_path,
+        [
+            {"video_id": f"v{i}", "uri": f"/v/{i}.mp4", "bytes": 1, "transcript_uri": None, "shard": i // 2}
+            for i in range(5)
+        ],
+    )
     assert cli.main(["submit", "decode", "--work-dir", str(tmp_path), "--dry-run"]) == 0
     assert "#SBATCH --array=0-2" in capsys.readouterr().out
-    assert cli.main(["submit", "train", "--work-dir", str(tmp_path), "--dry-run"]) == 0   # one job, no array
+    assert cli.main(["submit", "train", "--work-dir", str(tmp_path), "--dry-run"]) == 0  # one job, no array
     assert "--array" not in capsys.readouterr().out
 
 
@@ -388,12 +502,20 @@ def _launcher(command: list[str]) -> int:
 def _torchrun_args(command: list[str]):
     """The torchrun part of a train command, parsed by torchrun's own parser."""
     from torch.distributed.run import get_args_parser
-    return get_args_parser().parse_args(command[_launcher(command) + 1:])
+
+    return get_args_parser().parse_args(command[_launcher(command) + 1 :])
 
 
 def test_multi_node_training_is_srun_with_one_torchrun_per_node_meeting_at_the_first_node(tmp_path):
-    cfg = load_config(None, ["executor.slurm_nodes=2", "executor.slurm_gpus=4", "executor.slurm_rdzv_port=29511",
-                             "executor.slurm_cpus_per_task=16"])
+    cfg = load_config(
+        None,
+        [
+            "executor.slurm_nodes=2",
+            "executor.slurm_gpus=4",
+            "executor.slurm_rdzv_port=29511",
+            "executor.slurm_cpus_per_task=16",
+        ],
+    )
     config = tmp_path / "my config.yaml"
     python = tmp_path / "bin dir" / "python"
     script = sbatch_script(cfg, "train", work_dir=tmp_path / "work", config=str(config), python=str(python))
@@ -403,7 +525,7 @@ def test_multi_node_training_is_srun_with_one_torchrun_per_node_meeting_at_the_f
     assert not any("--array" in line for line in directives)
     command = _command(script)
     assert command[0] == "srun" and "--ntasks-per-node=1" in command and "--kill-on-bad-exit=1" in command
-    assert command[command.index("-m") - 1] == str(python)            # the path with a space, one word
+    assert command[command.index("-m") - 1] == str(python)  # the path with a space, one word
     assert command[command.index("-m") + 1] == "pipeline.executors.torchrun"
     args = _torchrun_args(command)
     assert (args.nnodes, args.nproc_per_node, args.rdzv_backend) == ("2", "4", "c10d")
@@ -416,20 +538,29 @@ def test_multi_node_training_is_srun_with_one_torchrun_per_node_meeting_at_the_f
     bin_dir = tmp_path / "slurm-bin"
     bin_dir.mkdir()
     # the first node's name does not resolve; its NodeAddr does
-    (bin_dir / "scontrol").write_text('#!/bin/bash\n[ "$1 $2 $3" = "show hostnames gpu-[07-08]" ] && '
-                                      'printf "gpu-07\\ngpu-08\\n"\n'
-                                      '[ "$1 $2 $3" = "show node gpu-07" ] && '
-                                      'echo "NodeName=gpu-07 Arch=x86_64" && echo "   NodeAddr=127.0.0.1 NodeHostName=gpu-07"\n'
-                                      'exit 0\n')
+    (bin_dir / "scontrol").write_text(
+        '#!/bin/bash\n[ "$1 $2 $3" = "show hostnames gpu-[07-08]" ] && '
+        'printf "gpu-07\\ngpu-08\\n"\n'
+        '[ "$1 $2 $3" = "show node gpu-07" ] && '
+        'echo "NodeName=gpu-07 Arch=x86_64" && echo "   NodeAddr=127.0.0.1 NodeHostName=gpu-07"\n'
+        "exit 0\n"
+    )
     (bin_dir / "scontrol").chmod(0o755)
     recorded = tmp_path / "srun.txt"
-    (bin_dir / "srun").write_text(f'#!/bin/bash\n{{ echo "MASTER_ADDR=$MASTER_ADDR MASTER_PORT=$MASTER_PORT"; '
-                                  f'printf "%s\\n" "$@"; }} > {shlex.quote(str(recorded))}\n')
+    (bin_dir / "srun").write_text(
+        f'#!/bin/bash\n{{ echo "MASTER_ADDR=$MASTER_ADDR MASTER_PORT=$MASTER_PORT"; '
+        f'printf "%s\\n" "$@"; }} > {shlex.quote(str(recorded))}\n'
+    )
     (bin_dir / "srun").chmod(0o755)
     path = tmp_path / "train.sbatch"
     path.write_text(script)
-    env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}", SLURM_JOB_NODELIST="gpu-[07-08]",
-               SLURM_JOB_ID="9001", SLURM_CPUS_PER_TASK="16")
+    env = dict(
+        os.environ,
+        PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+        SLURM_JOB_NODELIST="gpu-[07-08]",
+        SLURM_JOB_ID="9001",
+        SLURM_CPUS_PER_TASK="16",
+    )
     run = subprocess.run(["bash", str(path)], env=env, capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stderr
     lines = recorded.read_text().splitlines()
@@ -444,15 +575,17 @@ def test_multi_node_training_is_srun_with_one_torchrun_per_node_meeting_at_the_f
     recorded.unlink()
     run = subprocess.run(["bash", str(path)], env=env, capture_output=True, text=True, timeout=60)
     assert run.returncode == 1 and not recorded.exists()
-    assert run.stderr == ("train: the first node's address gpu-07.invalid (node gpu-07.invalid) does not resolve: "
-                          "the rendezvous cannot start\n")
+    assert run.stderr == (
+        "train: the first node's address gpu-07.invalid (node gpu-07.invalid) does not resolve: "
+        "the rendezvous cannot start\n"
+    )
 
     # without scontrol's answer the job stops with one line instead of a torchrun that waits forever
     (bin_dir / "scontrol").write_text("#!/bin/bash\nexit 1\n")
     run = subprocess.run(["bash", str(path)], env=env, capture_output=True, text=True, timeout=60)
     assert run.returncode != 0 and "cannot read the first node" in run.stderr
 
-    single = load_config(None, ["executor.slurm_gpus=4"])   # one node: torchrun --standalone, no srun
+    single = load_config(None, ["executor.slurm_gpus=4"])  # one node: torchrun --standalone, no srun
     assert _torchrun_args(_command(sbatch_script(single, "train", work_dir=tmp_path))).standalone
 
 
@@ -466,39 +599,51 @@ dist.destroy_process_group()
 """
 
 
-@pytest.mark.slow   # four Python processes importing torch (~15 s on 2 cores)
+@pytest.mark.slow  # four Python processes importing torch (~15 s on 2 cores)
 def test_two_torchruns_with_the_scripts_options_form_one_job(tmp_path):
     """The torchrun options the script writes, run for real as two "nodes" on this machine: the agents meet
     in the c10d rendezvous and start a world of 2 x 1 processes."""
     import socket
+
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     cfg = load_config(None, ["executor.slurm_nodes=2", "executor.slurm_gpus=1", f"executor.slurm_rdzv_port={port}"])
     command = _command(sbatch_script(cfg, "train", work_dir=tmp_path))
     start, end = _launcher(command) + 1, command.index("-m", _launcher(command))
-    options = [word.replace("$MASTER_ADDR", "127.0.0.1").replace("$SLURM_JOB_ID", "9001") for word in command[start:end]]
+    options = [
+        word.replace("$MASTER_ADDR", "127.0.0.1").replace("$SLURM_JOB_ID", "9001") for word in command[start:end]
+    ]
     check = tmp_path / "check.py"
     check.write_text(RENDEZVOUS_CHECK)
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    agents = [subprocess.Popen([sys.executable, "-m", "pipeline.executors.torchrun", *options, str(check)], env=env,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    agents = [
+        subprocess.Popen(
+            [sys.executable, "-m", "pipeline.executors.torchrun", *options, str(check)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
     outputs = [agent.communicate(timeout=180) for agent in agents]
     assert [agent.returncode for agent in agents] == [0, 0], [err[-2000:] for _, err in outputs]
     lines = sorted(line for out, _ in outputs for line in out.splitlines() if line.startswith("rank "))
     assert lines == ["rank 0 of 2 local 0 sum 3", "rank 1 of 2 local 0 sum 3"]
 
 
-@pytest.mark.slow   # five Python processes importing torch (~15 s on 2 cores)
+@pytest.mark.slow  # five Python processes importing torch (~15 s on 2 cores)
 def test_a_rendezvous_that_cannot_start_is_one_line_and_other_outcomes_are_torchruns_own(tmp_path):
     """The script's torchrun options with short rendezvous timeouts: a port already taken by another socket
     and a second node that never joins each end in one line naming the endpoint, exit 2; a one-node run
     succeeds, and a training failure keeps torchrun's own exit code and report."""
     import socket
+
     taken = socket.socket()
-    taken.bind(("127.0.0.1", 0))                    # bound, never listening: no store can start there
+    taken.bind(("127.0.0.1", 0))  # bound, never listening: no store can start there
     frees = []
-    for _ in range(3):                              # one endpoint per run: they run at the same time
+    for _ in range(3):  # one endpoint per run: they run at the same time
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
             frees.append(probe.getsockname()[1])
@@ -507,23 +652,34 @@ def test_a_rendezvous_that_cannot_start_is_one_line_and_other_outcomes_are_torch
     cfg = load_config(None, ["executor.slurm_nodes=2", "executor.slurm_gpus=1", f"executor.slurm_rdzv_port={port}"])
     command = _command(sbatch_script(cfg, "train", work_dir=tmp_path))
     start, end = _launcher(command) + 1, command.index("-m", _launcher(command))
-    options = [word.replace("$MASTER_ADDR", "127.0.0.1").replace("$SLURM_JOB_ID", "9001") for word in command[start:end]]
+    options = [
+        word.replace("$MASTER_ADDR", "127.0.0.1").replace("$SLURM_JOB_ID", "9001") for word in command[start:end]
+    ]
     options += ["--rdzv-conf", "read_timeout=3,join_timeout=3"]
     ok, fails = tmp_path / "ok.py", tmp_path / "fails.py"
     ok.write_text("print('trained')\n")
     fails.write_text("raise SystemExit(3)\n")
     alone = [word.replace(f":{port}", f":{free}") for word in options]
-    one_node = [word if word != "2" else "1" for word in alone]          # --nnodes 1
+    one_node = [word if word != "2" else "1" for word in alone]  # --nnodes 1
     assert one_node[one_node.index("--nnodes") + 1] == "1"
     fails_node = [word.replace(f":{free}", f":{fails_port}") for word in one_node]
     one_node = [word.replace(f":{free}", f":{ok_port}") for word in one_node]
-    launcher, torchrun = [sys.executable, "-m", "pipeline.executors.torchrun"], [sys.executable, "-m", "torch.distributed.run"]
-    runs = {"taken": [*launcher, *options, str(ok)], "alone": [*launcher, *alone, str(ok)],
-            "ok": [*launcher, *one_node, str(ok)], "fails": [*launcher, *fails_node, str(fails)]}
+    launcher, torchrun = (
+        [sys.executable, "-m", "pipeline.executors.torchrun"],
+        [sys.executable, "-m", "torch.distributed.run"],
+    )
+    runs = {
+        "taken": [*launcher, *options, str(ok)],
+        "alone": [*launcher, *alone, str(ok)],
+        "ok": [*launcher, *one_node, str(ok)],
+        "fails": [*launcher, *fails_node, str(fails)],
+    }
     env = dict(os.environ, OMP_NUM_THREADS="1")
     try:
-        started = {name: subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-                   for name, argv in runs.items()}
+        started = {
+            name: subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for name, argv in runs.items()
+        }
         results = {name: (agent.communicate(timeout=180), agent.returncode) for name, agent in started.items()}
         # torch's own launcher on the failing script, after the others (it would share their free port)
         own = subprocess.run([*torchrun, *fails_node, str(fails)], env=env, capture_output=True, text=True, timeout=180)
@@ -549,43 +705,92 @@ def test_array_size_and_node_counts_are_checked_at_load():
 
 def test_submit_splits_at_the_clusters_max_array_size_unless_the_setting_says_otherwise(tmp_path, fake_sbatch, capsys):
     bin_dir = fake_sbatch.parent / "bin"
-    (bin_dir / "scontrol").write_text('#!/bin/bash\n[ "$1 $2" = "show config" ] && '
-                                      'printf "MaxArrayJobs = 5\\nMaxArraySize            = 3\\nMaxJobCount = 10000\\n"\n')
+    (bin_dir / "scontrol").write_text(
+        '#!/bin/bash\n[ "$1 $2" = "show config" ] && '
+        'printf "MaxArrayJobs = 5\\nMaxArraySize            = 3\\nMaxJobCount = 10000\\n"\n'
+    )
     (bin_dir / "scontrol").chmod(0o755)
     work = tmp_path / "work"
     assert cli.main(["submit", "asr", "--work-dir", str(work), "--num-shards", "7", "--quiet"]) == 0
-    assert capsys.readouterr().out.strip() == "4242:4243:4244"          # tasks 0-2, 3-5, 6
+    assert capsys.readouterr().out.strip() == "4242:4243:4244"  # tasks 0-2, 3-5, 6
     fake_sbatch.unlink()
-    assert cli.main(["submit", "asr", "--work-dir", str(work), "--num-shards", "7", "--quiet",
-                     "--set", "executor.slurm_max_array_size=4"]) == 0
-    assert capsys.readouterr().out.strip() == "4242:4243"               # the setting wins
+    assert (
+        cli.main(
+            [
+                "submit",
+                "asr",
+                "--work-dir",
+                str(work),
+                "--num-shards",
+                "7",
+                "--quiet",
+                "--set",
+                "executor.slurm_max_array_size=4",
+            ]
+        )
+        == 0
+    )
+    assert capsys.readouterr().out.strip() == "4242:4243"  # the setting wins
 
 
 def test_an_sbatch_refusal_is_one_line_with_sbatchs_message_and_the_fix(tmp_path, monkeypatch, capsys):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    (bin_dir / "sbatch").write_text('#!/bin/bash\necho "sbatch: error: Batch job submission failed: '
-                                    'Invalid job array specification" >&2\nexit 1\n')
+    (bin_dir / "sbatch").write_text(
+        '#!/bin/bash\necho "sbatch: error: Batch job submission failed: Invalid job array specification" >&2\nexit 1\n'
+    )
     (bin_dir / "sbatch").chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    assert cli.main(["submit", "asr", "--work-dir", str(tmp_path), "--num-shards", "5", "--quiet",
-                     "--set", "executor.slurm_max_array_size=5"]) == 2
+    assert (
+        cli.main(
+            [
+                "submit",
+                "asr",
+                "--work-dir",
+                str(tmp_path),
+                "--num-shards",
+                "5",
+                "--quiet",
+                "--set",
+                "executor.slurm_max_array_size=5",
+            ]
+        )
+        == 2
+    )
     out, err = capsys.readouterr()
     assert out == "" and err.count("\n") == 1
     assert err.startswith("submit: sbatch refused asr (")
-    assert ("sbatch: error: Batch job submission failed: Invalid job array specification; the array is longer "
-            "than the cluster's MaxArraySize (5 assumed; ") in err and "set executor.slurm_max_array_size" in err
+    assert (
+        "sbatch: error: Batch job submission failed: Invalid job array specification; the array is longer "
+        "than the cluster's MaxArraySize (5 assumed; "
+    ) in err and "set executor.slurm_max_array_size" in err
 
 
 def test_only_incomplete_asks_for_the_unfinished_tasks_by_their_numbers(tmp_path, capsys):
-    write_manifest_rows(tmp_path, [{"video_id": f"v{i}", "uri": f"/v/{i}.mp4", "bytes": 1, "transcript_uri": None,
-                                    "shard": i} for i in range(7)])
+    write_manifest_rows(
+        tmp_path,
+        [{"video_id": f"v{i}", "uri": f"/v/{i}.mp4", "bytes": 1, "transcript_uri": None, "shard": i} for i in range(7)],
+    )
     # shards 0, 2, 3 and 6 done (hand-made parts vouched for by their records)
     for shard in (0, 2, 3, 6):
-        write_part(tmp_path, "decode", shard, pa.Table.from_pylist([], schema=schemas.DECODE_CLIPS.arrow),
-                   schemas.DECODE_CLIPS, record={"videos": 1})
-    args = ["submit", "decode", "--work-dir", str(tmp_path), "--dry-run", "--only-incomplete",
-            "--set", "executor.slurm_max_array_size=3"]
+        write_part(
+            tmp_path,
+            "decode",
+            shard,
+            pa.Table.from_pylist([], schema=schemas.DECODE_CLIPS.arrow),
+            schemas.DECODE_CLIPS,
+            record={"videos": 1},
+        )
+    args = [
+        "submit",
+        "decode",
+        "--work-dir",
+        str(tmp_path),
+        "--dry-run",
+        "--only-incomplete",
+        "--set",
+        "executor.slurm_max_array_size=3",
+    ]
     assert cli.main(args) == 0
     out = capsys.readouterr().out
     # tasks 0-2 are one job, 3-5 the next, 6 the last: tasks 1, 4 and 5 remain

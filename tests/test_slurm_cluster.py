@@ -30,12 +30,30 @@ MAX_ARRAY_SIZE = 2
 VIDEOS = 3
 # tiny everywhere: 2 s videos, S3D's smallest clips with random weights, transcripts beside the videos (no
 # Whisper), a 2-leaf codebook, a tiny BERT
-STAGE_SETTINGS = ["features.weights=random", "decode.clip_frames=14", "decode.min_clip_frames=7",
-                  "features.batch_size=2", "features.decode_workers=0", "shards.videos_per_shard=1",
-                  "kmeans.k=2", "kmeans.depth=1", "kmeans.niter=5", "asr.language=en"]
-TRAIN_SETTINGS = ["train.init_checkpoint=random:tiny", "train.batch_size=4", "train.max_steps=6",
-                  "train.checkpoint_every=2", "train.keep_checkpoints=5", "train.num_workers=0",
-                  "train.num_threads=1", "train.max_len=48", "train.log_every=1", "train.shuffle_buffer=8"]
+STAGE_SETTINGS = [
+    "features.weights=random",
+    "decode.clip_frames=14",
+    "decode.min_clip_frames=7",
+    "features.batch_size=2",
+    "features.decode_workers=0",
+    "shards.videos_per_shard=1",
+    "kmeans.k=2",
+    "kmeans.depth=1",
+    "kmeans.niter=5",
+    "asr.language=en",
+]
+TRAIN_SETTINGS = [
+    "train.init_checkpoint=random:tiny",
+    "train.batch_size=4",
+    "train.max_steps=6",
+    "train.checkpoint_every=2",
+    "train.keep_checkpoints=5",
+    "train.num_workers=0",
+    "train.num_threads=1",
+    "train.max_len=48",
+    "train.log_every=1",
+    "train.shuffle_buffer=8",
+]
 SLURM_SETTINGS = ["executor.slurm_cpus_per_task=1", "executor.slurm_mem=200M", "executor.slurm_time='00:10:00'"]
 
 
@@ -47,7 +65,7 @@ def slurm():
     cluster = SlurmCluster(max_array_size=MAX_ARRAY_SIZE).start()
     try:
         with pytest.MonkeyPatch.context() as patch:
-            patch.setenv("SLURM_CONF", str(cluster.conf))   # for submit, scontrol and the jobs
+            patch.setenv("SLURM_CONF", str(cluster.conf))  # for submit, scontrol and the jobs
             yield cluster
     finally:
         cluster.stop()
@@ -61,14 +79,17 @@ def _videos(folder: Path, count: int = VIDEOS) -> Path:
     folder.mkdir()
     for index in range(count):
         make_video(folder / f"v{index}.mp4", duration_s=2.0, fps=25)
-        (folder / f"v{index}.vtt").write_text(f"WEBVTT\n\n00:00:00.000 --> 00:00:01.000\nchop onion {index}.\n\n"
-                                              f"00:00:01.000 --> 00:00:02.000\nstir the pan.\n")
+        (folder / f"v{index}.vtt").write_text(
+            f"WEBVTT\n\n00:00:00.000 --> 00:00:01.000\nchop onion {index}.\n\n"
+            f"00:00:01.000 --> 00:00:02.000\nstir the pan.\n"
+        )
     return folder
 
 
 def _pipeline(*args, check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess:
-    done = subprocess.run([sys.executable, "-m", "pipeline", *map(str, args)], cwd=REPO, capture_output=True,
-                          text=True, timeout=timeout)
+    done = subprocess.run(
+        [sys.executable, "-m", "pipeline", *map(str, args)], cwd=REPO, capture_output=True, text=True, timeout=timeout
+    )
     if check:
         assert done.returncode == 0, f"{args[:2]} failed:\n{done.stderr[-3000:]}"
     return done
@@ -76,8 +97,11 @@ def _pipeline(*args, check: bool = True, timeout: float = 300) -> subprocess.Com
 
 def _data_files(work: Path) -> dict[str, bytes]:
     """Every data file (not the completion records or logs, which hold times and hosts) by relative path."""
-    return {str(p.relative_to(work)): p.read_bytes() for p in sorted(work.rglob("*"))
-            if p.is_file() and p.suffix in (".parquet", ".safetensors") and "train" not in p.relative_to(work).parts}
+    return {
+        str(p.relative_to(work)): p.read_bytes()
+        for p in sorted(work.rglob("*"))
+        if p.is_file() and p.suffix in (".parquet", ".safetensors") and "train" not in p.relative_to(work).parts
+    }
 
 
 def _checkpoint(work: Path, step: int) -> dict[str, bytes]:
@@ -116,9 +140,16 @@ def chain(slurm, tmp_path_factory):
     rdzv_port = _free_port()
     for work in (on_slurm, local):
         assert cli.main(["manifest", "--input", str(videos), "--work-dir", str(work), "--quiet", *_settings()]) == 0
-    submitted = _pipeline("submit", "pipeline", "--with-train", "--work-dir", on_slurm, "--array-parallelism", 2,
-                          *_settings(*TRAIN_SETTINGS, *SLURM_SETTINGS, "executor.slurm_nodes=2",
-                                     f"executor.slurm_rdzv_port={rdzv_port}"))
+    submitted = _pipeline(
+        "submit",
+        "pipeline",
+        "--with-train",
+        "--work-dir",
+        on_slurm,
+        "--array-parallelism",
+        2,
+        *_settings(*TRAIN_SETTINGS, *SLURM_SETTINGS, "executor.slurm_nodes=2", f"executor.slurm_rdzv_port={rdzv_port}"),
+    )
     jobs = dict(line.split() for line in submitted.stdout.splitlines())
     # while Slurm works: the local run, stage by stage, then a two-process training run
     for stage in ("features", "kmeans", "quantize", "asr", "align"):
@@ -129,15 +160,36 @@ def chain(slurm, tmp_path_factory):
     _wait_for(first.exists, 300, "train's first checkpoint", slurm)
     _requeue(slurm, jobs["train"])
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                    "-m", "pipeline", "train", "--work-dir", str(local), "--quiet", "--resume",
-                    *_settings(*TRAIN_SETTINGS)], cwd=REPO, env=env, check=True, capture_output=True, timeout=300)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            "2",
+            "-m",
+            "pipeline",
+            "train",
+            "--work-dir",
+            str(local),
+            "--quiet",
+            "--resume",
+            *_settings(*TRAIN_SETTINGS),
+        ],
+        cwd=REPO,
+        env=env,
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     slurm.wait_for_jobs(300)
     return {"slurm": on_slurm, "local": local, "jobs": jobs, "cluster": slurm}
 
 
 def _free_port() -> int:
     import socket
+
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
@@ -179,6 +231,7 @@ def test_train_on_two_nodes_requeued_mid_run_ends_with_the_two_process_local_che
 
 # ---------------------------------------------------------------- the scheduler's faults
 
+
 def _decode_run(root: Path, count: int = VIDEOS) -> tuple[Path, Path]:
     """A work dir with its manifest for the Slurm run, and the local run's decode outputs beside it."""
     videos = _videos(root / "videos", count)
@@ -190,7 +243,10 @@ def _decode_run(root: Path, count: int = VIDEOS) -> tuple[Path, Path]:
 
 
 def _records(work: Path, stage: str) -> dict[int, bytes]:
-    return {int(p.stem.split("-")[1]): p.read_bytes() for p in sorted((work / "_state" / "done" / stage).glob("part-*.json"))}
+    return {
+        int(p.stem.split("-")[1]): p.read_bytes()
+        for p in sorted((work / "_state" / "done" / stage).glob("part-*.json"))
+    }
 
 
 def _submit(*args) -> str:
@@ -209,7 +265,7 @@ def test_a_running_task_requeued_keeps_its_finished_shards_and_completes_the_res
     # the task holds after its first shard: it is running when requeued, whatever the machine's speed
     release = tmp_path / "release"
     _hold_decode(monkeypatch, release)
-    job = _submit("decode", "--work-dir", on_slurm, "--num-shards", 1)     # one task: shards 0, 1, 2 in turn
+    job = _submit("decode", "--work-dir", on_slurm, "--num-shards", 1)  # one task: shards 0, 1, 2 in turn
     _wait_for(lambda: _records(on_slurm, "decode"), 120, "the task's first shard", slurm)
     before = _records(on_slurm, "decode")
     assert sorted(before) == [0]
@@ -218,7 +274,7 @@ def test_a_running_task_requeued_keeps_its_finished_shards_and_completes_the_res
     assert slurm.job_states(job) == {f"{job}_0": "COMPLETED"} and _restarts(slurm, job) == 1
     after = _records(on_slurm, "decode")
     assert sorted(after) == [0, 1, 2]
-    assert {shard: after[shard] for shard in before} == before      # not done twice
+    assert {shard: after[shard] for shard in before} == before  # not done twice
     # the second attempt's summary: the shard finished before the requeue was skipped
     log = next((on_slurm / "_state" / "slurm" / "logs").glob("videobert-decode-*.out")).read_text()
     assert "DUE TO JOB REQUEUE" in log
@@ -234,24 +290,26 @@ def test_a_task_killed_with_sigkill_leaves_no_complete_output_and_only_it_is_res
     _hold_decode(monkeypatch, release)
     # three tasks, one a shard each, tasks 1 and 2 held before their shard: task 2 is killed while it waits
     jobs = _submit("decode", "--work-dir", on_slurm).split(":")
-    assert len(jobs) == 2       # MaxArraySize 2, read from the cluster
-    victim = f"{jobs[1]}_0"     # task 2
+    assert len(jobs) == 2  # MaxArraySize 2, read from the cluster
+    victim = f"{jobs[1]}_0"  # task 2
     _wait_for(lambda: slurm.job_states(jobs[1]).get(victim) == "RUNNING", 120, "task 2 running", slurm)
     subprocess.run(["scancel", "--signal=KILL", victim], check=True, timeout=60)
-    _wait_for(lambda: slurm.job_states(jobs[1]).get(victim) not in ("RUNNING", "COMPLETING"), 120, "task 2 ended",
-              slurm)
+    _wait_for(
+        lambda: slurm.job_states(jobs[1]).get(victim) not in ("RUNNING", "COMPLETING"), 120, "task 2 ended", slurm
+    )
     release.touch()
     slurm.wait_for_jobs(180)
     assert slurm.job_states(jobs[1])[victim] != "COMPLETED"
     lineage = Lineage(on_slurm)
-    assert lineage.state("decode", 2, verify=True).status == "missing"        # nothing passes for complete
+    assert lineage.state("decode", 2, verify=True).status == "missing"  # nothing passes for complete
     assert all(lineage.state("decode", shard, verify=True).current for shard in (0, 1))
     status = _pipeline("status", "--work-dir", on_slurm).stdout
     assert re.search(r"^decode +2/3 ", status, re.MULTILINE), status
 
-    retry = _pipeline("submit", "decode", "--work-dir", on_slurm, "--only-incomplete", "--dry-run",
-                      *_settings(*SLURM_SETTINGS)).stdout
-    assert retry.count("#!/bin/bash") == 1 and "#SBATCH --array=0\n" in retry     # task 2 alone, as task 2
+    retry = _pipeline(
+        "submit", "decode", "--work-dir", on_slurm, "--only-incomplete", "--dry-run", *_settings(*SLURM_SETTINGS)
+    ).stdout
+    assert retry.count("#!/bin/bash") == 1 and "#SBATCH --array=0\n" in retry  # task 2 alone, as task 2
     assert '--shard "$((SLURM_ARRAY_TASK_ID + 2))" --num-shards 3' in retry
     again = _submit("decode", "--work-dir", on_slurm, "--only-incomplete")
     slurm.wait_for_jobs(180)
@@ -263,7 +321,7 @@ def test_a_task_killed_with_sigkill_leaves_no_complete_output_and_only_it_is_res
 
 def test_a_shard_that_fails_for_good_cancels_what_depends_on_it_and_status_names_it(slurm, tmp_path):
     videos = _videos(tmp_path / "videos")
-    (videos / "v2.mp4").write_text("not a video")       # its shard: every video failed, the task exits 3
+    (videos / "v2.mp4").write_text("not a video")  # its shard: every video failed, the task exits 3
     work = tmp_path / "work"
     assert cli.main(["manifest", "--input", str(videos), "--work-dir", str(work), "--quiet", *_settings()]) == 0
     jobs = dict(line.split() for line in _submit("pipeline", "--work-dir", work).splitlines())
@@ -285,15 +343,22 @@ def test_a_shard_that_fails_for_good_cancels_what_depends_on_it_and_status_names
     assert re.search(r"^features +3/3 .*VideoDecodeError 1$", status, re.MULTILINE), status
     assert re.search(r"^kmeans +not run$", status, re.MULTILINE), status
     errors = _pipeline("errors", "--work-dir", work).stdout
-    assert re.search(r"^decode, features part 00002 +v2-\w+ +VideoDecodeError: cannot open .*v2\.mp4", errors,
-                     re.MULTILINE), errors
+    assert re.search(
+        r"^decode, features part 00002 +v2-\w+ +VideoDecodeError: cannot open .*v2\.mp4", errors, re.MULTILINE
+    ), errors
 
 
 def test_sbatch_refusing_an_array_prints_its_message_and_the_fix_in_one_line(slurm, tmp_path):
     on_slurm, _ = _decode_run(tmp_path)
     # a setting larger than the cluster's MaxArraySize: sbatch refuses the 3-task array
-    done = _pipeline("submit", "decode", "--work-dir", on_slurm, *_settings(*SLURM_SETTINGS, "executor.slurm_max_array_size=10"),
-                     check=False)
+    done = _pipeline(
+        "submit",
+        "decode",
+        "--work-dir",
+        on_slurm,
+        *_settings(*SLURM_SETTINGS, "executor.slurm_max_array_size=10"),
+        check=False,
+    )
     assert done.returncode == 2 and done.stdout == ""
     said = [line for line in done.stderr.splitlines() if line.startswith("submit:")]
     assert len(said) == 1 and done.stderr.endswith(said[0] + "\n"), done.stderr
@@ -306,9 +371,13 @@ def test_train_past_its_time_limit_keeps_only_complete_checkpoints_and_resumes_f
     work = tmp_path / "work"
     shutil.copytree(chain["slurm"], work, ignore=shutil.ignore_patterns("train", "slurm"))
     # a run far longer than the time it is given (the chain's train.max_steps replaced)
-    settings = _settings(*[s for s in TRAIN_SETTINGS if not s.startswith("train.max_steps=")], *SLURM_SETTINGS,
-                         "train.max_steps=100000", "executor.slurm_nodes=2",
-                         f"executor.slurm_rdzv_port={_free_port()}")
+    settings = _settings(
+        *[s for s in TRAIN_SETTINGS if not s.startswith("train.max_steps=")],
+        *SLURM_SETTINGS,
+        "train.max_steps=100000",
+        "executor.slurm_nodes=2",
+        f"executor.slurm_rdzv_port={_free_port()}",
+    )
     job = _pipeline("submit", "train", "--work-dir", work, "--quiet", *settings).stdout.strip()
     checkpoints = work / "train" / "checkpoints"
     _wait_for(lambda: (checkpoints / "step-00000002" / "trainer.pt").exists(), 300, "a first checkpoint", cluster)
@@ -326,6 +395,7 @@ def test_train_past_its_time_limit_keeps_only_complete_checkpoints_and_resumes_f
     def resumed():
         records = [json.loads(line) for line in log.read_text().splitlines()]
         return [r for r in records if r["event"] == "resume"]
+
     _wait_for(resumed, 300, "the resubmitted job's resume", cluster)
     assert resumed()[0]["step"] == newest and resumed()[0]["world_size"] == 2
     subprocess.run(["scancel", again], check=True, timeout=60)

@@ -55,7 +55,7 @@ def test_every_string_of_a_record_resolves_to_an_object_of_its_kind(stage):
 @pytest.mark.parametrize("stage", STAGES, ids=IDS)
 def test_a_per_shard_stage_has_tables_and_a_run_function(stage):
     assert stage.run and callable(stage.function("run"))
-    if not stage.per_shard:   # whole-collection: one run, its own options; no shard tables
+    if not stage.per_shard:  # whole-collection: one run, its own options; no shard tables
         assert not stage.tables and not stage.also_makes and not stage.split
         assert len({option.name for option in stage.options}) == len(stage.options)
         return
@@ -65,7 +65,7 @@ def test_a_per_shard_stage_has_tables_and_a_run_function(stage):
     assert set(stage.checks) <= set(stage.tables), f"{stage.name} checks a table it does not make"
     assert set(stage.card_configs) <= set(stage.tables)
     for other in stage.also_makes:
-        assert registry.stage(other).per_shard and other in stage.reads + tuple(registry.NAMES[:IDS.index(stage.name)])
+        assert registry.stage(other).per_shard and other in stage.reads + tuple(registry.NAMES[: IDS.index(stage.name)])
 
 
 @pytest.mark.parametrize("stage", STAGES, ids=IDS)
@@ -84,7 +84,7 @@ def test_sections_and_keys_name_the_configs_and_reads_name_earlier_stages(stage)
         assert hasattr(getattr(cfg, section), name), f"{stage.name}: no config key {key}"
     for key in stage.operational_keys:
         assert key.split(".")[0] in stage.config_sections
-    earlier = IDS[:IDS.index(stage.name)]
+    earlier = IDS[: IDS.index(stage.name)]
     assert all(upstream in earlier for upstream in stage.reads), f"{stage.name} reads {stage.reads}"
 
 
@@ -96,10 +96,12 @@ def test_ray_roles_belong_to_one_stage_each():
 def test_reading_the_records_and_the_config_imports_no_stage_code_and_no_torch():
     """A stage folder's __init__.py is its record, section and checks: the registry and the config import
     them (every command does) without torch or the stage's run code."""
-    script = ("import json, sys\nimport pipeline.registry, pipeline.config\n"
-              "pipeline.config.load_config()\n"
-              "print(json.dumps(sorted(name for name in sys.modules if name.split('.')[0] in "
-              "('torch', 'stages', 'speech', 'videobert', 'reports'))))")
+    script = (
+        "import json, sys\nimport pipeline.registry, pipeline.config\n"
+        "pipeline.config.load_config()\n"
+        "print(json.dumps(sorted(name for name in sys.modules if name.split('.')[0] in "
+        "('torch', 'stages', 'speech', 'videobert', 'reports'))))"
+    )
     done = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, check=True)
     imported = json.loads(done.stdout)
     assert [name for name in imported if not name.startswith("stages")] == []

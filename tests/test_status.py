@@ -27,8 +27,13 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def _cli(*args) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "pipeline", *map(str, args)], cwd=REPO,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "pipeline", *map(str, args)],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def _outputs(work: Path) -> dict[str, bytes]:
@@ -61,23 +66,26 @@ def test_status_counts_shards_errors_by_type_and_shows_the_slowest_shards(decode
     decode = next(line for line in lines if line.startswith("decode "))
     # shard 2 has no completion record: neither it nor its error table counts
     assert "2/3  67%" in decode and decode.endswith("EmptyFile 1, VideoDecodeError 1; 1 missing")
-    assert decode.split()[3:5] == ["4", "3"]      # videos; clips: 1.6 s gives one 1.5 s clip, 3.2 s two
+    assert decode.split()[3:5] == ["4", "3"]  # videos; clips: 1.6 s gives one 1.5 s clip, 3.2 s two
     assert next(line for line in lines if line.startswith("features ")).split()[1:] == ["not", "started"]
     assert next(line for line in lines if line.startswith("kmeans ")).endswith("not run")
-    slowest = lines[lines.index("slowest shards, per stage:") + 1:]
+    slowest = lines[lines.index("slowest shards, per stage:") + 1 :]
     assert {line.split(":")[0].strip() for line in slowest} == {"decode part 0", "decode part 1"}
     seconds = [float(line.split(": ")[1].split(" s,")[0]) for line in slowest]
     assert seconds == sorted(seconds, reverse=True)
-    assert any(line.startswith("  decode part 1:") and "2 videos, 3 clips" in line and "clips/s" in line
-               for line in slowest)
+    assert any(
+        line.startswith("  decode part 1:") and "2 videos, 3 clips" in line and "clips/s" in line for line in slowest
+    )
 
 
 def test_errors_lists_each_failed_video_with_its_reason(decoded, capsys):
     text = errors_text(decoded)
     lines = text.splitlines()
     assert lines[0] == f"2 failed video(s) in any stage of {decoded}"
-    assert any("part 00000" in line and "a_text-" in line and "VideoDecodeError: cannot open" in line
-               and "a_text.mp4" in line for line in lines[1:])
+    assert any(
+        "part 00000" in line and "a_text-" in line and "VideoDecodeError: cannot open" in line and "a_text.mp4" in line
+        for line in lines[1:]
+    )
     assert any("b_empty-" in line and "EmptyFile:" in line and "is an empty file" in line for line in lines[1:])
     assert errors_text(decoded, "asr") == f"no failed videos in the asr stage of {decoded}"
     with pytest.raises(ValueError, match="--stage must be one of"):
@@ -100,14 +108,18 @@ def speech_videos(tmp_path_factory):
 
 
 # one video per shard; tiny random-weight S3D clips; the features stage's decode worker process is on
-KILL_SETTINGS = ["shards.videos_per_shard=1", "features.weights=random", "decode.clip_frames=14",
-                 "decode.min_clip_frames=7", "features.decode_workers=1"]
+KILL_SETTINGS = [
+    "shards.videos_per_shard=1",
+    "features.weights=random",
+    "decode.clip_frames=14",
+    "decode.min_clip_frames=7",
+    "features.decode_workers=1",
+]
 
 
-@pytest.mark.slow   # features: two CLI runs that each import torch and build S3D (~8 s apiece on 2 cores)
+@pytest.mark.slow  # features: two CLI runs that each import torch and build S3D (~8 s apiece on 2 cores)
 @pytest.mark.parametrize("stage", ["features", "asr"])
-def test_sigkill_in_the_middle_of_a_stage_then_a_rerun_gives_the_uninterrupted_outputs(tmp_path, speech_videos,
-                                                                                       stage):
+def test_sigkill_in_the_middle_of_a_stage_then_a_rerun_gives_the_uninterrupted_outputs(tmp_path, speech_videos, stage):
     settings = [part for setting in KILL_SETTINGS for part in ("--set", setting)]
     reference, killed = tmp_path / "reference", tmp_path / "killed"
     cfg = load_config(None, KILL_SETTINGS)
@@ -118,19 +130,19 @@ def test_sigkill_in_the_middle_of_a_stage_then_a_rerun_gives_the_uninterrupted_o
     process = _cli(stage, "--work-dir", killed, "--workers", "1", "--quiet", *settings)
     done = WorkDir(killed).records_folder(stage)
     deadline = time.time() + 120
-    while time.time() < deadline and not list(done.glob("part-*.json")):   # not a record being written
+    while time.time() < deadline and not list(done.glob("part-*.json")):  # not a record being written
         time.sleep(0.02)
     os.kill(process.pid, signal.SIGKILL)
     process.wait()
     done_before = len(list(done.glob("part-*.json")))
     assert done_before == 1, "the kill should land mid-run"
     for path in killed.rglob("*.parquet"):
-        pq.read_metadata(path)    # whatever is there under a final name is complete
+        pq.read_metadata(path)  # whatever is there under a final name is complete
     rerun = _cli(stage, "--work-dir", killed, "--workers", "1", "--quiet", *settings)
     assert rerun.wait() == 0, rerun.stderr.read()
     err = rerun.stderr.read()
     assert "1 shard(s) run, 1 already current" in err, err
-    assert not list(killed.rglob(".tmp_*"))   # the rerun removed what the killed writer left
+    assert not list(killed.rglob(".tmp_*"))  # the rerun removed what the killed writer left
     assert _outputs(killed) == _outputs(reference)
 
 
@@ -145,8 +157,7 @@ def test_two_workers_racing_on_one_shard_leave_one_complete_correct_file(tmp_pat
         assert _cli("manifest", "--work-dir", work, "--input", videos, *settings).wait() == 0
     assert _cli("decode", "--work-dir", reference, "--quiet", *settings).wait() == 0
     # --force: both run every shard, whatever the other has finished
-    racers = [_cli("decode", "--work-dir", raced, "--workers", "1", "--force", "--quiet", *settings)
-              for _ in range(2)]
+    racers = [_cli("decode", "--work-dir", raced, "--workers", "1", "--force", "--quiet", *settings) for _ in range(2)]
     assert [racer.wait() for racer in racers] == [0, 0]
     assert _outputs(raced) == _outputs(reference)
     assert not list(raced.rglob(".tmp_*"))
@@ -157,6 +168,7 @@ def test_two_workers_racing_on_one_shard_leave_one_complete_correct_file(tmp_pat
 
 def test_status_shows_the_codebook_from_its_sidecar(tmp_path):
     import gallery_factory
+
     work = gallery_factory.make_work_dir(tmp_path)
     kmeans = next(line for line in status_text(work).splitlines() if line.startswith("kmeans "))
     assert kmeans.split()[1:] == ["current", "codebook", "depth", "2,", "k", "3,", "fit", "on", "31", "clips"]
@@ -165,7 +177,7 @@ def test_status_shows_the_codebook_from_its_sidecar(tmp_path):
 def test_status_with_a_config_names_what_that_config_would_redo(decoded, capsys):
     settings = ["--set", "shards.videos_per_shard=2"]
     assert cli.main(["status", "--work-dir", str(decoded), *settings]) == 0
-    same = capsys.readouterr().out   # the config the run was made with: nothing to redo
+    same = capsys.readouterr().out  # the config the run was made with: nothing to redo
     assert "checked against the config given" in same and " stale" not in same.split("\n", 1)[1]
     assert cli.main(["status", "--work-dir", str(decoded), *settings, "--set", "decode.fps=10"]) == 0
     lines = capsys.readouterr().out.splitlines()
@@ -178,7 +190,7 @@ def test_errors_takes_no_config_and_validate_takes_the_work_dir_either_way(decod
     with pytest.raises(SystemExit) as refused:
         cli.main(["errors", "--work-dir", str(decoded), "--set", "decode.fps=10"])
     assert refused.value.code == 2 and "unrecognized arguments: --set" in capsys.readouterr().err
-    assert cli.main(["validate", "--work-dir", str(decoded)]) == 1      # shard 2 lost its record
+    assert cli.main(["validate", "--work-dir", str(decoded)]) == 1  # shard 2 lost its record
     by_option = capsys.readouterr().err
     assert cli.main(["validate", str(decoded)]) == 1
     assert capsys.readouterr().err == by_option and by_option.startswith("INVALID: ")
@@ -190,9 +202,11 @@ def test_a_failure_record_of_the_wrong_shape_is_named_not_a_traceback(tmp_path):
     from work_factory import write_manifest_rows
 
     from pipeline import storage
+
     work = tmp_path / "work"
-    write_manifest_rows(work, [{"video_id": "v0", "uri": "/videos/v0.mp4", "bytes": 1, "transcript_uri": None,
-                                "shard": 0}])
+    write_manifest_rows(
+        work, [{"video_id": "v0", "uri": "/videos/v0.mp4", "bytes": 1, "transcript_uri": None, "shard": 0}]
+    )
     failure = WorkDir(work).failure("decode", 0)
     for wrong in ({"error": 5}, {"error": "crashed", "at": "yesterday"}, {"traceback": []}):
         storage.atomic_write_json(failure, wrong)

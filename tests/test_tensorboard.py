@@ -32,7 +32,7 @@ def test_the_event_files_hold_the_logs_scalars_and_validation_records(tmp_path):
     for tag, values in expected.items():
         assert [step for step, _ in events[tag]] == [step for step, _ in values], tag
         assert [value for _, value in events[tag]] == pytest.approx([value for _, value in values], rel=1e-6), tag
-    assert [step for step, _ in events["train/loss"]] == list(range(1, 7))       # train.log_every=1, 6 steps
+    assert [step for step, _ in events["train/loss"]] == list(range(1, 7))  # train.log_every=1, 6 steps
     assert [step for step, _ in events["validation/alignment_auc"]] == [3, 6]
 
 

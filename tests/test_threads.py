@@ -43,15 +43,17 @@ def test_the_cpu_affinity_is_the_allocation_outside_any_scheduler(monkeypatch):
     _pretend_affinity(monkeypatch, 6)
     assert threads.allocated_cpus() == (6, "CPU affinity")
     assert threads.threads() == 6
-    assert threads.threads(3) == 3   # an explicit setting wins
+    assert threads.threads(3) == 3  # an explicit setting wins
     assert threads.describe() == "6 threads (6 CPUs from CPU affinity)"
     assert threads.describe(3) == "3 threads (set)"
 
 
 @pytest.mark.skipif(not shutil.which("taskset") or not hasattr(os, "sched_getaffinity"), reason="needs taskset")
 def test_a_process_pinned_to_one_cpu_runs_torch_on_one_thread():
-    code = ("import torch; from pipeline import threads; before = torch.get_num_threads(); "
-            "print(before, threads.set_torch_threads(), torch.get_num_threads(), threads.allocated_cpus()[1])")
+    code = (
+        "import torch; from pipeline import threads; before = torch.get_num_threads(); "
+        "print(before, threads.set_torch_threads(), torch.get_num_threads(), threads.allocated_cpus()[1])"
+    )
     assert _child(code, cpus="0").split()[1:] == ["1", "1", "CPU", "affinity"]
 
 
@@ -72,7 +74,7 @@ def test_omp_num_threads_is_the_allocation_where_it_is_set(monkeypatch):
     monkeypatch.setenv("SLURM_CPUS_PER_TASK", "8")
     monkeypatch.setenv("OMP_NUM_THREADS", "3")
     assert threads.allocated_cpus() == (3, "OMP_NUM_THREADS")
-    monkeypatch.setenv("OMP_NUM_THREADS", "0")   # not a count: the next source
+    monkeypatch.setenv("OMP_NUM_THREADS", "0")  # not a count: the next source
     assert threads.allocated_cpus() == (8, "SLURM_CPUS_PER_TASK")
 
 
@@ -82,7 +84,7 @@ def test_torchrun_ranks_of_a_node_share_its_cpus(monkeypatch):
     assert threads.threads() == 4
     assert threads.describe() == "4 threads (16 CPUs from CPU affinity, shared by 4 processes)"
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "32")
-    assert threads.threads() == 1   # never 0
+    assert threads.threads() == 1  # never 0
 
 
 def _share(_item) -> tuple[int, int]:
@@ -90,14 +92,14 @@ def _share(_item) -> tuple[int, int]:
 
 
 def test_a_local_pool_divides_the_allocation_among_its_workers(monkeypatch):
-    monkeypatch.setenv("OMP_NUM_THREADS", "6")   # inherited by the spawned workers
+    monkeypatch.setenv("OMP_NUM_THREADS", "6")  # inherited by the spawned workers
     cfg = load_config(None, [])
-    assert default_workers(cfg) == 6   # one worker per allocated CPU, not per core of the machine
+    assert default_workers(cfg) == 6  # one worker per allocated CPU, not per core of the machine
     assert LocalExecutor(cfg, workers=3).map(_share, range(3)) == [(2, 2)] * 3
-    assert LocalExecutor(cfg, workers=1).map(_share, range(2)) == [(6, 6)] * 2   # in this process: all of them
+    assert LocalExecutor(cfg, workers=1).map(_share, range(2)) == [(6, 6)] * 2  # in this process: all of them
     # the k-means subtree fits: the allocation over the subtrees that run at once
     assert kmeans.threads_per_task(3, 12) == 2 and kmeans.threads_per_task(12, 2) == 3
-    assert kmeans.threads_per_task(None, 12) == 0   # a Ray task: its own num_cpus
+    assert kmeans.threads_per_task(None, 12) == 0  # a Ray task: its own num_cpus
 
 
 def test_the_trainer_and_the_features_encoder_take_the_allocation_and_an_explicit_setting_wins():

@@ -23,7 +23,7 @@ pytest.importorskip("torchcodec")
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLES = sorted((REPO / "samples").glob("*.mp4"))
-MAX_MAE = 2.5     # measured 1.3 to 1.8 on the samples (0.98 to 1.2 on real 360p to 720p footage)
+MAX_MAE = 2.5  # measured 1.3 to 1.8 on the samples (0.98 to 1.2 on real 360p to 720p footage)
 
 COMPARE = """
 import json, sys
@@ -52,8 +52,14 @@ print(json.dumps(out))
 
 
 def _compare(device: str, paths: list[Path]) -> dict:
-    result = subprocess.run([sys.executable, "-c", COMPARE, device, *map(str, paths)], cwd=REPO,
-                            env=ffmpeg_libs.environment(), capture_output=True, text=True, timeout=600)
+    result = subprocess.run(
+        [sys.executable, "-c", COMPARE, device, *map(str, paths)],
+        cwd=REPO,
+        env=ffmpeg_libs.environment(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(result.stdout.strip().splitlines()[-1])
 
@@ -62,10 +68,10 @@ def test_torchcodec_on_the_cpu_gives_pyavs_clips_on_the_samples():
     found = _compare("cpu", SAMPLES)
     assert len(found) == len(SAMPLES) == 5
     for path, one in found.items():
-        assert one["reader"] == "TorchcodecClipReader", path       # torchcodec decoded it, no fallback
+        assert one["reader"] == "TorchcodecClipReader", path  # torchcodec decoded it, no fallback
         assert one["clips"][0] == one["clips"][1] > 10 and one["keys_equal"], (path, one)
         assert one["mae"] <= MAX_MAE, (path, one)
-        assert one["middles_equal"], path     # a pass without frames keeps each clip's middle frame, as is
+        assert one["middles_equal"], path  # a pass without frames keeps each clip's middle frame, as is
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU (NVDEC)")
@@ -73,7 +79,7 @@ def test_torchcodec_on_the_gpu_gives_pyavs_clips_on_the_samples():
     for path, one in _compare("cuda", SAMPLES).items():
         assert one["clips"][0] == one["clips"][1] and one["keys_equal"], (path, one)
         assert one["mae"] <= MAX_MAE, (path, one)
-        assert one["middles_equal"], path     # a pass without frames keeps each clip's middle frame, as is
+        assert one["middles_equal"], path  # a pass without frames keeps each clip's middle frame, as is
 
 
 def test_a_process_without_ffmpeg_libraries_is_told_how_to_start(tmp_path):
@@ -81,23 +87,29 @@ def test_a_process_without_ffmpeg_libraries_is_told_how_to_start(tmp_path):
         pytest.skip("torchcodec loads in this process (FFmpeg's libraries are installed or on LD_LIBRARY_PATH)")
     from pipeline.media.clip_readers import open_clip_reader
     from pipeline.media.torchcodec_reader import TorchcodecUnavailable
+
     with pytest.raises(TorchcodecUnavailable, match="LD_LIBRARY_PATH"):
         open_clip_reader(str(SAMPLES[0]), load_config(None, ["decode.backend=torchcodec"]).decode)
 
 
 def test_the_features_stage_decodes_with_torchcodec_in_its_worker_processes(tmp_path, monkeypatch):
-    monkeypatch.setenv("LD_LIBRARY_PATH", "")     # prepare_children sets it for the workers; restored after
+    monkeypatch.setenv("LD_LIBRARY_PATH", "")  # prepare_children sets it for the workers; restored after
     videos = tmp_path / "videos"
     videos.mkdir()
     make_video(videos / "a.mp4", duration_s=0.8, fps=25, width=160, height=120)
-    settings = ["features.weights=random", "decode.clip_frames=14", "decode.min_clip_frames=7",
-                "features.decode_workers=1"]
+    settings = [
+        "features.weights=random",
+        "decode.clip_frames=14",
+        "decode.min_clip_frames=7",
+        "features.decode_workers=1",
+    ]
     reference, work = tmp_path / "pyav", tmp_path / "torchcodec"
     for folder, backend in ((reference, "pyav"), (work, "torchcodec")):
         cfg = load_config(None, settings + [f"decode.backend={backend}"])
         write_manifest(cfg, videos, folder)
         assert not run_one_shard(cfg, folder, "features", 0).get("failed")
-    ours, theirs = (pq.read_table(WorkDir(folder).part("decode", 0)).drop(["thumbnail_jpeg"])
-                    for folder in (work, reference))
+    ours, theirs = (
+        pq.read_table(WorkDir(folder).part("decode", 0)).drop(["thumbnail_jpeg"]) for folder in (work, reference)
+    )
     assert ours.equals(theirs) and ours.num_rows == 1
-    assert "torchcodec" in WorkDir(work).record("features", 0).read_text()    # in its lineage (config)
+    assert "torchcodec" in WorkDir(work).record("features", 0).read_text()  # in its lineage (config)

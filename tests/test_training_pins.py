@@ -29,17 +29,31 @@ def tokenizer():
 
 
 def config(work_dir, *overrides):
-    return load_config(None, [
-        "train.init_checkpoint=random:tiny", "train.batch_size=4", "train.max_steps=4", "train.log_every=1",
-        "train.checkpoint_every=2", "train.shuffle_buffer=4", "train.num_workers=0", "train.num_threads=1",
-        "train.max_len=32", *overrides])
+    return load_config(
+        None,
+        [
+            "train.init_checkpoint=random:tiny",
+            "train.batch_size=4",
+            "train.max_steps=4",
+            "train.log_every=1",
+            "train.checkpoint_every=2",
+            "train.shuffle_buffer=4",
+            "train.num_workers=0",
+            "train.num_threads=1",
+            "train.max_len=32",
+            *overrides,
+        ],
+    )
 
 
 def rewrite_like_align_force(path) -> None:
     """What a rerun of align does to a part: a new file renamed over the old (here: every video renamed)."""
     table = pq.read_table(path)
-    table = table.set_column(table.schema.get_field_index("video_id"), "video_id",
-                             pa.array([f"rewritten-{video}" for video in table["video_id"].to_pylist()]))
+    table = table.set_column(
+        table.schema.get_field_index("video_id"),
+        "video_id",
+        pa.array([f"rewritten-{video}" for video in table["video_id"].to_pylist()]),
+    )
     temporary = path.with_name(f".{path.name}.new")
     pq.write_table(table.replace_schema_metadata(pq.read_schema(path).metadata), temporary)
     os.replace(temporary, path)
@@ -47,24 +61,31 @@ def rewrite_like_align_force(path) -> None:
 
 def recorded_sha256(work: WorkDir) -> dict[str, str]:
     checker = Lineage(work)
-    return {work.part("align", shard).name: checker.record("align", shard)["outputs"][
-        f"align/{work.part('align', shard).name}"]["sha256"] for shard in checker.manifest_shards()}
+    return {
+        work.part("align", shard).name: checker.record("align", shard)["outputs"][
+            f"align/{work.part('align', shard).name}"
+        ]["sha256"]
+        for shard in checker.manifest_shards()
+    }
 
 
-def test_a_rewrite_during_training_is_never_read_and_the_checkpoint_names_what_was(tmp_path, tokenizer,
-                                                                                   monkeypatch):
+def test_a_rewrite_during_training_is_never_read_and_the_checkpoint_names_what_was(tmp_path, tokenizer, monkeypatch):
     write_synthetic(tmp_path, tokenizer, videos=8, videos_per_shard=2)
     work = WorkDir(tmp_path)
     before = recorded_sha256(work)
     # a killed run's pins: removed by the next run
     gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    leftover = work.state / "pinned" / f".tmp_{int(gone.stdout)}_{os.uname().nodename.replace('_', '-')}_0badc0de_train-pins.partial"
+    leftover = (
+        work.state
+        / "pinned"
+        / f".tmp_{int(gone.stdout)}_{os.uname().nodename.replace('_', '-')}_0badc0de_train-pins.partial"
+    )
     leftover.mkdir(parents=True)
 
     seen, real_read = [], stream.read_videos
 
     def read_during_a_rewrite(path, layout, start_row=0):
-        if not seen:   # the first read of the run: align --force rewrites every part now
+        if not seen:  # the first read of the run: align --force rewrites every part now
             for shard in Lineage(work).manifest_shards():
                 rewrite_like_align_force(work.part("align", shard))
         for row, video in real_read(path, layout, start_row):
@@ -77,9 +98,11 @@ def test_a_rewrite_during_training_is_never_read_and_the_checkpoint_names_what_w
     assert not leftover.exists()
     info = json.loads((latest_checkpoint(work) / "model.json").read_text())
     assert info["align_sha256"] == before
-    assert recorded_sha256(work) == before      # the records were not rewritten: only the parts were
-    assert all(storage.file_sha256(work.part("align", shard)) != before[work.part("align", shard).name]
-               for shard in Lineage(work).manifest_shards())
+    assert recorded_sha256(work) == before  # the records were not rewritten: only the parts were
+    assert all(
+        storage.file_sha256(work.part("align", shard)) != before[work.part("align", shard).name]
+        for shard in Lineage(work).manifest_shards()
+    )
 
 
 def test_a_rewrite_between_pinning_and_verifying_stops_the_start_in_one_line(tmp_path, tokenizer, monkeypatch):
@@ -93,6 +116,7 @@ def test_a_rewrite_between_pinning_and_verifying_stops_the_start_in_one_line(tmp
         return pinned
 
     import videobert.train as train_module
+
     monkeypatch.setattr(train_module, "pin_shards", pin_then_rewrite)
     with pytest.raises(Exception) as raised:
         training_inputs(config(tmp_path), work)

@@ -13,15 +13,24 @@ from pipeline.tokenizer import load_tokenizer
 from videobert import stream
 from videobert.synthetic import write_synthetic
 
-TRAIN = ["train.init_checkpoint=random:tiny", "train.batch_size=4", "train.max_steps=2", "train.log_every=1",
-         "train.checkpoint_every=2", "train.shuffle_buffer=4", "train.num_workers=0", "train.num_threads=1",
-         "train.max_len=32"]
+TRAIN = [
+    "train.init_checkpoint=random:tiny",
+    "train.batch_size=4",
+    "train.max_steps=2",
+    "train.log_every=1",
+    "train.checkpoint_every=2",
+    "train.shuffle_buffer=4",
+    "train.num_workers=0",
+    "train.num_threads=1",
+    "train.max_len=32",
+]
 
 
 @pytest.fixture
 def remote_work(s3, tmp_path, monkeypatch):  # noqa: F811
     """A synthetic work dir (4 align shards of 2 videos) uploaded to the store; a fresh client cache."""
     import s3fs
+
     s3fs.S3FileSystem.clear_instance_cache()
     monkeypatch.setenv("VIDEOBERT_CACHE", str(tmp_path / "cache"))
     fs, _ = s3
@@ -54,7 +63,7 @@ def test_a_shard_rewritten_on_the_store_during_training_stops_it_in_one_line(rem
     seen, real_read = [], stream.read_videos
 
     def read_during_a_rewrite(path, layout, start_row=0, **options):
-        if not seen:   # the first open of the run: align --force rewrites every part now
+        if not seen:  # the first open of the run: align --force rewrites every part now
             seen.append("rewrite")
             for part in parts:
                 rewrite_on_the_store(fs, part, scratch)
@@ -64,7 +73,7 @@ def test_a_shard_rewritten_on_the_store_during_training_stops_it_in_one_line(rem
 
     monkeypatch.setattr(stream, "read_videos", read_during_a_rewrite)
     code, err = train(f"s3://{name}", capsys)
-    assert not [video for video in seen if video.startswith("rewritten-")]   # never a rewritten video
+    assert not [video for video in seen if video.startswith("rewritten-")]  # never a rewritten video
     lines = [line for line in err.splitlines() if "was rewritten" in line]
     assert code == 1 and len(lines) == 1, err[-2000:]
     assert "part-0000" in lines[0] and "is align running?" in lines[0]
@@ -73,6 +82,6 @@ def test_a_shard_rewritten_on_the_store_during_training_stops_it_in_one_line(rem
 
 def test_an_unchanged_store_trains_every_step(remote_work, capsys):
     fs, name, _ = remote_work
-    code, err = train(f"s3://{name}", capsys)      # the identity check sees no change where there is none
+    code, err = train(f"s3://{name}", capsys)  # the identity check sees no change where there is none
     assert code == 0 and '"step": 2' in err and "was rewritten" not in err, err[-2000:]
     assert f"{name}/train/checkpoints/step-00000002/trainer.pt" in fs.find(f"{name}/train")

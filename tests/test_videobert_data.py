@@ -19,23 +19,44 @@ from pipeline.engine.workdir import WorkDir
 from schemas.metadata import Provenance
 from videobert import data
 from videobert import stream as streaming
-from videobert.data import (ALIGNED, IGNORE, NOT_ALIGNED, TEXT, TEXT_VIDEO, VIDEO, DataParams, Plan, ShardDataset,
-                            VocabLayout)
+from videobert.data import (
+    ALIGNED,
+    IGNORE,
+    NOT_ALIGNED,
+    TEXT,
+    TEXT_VIDEO,
+    VIDEO,
+    DataParams,
+    Plan,
+    ShardDataset,
+    VocabLayout,
+)
 
 LAYOUT = VocabLayout(text_vocab_size=2000, num_visual=50, cls_id=101, sep_id=102, mask_id=103, pad_id=0)
 TEXT_REPLACEMENTS = np.arange(1000, 2000)
-WORDS_PER_VIDEO = 50 // 10   # video v's segments use visual words 5v .. 5v+4 (so a word names its video)
+WORDS_PER_VIDEO = 50 // 10  # video v's segments use visual words 5v .. 5v+4 (so a word names its video)
 
 
 def params(**changes) -> DataParams:
-    base = dict(max_len=64, mask_prob=0.15, regime_weights=(1.0, 1.0, 1.0), regime_mix="exact", negative_prob=0.5,
-                negative_same_video_share=0.5, negative_min_gap=20, concat_prob=0.5, max_concat=3,
-                max_subsample_step=5, shuffle_buffer=16)
+    base = dict(
+        max_len=64,
+        mask_prob=0.15,
+        regime_weights=(1.0, 1.0, 1.0),
+        regime_mix="exact",
+        negative_prob=0.5,
+        negative_same_video_share=0.5,
+        negative_min_gap=20,
+        concat_prob=0.5,
+        max_concat=3,
+        max_subsample_step=5,
+        shuffle_buffer=16,
+    )
     return DataParams(**dict(base, **changes))
 
 
-def write_shards(work_dir: Path, shards: int = 4, videos_per_shard: int = 2, segments: int = 5,
-                 done: bool = True) -> list[Path]:
+def write_shards(
+    work_dir: Path, shards: int = 4, videos_per_shard: int = 2, segments: int = 5, done: bool = True
+) -> list[Path]:
     """Align shards in which video v's text ids are 1000 + 10v + segment and its visual ids 5v .. 5v+4."""
     paths = []
     for shard in range(shards):
@@ -44,19 +65,41 @@ def write_shards(work_dir: Path, shards: int = 4, videos_per_shard: int = 2, seg
             video = shard * videos_per_shard + local
             for segment in range(segments):
                 has_text = segment % 4 != 3
-                rows.append({"video_id": f"v{video:02d}", "segment_index": segment, "start_s": 3.0 * segment,
-                             "end_s": 3.0 * segment + 3, "kind": "text_video" if has_text else "video_only",
-                             "text": "words" if has_text else None,
-                             "text_ids": [1000 + 10 * video + segment] * 3 if has_text else [],
-                             "visual_ids": [WORDS_PER_VIDEO * video + (segment + i) % WORDS_PER_VIDEO
-                                            for i in range(4)],
-                             "language": "en"})
-        write_part(work_dir, "align", shard, pa.Table.from_pylist(rows), schemas.ALIGN,
-                   record={"rows": len(rows)} if done else None)
+                rows.append(
+                    {
+                        "video_id": f"v{video:02d}",
+                        "segment_index": segment,
+                        "start_s": 3.0 * segment,
+                        "end_s": 3.0 * segment + 3,
+                        "kind": "text_video" if has_text else "video_only",
+                        "text": "words" if has_text else None,
+                        "text_ids": [1000 + 10 * video + segment] * 3 if has_text else [],
+                        "visual_ids": [WORDS_PER_VIDEO * video + (segment + i) % WORDS_PER_VIDEO for i in range(4)],
+                        "language": "en",
+                    }
+                )
+        write_part(
+            work_dir,
+            "align",
+            shard,
+            pa.Table.from_pylist(rows),
+            schemas.ALIGN,
+            record={"rows": len(rows)} if done else None,
+        )
         paths.append(WorkDir(work_dir).part("align", shard))
-    write_manifest_rows(work_dir, [{"video_id": f"v{video:02d}", "uri": f"/v{video:02d}.mp4", "bytes": 1,
-                                    "transcript_uri": None, "shard": video // videos_per_shard}
-                                   for video in range(shards * videos_per_shard)])
+    write_manifest_rows(
+        work_dir,
+        [
+            {
+                "video_id": f"v{video:02d}",
+                "uri": f"/v{video:02d}.mp4",
+                "bytes": 1,
+                "transcript_uri": None,
+                "shard": video // videos_per_shard,
+            }
+            for video in range(shards * videos_per_shard)
+        ],
+    )
     return paths
 
 
@@ -68,8 +111,9 @@ def video_of_visual(visual_ids) -> set[int]:
 REAL = VocabLayout(text_vocab_size=2000, num_visual=1000 * 100, cls_id=101, sep_id=102, mask_id=103, pad_id=0)
 
 
-def write_realistic_shards(work_dir: Path, *, shards: int = 4, videos_per_shard: int = 10, text_share: float = 1.0,
-                           seed: int = 0) -> list[Path]:
+def write_realistic_shards(
+    work_dir: Path, *, shards: int = 4, videos_per_shard: int = 10, text_share: float = 1.0, seed: int = 0
+) -> list[Path]:
     """Align shards with the lengths the align stage gives on real videos: 80-240 clips a video; in the
     videos with text (`text_share` of every ten; the others are like non-English ones) sentences of 3-20
     words (a word is one or two word pieces) over 1-8 clips, with silent stretches of 1-40 clips between
@@ -80,30 +124,49 @@ def write_realistic_shards(work_dir: Path, *, shards: int = 4, videos_per_shard:
         rows = []
         for video in range(shard * videos_per_shard, (shard + 1) * videos_per_shard):
             has_text = video % 10 < round(10 * text_share)
-            clips, position, spans = int(rng.integers(80, 241)), 0, []     # (start, end, text ids or None)
+            clips, position, spans = int(rng.integers(80, 241)), 0, []  # (start, end, text ids or None)
             while position < clips:
                 if has_text:
                     end = min(clips, position + int(rng.integers(1, 9)))
                     words = int(rng.integers(3, 21))
                     spans.append((position, end, rng.integers(1000, 2000, words + rng.binomial(words, 0.2)).tolist()))
                     position = end
-                silent_end = min(clips, position + int(rng.integers(1, 41))) if not has_text or rng.random() < 0.4 \
-                    else position
+                silent_end = (
+                    min(clips, position + int(rng.integers(1, 41))) if not has_text or rng.random() < 0.4 else position
+                )
                 if not has_text:
                     silent_end = clips
                 spans += [(start, min(start + 16, silent_end), None) for start in range(position, silent_end, 16)]
                 position = silent_end
             for index, (start, end, text) in enumerate(spans):
-                rows.append({"video_id": f"v{video:03d}", "segment_index": index, "start_s": 1.5 * start,
-                             "end_s": 1.5 * end, "kind": "text_video" if text else "video_only",
-                             "text": "words" if text else None, "text_ids": text or [],
-                             "visual_ids": list(range(1000 * video + start, 1000 * video + end)),
-                             "language": "en" if has_text else "de"})
+                rows.append(
+                    {
+                        "video_id": f"v{video:03d}",
+                        "segment_index": index,
+                        "start_s": 1.5 * start,
+                        "end_s": 1.5 * end,
+                        "kind": "text_video" if text else "video_only",
+                        "text": "words" if text else None,
+                        "text_ids": text or [],
+                        "visual_ids": list(range(1000 * video + start, 1000 * video + end)),
+                        "language": "en" if has_text else "de",
+                    }
+                )
         write_part(work_dir, "align", shard, pa.Table.from_pylist(rows), schemas.ALIGN, record={"rows": len(rows)})
         paths.append(WorkDir(work_dir).part("align", shard))
-    write_manifest_rows(work_dir, [{"video_id": f"v{video:03d}", "uri": f"/v{video:03d}.mp4", "bytes": 1,
-                                    "transcript_uri": None, "shard": video // videos_per_shard}
-                                   for video in range(shards * videos_per_shard)])
+    write_manifest_rows(
+        work_dir,
+        [
+            {
+                "video_id": f"v{video:03d}",
+                "uri": f"/v{video:03d}.mp4",
+                "bytes": 1,
+                "transcript_uri": None,
+                "shard": video // videos_per_shard,
+            }
+            for video in range(shards * videos_per_shard)
+        ],
+    )
     return paths
 
 
@@ -119,7 +182,7 @@ def lookup_accuracy(keys: list, labels: list) -> float:
 
 def test_only_complete_non_empty_shards_are_read(tmp_path):
     paths = write_shards(tmp_path, shards=3)
-    WorkDir(tmp_path).record("align", 1).unlink()         # shard 1 is incomplete
+    WorkDir(tmp_path).record("align", 1).unlink()  # shard 1 is incomplete
     assert [path for _, path in Lineage(tmp_path).current_parts("align")] == [paths[0], paths[2]]
     empty = tmp_path / "empty.parquet"
     storage.write_parquet(empty, schemas.empty(schemas.ALIGN), Provenance(stage="align"))
@@ -134,9 +197,9 @@ def test_streams_split_shards_without_duplicates():
     for epoch in range(3):
         dealt = [data.stream_shards(shards, 7, epoch, stream, 4) for stream in range(4)]
         flat = [path for part in dealt for path in part]
-        assert sorted(flat) == shards and len(set(flat)) == len(flat)     # every shard once per epoch
+        assert sorted(flat) == shards and len(set(flat)) == len(flat)  # every shard once per epoch
         orders.append(flat)
-    assert orders[0] != orders[1]                                         # reshuffled every epoch
+    assert orders[0] != orders[1]  # reshuffled every epoch
     # ranks and workers compute the same deal: stream g of G always gets the same list for (seed, epoch)
     assert data.stream_shards(shards, 7, 1, 2, 4) == data.stream_shards(shards, 7, 1, 2, 4)
     assert data.streams_per_rank(10, 2, 4) == 4 and data.streams_per_rank(3, 2, 4) == 1
@@ -159,7 +222,7 @@ def test_each_stream_reads_only_its_own_shards(tmp_path, monkeypatch):
     for stream in (0, 1):
         current["stream"] = stream
         plans = data.PlanStream(shards, LAYOUT, params(shuffle_buffer=1), 3, stream, 2)
-        for _ in range(40):        # 40 segments per stream and epoch: this reaches into epoch 2
+        for _ in range(40):  # 40 segments per stream and epoch: this reaches into epoch 2
             next(plans)
     epoch0 = [set(data.stream_shards(shards, 3, 0, stream, 2)) for stream in (0, 1)]
     assert set(opened[0][:2]) == epoch0[0] and set(opened[1][:2]) == epoch0[1]
@@ -179,11 +242,12 @@ def test_data_smaller_than_the_buffer_is_read_once_and_streams_the_same(tmp_path
     monkeypatch.setattr(streaming, "read_segments", recording_read)
     kept = data.PlanStream(shards, LAYOUT, params(shuffle_buffer=1000), 5, 0, 1)
     plans = [signature(next(kept)) for _ in range(200)]
-    assert kept.rows_read > 1000 and sorted(opened) == sorted(shards)     # many epochs, each shard opened once
+    assert kept.rows_read > 1000 and sorted(opened) == sorted(shards)  # many epochs, each shard opened once
 
     # the same plans as a stream that reads the files every time
-    monkeypatch.setattr(data.PlanStream, "_open", lambda self, path, start_row: streaming.read_videos(
-        path, self.layout, start_row))
+    monkeypatch.setattr(
+        data.PlanStream, "_open", lambda self, path, start_row: streaming.read_videos(path, self.layout, start_row)
+    )
     opened.clear()
     read = data.PlanStream(shards, LAYOUT, params(shuffle_buffer=1000), 5, 0, 1)
     assert [signature(next(read)) for _ in range(200)] == plans and len(opened) > 100
@@ -223,7 +287,7 @@ def test_a_stream_resumes_from_its_state_without_replaying(tmp_path):
     shards = write_realistic_shards(tmp_path, text_share=0.4)
     stream = data.PlanStream(shards, REAL, params(shuffle_buffer=200), 0, 0, 1)
     resume_reads = []
-    for position in (100, 20_000):                      # early, and many epochs later
+    for position in (100, 20_000):  # early, and many epochs later
         while stream.rows_read < position:
             next(stream)
         # through a checkpoint: tensors, lists and numbers that torch.load reads with weights_only
@@ -231,7 +295,7 @@ def test_a_stream_resumes_from_its_state_without_replaying(tmp_path):
         torch.save(stream.state(), saved)
         saved.seek(0)
         state = torch.load(saved, weights_only=True)
-        assert len(state["units"]["units"]) <= 200 + 240          # the buffer and one video's units at most
+        assert len(state["units"]["units"]) <= 200 + 240  # the buffer and one video's units at most
         resumed = data.PlanStream(shards, REAL, params(shuffle_buffer=200), 0, 0, 1, state)
         rows_before = stream.rows_read
         for _ in range(300):
@@ -239,7 +303,7 @@ def test_a_stream_resumes_from_its_state_without_replaying(tmp_path):
         # the resumed stream read exactly the rows the uninterrupted one read for these 300 plans: no replay
         assert resumed.rows_read == stream.rows_read - rows_before
         resume_reads.append(resumed.rows_read)
-    assert stream.rows_read > 20_000 and max(resume_reads) < 2_000     # the skip does not grow with the position
+    assert stream.rows_read > 20_000 and max(resume_reads) < 2_000  # the skip does not grow with the position
 
 
 @pytest.mark.filterwarnings("ignore:This DataLoader will create")
@@ -247,15 +311,24 @@ def test_loader_workers_resume_exactly(tmp_path):
     shards = write_realistic_shards(tmp_path, shards=6, videos_per_shard=2)
 
     def loader(start_batch=0, plan_states=None, stop_batch=0):
-        dataset = ShardDataset(shards, REAL, TEXT_REPLACEMENTS, params(), 4, 0, start_batch=start_batch,
-                               plan_states=plan_states, checkpoint_every=4, stop_batch=stop_batch)
-        return iter(torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=3,
-                                                generator=torch.Generator()))
+        dataset = ShardDataset(
+            shards,
+            REAL,
+            TEXT_REPLACEMENTS,
+            params(),
+            4,
+            0,
+            start_batch=start_batch,
+            plan_states=plan_states,
+            checkpoint_every=4,
+            stop_batch=stop_batch,
+        )
+        return iter(torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=3, generator=torch.Generator()))
 
     whole = loader()
     expected = [next(whole) for _ in range(12)]
     first, states = loader(stop_batch=7), {}
-    for _ in range(7):                                  # stopped after batch 7 of 3 streams
+    for _ in range(7):  # stopped after batch 7 of 3 streams
         batch = next(first)
         if "plan_state" in batch:
             state = batch.pop("plan_state")
@@ -286,7 +359,7 @@ def test_batch_tensors_follow_the_input_format(tmp_path):
         assert has_separator == (regime == TEXT_VIDEO)
         assert bool(is_visual.any()) == (regime != TEXT)
         assert (batch["alignment_labels"][row] == IGNORE) == (regime != TEXT_VIDEO)
-        assert torch.equal(types.bool()[1:-1], is_visual[1:-1])          # visual tokens are segment B
+        assert torch.equal(types.bool()[1:-1], is_visual[1:-1])  # visual tokens are segment B
         assert (batch["input_ids"][row, length:] == LAYOUT.pad_id).all()
 
 
@@ -300,7 +373,7 @@ def test_masking_is_bert_style_and_keeps_kinds():
     for _ in range(300):
         masked, labels = data.mask_tokens(ids, LAYOUT, 0.15, TEXT_REPLACEMENTS, rng)
         chosen = np.flatnonzero(labels != IGNORE)
-        assert len(chosen) == round(0.15 * 80)                            # 15% of the 80 text+visual tokens
+        assert len(chosen) == round(0.15 * 80)  # 15% of the 80 text+visual tokens
         assert np.array_equal(labels[chosen], ids[chosen])
         # [CLS], [>] and [SEP] are never predicted nor changed
         for special in (0, 41, len(ids) - 1):
@@ -315,11 +388,11 @@ def test_masking_is_bert_style_and_keeps_kinds():
             else:
                 kinds["random"] += 1
                 now_visual = LAYOUT.visual_offset <= masked[position] < LAYOUT.visual_sep_id
-                assert now_visual == was_visual                          # replaced by a token of its kind
+                assert now_visual == was_visual  # replaced by a token of its kind
         chosen_total += len(chosen)
     assert abs(kinds["mask"] / chosen_total - 0.8) < 0.04
     assert abs(kinds["random"] / chosen_total - 0.1) < 0.03
-    assert kinds["kept"] > 0.05 * chosen_total      # kept as is ~10% (plus random draws of the same token)
+    assert kinds["kept"] > 0.05 * chosen_total  # kept as is ~10% (plus random draws of the same token)
 
 
 def test_masking_predicts_the_configured_share_of_each_modality(tmp_path):
@@ -349,22 +422,32 @@ def test_short_examples_are_widened_within_their_video(tmp_path):
     shards = write_realistic_shards(tmp_path, shards=1, videos_per_shard=1)
     video = next(data.read_videos(shards[0], REAL))[1]
     p, rng = params(max_len=128, max_subsample_step=1), np.random.default_rng(0)
-    short = next(index for index in range(video.segments) if 0 < video.clip_bounds[index + 1] - video.clip_bounds[index] < 7)
+    short = next(
+        index for index in range(video.segments) if 0 < video.clip_bounds[index + 1] - video.clip_bounds[index] < 7
+    )
     unit = data.Unit(video, short, short + 1)
-    ids, _, labels = data.build_example(Plan(VIDEO, data.EMPTY, unit.visual_ids, IGNORE, unit=unit), REAL, p,
-                                        TEXT_REPLACEMENTS, rng)
+    ids, _, labels = data.build_example(
+        Plan(VIDEO, data.EMPTY, unit.visual_ids, IGNORE, unit=unit), REAL, p, TEXT_REPLACEMENTS, rng
+    )
     clips = np.where(labels != IGNORE, labels, ids)[1:-1] - REAL.visual_offset
     start = unit.span[0]
-    assert np.array_equal(clips, np.arange(start, start + 7) if start + 7 <= len(video.clips)
-                          else np.arange(len(video.clips) - 7, len(video.clips)))
-    assert (labels != IGNORE).sum() == 1                                   # 15% of 7 tokens, rounded at random
+    assert np.array_equal(
+        clips,
+        np.arange(start, start + 7)
+        if start + 7 <= len(video.clips)
+        else np.arange(len(video.clips) - 7, len(video.clips)),
+    )
+    assert (labels != IGNORE).sum() == 1  # 15% of 7 tokens, rounded at random
     # text: whole neighbouring sentences are joined on
-    short = next(index for index in range(video.segments) if 0 < video.text_bounds[index + 1] - video.text_bounds[index] < 7)
+    short = next(
+        index for index in range(video.segments) if 0 < video.text_bounds[index + 1] - video.text_bounds[index] < 7
+    )
     unit = data.Unit(video, short, short + 1)
-    ids, _, labels = data.build_example(Plan(TEXT, unit.text_ids, data.EMPTY, IGNORE, unit=unit), REAL, p,
-                                        TEXT_REPLACEMENTS, rng)
+    ids, _, labels = data.build_example(
+        Plan(TEXT, unit.text_ids, data.EMPTY, IGNORE, unit=unit), REAL, p, TEXT_REPLACEMENTS, rng
+    )
     text = np.where(labels != IGNORE, labels, ids)[1:-1]
-    assert len(text) >= 7 and text[:len(unit.text_ids)].tolist() == unit.text_ids.tolist()
+    assert len(text) >= 7 and text[: len(unit.text_ids)].tolist() == unit.text_ids.tolist()
 
 
 def test_truncation_keeps_text_and_video_in_balance():
@@ -380,7 +463,7 @@ def test_truncation_keeps_text_and_video_in_balance():
     assert (original == LAYOUT.visual_sep_id).sum() == 1
     n_text = int(np.flatnonzero(original == LAYOUT.visual_sep_id)[0]) - 1
     assert (n_text, 64 - 3 - n_text) == (30, 31)
-    assert np.array_equal(original[1:1 + n_text], np.arange(1000, 1030))  # the head of the text is kept
+    assert np.array_equal(original[1 : 1 + n_text], np.arange(1000, 1030))  # the head of the text is kept
 
 
 def test_visual_tokens_are_subsampled_at_steps_1_to_5():
@@ -409,8 +492,9 @@ def test_concatenation_joins_neighbours_of_one_video_only(tmp_path):
         # text with text, video with video, in order, so they stay aligned
         segments = range(unit.first, unit.last)
         assert unit.text_ids.tolist() == [1000 + 10 * video + s for s in segments if s % 4 != 3 for _ in range(3)]
-        assert unit.visual_ids.tolist() == [WORDS_PER_VIDEO * video + (s + i) % WORDS_PER_VIDEO
-                                            for s in segments for i in range(4)]
+        assert unit.visual_ids.tolist() == [
+            WORDS_PER_VIDEO * video + (s + i) % WORDS_PER_VIDEO for s in segments for i in range(4)
+        ]
     assert data.runs(4, rng, 0.0, 3) == [(0, 1), (1, 2), (2, 3), (3, 4)]
     # a stream resumes inside a shard: the rows before `start_row` are not part of what it reads
     assert [video.video_id for _, video in data.read_videos(shards[0], LAYOUT, start_row=4)] == ["v01", "v02"]
@@ -419,31 +503,33 @@ def test_concatenation_joins_neighbours_of_one_video_only(tmp_path):
 def test_negatives_are_of_another_time_and_as_long_as_the_text_span(tmp_path):
     shards = write_realistic_shards(tmp_path)
     gap = 20
-    stream = data.PlanStream(shards, REAL, params(regime_weights=(0.0, 0.0, 1.0), negative_min_gap=gap,
-                                                  shuffle_buffer=200), 0, 0, 1)
+    stream = data.PlanStream(
+        shards, REAL, params(regime_weights=(0.0, 0.0, 1.0), negative_min_gap=gap, shuffle_buffer=200), 0, 0, 1
+    )
     kinds = Counter()
     for _ in range(4000):
         plan = next(stream)
         assert plan.regime == TEXT_VIDEO
         video, (start, end) = int(plan.unit.video.video_id[1:]), plan.unit.span
         origin, position = plan.visual_ids // 1000, plan.visual_ids % 1000
-        assert len(plan.visual_ids) == end - start                          # as long as the text's own span
-        assert np.all(np.diff(position) == 1)                               # a window of consecutive clips
+        assert len(plan.visual_ids) == end - start  # as long as the text's own span
+        assert np.all(np.diff(position) == 1)  # a window of consecutive clips
         if plan.alignment_label == ALIGNED:
             kinds["aligned"] += 1
             assert (origin == video).all() and position[0] == start
         elif plan.same_video:
             kinds["same video"] += 1
             assert (origin == video).all()
-            assert position[-1] < start - gap or position[0] >= end + gap     # at least `gap` clips away
+            assert position[-1] < start - gap or position[0] >= end + gap  # at least `gap` clips away
         else:
             kinds["other video"] += 1
             assert len(set(origin.tolist())) == 1 and origin[0] != video
     negatives = kinds["same video"] + kinds["other video"]
     assert 0.45 < negatives / 4000 < 0.55
-    assert abs(kinds["same video"] / negatives - 0.5) < 0.05               # train.negative_same_video_share
-    only_other = data.PlanStream(shards, REAL, params(regime_weights=(0.0, 0.0, 1.0), negative_same_video_share=0.0,
-                                                      shuffle_buffer=200), 0, 0, 1)
+    assert abs(kinds["same video"] / negatives - 0.5) < 0.05  # train.negative_same_video_share
+    only_other = data.PlanStream(
+        shards, REAL, params(regime_weights=(0.0, 0.0, 1.0), negative_same_video_share=0.0, shuffle_buffer=200), 0, 0, 1
+    )
     assert not any(next(only_other).same_video for _ in range(500))
 
 
@@ -453,7 +539,7 @@ def test_alignment_labels_cannot_be_told_from_lengths(tmp_path):
 
     def key(ids, types) -> tuple[int, int]:
         """(text length in bins of 8, visual length) of a built example: what the model sees."""
-        visual = int(types.sum()) - 1                                       # segment B: visual tokens, [SEP]
+        visual = int(types.sum()) - 1  # segment B: visual tokens, [SEP]
         return (len(ids) - visual - 3) // 8, visual
 
     keys, labels = [], []
@@ -466,8 +552,12 @@ def test_alignment_labels_cannot_be_told_from_lengths(tmp_path):
     assert abs(accuracy - 0.5) < 0.03, accuracy
     # the same lookup tells negatives made from any other unit's visual tokens (16-clip silent stretches,
     # joined runs): there the lengths give the label away
-    units = [data.Unit(video, first, last) for path in shards for _, video in data.read_videos(path, REAL)
-             for first, last in data.runs(video.segments, np.random.default_rng(0), 0.5, 3)]
+    units = [
+        data.Unit(video, first, last)
+        for path in shards
+        for _, video in data.read_videos(path, REAL)
+        for first, last in data.runs(video.segments, np.random.default_rng(0), 0.5, 3)
+    ]
     rng = np.random.default_rng(1)
     keys, labels = [], []
     for unit in units * 80:
@@ -477,7 +567,7 @@ def test_alignment_labels_cannot_be_told_from_lengths(tmp_path):
             plan = Plan(TEXT_VIDEO, unit.text_ids, visual, NOT_ALIGNED if negative else ALIGNED)
             keys.append(key(*data.build_example(plan, REAL, p, TEXT_REPLACEMENTS, rng)[:2]))
             labels.append(plan.alignment_label)
-    assert lookup_accuracy(keys, labels) > 0.57                           # about 0.59
+    assert lookup_accuracy(keys, labels) > 0.57  # about 0.59
 
 
 def test_regimes_are_mixed_by_weight(tmp_path):
@@ -494,22 +584,30 @@ def test_exact_mix_follows_the_weights_when_few_videos_have_text(tmp_path):
     shards = write_realistic_shards(tmp_path, text_share=0.4)
 
     def shares(weights, mix, n=6000) -> list[float]:
-        stream = data.PlanStream(shards, REAL, params(regime_weights=weights, regime_mix=mix, shuffle_buffer=200), 0, 0, 1)
+        stream = data.PlanStream(
+            shards, REAL, params(regime_weights=weights, regime_mix=mix, shuffle_buffer=200), 0, 0, 1
+        )
         counts = Counter(next(stream).regime for _ in range(n))
         return [counts[regime] / n for regime in (TEXT, VIDEO, TEXT_VIDEO)]
 
-    assert all(abs(share - 1 / 3) < 0.03 for share in shares((1.0, 1.0, 1.0), "exact")), shares((1.0, 1.0, 1.0), "exact")
-    assert all(abs(share - expected) < 0.03 for share, expected in zip(shares((1.0, 2.0, 1.0), "exact"), (0.25, 0.5, 0.25)))
+    assert all(abs(share - 1 / 3) < 0.03 for share in shares((1.0, 1.0, 1.0), "exact")), shares(
+        (1.0, 1.0, 1.0), "exact"
+    )
+    assert all(
+        abs(share - expected) < 0.03 for share, expected in zip(shares((1.0, 2.0, 1.0), "exact"), (0.25, 0.5, 0.25))
+    )
     natural = shares((1.0, 1.0, 1.0), "natural")
-    assert natural[VIDEO] > 0.5 and natural[TEXT] < 0.25           # units without text make video examples only
+    assert natural[VIDEO] > 0.5 and natural[TEXT] < 0.25  # units without text make video examples only
     # where units with text are plentiful (about 2/3 of them here, more than the text and text-video weights'
     # 1/2), they make video examples too
     rich = write_realistic_shards(tmp_path / "rich", text_share=1.0, seed=1)
     stream = data.PlanStream(rich, REAL, params(regime_weights=(1.0, 2.0, 1.0), shuffle_buffer=200), 0, 0, 1)
     plans = [next(stream) for _ in range(6000)]
     counts = Counter(plan.regime for plan in plans)
-    assert all(abs(counts[regime] / 6000 - expected) < 0.03 for regime, expected in ((TEXT, 0.25), (VIDEO, 0.5),
-                                                                                     (TEXT_VIDEO, 0.25)))
+    assert all(
+        abs(counts[regime] / 6000 - expected) < 0.03
+        for regime, expected in ((TEXT, 0.25), (VIDEO, 0.5), (TEXT_VIDEO, 0.25))
+    )
     assert sum(plan.regime == VIDEO and plan.unit.text_ids.size > 0 for plan in plans) > 1000
 
 

@@ -2,7 +2,6 @@
 first, refused off a terminal without --allow-removal, and what it replaces kept under DIR/_state/replaced/
 (as for `manifest`, tests/test_relisting.py)."""
 
-
 from media_factory import one_clip_videos
 from test_relisting import SETTINGS, decoded, on_a_terminal, run
 from test_youcook2 import annotations_file, entry
@@ -11,7 +10,7 @@ from pipeline.engine.workdir import WorkDir
 
 
 def test_youcook2_manifest_that_drops_finished_videos_is_refused_then_kept_aside(tmp_path, capsys, monkeypatch):
-    videos = one_clip_videos(tmp_path / "videos", 4)   # v0.mp4 ... v3.mp4: their "YouTube ids" are v0 ... v3
+    videos = one_clip_videos(tmp_path / "videos", 4)  # v0.mp4 ... v3.mp4: their "YouTube ids" are v0 ... v3
     every = annotations_file(tmp_path / "every.json", {f"v{i}": entry("training", [(0, 1, "cut")]) for i in range(4)})
     one = annotations_file(tmp_path / "one.json", {"v0": entry("training", [(0, 1, "cut")])})
     work = tmp_path / "work"

@@ -13,8 +13,8 @@ from test_videobert import TOKENIZER_SPEC, config, tiny_checkpoint
 
 from pipeline.config import load_config
 from pipeline.tokenizer import encode, load_tokenizer
-from videobert.eval import evaluate, zero_shot
 from videobert.data import assemble
+from videobert.eval import evaluate, zero_shot
 from videobert.model import VideoBert
 from videobert.synthetic import NOUNS, VERBS, write_synthetic
 from videobert.train import latest_checkpoint, train
@@ -58,19 +58,27 @@ def manual_score(ev, tokenizer, word_at_noun: str, video: np.ndarray) -> float:
     ids, types = assemble(ev.layout, text, video, with_separator=True)
     start = 1 + len(text) - len(pieces)
     with torch.no_grad():
-        _, logits, _ = ev.model(torch.from_numpy(ids)[None], torch.from_numpy(types)[None],
-                                torch.ones(1, len(ids), dtype=torch.int64),
-                                torch.from_numpy(np.isin(np.arange(len(ids)), range(start, start + len(pieces))))[None])
-    logp = torch.log_softmax(logits[:, :ev.layout.text_vocab_size].double(), dim=-1)
+        _, logits, _ = ev.model(
+            torch.from_numpy(ids)[None],
+            torch.from_numpy(types)[None],
+            torch.ones(1, len(ids), dtype=torch.int64),
+            torch.from_numpy(np.isin(np.arange(len(ids)), range(start, start + len(pieces))))[None],
+        )
+    logp = torch.log_softmax(logits[:, : ev.layout.text_vocab_size].double(), dim=-1)
     return float(sum(logp[i, piece] for i, piece in enumerate(pieces)))
 
 
 def test_split_words_are_scored_by_all_their_pieces(quick_dir, tmp_path, tokenizer):
-    assert [tokenizer.convert_ids_to_tokens(encode(tokenizer, w)) for w in ("lettuce", "tofu", "parsley", "parmesan")] == \
-        [["let", "##tu", "##ce"], ["to", "##fu"], ["par", "##sley"], ["par", "##mes", "##an"]]
+    assert [
+        tokenizer.convert_ids_to_tokens(encode(tokenizer, w)) for w in ("lettuce", "tofu", "parsley", "parmesan")
+    ] == [["let", "##tu", "##ce"], ["to", "##fu"], ["par", "##sley"], ["par", "##mes", "##an"]]
     ev, scorer, split = scorer_of(quick_dir, tmp_path)
-    assert {item["word"]: len(item["pieces"]) for item in split} == {"lettuce": 3, "tofu": 2, "parsley": 2,
-                                                                    "parmesan": 3}
+    assert {item["word"]: len(item["pieces"]) for item in split} == {
+        "lettuce": 3,
+        "tofu": 2,
+        "parsley": 2,
+        "parmesan": 3,
+    }
     # the template's own pass, then one pass per longer word length at each slot
     assert scorer.passes == [(1, 1), (1, 2), (1, 3), (3, 1)]
     video = np.array([0, 4, 1, 5, 0, 4], dtype=np.int64)
@@ -106,8 +114,12 @@ def test_scores_are_float32_whatever_the_training_precision(quick_dir, tmp_path)
 
 
 def test_a_prediction_is_right_when_it_is_any_of_the_labels(tmp_path):
-    rankings = [["cut", "mix", "pour", "fry", "boil"], ["mix", "cut", "pour", "fry", "boil"],
-                ["fry", "pour", "boil", "mix", "stir"], ["stir", "mix", "pour", "boil", "fry"]]
+    rankings = [
+        ["cut", "mix", "pour", "fry", "boil"],
+        ["mix", "cut", "pour", "fry", "boil"],
+        ["fry", "pour", "boil", "mix", "stir"],
+        ["stir", "mix", "pour", "boil", "fry"],
+    ]
     truths = [("chop", "cut"), ("pour", "cut"), ("cut",), ("bake",)]
     words = ["cut", "mix", "pour", "fry", "boil", "stir"]
     # segment 4's only label is not in the list: it does not count
@@ -117,11 +129,20 @@ def test_a_prediction_is_right_when_it_is_any_of_the_labels(tmp_path):
     assert zero_shot.chance([("cut",)], words) == pytest.approx({"top1": 1 / 6, "top5": 5 / 6, "n": 1})
     assert zero_shot.chance([("cut", "mix")], words) == pytest.approx({"top1": 2 / 6, "top5": 1.0, "n": 1})
     # several labels per segment: a | in a cell, a list column, several rows of one segment
-    (tmp_path / "labels.csv").write_text("video_id,segment_index,verb,noun\n"
-                                         "a,0,Cut|chop,onion\na,0,slice,\nb,3,mix,egg; Bowl\n")
-    pq.write_table(pa.table({"video_id": ["a", "b"], "segment_index": [0, 3],
-                             "verb": [["cut", "chop", "slice"], ["mix"]], "noun": [["onion"], ["egg", "bowl"]]}),
-                   tmp_path / "labels.parquet")
+    (tmp_path / "labels.csv").write_text(
+        "video_id,segment_index,verb,noun\na,0,Cut|chop,onion\na,0,slice,\nb,3,mix,egg; Bowl\n"
+    )
+    pq.write_table(
+        pa.table(
+            {
+                "video_id": ["a", "b"],
+                "segment_index": [0, 3],
+                "verb": [["cut", "chop", "slice"], ["mix"]],
+                "noun": [["onion"], ["egg", "bowl"]],
+            }
+        ),
+        tmp_path / "labels.parquet",
+    )
     expected = {("a", 0): (("cut", "chop", "slice"), ("onion",)), ("b", 3): (("mix",), ("egg", "bowl"))}
     assert zero_shot.read_labels(str(tmp_path / "labels.csv")) == expected
     assert zero_shot.read_labels(str(tmp_path / "labels.parquet")) == expected
@@ -156,21 +177,27 @@ def test_three_rows_in_both_rankings_and_the_initial_bert_without_a_head(quick_d
     metadata = pq.read_schema(report["predictions"]).metadata
     assert metadata[b"videobert.precision"] == b"float32" and b"videobert.checkpoint" in metadata
     # only the closed ranking, on request
-    closed = zero_shot.zero_shot(load_config(None, [*cfg_overrides(cfg), "eval.rankings=[closed]"]), quick_dir,
-                                 quiet=True)
+    closed = zero_shot.zero_shot(
+        load_config(None, [*cfg_overrides(cfg), "eval.rankings=[closed]"]), quick_dir, quiet=True
+    )
     assert list(closed["results"]) == ["closed"] and closed["results"]["closed"] == report["results"]["closed"]
 
 
 def cfg_overrides(cfg) -> list[str]:
     e, t = cfg.eval, cfg.train
-    return [f"eval.verbs={e.verbs}", f"eval.nouns={e.nouns}", f"eval.labels={e.labels}", f"train.max_len={t.max_len}",
-            "train.num_threads=1"]
+    return [
+        f"eval.verbs={e.verbs}",
+        f"eval.nouns={e.nouns}",
+        f"eval.labels={e.labels}",
+        f"train.max_len={t.max_len}",
+        "train.num_threads=1",
+    ]
 
 
 def test_predict_video_never_chooses_an_empty_leaf(quick_dir, tmp_path):
     cfg = config(quick_dir)
     model, info = VideoBert.load(latest_checkpoint(quick_dir))
-    empty_leaf = len(VERBS) + len(NOUNS) + 3                # synthetic leaves 8..24 have no member clip
+    empty_leaf = len(VERBS) + len(NOUNS) + 3  # synthetic leaves 8..24 have no member clip
     with torch.no_grad():
         model.mlm_decoder.bias[model.layout.visual_offset + empty_leaf] += 100.0
     biased = tmp_path / "step-00000099"
@@ -181,7 +208,7 @@ def test_predict_video_never_chooses_an_empty_leaf(quick_dir, tmp_path):
     example = assemble(ev.layout, ev.text_ids("cut the onion"), np.zeros(3, dtype=np.int64), with_separator=True)
     example[0][-4:-1] = ev.layout.mask_id
     _, logits, _ = ev.forward([example], [[len(example[0]) - 4, len(example[0]) - 3, len(example[0]) - 2]])
-    assert (logits[:, ev.layout.visual_offset:ev.layout.visual_sep_id].argmax(dim=1) == empty_leaf).all()
+    assert (logits[:, ev.layout.visual_offset : ev.layout.visual_sep_id].argmax(dim=1) == empty_leaf).all()
     # ... and predict-video still picks only leaves with members
     rows = pq.read_table(evaluate.predict_video(cfg, quick_dir, ["cut the onion", "fry the egg"], biased)).to_pylist()
     for row in rows:

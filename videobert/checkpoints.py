@@ -64,9 +64,12 @@ def local_files(work: WorkDir) -> WorkDir:
                 continue
             name = storage.relative_name(remote, path)
             parts = name.split("/")
-            if parts[0] == "checkpoints" and len(parts) > 2 and \
-                    not (remote / parts[0] / parts[1] / TRAINER_STATE_NAME).exists():
-                continue   # an upload that did not finish
+            if (
+                parts[0] == "checkpoints"
+                and len(parts) > 2
+                and not (remote / parts[0] / parts[1] / TRAINER_STATE_NAME).exists()
+            ):
+                continue  # an upload that did not finish
             local = mirror.train_folder / name
             pulled.add(name)
             if not local.exists() or local.stat().st_size != path.stat().st_size:
@@ -89,8 +92,11 @@ def push(files: WorkDir, work: WorkDir) -> None:
     if files.root == work.root or not files.train_folder.exists():
         return
     # not temporaries, nor what is in a temporary folder (a checkpoint being written, one an evaluation holds)
-    local_files_ = sorted(p for p in files.train_folder.rglob("*") if p.is_file() and not any(
-        part.startswith(".") for part in p.relative_to(files.train_folder).parts))
+    local_files_ = sorted(
+        p
+        for p in files.train_folder.rglob("*")
+        if p.is_file() and not any(part.startswith(".") for part in p.relative_to(files.train_folder).parts)
+    )
     names = [str(p.relative_to(files.train_folder)) for p in local_files_]
     for path, name in sorted(zip(local_files_, names), key=lambda item: item[0].name == TRAINER_STATE_NAME):
         remote = work.train_folder / name
@@ -130,10 +136,15 @@ def written(folder: Path):
     except Exception as error:  # noqa: BLE001 - re-raised as it is unless it is a failed write
         shutil.rmtree(folder, ignore_errors=True)
         text = str(error)
-        code = errno.ENOSPC if any(word in text for word in _FULL_DISK_WORDS) else \
-            errno.EDQUOT if any(word in text for word in _QUOTA_WORDS) else None
+        code = (
+            errno.ENOSPC
+            if any(word in text for word in _FULL_DISK_WORDS)
+            else errno.EDQUOT
+            if any(word in text for word in _QUOTA_WORDS)
+            else None
+        )
         if code is None and ("write failed" in text or "I/O error" in text or "failed writing" in text):
-            try:   # torch.save names no cause: the disk's free space does
+            try:  # torch.save names no cause: the disk's free space does
                 code = errno.ENOSPC if shutil.disk_usage(folder.parent).free < 16 << 20 else errno.EIO
             except OSError:
                 code = errno.EIO
@@ -145,8 +156,11 @@ def written(folder: Path):
 def write_checksums(folder: Path) -> dict:
     """Record the sha256 and size of every file of a checkpoint folder (before it is renamed into place)."""
     folder = Path(folder)
-    files = {path.name: {"sha256": storage.file_sha256(path), "bytes": path.stat().st_size}
-             for path in sorted(folder.iterdir()) if path.is_file() and path.name != CHECKSUMS_NAME}
+    files = {
+        path.name: {"sha256": storage.file_sha256(path), "bytes": path.stat().st_size}
+        for path in sorted(folder.iterdir())
+        if path.is_file() and path.name != CHECKSUMS_NAME
+    }
     record = {"format": 1, "files": files}
     storage.atomic_write_json(folder / CHECKSUMS_NAME, record)
     return record
@@ -201,11 +215,16 @@ def damaged(folder: Path, problem: str, *, resuming: bool) -> CorruptCheckpoint:
     folder = Path(folder)
     previous = previous_verified(folder)
     if previous is None:
-        fix = ("no earlier verified checkpoint: `train --restart` moves the run aside and trains anew" if resuming
-               else "no earlier verified checkpoint to evaluate instead")
+        fix = (
+            "no earlier verified checkpoint: `train --restart` moves the run aside and trains anew"
+            if resuming
+            else "no earlier verified checkpoint to evaluate instead"
+        )
     elif resuming:
-        fix = (f"the previous complete, verified checkpoint is {previous}: move {folder.name} out of "
-               f"{folder.parent} and run `train --resume` again to continue from {previous.name}")
+        fix = (
+            f"the previous complete, verified checkpoint is {previous}: move {folder.name} out of "
+            f"{folder.parent} and run `train --resume` again to continue from {previous.name}"
+        )
     else:
         fix = f"the previous complete, verified checkpoint is {previous}: pass --checkpoint {previous}"
     return CorruptCheckpoint(f"checkpoint {folder.name} is damaged: {problem}; {fix}")
@@ -218,8 +237,10 @@ def verify(folder: Path, *, resuming: bool) -> list[str]:
     if problem is not None:
         raise damaged(folder, problem, resuming=resuming)
     if unverified(folder):
-        return [f"{folder} has no {CHECKSUMS_NAME} (written by an earlier version): its files are not "
-                f"verified, only that they load and its weights are finite"]
+        return [
+            f"{folder} has no {CHECKSUMS_NAME} (written by an earlier version): its files are not "
+            f"verified, only that they load and its weights are finite"
+        ]
     return []
 
 
@@ -230,9 +251,12 @@ def load_model(folder: Path, device="cpu", *, resuming: bool):
 
     try:
         model, info = VideoBert.load(folder, device)
-    except Exception as error:   # safetensors, JSON and shape errors alike: the folder cannot be used
-        raise damaged(folder, f"{Path(folder) / WEIGHTS_NAME} or its model.json cannot be loaded "
-                              f"({storage.one_line(error)})", resuming=resuming) from None
+    except Exception as error:  # safetensors, JSON and shape errors alike: the folder cannot be used
+        raise damaged(
+            folder,
+            f"{Path(folder) / WEIGHTS_NAME} or its model.json cannot be loaded ({storage.one_line(error)})",
+            resuming=resuming,
+        ) from None
     bad = non_finite_weights(model)
     if bad:
         raise damaged(folder, f"{Path(folder) / WEIGHTS_NAME} holds non-finite weights ({bad})", resuming=resuming)
@@ -242,8 +266,11 @@ def load_model(folder: Path, device="cpu", *, resuming: bool):
 def non_finite_weights(model) -> str:
     """Empty when every floating-point weight of `model` is finite, else the first such tensor's name and how
     many more there are ("encoder.x.weight and 2 more")."""
-    bad = [name for name, tensor in model.state_dict().items()
-           if tensor.is_floating_point() and not bool(tensor.isfinite().all())]
+    bad = [
+        name
+        for name, tensor in model.state_dict().items()
+        if tensor.is_floating_point() and not bool(tensor.isfinite().all())
+    ]
     return f"{bad[0]}{f' and {len(bad) - 1} more' if len(bad) > 1 else ''}" if bad else ""
 
 
@@ -254,7 +281,7 @@ def load_trainer_state(folder: Path, *, resuming: bool = True) -> dict:
     path = Path(folder) / TRAINER_STATE_NAME
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as error:   # a truncated zip, a pickle error: one line, not a traceback
+    except Exception as error:  # a truncated zip, a pickle error: one line, not a traceback
         raise damaged(folder, f"{path} cannot be loaded ({storage.one_line(error)})", resuming=resuming) from None
 
 
@@ -262,13 +289,14 @@ def rotate(folder: Path, keep: int) -> list[Path]:
     """Delete all but the newest `keep` checkpoints (at least the newest one is always kept: only finite
     states are saved, so the newest checkpoint is the newest finite one); returns those deleted."""
     found = sorted(Path(folder).glob("step-*"))
-    removed = found[:-max(keep, 1)]
+    removed = found[: -max(keep, 1)]
     for old in removed:
         shutil.rmtree(old)
     return removed
 
 
 # ---------------------------------------------------------------- reading a checkpoint while training runs
+
 
 class RotatedOut(CorruptFile):
     """The checkpoint was deleted by a running train's rotation (train.keep_checkpoints) while it was opened."""
@@ -287,7 +315,7 @@ def _hold(folder: Path) -> Path:
     except FileNotFoundError:
         shutil.rmtree(hold, ignore_errors=True)
         raise RotatedOut(f"{folder} was deleted while it was opened") from None
-    except OSError:      # no hard links here: the folder is read in place, as before
+    except OSError:  # no hard links here: the folder is read in place, as before
         shutil.rmtree(hold, ignore_errors=True)
         return folder
     return hold
@@ -309,17 +337,19 @@ def load_for_evaluation(files, checkpoint: Path | None, device="cpu", *, attempt
             hold = _hold(path)
         except RotatedOut:
             if checkpoint is None:
-                continue    # the newest one again
+                continue  # the newest one again
             newest = latest_checkpoint(files)
-            raise RotatedOut(f"checkpoint {checkpoint} does not exist (a running train may have rotated it out: "
-                             f"train.keep_checkpoints); the newest is "
-                             f"{newest if newest is not None else 'none yet'}") from None
+            raise RotatedOut(
+                f"checkpoint {checkpoint} does not exist (a running train may have rotated it out: "
+                f"train.keep_checkpoints); the newest is "
+                f"{newest if newest is not None else 'none yet'}"
+            ) from None
         try:
             if hold == path:
                 notes = verify(path, resuming=False)
             else:
                 problem = problem_of(hold)
-                if problem is not None:     # the held bytes themselves: named by the checkpoint's own path
+                if problem is not None:  # the held bytes themselves: named by the checkpoint's own path
                     raise damaged(path, problem.replace(str(hold), str(path)), resuming=False)
                 notes = [] if not unverified(hold) else verify(path, resuming=False)
             model, info = load_model(hold, device, resuming=False)
@@ -327,18 +357,20 @@ def load_for_evaluation(files, checkpoint: Path | None, device="cpu", *, attempt
         finally:
             if hold != path:
                 shutil.rmtree(hold, ignore_errors=True)
-    raise RotatedOut(f"the newest checkpoint in {WorkDir(files).checkpoints} was rotated out {attempts} times "
-                     f"before it could be opened (train saves faster than it can be read): raise "
-                     f"train.keep_checkpoints")
+    raise RotatedOut(
+        f"the newest checkpoint in {WorkDir(files).checkpoints} was rotated out {attempts} times "
+        f"before it could be opened (train saves faster than it can be read): raise "
+        f"train.keep_checkpoints"
+    )
 
 
 # ---------------------------------------------------------------- a training run's checkpoints
 
+
 def rng_state(device) -> dict:
     import torch
 
-    return {"torch": torch.get_rng_state(),
-            "cuda": torch.cuda.get_rng_state(device) if device.type == "cuda" else None}
+    return {"torch": torch.get_rng_state(), "cuda": torch.cuda.get_rng_state(device) if device.type == "cuda" else None}
 
 
 def set_rng_state(state: dict, device) -> None:
@@ -360,10 +392,10 @@ def save(root: Path, step: int, model, info: dict, trainer_state: dict, keep: in
         return final
     tmp = storage.atomic_path(final)
     tmp.mkdir()
-    with written(tmp):           # a full disk: one OSError naming it, not a library's traceback
+    with written(tmp):  # a full disk: one OSError naming it, not a library's traceback
         model.save(tmp, dict(info, step=step))
         torch.save(_interned_keys(trainer_state), tmp / TRAINER_STATE_NAME)
-        write_checksums(tmp)     # inside the folder before it has its final name
+        write_checksums(tmp)  # inside the folder before it has its final name
     os.replace(tmp, final)
     rotate(root, keep)
     return final
@@ -387,15 +419,18 @@ def read_info(folder: Path) -> dict:
     try:
         return json.loads((folder / INFO_NAME).read_text())
     except (OSError, ValueError) as error:
-        raise damaged(folder, f"{folder / INFO_NAME} cannot be read ({storage.one_line(error)})",
-                      resuming=True) from None
+        raise damaged(
+            folder, f"{folder / INFO_NAME} cannot be read ({storage.one_line(error)})", resuming=True
+        ) from None
 
 
 def require_same_lineage(folder: Path, info: dict, lineage: dict) -> None:
     """A checkpoint is continued only on the inputs and config it was trained with."""
     if info.get("lineage") != lineage:
-        raise ValueError(f"{folder} was trained on other inputs or settings ({explain(info.get('lineage'), lineage)}): "
-                         f"`train --restart` moves the old run aside and trains anew")
+        raise ValueError(
+            f"{folder} was trained on other inputs or settings ({explain(info.get('lineage'), lineage)}): "
+            f"`train --restart` moves the old run aside and trains anew"
+        )
 
 
 def move_aside(work: WorkDir, files: WorkDir) -> Path:
@@ -412,6 +447,7 @@ def move_aside(work: WorkDir, files: WorkDir) -> Path:
 
 
 # ---------------------------------------------------------------- the errors a run stops with
+
 
 class TrainingDiverged(ArithmeticError):
     """A non-finite loss, gradient norm or weight: the run stops at that step without saving the state."""
@@ -442,12 +478,17 @@ def train_lock(work: WorkDir):
     except BlockingIOError:
         holder = os.pread(descriptor, 4096, 0).decode(errors="replace").strip() or "a process"
         os.close(descriptor)
-        raise TrainingLocked(f"another train is running on {work.root} ({holder}, lock {path}): wait for it "
-                             f"to end, or stop it, then run train --resume") from None
+        raise TrainingLocked(
+            f"another train is running on {work.root} ({holder}, lock {path}): wait for it "
+            f"to end, or stop it, then run train --resume"
+        ) from None
     try:
         os.ftruncate(descriptor, 0)
-        os.pwrite(descriptor, f"pid {os.getpid()} on {socket.gethostname()} since "
-                              f"{time.strftime('%Y-%m-%d %H:%M:%S')}\n".encode(), 0)
+        os.pwrite(
+            descriptor,
+            f"pid {os.getpid()} on {socket.gethostname()} since {time.strftime('%Y-%m-%d %H:%M:%S')}\n".encode(),
+            0,
+        )
         yield path
     finally:
         os.ftruncate(descriptor, 0)

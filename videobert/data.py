@@ -26,22 +26,41 @@ worker w serves the stream whose turn is b + w."""
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from videobert.shards import (  # noqa: F401  (re-exported: the data layer's names in one place)
-    EMPTY, PinnedShards, Segment, read_segments, training_shards)
+    EMPTY,
+    PinnedShards,
+    Segment,
+    read_segments,
+    training_shards,
+)
 from videobert.stream import (  # noqa: F401  (re-exported)
-    ALIGNED, IGNORE, NOT_ALIGNED, REGIMES, TEXT, TEXT_VIDEO, VIDEO, DataParams, Plan, PlanStream, Unit, Video,
-    read_videos, runs, stream_shards)
+    ALIGNED,
+    IGNORE,
+    NOT_ALIGNED,
+    REGIMES,
+    TEXT,
+    TEXT_VIDEO,
+    VIDEO,
+    DataParams,
+    Plan,
+    PlanStream,
+    Unit,
+    Video,
+    read_videos,
+    runs,
+    stream_shards,
+)
 from videobert.vocab import VocabLayout, replacement_text_ids  # noqa: F401  (re-exported)
 
-
 # ---------------------------------------------------------------- plans to tensors
+
 
 def balance(n_text: int, n_video: int, budget: int) -> tuple[int, int]:
     """How many text and visual tokens to keep within `budget`: the shorter side is kept whole when it
@@ -56,8 +75,9 @@ def balance(n_text: int, n_video: int, budget: int) -> tuple[int, int]:
     return half, budget - half
 
 
-def assemble(layout: VocabLayout, text_ids: np.ndarray, visual_ids: np.ndarray, *,
-             with_separator: bool) -> tuple[np.ndarray, np.ndarray]:
+def assemble(
+    layout: VocabLayout, text_ids: np.ndarray, visual_ids: np.ndarray, *, with_separator: bool
+) -> tuple[np.ndarray, np.ndarray]:
     """(input ids, token types) of `[CLS] text [>] visual [SEP]`; visual ids are leaf ids (not offset).
     Text and `[>]` are segment A (type 0); visual tokens and the final [SEP] are segment B (type 1);
     without visual tokens everything is segment A, as in BERT's single-sentence input."""
@@ -73,21 +93,21 @@ def assemble(layout: VocabLayout, text_ids: np.ndarray, visual_ids: np.ndarray, 
     return ids, types
 
 
-def mask_tokens(ids: np.ndarray, layout: VocabLayout, mask_prob: float, text_replacements: np.ndarray,
-                rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+def mask_tokens(
+    ids: np.ndarray, layout: VocabLayout, mask_prob: float, text_replacements: np.ndarray, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
     """BERT masking, per modality: of n text (or visual) tokens, mask_prob * n rounded at random (down, or up
     with the fraction's probability) are predicted, so that every token is predicted with probability exactly
     `mask_prob` whatever the example's length (a floor of one target would predict a third of a 3-token
     visual sentence); of those 80% become [MASK], 10% a random token of the same kind, 10% stay."""
     is_visual = (ids >= layout.visual_offset) & (ids < layout.visual_sep_id)
-    is_text = ((ids < layout.text_vocab_size) & (ids != layout.cls_id) & (ids != layout.sep_id)
-               & (ids != layout.pad_id))
+    is_text = (ids < layout.text_vocab_size) & (ids != layout.cls_id) & (ids != layout.sep_id) & (ids != layout.pad_id)
     labels = np.full(len(ids), IGNORE, dtype=np.int64)
     chosen = []
     for positions in (np.flatnonzero(is_text), np.flatnonzero(is_visual)):
         expected = mask_prob * positions.size
         count = int(expected) + int(rng.random() < expected - int(expected))
-        chosen.append(positions[rng.random(positions.size).argsort()[:count]])   # `count` distinct positions
+        chosen.append(positions[rng.random(positions.size).argsort()[:count]])  # `count` distinct positions
     chosen = np.concatenate(chosen)
     if chosen.size == 0:
         return ids, labels
@@ -115,26 +135,27 @@ def _widened(plan: Plan, step: int, params: DataParams) -> tuple[np.ndarray, np.
         bounds = video.text_bounds
         last = min(video.segments, int(np.searchsorted(bounds, bounds[unit.first] + need)))
         first = max(0, min(unit.first, int(np.searchsorted(bounds, bounds[last] - need, side="right")) - 1))
-        return video.text[bounds[first]:bounds[last]], plan.visual_ids
+        return video.text[bounds[first] : bounds[last]], plan.visual_ids
     if plan.regime == VIDEO and video is not None and len(plan.visual_ids) < need * step:
         end = min(len(video.clips), unit.span[0] + need * step)
-        return plan.text_ids, video.clips[max(0, end - need * step):end]
+        return plan.text_ids, video.clips[max(0, end - need * step) : end]
     return plan.text_ids, plan.visual_ids
 
 
-def build_example(plan: Plan, layout: VocabLayout, params: DataParams, text_replacements: np.ndarray,
-                  rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def build_example(
+    plan: Plan, layout: VocabLayout, params: DataParams, text_replacements: np.ndarray, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(input ids, token types, MLM labels) of one plan."""
     step = int(rng.integers(1, params.max_subsample_step + 1)) if params.max_subsample_step > 1 else 1
     text, visual = _widened(plan, step, params)
     if visual.size and step > 1:
         # the offset stays inside short segments, so that no visual sentence comes out empty
-        visual = visual[int(rng.integers(min(step, len(visual)))):][::step]
+        visual = visual[int(rng.integers(min(step, len(visual)))) :][::step]
     if plan.regime == TEXT_VIDEO:
         n_text, n_video = balance(len(text), len(visual), params.max_len - 3)
         text, visual = text[:n_text], visual[:n_video]
     else:
-        text, visual = text[:params.max_len - 2], visual[:params.max_len - 2]
+        text, visual = text[: params.max_len - 2], visual[: params.max_len - 2]
     ids, types = assemble(layout, text, visual, with_separator=plan.regime == TEXT_VIDEO)
     ids, labels = mask_tokens(ids, layout, params.mask_prob, text_replacements, rng)
     return ids, types, labels
@@ -148,26 +169,35 @@ def pad_examples(examples: list[tuple[np.ndarray, ...]], pad_id: int) -> tuple[n
     token_types = np.zeros((len(examples), length), dtype=np.int64)
     attention = np.zeros((len(examples), length), dtype=np.int64)
     for row, (ids, types, *_) in enumerate(examples):
-        input_ids[row, :len(ids)] = ids
-        token_types[row, :len(ids)] = types
-        attention[row, :len(ids)] = 1
+        input_ids[row, : len(ids)] = ids
+        token_types[row, : len(ids)] = types
+        attention[row, : len(ids)] = 1
     return input_ids, token_types, attention
 
 
-def collate(examples: list[tuple[np.ndarray, np.ndarray, np.ndarray]], regimes: list[int],
-            alignment_labels: list[int], pad_id: int) -> dict[str, torch.Tensor]:
+def collate(
+    examples: list[tuple[np.ndarray, np.ndarray, np.ndarray]],
+    regimes: list[int],
+    alignment_labels: list[int],
+    pad_id: int,
+) -> dict[str, torch.Tensor]:
     """The training batch of (ids, types, labels) examples, padded to the longest."""
     input_ids, token_types, attention = pad_examples(examples, pad_id)
     labels = np.full(input_ids.shape, IGNORE, dtype=np.int64)
     for row, (_, _, example_labels) in enumerate(examples):
-        labels[row, :len(example_labels)] = example_labels
-    return {"input_ids": torch.from_numpy(input_ids), "token_type_ids": torch.from_numpy(token_types),
-            "attention_mask": torch.from_numpy(attention), "labels": torch.from_numpy(labels),
-            "alignment_labels": torch.tensor(alignment_labels, dtype=torch.int64),
-            "regimes": torch.tensor(regimes, dtype=torch.int64)}
+        labels[row, : len(example_labels)] = example_labels
+    return {
+        "input_ids": torch.from_numpy(input_ids),
+        "token_type_ids": torch.from_numpy(token_types),
+        "attention_mask": torch.from_numpy(attention),
+        "labels": torch.from_numpy(labels),
+        "alignment_labels": torch.tensor(alignment_labels, dtype=torch.int64),
+        "regimes": torch.tensor(regimes, dtype=torch.int64),
+    }
 
 
 # ---------------------------------------------------------------- the dataset
+
 
 class ShardDataset(IterableDataset):
     """Endless batches (dicts of tensors) of this rank's share of the shards; use with
@@ -178,10 +208,21 @@ class ShardDataset(IterableDataset):
     last batch of each stream before a checkpoint (every `checkpoint_every` batches, and at `stop_batch`)
     carries the stream's state as "plan_state" (a dict with its "stream" and next "batch")."""
 
-    def __init__(self, shards: list[Path], layout: VocabLayout, text_replacements: np.ndarray,
-                 params: DataParams, batch_size: int, seed: int, rank: int = 0, world_size: int = 1,
-                 start_batch: int = 0, plan_states: dict[int, dict] | None = None, checkpoint_every: int = 0,
-                 stop_batch: int = 0):
+    def __init__(
+        self,
+        shards: list[Path],
+        layout: VocabLayout,
+        text_replacements: np.ndarray,
+        params: DataParams,
+        batch_size: int,
+        seed: int,
+        rank: int = 0,
+        world_size: int = 1,
+        start_batch: int = 0,
+        plan_states: dict[int, dict] | None = None,
+        checkpoint_every: int = 0,
+        stop_batch: int = 0,
+    ):
         # pinned shards stay `PinnedShards`: those on object storage are checked at each open (shards.pin_shards)
         self.shards = shards if isinstance(shards, PinnedShards) else list(shards)
         self.layout, self.text_replacements = layout, text_replacements
@@ -192,8 +233,9 @@ class ShardDataset(IterableDataset):
     def _checkpoint_after(self, index: int, workers: int) -> bool:
         """Whether batch `index` is its stream's last before a checkpoint (the next `workers` are others')."""
         every = self.checkpoint_every
-        return (every > 0 and (index // every + 1) * every <= index + workers) or \
-            index < self.stop_batch <= index + workers
+        return (
+            every > 0 and (index // every + 1) * every <= index + workers
+        ) or index < self.stop_batch <= index + workers
 
     def __iter__(self) -> Iterator[dict]:
         info = get_worker_info()
@@ -203,8 +245,7 @@ class ShardDataset(IterableDataset):
         slot, first = (self.start_batch + worker) % workers, (self.start_batch + worker) // workers
         stream = self.rank * workers + slot
         state = self.plan_states.get(stream)
-        plans = PlanStream(self.shards, self.layout, self.params, self.seed, stream, self.world_size * workers,
-                           state)
+        plans = PlanStream(self.shards, self.layout, self.params, self.seed, stream, self.world_size * workers, state)
         if state is None:
             for _ in range(first * self.batch_size):
                 next(plans)
@@ -213,10 +254,12 @@ class ShardDataset(IterableDataset):
         for local_batch in itertools.count(first):
             batch_plans = [next(plans) for _ in range(self.batch_size)]
             rng = np.random.default_rng([self.seed, 3, stream, local_batch])
-            examples = [build_example(plan, self.layout, self.params, self.text_replacements, rng)
-                        for plan in batch_plans]
-            batch = collate(examples, [p.regime for p in batch_plans], [p.alignment_label for p in batch_plans],
-                            self.layout.pad_id)
+            examples = [
+                build_example(plan, self.layout, self.params, self.text_replacements, rng) for plan in batch_plans
+            ]
+            batch = collate(
+                examples, [p.regime for p in batch_plans], [p.alignment_label for p in batch_plans], self.layout.pad_id
+            )
             if self._checkpoint_after(local_batch * workers + slot, workers):
                 batch["plan_state"] = dict(plans.state(), stream=stream, batch=local_batch + 1)
             yield batch
@@ -225,6 +268,8 @@ class ShardDataset(IterableDataset):
 def streams_per_rank(num_shards: int, world_size: int, num_workers: int) -> int:
     """Streams (DataLoader workers, or 1 in-process) per rank: every stream needs a shard of its own."""
     if num_shards < world_size:
-        raise ValueError(f"{num_shards} non-empty align shard(s) cannot feed {world_size} ranks: "
-                         f"make more shards (shards.videos_per_shard) or use fewer ranks")
+        raise ValueError(
+            f"{num_shards} non-empty align shard(s) cannot feed {world_size} ranks: "
+            f"make more shards (shards.videos_per_shard) or use fewer ranks"
+        )
     return max(1, min(max(num_workers, 1), num_shards // world_size))

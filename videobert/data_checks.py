@@ -11,20 +11,23 @@ import pyarrow.compute as pc
 
 from pipeline import storage
 
-FEW_SENTENCES = 5            # "the few most frequent sentences"
-REPEATED_SHARE = 0.5         # warn when they are at least this share of the segments with text
+FEW_SENTENCES = 5  # "the few most frequent sentences"
+REPEATED_SHARE = 0.5  # warn when they are at least this share of the segments with text
 
 
-def require_codebook(parts, codebook_sha256: str | None, against: str, error: type[Exception] = ValueError,
-                     advice: str = "") -> None:
+def require_codebook(
+    parts, codebook_sha256: str | None, against: str, error: type[Exception] = ValueError, advice: str = ""
+) -> None:
     """Refuse the first part made from another codebook than `codebook_sha256`: a model would read each of
     its visual tokens as another word. `against` names the other side ("DIR/kmeans/... is", "the model was
     trained with")."""
     for path in parts:
         made_with = storage.read_metadata(path).codebook_sha256
         if made_with != codebook_sha256:
-            raise error(f"{path} was made from codebook {str(made_with)[:12]}, but {against} "
-                        f"{str(codebook_sha256)[:12]}{advice}")
+            raise error(
+                f"{path} was made from codebook {str(made_with)[:12]}, but {against} "
+                f"{str(codebook_sha256)[:12]}{advice}"
+            )
 
 
 def text_example_share(weights: dict[str, float], regime_mix: str, text_share: float) -> float:
@@ -53,18 +56,24 @@ def data_warnings(shards: list[Path], batch_size: int, regime_weights: dict[str,
     warnings = []
     with_text = sum(text_counts.values())
     if segments < batch_size:
-        warnings.append(f"the training shards hold {segments} segment(s), fewer than train.batch_size "
-                        f"{batch_size}: every batch repeats segments")
+        warnings.append(
+            f"the training shards hold {segments} segment(s), fewer than train.batch_size "
+            f"{batch_size}: every batch repeats segments"
+        )
     if with_text == 0:
-        warnings.append(f"none of the {segments} training segments has text: the text and text-video regimes "
-                        f"(masked text, alignment) have nothing to learn from")
+        warnings.append(
+            f"none of the {segments} training segments has text: the text and text-video regimes "
+            f"(masked text, alignment) have nothing to learn from"
+        )
         return warnings
     top = sorted(text_counts.values(), reverse=True)[:FEW_SENTENCES]
     covered = sum(top) / with_text
     if covered >= REPEATED_SHARE:
         examples = text_example_share(regime_weights, regime_mix, with_text / max(segments, 1)) * covered
-        warnings.append(f"repeated text: {len(text_counts)} distinct sentence(s) over {with_text} segment(s) with "
-                        f"text; the {len(top)} most frequent make {100 * covered:.0f}% of them, so about "
-                        f"{100 * examples:.0f}% of the training examples (train.regime_weights, regime_mix "
-                        f"{regime_mix}) are built from {len(top)} sentence(s)")
+        warnings.append(
+            f"repeated text: {len(text_counts)} distinct sentence(s) over {with_text} segment(s) with "
+            f"text; the {len(top)} most frequent make {100 * covered:.0f}% of them, so about "
+            f"{100 * examples:.0f}% of the training examples (train.regime_weights, regime_mix "
+            f"{regime_mix}) are built from {len(top)} sentence(s)"
+        )
     return warnings

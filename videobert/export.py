@@ -43,8 +43,10 @@ CARD_NAME = "videobert.json"
 INPUTS_NAME = "videobert_inputs.py"
 S3D_NAME = "s3d.json"
 CODEBOOK_FOLDER = "codebook"
-LICENCE = ("Apache-2.0 for this pipeline's code (LICENSE); the weights derive from the init checkpoint, whose own "
-           "licence also applies, and from the training videos and transcripts, whose terms the user must check")
+LICENCE = (
+    "Apache-2.0 for this pipeline's code (LICENSE); the weights derive from the init checkpoint, whose own "
+    "licence also applies, and from the training videos and transcripts, whose terms the user must check"
+)
 
 
 def visual_token(leaf: int) -> str:
@@ -54,8 +56,9 @@ def visual_token(leaf: int) -> str:
 def transformers_state(model: VideoBert) -> dict[str, torch.Tensor]:
     """The model's tensors under BertForPreTraining's names."""
     state = {f"bert.{name}": tensor for name, tensor in model.bert.state_dict().items()}
-    state.update({f"cls.predictions.transform.{name}": tensor
-                  for name, tensor in model.mlm_transform.state_dict().items()})
+    state.update(
+        {f"cls.predictions.transform.{name}": tensor for name, tensor in model.mlm_transform.state_dict().items()}
+    )
     state["cls.predictions.decoder.weight"] = model.mlm_decoder.weight
     state["cls.predictions.bias"] = model.mlm_decoder.bias
     state["cls.predictions.decoder.bias"] = model.mlm_decoder.bias
@@ -70,16 +73,20 @@ def export_tokenizer(spec: str, layout, out: Path):
 
     tokenizer = load_tokenizer(spec)
     if len(tokenizer) != layout.text_vocab_size:
-        raise ValueError(f"tokenizer {spec!r} has {len(tokenizer)} word pieces but the model was trained with "
-                         f"{layout.text_vocab_size}")
-    tokenizer = type(tokenizer).from_pretrained(tokenizer.name_or_path)     # a copy: load_tokenizer caches
+        raise ValueError(
+            f"tokenizer {spec!r} has {len(tokenizer)} word pieces but the model was trained with "
+            f"{layout.text_vocab_size}"
+        )
+    tokenizer = type(tokenizer).from_pretrained(tokenizer.name_or_path)  # a copy: load_tokenizer caches
     added = [AddedToken(visual_token(leaf), special=True, normalized=False) for leaf in range(layout.num_visual)]
     added.append(AddedToken(SEPARATOR_TOKEN, special=True, normalized=False))
     tokenizer.add_tokens(added, special_tokens=True)
     ids = tokenizer.convert_tokens_to_ids([visual_token(0), visual_token(layout.num_visual - 1), SEPARATOR_TOKEN])
     if ids != [layout.visual_offset, layout.visual_sep_id - 1, layout.visual_sep_id]:
-        raise ValueError(f"the tokenizer placed the visual words at {ids}, not at the shards' ids "
-                         f"{[layout.visual_offset, layout.visual_sep_id - 1, layout.visual_sep_id]}")
+        raise ValueError(
+            f"the tokenizer placed the visual words at {ids}, not at the shards' ids "
+            f"{[layout.visual_offset, layout.visual_sep_id - 1, layout.visual_sep_id]}"
+        )
     tokenizer.save_pretrained(str(out))
     return tokenizer
 
@@ -103,24 +110,45 @@ def feature_settings(work_dir) -> dict | None:
     if not made:
         return None
     if len(made) > 1:
-        raise ValueError(f"the features parts of {work_dir} were made with {len(made)} different settings: "
-                         f"their visual words do not share one S3D space")
+        raise ValueError(
+            f"the features parts of {work_dir} were made with {len(made)} different settings: "
+            f"their visual words do not share one S3D space"
+        )
     config, weights, provenance = next(iter(made))
     sections = json.loads(config or "{}")
     # random S3D weights are seeded by the run's seed, which their identity names ("random(seed=N, ...")
     seeded = re.match(r"random\(seed=(\d+)", weights or "")
-    return {"config": {"seed": int(seeded.group(1)) if seeded else 0, **sections},
-            "weights": weights, "feature_provenance": json.loads(provenance or "{}")}
+    return {
+        "config": {"seed": int(seeded.group(1)) if seeded else 0, **sections},
+        "weights": weights,
+        "feature_provenance": json.loads(provenance or "{}"),
+    }
 
 
 def training_summary(work: WorkDir, info: dict, checkpoint: Path) -> dict:
     """What the checkpoint was trained with and reached: its train settings, the last training record and
     the last validation record of DIR/train/log.jsonl (up to the checkpoint's step), the zero-shot report."""
     t = (info.get("config") or {}).get("train", {})
-    keys = ("init_checkpoint", "max_steps", "batch_size", "lr", "max_len", "regime_weights", "concat_prob",
-            "max_subsample_step", "validation_videos", "youcook2_excluded_subsets")
-    summary = {"step": info.get("step"), "settings": {key: t[key] for key in keys if key in t},
-               "youcook2_kept_apart": None, "last_training": None, "last_validation": None, "zero_shot": None}
+    keys = (
+        "init_checkpoint",
+        "max_steps",
+        "batch_size",
+        "lr",
+        "max_len",
+        "regime_weights",
+        "concat_prob",
+        "max_subsample_step",
+        "validation_videos",
+        "youcook2_excluded_subsets",
+    )
+    summary = {
+        "step": info.get("step"),
+        "settings": {key: t[key] for key in keys if key in t},
+        "youcook2_kept_apart": None,
+        "last_training": None,
+        "last_validation": None,
+        "zero_shot": None,
+    }
     log = work.train_log
     if log.exists():
         last_train = last_validation = None
@@ -137,14 +165,20 @@ def training_summary(work: WorkDir, info: dict, checkpoint: Path) -> dict:
                 last_validation = record
         summary["last_training"], summary["last_validation"] = last_train, last_validation
     from videobert.youcook2 import KEPT_APART_FOLDER
+
     kept = work.train_folder / KEPT_APART_FOLDER / "videos.json"
     record = json.loads(kept.read_text()) if kept.exists() else {}
     # the record of this run: its subsets and the shards it trained on (a part of them when others were held out)
-    if record and record.get("excluded_subsets") == t.get("youcook2_excluded_subsets") and \
-            set(info.get("shards") or []) <= set(record.get("shards") or []):
-        summary["youcook2_kept_apart"] = {"videos": record.get("videos_left_out"),
-                                          "subsets": record.get("excluded_subsets"),
-                                          "annotations_sha256": record.get("annotations_sha256")}
+    if (
+        record
+        and record.get("excluded_subsets") == t.get("youcook2_excluded_subsets")
+        and set(info.get("shards") or []) <= set(record.get("shards") or [])
+    ):
+        summary["youcook2_kept_apart"] = {
+            "videos": record.get("videos_left_out"),
+            "subsets": record.get("excluded_subsets"),
+            "annotations_sha256": record.get("annotations_sha256"),
+        }
     report = work.eval_folder / "zero_shot.json"
     if report.exists():
         try:
@@ -153,8 +187,12 @@ def training_summary(work: WorkDir, info: dict, checkpoint: Path) -> dict:
             zero = None
         # only a report of this very checkpoint
         if zero and Path(str(zero.get("checkpoint"))).resolve() == Path(checkpoint).resolve():
-            summary["zero_shot"] = {"checkpoint": zero.get("checkpoint"), "segments": zero.get("segments"),
-                                    "segment_source": zero.get("segment_source"), "results": zero.get("results")}
+            summary["zero_shot"] = {
+                "checkpoint": zero.get("checkpoint"),
+                "segments": zero.get("segments"),
+                "segment_source": zero.get("segment_source"),
+                "results": zero.get("results"),
+            }
     return summary
 
 
@@ -166,11 +204,18 @@ def export_codebook(work: WorkDir, out: Path, codebook_sha256: str | None) -> di
     codebook = visual_words.load(work.codebook)
     sha = codebook.info.get("sha256")
     if codebook_sha256 and sha != codebook_sha256:
-        raise ValueError(f"{work.codebook} ({sha}) is not the codebook the checkpoint was trained with "
-                         f"({codebook_sha256}): export the checkpoint from the work dir it was trained in")
+        raise ValueError(
+            f"{work.codebook} ({sha}) is not the codebook the checkpoint was trained with "
+            f"({codebook_sha256}): export the checkpoint from the work dir it was trained in"
+        )
     visual_words.save(codebook, out / CODEBOOK_FOLDER)
-    return {"sha256": sha, "depth": codebook.depth, "k": codebook.k, "leaves": codebook.num_leaves,
-            "folder": CODEBOOK_FOLDER}
+    return {
+        "sha256": sha,
+        "depth": codebook.depth,
+        "k": codebook.k,
+        "leaves": codebook.num_leaves,
+        "folder": CODEBOOK_FOLDER,
+    }
 
 
 def export(work_dir, out: Path, checkpoint: str | Path | None = None, *, tokenizer_spec: str | None = None) -> Path:
@@ -185,15 +230,23 @@ def export(work_dir, out: Path, checkpoint: str | Path | None = None, *, tokeniz
     layout = model.layout
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    config = BertConfig.from_dict(dict(model.config.to_dict(), vocab_size=layout.vocab_size,
-                                       tie_word_embeddings=False, architectures=["BertForPreTraining"],
-                                       pad_token_id=layout.pad_id))
+    config = BertConfig.from_dict(
+        dict(
+            model.config.to_dict(),
+            vocab_size=layout.vocab_size,
+            tie_word_embeddings=False,
+            architectures=["BertForPreTraining"],
+            pad_token_id=layout.pad_id,
+        )
+    )
     with _quiet_transformers():
         exported = BertForPreTraining(config)
     missing, unexpected = exported.load_state_dict(transformers_state(model), strict=False)
     if missing or unexpected:
-        raise ValueError(f"cannot map the checkpoint onto BertForPreTraining: missing {missing}, unexpected {unexpected}")
-    with _quiet_transformers():                      # no progress bar of its own
+        raise ValueError(
+            f"cannot map the checkpoint onto BertForPreTraining: missing {missing}, unexpected {unexpected}"
+        )
+    with _quiet_transformers():  # no progress bar of its own
         exported.save_pretrained(str(out))
     spec = tokenizer_spec or info.get("tokenizer")
     if not spec:
@@ -205,22 +258,30 @@ def export(work_dir, out: Path, checkpoint: str | Path | None = None, *, tokeniz
         storage.atomic_write_json(out / S3D_NAME, settings)
     shutil.copyfile(Path(__file__).with_name("export_inputs.py"), out / INPUTS_NAME)
     features = feature_provenance(work.root)
-    card = {"format": "transformers BertForPreTraining", "work_dir": str(work.root), "checkpoint": str(path),
-            "step": info.get("step"),
-            "init_checkpoint": info.get("init_checkpoint"), "tokenizer": spec,
-            "codebook_sha256": info.get("codebook_sha256"), "train_config": info.get("config"),
-            "train_config_hash": info.get("config_hash"), "shards": info.get("shards"),
-            "validation_videos": info.get("validation_videos"),
-            "features": features, "layout": dict(layout.to_dict(), visual_offset=layout.visual_offset,
-                                                 visual_sep_id=layout.visual_sep_id),
-            "visual_tokens": f"{visual_token(0)} .. {visual_token(layout.num_visual - 1)} (leaf id = token id - "
-                             f"{layout.visual_offset}), {SEPARATOR_TOKEN} = {layout.visual_sep_id}",
-            "token_types": "[CLS], text and [>] are 0; the visual words and the final [SEP] are 1 (no visual word: "
-                           f"all 0); {INPUTS_NAME}'s encode() makes them",
-            "alignment_head": "cls.seq_relationship: index 0 = text and video belong together (BERT's NSP "
-                              "convention)",
-            "codebook": codebook, "s3d_settings": S3D_NAME if settings is not None else None,
-            "training": training_summary(work, info, path), "licence": LICENCE}
+    card = {
+        "format": "transformers BertForPreTraining",
+        "work_dir": str(work.root),
+        "checkpoint": str(path),
+        "step": info.get("step"),
+        "init_checkpoint": info.get("init_checkpoint"),
+        "tokenizer": spec,
+        "codebook_sha256": info.get("codebook_sha256"),
+        "train_config": info.get("config"),
+        "train_config_hash": info.get("config_hash"),
+        "shards": info.get("shards"),
+        "validation_videos": info.get("validation_videos"),
+        "features": features,
+        "layout": dict(layout.to_dict(), visual_offset=layout.visual_offset, visual_sep_id=layout.visual_sep_id),
+        "visual_tokens": f"{visual_token(0)} .. {visual_token(layout.num_visual - 1)} (leaf id = token id - "
+        f"{layout.visual_offset}), {SEPARATOR_TOKEN} = {layout.visual_sep_id}",
+        "token_types": "[CLS], text and [>] are 0; the visual words and the final [SEP] are 1 (no visual word: "
+        f"all 0); {INPUTS_NAME}'s encode() makes them",
+        "alignment_head": "cls.seq_relationship: index 0 = text and video belong together (BERT's NSP convention)",
+        "codebook": codebook,
+        "s3d_settings": S3D_NAME if settings is not None else None,
+        "training": training_summary(work, info, path),
+        "licence": LICENCE,
+    }
     card["limitations"] = limitations(card)
     storage.atomic_write_json(out / CARD_NAME, card)
     storage.atomic_write_bytes(out / "README.md", model_card(card).encode("utf-8"))
@@ -240,22 +301,27 @@ def readable(folder: Path) -> None:
 def limitations(card: dict) -> list[str]:
     notes = []
     if not card["features"]["pretrained"]:
-        notes.append("the S3D features came from random (calibrated) weights, NOT the Kinetics-pretrained S3D: "
-                     "its visual words are not the paper's (action features)")
+        notes.append(
+            "the S3D features came from random (calibrated) weights, NOT the Kinetics-pretrained S3D: "
+            "its visual words are not the paper's (action features)"
+        )
     training = card["training"]
     settings = training["settings"]
-    notes.append(f"trained {training['step']} steps of batch {settings.get('batch_size')} from "
-                 f"{settings.get('init_checkpoint')} (the paper: 500K steps of 128 from BERT-large on 312K videos); "
-                 f"figures on other data need their own held-out test")
+    notes.append(
+        f"trained {training['step']} steps of batch {settings.get('batch_size')} from "
+        f"{settings.get('init_checkpoint')} (the paper: 500K steps of 128 from BERT-large on 312K videos); "
+        f"figures on other data need their own held-out test"
+    )
     if training["last_validation"] is None:
-        notes.append("no held-out validation was run (train.validation_videos = 0): nothing shows that it "
-                     "generalises beyond its training videos")
+        notes.append(
+            "no held-out validation was run (train.validation_videos = 0): nothing shows that it "
+            "generalises beyond its training videos"
+        )
     if card["codebook"] is None:
         notes.append("the codebook is not in this folder: new videos cannot be turned into its visual words")
     if card["s3d_settings"] is None:
         notes.append("the S3D settings are not in this folder (no features parts in the work dir)")
-    notes.append(f"inputs longer than train.max_len = {settings.get('max_len')} tokens were never seen in "
-                 f"training")
+    notes.append(f"inputs longer than train.max_len = {settings.get('max_len')} tokens were never seen in training")
     return notes
 
 
@@ -276,8 +342,11 @@ def _zero_shot_lines(zero: dict | None) -> list[str]:
     lines = [f"- zero-shot on {zero.get('segments')} segments of {zero.get('segment_source')} (top-1 / top-5):"]
     for mode, rows in zero["results"].items():
         for name, parts in rows.items():
-            cells = [f"{part} {parts[part].get('top1', float('nan')):.3f} / {parts[part].get('top5', float('nan')):.3f}"
-                     for part in ("verb", "noun") if isinstance(parts, dict) and isinstance(parts.get(part), dict)]
+            cells = [
+                f"{part} {parts[part].get('top1', float('nan')):.3f} / {parts[part].get('top5', float('nan')):.3f}"
+                for part in ("verb", "noun")
+                if isinstance(parts, dict) and isinstance(parts.get(part), dict)
+            ]
             if cells:
                 lines.append(f"  - {mode}, {name}: {', '.join(cells)}")
     return lines
@@ -286,8 +355,10 @@ def _zero_shot_lines(zero: dict | None) -> list[str]:
 def _kept_apart(kept: dict | None) -> str:
     if not kept:
         return "none"
-    return f"{len(kept['videos'])} of the {'/'.join(kept['subsets'])} subsets ({', '.join(kept['videos'][:10])}" \
-           f"{', ...' if len(kept['videos']) > 10 else ''})"
+    return (
+        f"{len(kept['videos'])} of the {'/'.join(kept['subsets'])} subsets ({', '.join(kept['videos'][:10])}"
+        f"{', ...' if len(kept['videos']) > 10 else ''})"
+    )
 
 
 SNIPPET = """from transformers import AutoTokenizer, BertForPreTraining
@@ -305,49 +376,80 @@ logits, aligned = out.prediction_logits, out.seq_relationship_logits   # aligned
 
 def model_card(card: dict) -> str:
     s3d = card["features"]
-    pretrained = "false: the S3D features came from random (calibrated) weights, NOT Kinetics-pretrained" \
-        if not s3d["pretrained"] else "true"
+    pretrained = (
+        "false: the S3D features came from random (calibrated) weights, NOT Kinetics-pretrained"
+        if not s3d["pretrained"]
+        else "true"
+    )
     training = card["training"]
     settings = ", ".join(f"{key} {value}" for key, value in training["settings"].items())
-    return "\n".join([
-        "---", "library_name: transformers", "pipeline_tag: fill-mask", "license: apache-2.0",
-        "tags: [videobert, video, bert]", "---", "",
-        "# VideoBERT", "",
-        "A VideoBERT (Sun et al. 2019) trained by this pipeline: BERT over WordPiece text and visual words "
-        "(hierarchical k-means leaves of S3D clip features), `[CLS] text [>] visual words [SEP]`.", "",
-        "## Use", "",
-        "Needs only `transformers` (and torch):", "",
-        "```python", SNIPPET, "```", "",
-        f"Visual words need token type 1: the tokenizer alone gives 0 everywhere, which changes the logits. "
-        f"`{INPUTS_NAME}` refuses malformed visual words (`[v0]`, `[V05]`, a leaf out of range).", "",
-        "A new video's visual words, with the pipeline that made this model installed (the same clips, S3D "
-        f"weights and tree descent as training; settings in `{S3D_NAME}`, the codebook in `{CODEBOOK_FOLDER}/`):", "",
-        "```python", "from videobert.export import video_token_ids",
-        "leaves = video_token_ids(folder, \"new_video.mp4\")[\"leaves\"]", "```", "",
-        "## Training", "",
-        f"- trained from: `{card['init_checkpoint']}`, checkpoint step {card['step']} ({card['checkpoint']})",
-        f"- settings: {settings}",
-        f"- training shards: {', '.join(card['shards'] or [])}",
-        f"- last training record: {_figures(training['last_training'])}",
-        "",
-        "## Held-out figures", "",
-        f"- validation videos (never trained on): {', '.join(card.get('validation_videos') or []) or 'none'}",
-        f"- YouCook II videos kept out of pre-training: {_kept_apart(training.get('youcook2_kept_apart'))}",
-        f"- last validation record: {_figures(training['last_validation'])}",
-        *_zero_shot_lines(training["zero_shot"]),
-        "",
-        "## Inputs", "",
-        f"- codebook sha256: `{card['codebook_sha256']}` (visual words must come from this codebook)",
-        f"- S3D weights: {', '.join(s3d['s3d_weights']) or 'unknown'}; pretrained: {pretrained}",
-        f"- vocabulary: {card['visual_tokens']}",
-        f"- token types: {card['token_types']}",
-        f"- {card['alignment_head']}",
-        "- the MLM output layer is untied from the (frozen) input embeddings (`tie_word_embeddings: false`)",
-        f"- machine-readable: `{CARD_NAME}`", "",
-        "## Limitations", "",
-        *[f"- {note}" for note in card["limitations"]], "",
-        "## Licence", "",
-        card["licence"], ""])
+    return "\n".join(
+        [
+            "---",
+            "library_name: transformers",
+            "pipeline_tag: fill-mask",
+            "license: apache-2.0",
+            "tags: [videobert, video, bert]",
+            "---",
+            "",
+            "# VideoBERT",
+            "",
+            "A VideoBERT (Sun et al. 2019) trained by this pipeline: BERT over WordPiece text and visual words "
+            "(hierarchical k-means leaves of S3D clip features), `[CLS] text [>] visual words [SEP]`.",
+            "",
+            "## Use",
+            "",
+            "Needs only `transformers` (and torch):",
+            "",
+            "```python",
+            SNIPPET,
+            "```",
+            "",
+            f"Visual words need token type 1: the tokenizer alone gives 0 everywhere, which changes the logits. "
+            f"`{INPUTS_NAME}` refuses malformed visual words (`[v0]`, `[V05]`, a leaf out of range).",
+            "",
+            "A new video's visual words, with the pipeline that made this model installed (the same clips, S3D "
+            f"weights and tree descent as training; settings in `{S3D_NAME}`, the codebook in `{CODEBOOK_FOLDER}/`):",
+            "",
+            "```python",
+            "from videobert.export import video_token_ids",
+            'leaves = video_token_ids(folder, "new_video.mp4")["leaves"]',
+            "```",
+            "",
+            "## Training",
+            "",
+            f"- trained from: `{card['init_checkpoint']}`, checkpoint step {card['step']} ({card['checkpoint']})",
+            f"- settings: {settings}",
+            f"- training shards: {', '.join(card['shards'] or [])}",
+            f"- last training record: {_figures(training['last_training'])}",
+            "",
+            "## Held-out figures",
+            "",
+            f"- validation videos (never trained on): {', '.join(card.get('validation_videos') or []) or 'none'}",
+            f"- YouCook II videos kept out of pre-training: {_kept_apart(training.get('youcook2_kept_apart'))}",
+            f"- last validation record: {_figures(training['last_validation'])}",
+            *_zero_shot_lines(training["zero_shot"]),
+            "",
+            "## Inputs",
+            "",
+            f"- codebook sha256: `{card['codebook_sha256']}` (visual words must come from this codebook)",
+            f"- S3D weights: {', '.join(s3d['s3d_weights']) or 'unknown'}; pretrained: {pretrained}",
+            f"- vocabulary: {card['visual_tokens']}",
+            f"- token types: {card['token_types']}",
+            f"- {card['alignment_head']}",
+            "- the MLM output layer is untied from the (frozen) input embeddings (`tie_word_embeddings: false`)",
+            f"- machine-readable: `{CARD_NAME}`",
+            "",
+            "## Limitations",
+            "",
+            *[f"- {note}" for note in card["limitations"]],
+            "",
+            "## Licence",
+            "",
+            card["licence"],
+            "",
+        ]
+    )
 
 
 def video_token_ids(folder, video, *, device: str | None = None) -> dict:
@@ -356,19 +458,22 @@ def video_token_ids(folder, video, *, device: str | None = None) -> dict:
     with its weights, each descended in its codebook. Returns {"leaves", "start_s", "end_s"} (lists, clip
     order) and "errors" (why a video gave no clips). S3D weights other than the export's are refused."""
     from pipeline.config import load_config
+    from stages.decode import run as decode
     from stages.features.s3d.encoder import encoder_for
     from stages.features.s3d.model import weights_identity
-    from stages.decode import run as decode
 
     folder = Path(folder)
     if not (folder / S3D_NAME).exists() or not (folder / CODEBOOK_FOLDER).is_dir():
-        raise FileNotFoundError(f"{folder} has no {S3D_NAME} and {CODEBOOK_FOLDER}/: export it from the work dir "
-                                f"it was trained in")
+        raise FileNotFoundError(
+            f"{folder} has no {S3D_NAME} and {CODEBOOK_FOLDER}/: export it from the work dir it was trained in"
+        )
     settings = json.loads((folder / S3D_NAME).read_text(encoding="utf-8"))
     cfg = load_config(None, [f"features.device={device}"] if device else [], base=settings["config"])
     if weights_identity(cfg) != settings["weights"]:
-        raise ValueError(f"these S3D weights ({weights_identity(cfg)}) are not the export's ({settings['weights']}): "
-                         f"the visual words would not be the model's")
+        raise ValueError(
+            f"these S3D weights ({weights_identity(cfg)}) are not the export's ({settings['weights']}): "
+            f"the visual words would not be the model's"
+        )
     codebook = visual_words.load(folder / CODEBOOK_FOLDER)
     card = json.loads((folder / CARD_NAME).read_text(encoding="utf-8"))
     if card.get("codebook_sha256") and codebook.info.get("sha256") != card["codebook_sha256"]:
@@ -389,8 +494,12 @@ def video_token_ids(folder, video, *, device: str | None = None) -> dict:
         return {"leaves": [], "start_s": [], "end_s": [], "errors": one.errors}
     features = np.concatenate(vectors).astype(np.float16)
     leaves = visual_words.descend(codebook, features)
-    return {"leaves": leaves.tolist(), "start_s": [a for a, _ in spans], "end_s": [b for _, b in spans],
-            "errors": one.errors}
+    return {
+        "leaves": leaves.tolist(),
+        "start_s": [a for a, _ in spans],
+        "end_s": [b for _, b in spans],
+        "errors": one.errors,
+    }
 
 
 def _encode(encoder, frames: list) -> np.ndarray:

@@ -40,7 +40,9 @@ def check_leaves(leaves, vocab: dict) -> list[int]:
             raise ValueError(f"visual word {position} is {leaf!r}: a leaf id is an integer")
         leaf = int(leaf)
         if not 0 <= leaf < vocab["num_visual"]:
-            raise ValueError(f"visual word {position} is leaf {leaf}: this model has leaves 0..{vocab['num_visual'] - 1}")
+            raise ValueError(
+                f"visual word {position} is leaf {leaf}: this model has leaves 0..{vocab['num_visual'] - 1}"
+            )
         checked.append(leaf)
     return checked
 
@@ -52,12 +54,15 @@ def check_text(text: str, vocab: dict) -> list[int]:
         token = match.group(0)
         well_formed = _VISUAL.fullmatch(token)
         if not well_formed:
-            raise ValueError(f"{token!r} is not a visual word: they are written [V<leaf>] (capital V, the leaf id "
-                             f"without leading zeros, e.g. [V0] .. [V{vocab['num_visual'] - 1}])")
+            raise ValueError(
+                f"{token!r} is not a visual word: they are written [V<leaf>] (capital V, the leaf id "
+                f"without leading zeros, e.g. [V0] .. [V{vocab['num_visual'] - 1}])"
+            )
         leaf = int(well_formed.group(1))
         if leaf >= vocab["num_visual"]:
-            raise ValueError(f"{token!r} is out of range: this model has visual words [V0] .. "
-                             f"[V{vocab['num_visual'] - 1}]")
+            raise ValueError(
+                f"{token!r} is out of range: this model has visual words [V0] .. [V{vocab['num_visual'] - 1}]"
+            )
         leaves.append(leaf)
     return leaves
 
@@ -99,6 +104,7 @@ def encode(tokenizer, text: str = "", leaves=(), *, return_tensors: str | None =
     encoded = {"input_ids": ids, "token_type_ids": token_type_ids(ids, vocab), "attention_mask": [1] * len(ids)}
     if return_tensors == "pt":
         import torch
+
         return {name: torch.tensor([values], dtype=torch.long) for name, values in encoded.items()}
     if return_tensors is not None:
         raise ValueError(f"return_tensors must be 'pt' or None (got {return_tensors!r})")

@@ -21,16 +21,16 @@ METRIC_PREFIXES = {name: "alignment" if name == "alignment" else f"mlm_{name}" f
 METRIC_COLUMNS = ("loss_sum", "correct", "count", "examples")
 
 
-def compute_losses(model, batch: dict[str, torch.Tensor],
-                   loss_weights: dict[str, float]) -> tuple[torch.Tensor, torch.Tensor]:
+def compute_losses(
+    model, batch: dict[str, torch.Tensor], loss_weights: dict[str, float]
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(total loss, metrics): the masked-LM loss averaged over all masked tokens of the batch, each token
     scaled by its regime's weight, + the alignment weight * the mean alignment loss of the text-video
     examples. (Averaging over all tokens, not per regime, keeps a regime with few examples in a batch
     from weighing as much as the others: `train.regime_weights` sets the mix.) Metrics rows are
     METRIC_ROWS, columns METRIC_COLUMNS (sums, so windows and ranks add up)."""
     predict = batch["labels"] != IGNORE
-    _, logits, alignment_logits = model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"],
-                                        predict)
+    _, logits, alignment_logits = model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"], predict)
     labels = batch["labels"][predict]
     token_regimes = batch["regimes"][:, None].expand_as(predict)[predict]
     token_loss = F.cross_entropy(logits.float(), labels, reduction="none")
@@ -41,8 +41,16 @@ def compute_losses(model, batch: dict[str, torch.Tensor],
         chosen = (token_regimes == index).float()
         loss_sum = (token_loss * chosen).sum()
         total = total + loss_weights[name] * loss_sum / max(len(labels), 1)
-        rows.append(torch.stack([loss_sum.detach(), (token_correct * chosen).sum(), chosen.sum(),
-                                 (batch["regimes"] == index).sum().float()]))
+        rows.append(
+            torch.stack(
+                [
+                    loss_sum.detach(),
+                    (token_correct * chosen).sum(),
+                    chosen.sum(),
+                    (batch["regimes"] == index).sum().float(),
+                ]
+            )
+        )
     alignment_labels = batch["alignment_labels"]
     aligned = (alignment_labels != IGNORE).float()
     count = aligned.sum()
@@ -60,7 +68,7 @@ class Window:
         self.metrics = torch.zeros(len(METRIC_ROWS), len(METRIC_COLUMNS), device=device)
         self.loss_sum = torch.zeros((), device=device)
         self.steps = 0
-        self.tokens = 0            # this process's tokens, for tokens/s (not restored on resume)
+        self.tokens = 0  # this process's tokens, for tokens/s (not restored on resume)
         self.started = time.time()
 
     def state(self) -> dict:
@@ -73,23 +81,32 @@ class Window:
 
     def record(self, step: int, lr: float, runtime) -> dict:
         """The log record of this window, summed over ranks."""
-        totals = torch.cat([self.metrics.flatten(), self.loss_sum[None],
-                            torch.tensor([float(self.tokens)], device=self.metrics.device)])
+        totals = torch.cat(
+            [
+                self.metrics.flatten(),
+                self.loss_sum[None],
+                torch.tensor([float(self.tokens)], device=self.metrics.device),
+            ]
+        )
         if runtime.distributed:
             dist.all_reduce(totals)
         totals = totals.cpu().double()
-        metrics = totals[:self.metrics.numel()].view(self.metrics.shape)
+        metrics = totals[: self.metrics.numel()].view(self.metrics.shape)
         elapsed = max(time.time() - self.started, 1e-9)
-        record = {"event": "train", "step": step, "lr": lr,
-                  "loss": float(totals[-2]) / max(self.steps * runtime.world_size, 1)}
-        all_examples = float(metrics[:len(REGIMES), -1].sum())
+        record = {
+            "event": "train",
+            "step": step,
+            "lr": lr,
+            "loss": float(totals[-2]) / max(self.steps * runtime.world_size, 1),
+        }
+        all_examples = float(metrics[: len(REGIMES), -1].sum())
         for index, name in enumerate(METRIC_ROWS):
             loss_sum, correct, count, examples = (float(v) for v in metrics[index])
             prefix = METRIC_PREFIXES[name]
             record[f"{prefix}_loss"] = loss_sum / count if count else None
             record[f"{prefix}_acc"] = correct / count if count else None
             record[f"{prefix}_examples"] = int(examples)
-            if name in REGIMES:             # the realised regime mix
+            if name in REGIMES:  # the realised regime mix
                 record[f"{prefix}_share"] = examples / all_examples if all_examples else None
         record["tokens_per_s"] = float(totals[-1]) / elapsed
         return record
@@ -111,8 +128,10 @@ def mix_line(examples: torch.Tensor, cfg: Config) -> tuple[str, dict[str, float]
     total = max(float(examples.sum()), 1.0)
     shares = {name: float(examples[index]) / total for index, name in enumerate(REGIMES)}
     weights = cfg.train.regime_weights
-    line = (f"regime mix of {int(examples.sum()):,} examples: "
-            + ", ".join(f"{name} {100 * share:.1f}%" for name, share in shares.items())
-            + f" (train.regime_weights {':'.join(f'{weights[name]:g}' for name in REGIMES)}, "
-              f"regime_mix {cfg.train.regime_mix})")
+    line = (
+        f"regime mix of {int(examples.sum()):,} examples: "
+        + ", ".join(f"{name} {100 * share:.1f}%" for name, share in shares.items())
+        + f" (train.regime_weights {':'.join(f'{weights[name]:g}' for name in REGIMES)}, "
+        f"regime_mix {cfg.train.regime_mix})"
+    )
     return line, shares

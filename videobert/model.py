@@ -39,7 +39,7 @@ class VideoBert(nn.Module):
         if config.vocab_size != layout.vocab_size:
             raise ValueError(f"BERT vocab_size {config.vocab_size} != layout's {layout.vocab_size}")
         self.config, self.layout = config, layout
-        self.bert = BertModel(config)                   # embeddings, encoder, pooler
+        self.bert = BertModel(config)  # embeddings, encoder, pooler
         self.mlm_transform = BertPredictionHeadTransform(config)
         self.mlm_decoder = nn.Linear(config.hidden_size, config.vocab_size)
         self.alignment_head = nn.Linear(config.hidden_size, 2)
@@ -51,8 +51,13 @@ class VideoBert(nn.Module):
     def word_embeddings(self) -> nn.Embedding:
         return self.bert.embeddings.word_embeddings
 
-    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor, attention_mask: torch.Tensor,
-                predict: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        token_type_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        predict: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
         """(final hidden states (batch, length, hidden), vocabulary logits (n, vocab) at the n positions
         where the bool mask `predict` is set (None without it), alignment logits (batch, 2)).
 
@@ -74,19 +79,20 @@ class VideoBert(nn.Module):
         storage.atomic_write_json(folder / INFO_NAME, record)
 
     @classmethod
-    def load(cls, folder: Path, device: str | torch.device = "cpu") -> tuple["VideoBert", dict]:
+    def load(cls, folder: Path, device: str | torch.device = "cpu") -> tuple[VideoBert, dict]:
         """A saved model and its info record (how it was made)."""
         from safetensors.torch import load_file
 
         folder = Path(folder)
         info = json.loads((folder / INFO_NAME).read_text())
         model = cls(BertConfig.from_dict(info["bert_config"]), VocabLayout(**info["layout"]))
-        model.load_state_dict(load_file(str(folder / WEIGHTS_NAME)))   # onto the CPU model; moved once below
+        model.load_state_dict(load_file(str(folder / WEIGHTS_NAME)))  # onto the CPU model; moved once below
         return model.to(device), info
 
 
-def visual_embedding_rows(centroids: np.ndarray, counts: np.ndarray, hidden_size: int,
-                          target_norm: float) -> np.ndarray:
+def visual_embedding_rows(
+    centroids: np.ndarray, counts: np.ndarray, hidden_size: int, target_norm: float
+) -> np.ndarray:
     """(num_leaves, hidden_size) rows for the visual words from the leaf centroids (see module doc)."""
     used = counts > 0
     if not used.any():
@@ -102,7 +108,7 @@ def visual_embedding_rows(centroids: np.ndarray, counts: np.ndarray, hidden_size
         projected = (rows - mean) @ components.T
         # fewer non-empty leaves than hidden dimensions: the remaining dimensions stay 0
         rows = np.zeros((len(rows), hidden_size))
-        rows[:, :projected.shape[1]] = projected
+        rows[:, : projected.shape[1]] = projected
     norm = np.linalg.norm(rows[used], axis=1).mean()
     if norm > 0:
         rows *= target_norm / norm
@@ -135,34 +141,52 @@ def _load_pretrained(spec: str):
         with _quiet_transformers():
             return BertForPreTraining.from_pretrained(path, output_loading_info=True)
     except OSError as error:
-        raise FileNotFoundError(f"train.init_checkpoint {spec!r}: cannot load a BERT checkpoint from {path!r} "
-                                f"(a local folder, pkg:<module>, or a hub name on a machine that reaches the "
-                                f"hub): {str(error).splitlines()[0]}") from None
+        raise FileNotFoundError(
+            f"train.init_checkpoint {spec!r}: cannot load a BERT checkpoint from {path!r} "
+            f"(a local folder, pkg:<module>, or a hub name on a machine that reaches the "
+            f"hub): {str(error).splitlines()[0]}"
+        ) from None
 
 
-def build_model(init_checkpoint: str, layout: VocabLayout, leaf_centroids: np.ndarray, leaf_counts: np.ndarray,
-                *, max_len: int, seed: int) -> tuple[VideoBert, list[str]]:
+def build_model(
+    init_checkpoint: str,
+    layout: VocabLayout,
+    leaf_centroids: np.ndarray,
+    leaf_counts: np.ndarray,
+    *,
+    max_len: int,
+    seed: int,
+) -> tuple[VideoBert, list[str]]:
     """A freshly initialised VideoBERT and notes on how it was initialised (for the log)."""
     torch.manual_seed(seed)
     notes: list[str] = []
     if init_checkpoint.startswith("random:"):
-        preset = init_checkpoint[len("random:"):]
-        config = BertConfig(vocab_size=layout.vocab_size, max_position_embeddings=max(512, max_len),
-                            tie_word_embeddings=False, **PRESETS[preset])
+        preset = init_checkpoint[len("random:") :]
+        config = BertConfig(
+            vocab_size=layout.vocab_size,
+            max_position_embeddings=max(512, max_len),
+            tie_word_embeddings=False,
+            **PRESETS[preset],
+        )
         model = VideoBert(config, layout)
-        text_rows = model.word_embeddings.weight.data[:layout.text_vocab_size].clone()
+        text_rows = model.word_embeddings.weight.data[: layout.text_vocab_size].clone()
         text_bias = torch.zeros(layout.text_vocab_size)
         notes.append(f"random {preset} BERT: no pre-trained weights")
     else:
         pretrained, loading = _load_pretrained(init_checkpoint)
         if pretrained.config.vocab_size != layout.text_vocab_size:
-            raise ValueError(f"train.init_checkpoint {init_checkpoint!r} has {pretrained.config.vocab_size} word "
-                             f"pieces but the tokenizer (align.tokenizer) has {layout.text_vocab_size}")
+            raise ValueError(
+                f"train.init_checkpoint {init_checkpoint!r} has {pretrained.config.vocab_size} word "
+                f"pieces but the tokenizer (align.tokenizer) has {layout.text_vocab_size}"
+            )
         if max_len > pretrained.config.max_position_embeddings:
-            raise ValueError(f"train.max_len {max_len} exceeds the checkpoint's "
-                             f"{pretrained.config.max_position_embeddings} positions")
-        config = BertConfig.from_dict(dict(pretrained.config.to_dict(), vocab_size=layout.vocab_size,
-                                           tie_word_embeddings=False))
+            raise ValueError(
+                f"train.max_len {max_len} exceeds the checkpoint's "
+                f"{pretrained.config.max_position_embeddings} positions"
+            )
+        config = BertConfig.from_dict(
+            dict(pretrained.config.to_dict(), vocab_size=layout.vocab_size, tie_word_embeddings=False)
+        )
         model = VideoBert(config, layout)
         state = pretrained.bert.state_dict()
         text_rows = state.pop("embeddings.word_embeddings.weight").float()
@@ -174,8 +198,10 @@ def build_model(init_checkpoint: str, layout: VocabLayout, leaf_centroids: np.nd
         missing_keys = set(loading["missing_keys"])
         notes.append(f"BERT weights from {init_checkpoint}")
         if any(key.startswith("cls.predictions") for key in missing_keys):
-            notes.append("the checkpoint has no MLM head weights: the head's transform starts random, "
-                         "its output layer from the word embeddings")
+            notes.append(
+                "the checkpoint has no MLM head weights: the head's transform starts random, "
+                "its output layer from the word embeddings"
+            )
         if any(key.startswith("cls.seq_relationship") for key in missing_keys):
             notes.append("the checkpoint has no next-sentence head: the alignment head starts random")
         if any(key.startswith("bert.pooler") for key in missing_keys):
@@ -193,13 +219,14 @@ def build_model(init_checkpoint: str, layout: VocabLayout, leaf_centroids: np.nd
         model.mlm_decoder.weight.copy_(rows)
         model.mlm_decoder.bias.copy_(torch.cat([text_bias, torch.zeros(layout.num_visual + 1)]))
     empty = int((leaf_counts == 0).sum())
-    notes.append(f"{layout.num_visual} visual words from the codebook's leaf centroids "
-                 f"({'used directly' if config.hidden_size == leaf_centroids.shape[1] else f'PCA to {config.hidden_size} dims'}"
-                 f", scaled to the text rows' mean norm {target_norm:.3f}; {empty} empty leaves at the mean)")
+    notes.append(
+        f"{layout.num_visual} visual words from the codebook's leaf centroids "
+        f"({'used directly' if config.hidden_size == leaf_centroids.shape[1] else f'PCA to {config.hidden_size} dims'}"
+        f", scaled to the text rows' mean norm {target_norm:.3f}; {empty} empty leaves at the mean)"
+    )
     return model, notes
 
 
 def count_parameters(model: nn.Module) -> tuple[int, int]:
     """(all parameters, trainable parameters)."""
-    return (sum(p.numel() for p in model.parameters()),
-            sum(p.numel() for p in model.parameters() if p.requires_grad))
+    return (sum(p.numel() for p in model.parameters()), sum(p.numel() for p in model.parameters() if p.requires_grad))

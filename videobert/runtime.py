@@ -50,7 +50,7 @@ def start_runtime(device_name: str, num_threads: int = 0) -> tuple[Runtime, bool
     if rank >= world_size:
         raise ConfigError(f"environment error: RANK={rank} must be below WORLD_SIZE={world_size}")
     device = resolve_device(device_name, local_rank)
-    threads.set_torch_threads(num_threads)   # 0: this rank's share of the task's CPUs (pipeline/threads.py)
+    threads.set_torch_threads(num_threads)  # 0: this rank's share of the task's CPUs (pipeline/threads.py)
     started = False
     if world_size > 1 and not dist.is_initialized():
         if device.type == "cuda":

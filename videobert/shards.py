@@ -6,8 +6,9 @@ checked against the model's vocabulary (a shard of another codebook or tokenizer
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -26,6 +27,7 @@ class PinnedShards(list):
     `sha256`, name -> the checksum their records give (what the checkpoint says it read), and `origin`,
     pin -> the work dir's file it pins (the name outputs made from it record), and `identity`, a shard on
     object storage (read in place: nothing to link) -> its size and the store's version of it at the start."""
+
     sha256: dict[str, str]
     origin: dict[Path, Path]
     identity: dict[str, tuple]
@@ -35,18 +37,27 @@ class ShardRewritten(ValueError):
     """A shard on object storage changed after training started (an `align --force` renamed new parts in)."""
 
     def __init__(self, path):
-        super().__init__(f"{path} was rewritten while training read it (is align running?): train again when "
-                         f"it is done")
+        super().__init__(
+            f"{path} was rewritten while training read it (is align running?): train again when it is done"
+        )
 
 
 def remote_identity(details: dict) -> tuple:
     """A stored object's size and version from one `info()` (or an open file's details): the ETag or
     version id where the store gives one, else its modification time."""
-    version = next((details[key] for key in ("VersionId", "version_id", "ETag", "etag", "generation", "md5Hash")
-                    if details.get(key)), None)
+    version = next(
+        (
+            details[key]
+            for key in ("VersionId", "version_id", "ETag", "etag", "generation", "md5Hash")
+            if details.get(key)
+        ),
+        None,
+    )
     if version is None:
-        version = next((str(details[key]) for key in ("LastModified", "mtime", "updated", "last_modified")
-                        if details.get(key)), None)
+        version = next(
+            (str(details[key]) for key in ("LastModified", "mtime", "updated", "last_modified") if details.get(key)),
+            None,
+        )
     return int(details.get("size") or 0), version
 
 
@@ -81,7 +92,7 @@ def pin_shards(paths: list[Path], pins: Path) -> PinnedShards:
         pinned.identity = {str(path): remote_identity(path.fs.info(path.path)) for path in paths}
         return pinned
     # a killed run's pins: this host's only (another host's run may train for days; age says nothing)
-    for old in (pins.glob(f"{storage.TEMPORARY_PREFIX}*") if pins.is_dir() else []):
+    for old in pins.glob(f"{storage.TEMPORARY_PREFIX}*") if pins.is_dir() else []:
         if storage.ended_here(old.name):
             shutil.rmtree(old, ignore_errors=True)
     folder = storage.atomic_path(pins / "train-pins", folder=pins)
@@ -92,7 +103,7 @@ def pin_shards(paths: list[Path], pins: Path) -> PinnedShards:
         link = folder / path.name
         try:
             os.link(path, link)
-        except OSError:   # a file system without hard links (some network mounts): a private copy
+        except OSError:  # a file system without hard links (some network mounts): a private copy
             shutil.copy2(path, link)
         pinned.append(link)
         pinned.origin[link] = path
@@ -108,10 +119,12 @@ def confirm_pins(paths: list[Path], pinned: PinnedShards, checksums: dict[str, s
             check_identity(pinned, path)
             continue
         now, held = os.stat(path), os.stat(pin)
-        if (now.st_ino, now.st_dev, now.st_size) != (held.st_ino, held.st_dev, held.st_size) and \
-                storage.file_sha256(pin) != checksums.get(path.name):
-            raise ValueError(f"{path} was rewritten while training started (is align running?): train again "
-                             f"when it is done")
+        if (now.st_ino, now.st_dev, now.st_size) != (held.st_ino, held.st_dev, held.st_size) and storage.file_sha256(
+            pin
+        ) != checksums.get(path.name):
+            raise ValueError(
+                f"{path} was rewritten while training started (is align running?): train again when it is done"
+            )
     return pinned
 
 
@@ -140,17 +153,20 @@ def _list_column(column) -> tuple[np.ndarray, np.ndarray]:
     """(values, offsets) of a list<int32> column: row i is values[offsets[i]:offsets[i+1]] (also for a
     sliced column, whose `values` are the unsliced ones)."""
     offsets = column.offsets.to_numpy()
-    values = column.values.to_numpy(zero_copy_only=False)[offsets[0]:offsets[-1]].astype(np.int64)
+    values = column.values.to_numpy(zero_copy_only=False)[offsets[0] : offsets[-1]].astype(np.int64)
     return values, offsets - offsets[0]
 
 
-def _check_ids(path: Path, video_ids: list[str], values: np.ndarray, offsets: np.ndarray, limit: int,
-               what: str) -> None:
+def _check_ids(
+    path: Path, video_ids: list[str], values: np.ndarray, offsets: np.ndarray, limit: int, what: str
+) -> None:
     if values.size and (values.min() < 0 or values.max() >= limit):
         bad = int(np.flatnonzero((values < 0) | (values >= limit))[0])
         row = int(np.searchsorted(offsets, bad, side="right")) - 1
-        raise ValueError(f"{path}: video {video_ids[row]!r} has {what} id {int(values[bad])} outside "
-                         f"[0, {limit}): the shard was made with another codebook or tokenizer")
+        raise ValueError(
+            f"{path}: video {video_ids[row]!r} has {what} id {int(values[bad])} outside "
+            f"[0, {limit}): the shard was made with another codebook or tokenizer"
+        )
 
 
 def _open_shard(path: Path, shards: list[Path] | None) -> pq.ParquetFile:
@@ -167,8 +183,9 @@ def _open_shard(path: Path, shards: list[Path] | None) -> pq.ParquetFile:
     return pq.ParquetFile(handle, page_checksum_verification=True)
 
 
-def read_segments(path: Path, layout: VocabLayout, columns: tuple[str, ...] = (),
-                  start_row: int = 0, shards: list[Path] | None = None) -> Iterator[tuple[Segment, dict]]:
+def read_segments(
+    path: Path, layout: VocabLayout, columns: tuple[str, ...] = (), start_row: int = 0, shards: list[Path] | None = None
+) -> Iterator[tuple[Segment, dict]]:
     """Stream a shard's segments from row `start_row` on, one record batch at a time; `columns` are extra
     columns returned as a dict. Row groups before `start_row` are not read. `shards`: the training shards
     `path` is one of (`PinnedShards` on object storage: checked at the open, `_open_shard`)."""
@@ -181,8 +198,9 @@ def read_segments(path: Path, layout: VocabLayout, columns: tuple[str, ...] = ()
         else:
             skip -= rows
         first += rows
-    for batch in file.iter_batches(batch_size=_READ_BATCH_ROWS, row_groups=groups,
-                                   columns=["video_id", "kind", "text_ids", "visual_ids", *columns]):
+    for batch in file.iter_batches(
+        batch_size=_READ_BATCH_ROWS, row_groups=groups, columns=["video_id", "kind", "text_ids", "visual_ids", *columns]
+    ):
         if skip >= batch.num_rows:
             skip -= batch.num_rows
             continue
@@ -195,7 +213,6 @@ def read_segments(path: Path, layout: VocabLayout, columns: tuple[str, ...] = ()
         _check_ids(path, video_ids, visual_values, visual_offsets, layout.num_visual, "visual")
         extra = {name: batch.column(name).to_pylist() for name in columns}
         for row, video_id in enumerate(video_ids):
-            text = (text_values[text_offsets[row]:text_offsets[row + 1]]
-                    if kinds[row] == "text_video" else EMPTY)
-            visual = visual_values[visual_offsets[row]:visual_offsets[row + 1]]
+            text = text_values[text_offsets[row] : text_offsets[row + 1]] if kinds[row] == "text_video" else EMPTY
+            visual = visual_values[visual_offsets[row] : visual_offsets[row + 1]]
             yield Segment(video_id, text, visual), {name: values[row] for name, values in extra.items()}

@@ -20,9 +20,10 @@ generator, epoch, shard and row, the units of the video in hand and the shuffle 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -34,7 +35,7 @@ if TYPE_CHECKING:
 
 REGIMES = ("text", "video", "text_video")
 TEXT, VIDEO, TEXT_VIDEO = range(3)
-IGNORE = -100          # label of a position or example without a target (torch's cross-entropy default)
+IGNORE = -100  # label of a position or example without a target (torch's cross-entropy default)
 # alignment labels follow BERT's next-sentence convention (0 = continues), so a checkpoint's NSP head
 # starts as a sensible alignment head
 ALIGNED, NOT_ALIGNED = 0, 1
@@ -42,15 +43,16 @@ ALIGNED, NOT_ALIGNED = 0, 1
 
 # ---------------------------------------------------------------- what shapes the examples
 
+
 @dataclass(frozen=True)
 class DataParams:
     max_len: int
     mask_prob: float
-    regime_weights: tuple[float, float, float]    # in REGIMES order
-    regime_mix: str             # exact | natural (see PlanStream._regime)
+    regime_weights: tuple[float, float, float]  # in REGIMES order
+    regime_mix: str  # exact | natural (see PlanStream._regime)
     negative_prob: float
     negative_same_video_share: float
-    negative_min_gap: int       # clips between a same-video negative's window and the text's own span
+    negative_min_gap: int  # clips between a same-video negative's window and the text's own span
     concat_prob: float
     max_concat: int
     max_subsample_step: int
@@ -62,31 +64,42 @@ class DataParams:
         return math.ceil(1 / self.mask_prob - 1e-9)
 
     @classmethod
-    def from_config(cls, train_cfg) -> "DataParams":
+    def from_config(cls, train_cfg) -> DataParams:
         t = train_cfg
-        return cls(max_len=t.max_len, mask_prob=t.mask_prob,
-                   regime_weights=tuple(float(t.regime_weights[name]) for name in REGIMES), regime_mix=t.regime_mix,
-                   negative_prob=t.negative_prob, negative_same_video_share=t.negative_same_video_share,
-                   negative_min_gap=t.negative_min_gap, concat_prob=t.concat_prob, max_concat=t.max_concat,
-                   max_subsample_step=t.max_subsample_step, shuffle_buffer=t.shuffle_buffer)
+        return cls(
+            max_len=t.max_len,
+            mask_prob=t.mask_prob,
+            regime_weights=tuple(float(t.regime_weights[name]) for name in REGIMES),
+            regime_mix=t.regime_mix,
+            negative_prob=t.negative_prob,
+            negative_same_video_share=t.negative_same_video_share,
+            negative_min_gap=t.negative_min_gap,
+            concat_prob=t.concat_prob,
+            max_concat=t.max_concat,
+            max_subsample_step=t.max_subsample_step,
+            shuffle_buffer=t.shuffle_buffer,
+        )
 
 
 class Video:
     """One video's segments in time order: its visual tokens (one per clip) and text ids, each concatenated,
     with every segment's bounds in both (segment i: clips[clip_bounds[i]:clip_bounds[i+1]])."""
+
     __slots__ = ("video_id", "clips", "text", "clip_bounds", "text_bounds")
 
-    def __init__(self, video_id: str, clips: np.ndarray, text: np.ndarray, clip_bounds: np.ndarray,
-                 text_bounds: np.ndarray):
+    def __init__(
+        self, video_id: str, clips: np.ndarray, text: np.ndarray, clip_bounds: np.ndarray, text_bounds: np.ndarray
+    ):
         self.video_id, self.clips, self.text = video_id, clips, text
         self.clip_bounds, self.text_bounds = clip_bounds, text_bounds
 
     @classmethod
-    def of(cls, video_id: str, segments: list[Segment]) -> "Video":
+    def of(cls, video_id: str, segments: list[Segment]) -> Video:
         def joined(parts: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
             bounds = np.zeros(len(parts) + 1, dtype=np.int64)
             np.cumsum([len(part) for part in parts], out=bounds[1:])
             return (np.concatenate(parts) if parts else EMPTY), bounds
+
         clips, clip_bounds = joined([s.visual_ids for s in segments])
         text, text_bounds = joined([s.text_ids for s in segments])
         return cls(video_id, clips, text, clip_bounds, text_bounds)
@@ -98,6 +111,7 @@ class Video:
 
 class Unit:
     """Segments first..last-1 of a video: one segment, or a run of neighbours joined."""
+
     __slots__ = ("video", "first", "last")
 
     def __init__(self, video: Video, first: int, last: int):
@@ -115,11 +129,12 @@ class Unit:
 
     @property
     def text_ids(self) -> np.ndarray:
-        return self.video.text[self.video.text_bounds[self.first]:self.video.text_bounds[self.last]]
+        return self.video.text[self.video.text_bounds[self.first] : self.video.text_bounds[self.last]]
 
 
-def read_videos(path: Path, layout: VocabLayout, start_row: int = 0,
-                shards: list[Path] | None = None) -> Iterator[tuple[int, Video]]:
+def read_videos(
+    path: Path, layout: VocabLayout, start_row: int = 0, shards: list[Path] | None = None
+) -> Iterator[tuple[int, Video]]:
     """(the row after it, video) for each video of a shard from row `start_row` on (the align stage writes a
     video's rows together, in time order). Memory: one video's segments."""
     segments: list[Segment] = []
@@ -148,20 +163,26 @@ def _encode_units(units: list[Unit]) -> dict:
     def joined(name: str, dtype) -> torch.Tensor:
         return torch.from_numpy(np.concatenate([EMPTY] + [getattr(video, name) for video in videos]).astype(dtype))
 
-    return {"video_ids": [video.video_id for video in videos],
-            "segments": torch.tensor([video.segments for video in videos], dtype=torch.int64),
-            "clips": joined("clips", np.int32), "text": joined("text", np.int32),
-            "clip_bounds": joined("clip_bounds", np.int64), "text_bounds": joined("text_bounds", np.int64),
-            "units": torch.tensor([(index[u.video.video_id], u.first, u.last) for u in units], dtype=torch.int64).view(-1, 3)}
+    return {
+        "video_ids": [video.video_id for video in videos],
+        "segments": torch.tensor([video.segments for video in videos], dtype=torch.int64),
+        "clips": joined("clips", np.int32),
+        "text": joined("text", np.int32),
+        "clip_bounds": joined("clip_bounds", np.int64),
+        "text_bounds": joined("text_bounds", np.int64),
+        "units": torch.tensor([(index[u.video.video_id], u.first, u.last) for u in units], dtype=torch.int64).view(
+            -1, 3
+        ),
+    }
 
 
 def _decode_units(encoded: dict) -> list[Unit]:
     videos, bound, clip, text = [], 0, 0, 0
     for video_id, segments in zip(encoded["video_ids"], encoded["segments"].tolist()):
-        clip_bounds = encoded["clip_bounds"][bound:bound + segments + 1].numpy().copy()
-        text_bounds = encoded["text_bounds"][bound:bound + segments + 1].numpy().copy()
-        clips = encoded["clips"][clip:clip + clip_bounds[-1]].numpy().astype(np.int64)
-        words = encoded["text"][text:text + text_bounds[-1]].numpy().astype(np.int64)
+        clip_bounds = encoded["clip_bounds"][bound : bound + segments + 1].numpy().copy()
+        text_bounds = encoded["text_bounds"][bound : bound + segments + 1].numpy().copy()
+        clips = encoded["clips"][clip : clip + clip_bounds[-1]].numpy().astype(np.int64)
+        words = encoded["text"][text : text + text_bounds[-1]].numpy().astype(np.int64)
         videos.append(Video(video_id, clips, words, clip_bounds, text_bounds))
         bound, clip, text = bound + segments + 1, clip + int(clip_bounds[-1]), text + int(text_bounds[-1])
     return [Unit(videos[video], first, last) for video, first, last in encoded["units"].tolist()]
@@ -170,10 +191,18 @@ def _decode_units(encoded: dict) -> list[Unit]:
 class Plan:
     """What one example is made of, before subsampling, truncation and masking; `unit` is where its text (or
     its own visual tokens) came from, `same_video` whether a negative's visual tokens are of that video too."""
+
     __slots__ = ("regime", "text_ids", "visual_ids", "alignment_label", "same_video", "unit")
 
-    def __init__(self, regime: int, text_ids: np.ndarray, visual_ids: np.ndarray, alignment_label: int,
-                 same_video: bool = False, unit: "Unit | None" = None):
+    def __init__(
+        self,
+        regime: int,
+        text_ids: np.ndarray,
+        visual_ids: np.ndarray,
+        alignment_label: int,
+        same_video: bool = False,
+        unit: Unit | None = None,
+    ):
         self.regime, self.text_ids, self.visual_ids = regime, text_ids, visual_ids
         self.alignment_label, self.same_video, self.unit = alignment_label, same_video, unit
 
@@ -199,39 +228,54 @@ def stream_shards(shards: list[Path], seed: int, epoch: int, stream: int, num_st
 class PlanStream:
     """The endless, seeded sequence of example plans (`next(stream)`) of stream `stream` of `num_streams`."""
 
-    def __init__(self, shards: list[Path], layout: VocabLayout, params: DataParams, seed: int, stream: int,
-                 num_streams: int, state: dict | None = None):
+    def __init__(
+        self,
+        shards: list[Path],
+        layout: VocabLayout,
+        params: DataParams,
+        seed: int,
+        stream: int,
+        num_streams: int,
+        state: dict | None = None,
+    ):
         if len(shards) < num_streams:
             raise ValueError(f"{len(shards)} shards cannot feed {num_streams} streams")
         self.shards, self.layout, self.params = shards, layout, params
         self.seed, self.stream, self.num_streams = seed, stream, num_streams
         self.rng = np.random.default_rng([seed, 1, stream])
-        self.epoch = self.shard = self.row = 0   # where the next video starts: epoch, shard of the epoch, row
-        self.epoch_units = 0                     # units read this epoch
-        self.pending: list[Unit] = []            # units of the video read last, the next one at the end
+        self.epoch = self.shard = self.row = 0  # where the next video starts: epoch, shard of the epoch, row
+        self.epoch_units = 0  # units read this epoch
+        self.pending: list[Unit] = []  # units of the video read last, the next one at the end
         self.buffer: list[Unit] = []
-        self.kinds = [0, 0]                      # buffered units with text and video, with video only
-        self.rows_read = 0                       # rows this object made units of (none replayed on resume)
-        self._videos: Iterator[tuple[int, Video]] | None = None      # the open shard
-        self._kept: dict[Path, list[tuple[int, Video]]] = {}          # shards held decoded (module doc, 2.)
+        self.kinds = [0, 0]  # buffered units with text and video, with video only
+        self.rows_read = 0  # rows this object made units of (none replayed on resume)
+        self._videos: Iterator[tuple[int, Video]] | None = None  # the open shard
+        self._kept: dict[Path, list[tuple[int, Video]]] = {}  # shards held decoded (module doc, 2.)
         self._kept_rows = 0
         if state is not None:
             self.rng.bit_generator.state = state["rng"]
-            self.epoch, self.shard, self.row, self.epoch_units = (state[key] for key in ("epoch", "shard", "row",
-                                                                                         "epoch_units"))
+            self.epoch, self.shard, self.row, self.epoch_units = (
+                state[key] for key in ("epoch", "shard", "row", "epoch_units")
+            )
             units = _decode_units(state["units"])
-            self.buffer, self.pending = units[:state["buffered"]], units[state["buffered"]:]
+            self.buffer, self.pending = units[: state["buffered"]], units[state["buffered"] :]
             for unit in self.buffer:
                 self._count(unit, 1)
 
     def state(self) -> dict:
         """Where the stream is, in tensors, lists and numbers (a checkpoint loads it with weights_only):
         the rows before `row` are not read again, and no example is made twice."""
-        return {"rng": self.rng.bit_generator.state, "epoch": self.epoch, "shard": self.shard, "row": self.row,
-                "epoch_units": self.epoch_units, "buffered": len(self.buffer),
-                "units": _encode_units(self.buffer + self.pending)}
+        return {
+            "rng": self.rng.bit_generator.state,
+            "epoch": self.epoch,
+            "shard": self.shard,
+            "row": self.row,
+            "epoch_units": self.epoch_units,
+            "buffered": len(self.buffer),
+            "units": _encode_units(self.buffer + self.pending),
+        }
 
-    def __iter__(self) -> "PlanStream":
+    def __iter__(self) -> PlanStream:
         return self
 
     def __next__(self) -> Plan:
@@ -249,7 +293,7 @@ class PlanStream:
             if self._videos is None:
                 self._videos = self._open(mine[self.shard], self.row)
             found = next(self._videos, None)
-            if found is None:                    # the shard is done: the next one, or the next epoch
+            if found is None:  # the shard is done: the next one, or the next epoch
                 self._videos, self.row, self.shard = None, 0, self.shard + 1
                 if self.shard == len(mine):
                     if self.epoch_units == 0:
@@ -275,7 +319,7 @@ class PlanStream:
         videos: list[tuple[int, Video]] | None = [] if start_row == 0 else None
         try:
             yield from self._read_into(path, start_row, videos)
-        except OSError:   # rewritten while open? (s3fs reads with If-Match: the store refuses the old ETag)
+        except OSError:  # rewritten while open? (s3fs reads with If-Match: the store refuses the old ETag)
             check_identity(self.shards, path)
             raise
 
@@ -351,8 +395,9 @@ class PlanStream:
         return negative_window(unit, self.rng, self.params, self.buffer)
 
 
-def negative_window(unit: Unit, rng: np.random.Generator, params: DataParams,
-                    others: list[Unit]) -> tuple[np.ndarray | None, bool]:
+def negative_window(
+    unit: Unit, rng: np.random.Generator, params: DataParams, others: list[Unit]
+) -> tuple[np.ndarray | None, bool]:
     """(visual tokens of another time, whether of the same video), exactly as many as the unit's own: a
     window of the same video at least `negative_min_gap` clips away (with `negative_same_video_share`, when
     the video is long enough), else of the video of one of `others` (training: the shuffle buffer's units;
@@ -361,17 +406,20 @@ def negative_window(unit: Unit, rng: np.random.Generator, params: DataParams,
     if rng.random() < params.negative_same_video_share:
         start, end = unit.span
         gap, clips = params.negative_min_gap, unit.video.clips
-        before = max(0, start - gap - length + 1)         # windows ending at start - gap or earlier
-        after = max(0, len(clips) - length - end - gap + 1)   # windows starting at end + gap or later
+        before = max(0, start - gap - length + 1)  # windows ending at start - gap or earlier
+        after = max(0, len(clips) - length - end - gap + 1)  # windows starting at end + gap or later
         if before + after:
             at = int(rng.integers(before + after))
             at = at if at < before else end + gap + at - before
-            return clips[at:at + length], True
+            return clips[at : at + length], True
     other = None
     for _ in range(16):
         candidate = others[int(rng.integers(len(others)))].video
-        if candidate.video_id != unit.video.video_id and candidate.clips.size and (
-                other is None or len(candidate.clips) > len(other.clips)):
+        if (
+            candidate.video_id != unit.video.video_id
+            and candidate.clips.size
+            and (other is None or len(candidate.clips) > len(other.clips))
+        ):
             other = candidate
             if len(other.clips) >= length:
                 break
@@ -379,4 +427,4 @@ def negative_window(unit: Unit, rng: np.random.Generator, params: DataParams,
         return None, False
     at = int(rng.integers(max(1, len(other.clips) - length + 1)))
     # a video shorter than the span (rare: the buffer's videos are long) is repeated to its length
-    return np.resize(other.clips[at:at + length], length), False
+    return np.resize(other.clips[at : at + length], length), False

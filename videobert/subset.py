@@ -37,10 +37,16 @@ def subset_shards(cfg: Config, work_dir, shards: list[Path], *, write: bool = Tr
     if not count:
         return shards
     chosen = choose_videos(shard_video_ids(shards), count, cfg.train.subset_seed)
-    return write_video_rows(shards, WorkDir(work_dir).train_folder / "subset", chosen, keep=True,
-                            source_key="subset_of", write=write,
-                            extra={"subset_videos": str(count), "subset_seed": str(cfg.train.subset_seed)},
-                            summary={"subset_videos": count, "subset_seed": cfg.train.subset_seed, "videos": chosen})
+    return write_video_rows(
+        shards,
+        WorkDir(work_dir).train_folder / "subset",
+        chosen,
+        keep=True,
+        source_key="subset_of",
+        write=write,
+        extra={"subset_videos": str(count), "subset_seed": str(cfg.train.subset_seed)},
+        summary={"subset_videos": count, "subset_seed": cfg.train.subset_seed, "videos": chosen},
+    )
 
 
 def shard_video_ids(shards: list[Path]) -> list[str]:
@@ -48,8 +54,17 @@ def shard_video_ids(shards: list[Path]) -> list[str]:
     return [v for path in shards for v in storage.read_table(path, columns=["video_id"])["video_id"].to_pylist()]
 
 
-def write_video_rows(shards: list[Path], folder: Path, videos: list[str], *, keep: bool, source_key: str,
-                     extra: dict[str, str], summary: dict, write: bool) -> list[Path]:
+def write_video_rows(
+    shards: list[Path],
+    folder: Path,
+    videos: list[str],
+    *,
+    keep: bool,
+    source_key: str,
+    extra: dict[str, str],
+    summary: dict,
+    write: bool,
+) -> list[Path]:
     """The rows of `shards` whose video is (`keep`) or is not (not `keep`) one of `videos`, as shards of the
     same names in `folder`: their provenance kept, with `extra` and `source_key` naming the shard they came
     from. Shards left empty are not written; when `write` (one rank only) stale shards are removed and
@@ -65,8 +80,15 @@ def write_video_rows(shards: list[Path], folder: Path, videos: list[str], *, kee
         target = folder / path.name
         if write:
             provenance = storage.read_metadata(path)
-            storage.write_parquet(target, kept, provenance.merged(extra=dict(
-                provenance.extra, **{source_key: str(getattr(shards, "origin", {}).get(path, path))}, **extra)))
+            storage.write_parquet(
+                target,
+                kept,
+                provenance.merged(
+                    extra=dict(
+                        provenance.extra, **{source_key: str(getattr(shards, "origin", {}).get(path, path))}, **extra
+                    )
+                ),
+            )
         kept_paths.append(target)
     if write and kept_paths:
         for stale in set(folder.glob("part-*.parquet")) - set(kept_paths):

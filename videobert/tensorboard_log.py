@@ -24,8 +24,10 @@ def summary_writer(folder):
     try:
         from torch.utils.tensorboard import SummaryWriter
     except ImportError:
-        raise TensorBoardUnavailable("train.tensorboard: true needs the tensorboard package: "
-                                     "pip install \"videobert-pipeline[tensorboard]\" (or set train.tensorboard: false)") from None
+        raise TensorBoardUnavailable(
+            "train.tensorboard: true needs the tensorboard package: "
+            'pip install "videobert-pipeline[tensorboard]" (or set train.tensorboard: false)'
+        ) from None
     return SummaryWriter(log_dir=str(folder))
 
 

@@ -36,9 +36,9 @@ import json
 import math
 import os
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
 
 import torch
 import torch.distributed as dist
@@ -54,8 +54,15 @@ from pipeline.progress import Progress
 from pipeline.tokenizer import load_tokenizer, vocabulary_sha256
 from videobert import checkpoints, train_log, youcook2
 from videobert.checkpoints import CorruptCheckpoint, TrainingDiverged, TrainingLocked, latest_checkpoint
-from videobert.data import (REGIMES, DataParams, ShardDataset, VocabLayout, replacement_text_ids, streams_per_rank,
-                            training_shards)
+from videobert.data import (
+    REGIMES,
+    DataParams,
+    ShardDataset,
+    VocabLayout,
+    replacement_text_ids,
+    streams_per_rank,
+    training_shards,
+)
 from videobert.data_checks import data_warnings, require_codebook
 from videobert.metrics import Window, compute_losses, format_record, mix_line
 from videobert.model import VideoBert, build_model
@@ -71,6 +78,7 @@ class Session:
     """One training run, what every helper below works with: its config, where it runs (rank, device), the
     work dir and `files`, the work dir whose train/ it writes (the work dir itself, or a local mirror of a
     remote one); once set up (`_setup`), the model and its DDP wrapper, optimiser, scheduler, data and log."""
+
     cfg: Config
     runtime: Runtime
     work: WorkDir
@@ -81,11 +89,11 @@ class Session:
     optimizer: torch.optim.Optimizer | None = None
     scheduler: torch.optim.lr_scheduler.LambdaLR | None = None
     batches: Iterator[dict] | None = None
-    info: dict = field(default_factory=dict)          # how the model was made (saved with every checkpoint)
+    info: dict = field(default_factory=dict)  # how the model was made (saved with every checkpoint)
     notes: list[str] = field(default_factory=list)
-    data_shape: dict = field(default_factory=dict)    # ranks, streams and micro-batch: a resume must keep them
-    examples: torch.Tensor | None = None              # this rank's examples per regime so far (the realised mix)
-    plan_states: dict = field(default_factory=dict)   # this rank's data streams' latest saved positions, by stream
+    data_shape: dict = field(default_factory=dict)  # ranks, streams and micro-batch: a resume must keep them
+    examples: torch.Tensor | None = None  # this rank's examples per regime so far (the realised mix)
+    plan_states: dict = field(default_factory=dict)  # this rank's data streams' latest saved positions, by stream
     log: TrainLog | None = None
 
     def say(self, line: str) -> None:
@@ -131,27 +139,38 @@ def _train(s: Session, resume: bool, restart: bool) -> dict:
     shards, align_shards, validation_videos, test_videos = _shards_to_train_on(s, align_shards)
     start_step = state["step"] if state else 0
     if start_step >= t.max_steps:
-        return {"step": start_step, "max_steps": t.max_steps, "finished": True, "steps_this_run": 0,
-                "checkpoint": str(latest)}
+        return {
+            "step": start_step,
+            "max_steps": t.max_steps,
+            "finished": True,
+            "steps_this_run": 0,
+            "checkpoint": str(latest),
+        }
     stop_step = t.max_steps if t.steps_per_run == 0 else min(t.max_steps, start_step + t.steps_per_run)
     # model, optimiser, scheduler, data and RNG states: restored from the checkpoint when resuming
     _setup(s, shards, codebook, lineage, latest, state, stop_step)
     s.info["validation_videos"] = validation_videos
-    s.info["align_sha256"] = getattr(align_shards, "sha256", None)   # the bytes it reads (pinned: shards.pin_shards)
+    s.info["align_sha256"] = getattr(align_shards, "sha256", None)  # the bytes it reads (pinned: shards.pin_shards)
     s.info["test_videos"] = test_videos
     validation = _validation_set(s, align_shards, validation_videos)
     window = Window(runtime.device)
     if state is not None:
         window.load(state["ranks"][runtime.rank]["window"])
     warnings = _start_warnings(s, shards, validation)
-    s.log = train_log.open_log(s, start_step, shards, state is not None,
-                      {"warnings": warnings, "validation_videos": validation_videos, "test_videos": test_videos})
+    s.log = train_log.open_log(
+        s,
+        start_step,
+        shards,
+        state is not None,
+        {"warnings": warnings, "validation_videos": validation_videos, "test_videos": test_videos},
+    )
 
     step, last_record, last_validation, checkpoint, started = start_step, None, None, latest, time.time()
     s.wrapped.train()
     try:
-        with Progress(total=stop_step - start_step, unit="steps", desc="train",
-                      quiet=s.quiet or not runtime.main) as progress:
+        with Progress(
+            total=stop_step - start_step, unit="steps", desc="train", quiet=s.quiet or not runtime.main
+        ) as progress:
             while step < stop_step:
                 # forward, backward and the optimiser step over grad_accum micro-batches
                 tokens, lr = _train_step(s, window)
@@ -176,10 +195,18 @@ def _train(s: Session, resume: bool, restart: bool) -> dict:
         if s.log.open:
             s.log.close()
             checkpoints.push(s.files, s.work)
-    return {"step": step, "max_steps": t.max_steps, "finished": step >= t.max_steps,
-            "steps_this_run": step - start_step, "checkpoint": str(checkpoint), "regime_mix": mix,
-            "seconds": round(time.time() - started, 3), "last": last_record, "validation": last_validation,
-            "log": str(s.work.train_log)}
+    return {
+        "step": step,
+        "max_steps": t.max_steps,
+        "finished": step >= t.max_steps,
+        "steps_this_run": step - start_step,
+        "checkpoint": str(checkpoint),
+        "regime_mix": mix,
+        "seconds": round(time.time() - started, 3),
+        "last": last_record,
+        "validation": last_validation,
+        "log": str(s.work.train_log),
+    }
 
 
 def _train_step(s: Session, window: Window) -> tuple[int, float]:
@@ -189,7 +216,7 @@ def _train_step(s: Session, window: Window) -> tuple[int, float]:
     step_loss = torch.zeros((), device=device)
     for micro in range(t.grad_accum):
         batch = next(s.batches)
-        if "plan_state" in batch:            # its stream's position, for the next checkpoint
+        if "plan_state" in batch:  # its stream's position, for the next checkpoint
             plan_state = batch.pop("plan_state")
             s.plan_states[plan_state["stream"]] = plan_state
         tokens += int(batch["attention_mask"].sum())
@@ -203,7 +230,7 @@ def _train_step(s: Session, window: Window) -> tuple[int, float]:
         window.metrics += metrics
         window.loss_sum += loss.detach() / t.grad_accum
         step_loss += loss.detach() / t.grad_accum
-        s.examples += metrics[:len(REGIMES), -1]
+        s.examples += metrics[: len(REGIMES), -1]
     trainable = [p for p in s.model.parameters() if p.requires_grad]
     if t.grad_clip > 0:
         grad_norm = torch.nn.utils.clip_grad_norm_(trainable, t.grad_clip)
@@ -230,16 +257,20 @@ def _stop_if_not_finite(s: Session, loss: torch.Tensor, grad_norm: torch.Tensor)
     if math.isfinite(loss_value) and math.isfinite(norm_value):
         return
     what = "the loss" if not math.isfinite(loss_value) else "the gradient norm"
-    raise TrainingDiverged(s.scheduler.last_epoch + 1,
-                           f"{what} is {loss_value if what == 'the loss' else norm_value} (loss {loss_value}, "
-                           f"gradient norm {norm_value}, learning rate {s.scheduler.get_last_lr()[0]})")
+    raise TrainingDiverged(
+        s.scheduler.last_epoch + 1,
+        f"{what} is {loss_value if what == 'the loss' else norm_value} (loss {loss_value}, "
+        f"gradient norm {norm_value}, learning rate {s.scheduler.get_last_lr()[0]})",
+    )
 
 
 def make_optimizer(model: VideoBert, lr: float, weight_decay: float) -> torch.optim.AdamW:
     # as in BERT: no weight decay on biases and LayerNorm weights (the 1-d parameters)
     trainable = [p for p in model.parameters() if p.requires_grad]
-    groups = [{"params": [p for p in trainable if p.ndim >= 2], "weight_decay": weight_decay},
-              {"params": [p for p in trainable if p.ndim < 2], "weight_decay": 0.0}]
+    groups = [
+        {"params": [p for p in trainable if p.ndim >= 2], "weight_decay": weight_decay},
+        {"params": [p for p in trainable if p.ndim < 2], "weight_decay": 0.0},
+    ]
     # the fused kernel updates every parameter in one launch on GPU; the same math as the loop version
     return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.999), eps=1e-6, fused=trainable[0].is_cuda)
 
@@ -249,17 +280,20 @@ def _lr_factor(warmup_steps: int, max_steps: int):
         if step < warmup_steps:
             return (step + 1) / warmup_steps
         return max(0.0, (max_steps - step) / max(1, max_steps - warmup_steps))
+
     return factor
 
 
 def _micro_batch_size(batch_size: int, grad_accum: int, world_size: int) -> int:
     if batch_size % (grad_accum * world_size):
-        raise ValueError(f"train.batch_size {batch_size} must be a multiple of train.grad_accum {grad_accum} "
-                         f"x {world_size} ranks")
+        raise ValueError(
+            f"train.batch_size {batch_size} must be a multiple of train.grad_accum {grad_accum} x {world_size} ranks"
+        )
     return batch_size // (grad_accum * world_size)
 
 
 # ---------------------------------------------------------------- one run per work dir; a diverged run's stop
+
 
 @contextlib.contextmanager
 def _locked(work: WorkDir, runtime: Runtime):
@@ -273,9 +307,12 @@ def _locked(work: WorkDir, runtime: Runtime):
 def _stopped(s: Session, error: TrainingDiverged) -> TrainingDiverged:
     """The one-line stop of a diverged run, naming the checkpoint it keeps; a `stopped` record in the log."""
     kept = latest_checkpoint(s.files)
-    fix = (f"nothing of this step was saved; the newest checkpoint {kept.name} is kept: lower train.lr or check "
-           f"the data and the init checkpoint, then train --resume (or --restart)" if kept is not None else
-           "nothing was saved: lower train.lr or check the data and train.init_checkpoint, then train again")
+    fix = (
+        f"nothing of this step was saved; the newest checkpoint {kept.name} is kept: lower train.lr or check "
+        f"the data and the init checkpoint, then train --resume (or --restart)"
+        if kept is not None
+        else "nothing was saved: lower train.lr or check the data and train.init_checkpoint, then train again"
+    )
     stopped = TrainingDiverged(error.step, f"{error.what}; {fix}")
     if s.runtime.main and s.files.train_log.exists():
         train_log.write_stopped(s.files.train_log, error.step, error.what, kept)
@@ -285,6 +322,7 @@ def _stopped(s: Session, error: TrainingDiverged) -> TrainingDiverged:
 
 # ---------------------------------------------------------------- inputs and the shards trained on
 
+
 def training_inputs(cfg: Config, work: WorkDir) -> tuple[dict, codebook_format.Codebook, list[Path]]:
     """(the run's lineage, the codebook, the align shards with segments). Every align shard must be
     current and made from this very codebook: visual rows initialised from one tree and tokens of
@@ -292,20 +330,23 @@ def training_inputs(cfg: Config, work: WorkDir) -> tuple[dict, codebook_format.C
     checker = Lineage(work, cfg)
     codebook_state = checker.state("kmeans", verify=True)
     if not codebook_state.current:
-        raise InputNotReady(f"train needs a current codebook; it is {codebook_state.status}"
-                            f"{f' ({codebook_state.reason})' if codebook_state.reason else ''}: run the kmeans stage")
-    lineage = checker.expected("train")          # every align shard current, or InputNotReady
+        raise InputNotReady(
+            f"train needs a current codebook; it is {codebook_state.status}"
+            f"{f' ({codebook_state.reason})' if codebook_state.reason else ''}: run the kmeans stage"
+        )
+    lineage = checker.expected("train")  # every align shard current, or InputNotReady
     codebook = visual_words.load(work.codebook)
     parts = [work.part("align", shard) for shard in checker.manifest_shards()]
-    pinned = pin_shards(parts, work.state / "pinned")   # before verifying: what is verified is what is read
+    pinned = pin_shards(parts, work.state / "pinned")  # before verifying: what is verified is what is read
     # checked against their records before training: a flipped bit would become a wrong token for 500k steps
     checksums = {}
     for shard, path in zip(checker.manifest_shards(), parts):
         checker.verified("align", shard, path)
         checksums[path.name] = checker.record("align", shard)["outputs"][relative(work, path)]["sha256"]
     confirm_pins(parts, pinned, checksums)
-    require_codebook(pinned, codebook.info.get("sha256"), f"{work.codebook} is", InputNotReady,
-                     ": run quantize and align again")
+    require_codebook(
+        pinned, codebook.info.get("sha256"), f"{work.codebook} is", InputNotReady, ": run quantize and align again"
+    )
     return lineage, codebook, training_shards(pinned)
 
 
@@ -331,6 +372,7 @@ def _shards_to_train_on(s: Session, shards: list[Path]) -> tuple[list[Path], lis
 
 # ---------------------------------------------------------------- the checkpoint to continue
 
+
 def _open_checkpoint(s: Session, lineage: dict, resume: bool, restart: bool) -> tuple[Path | None, dict | None]:
     """(the checkpoint to continue and its trainer state, or None, None for a new run)."""
     work, files = s.work, s.files
@@ -338,13 +380,15 @@ def _open_checkpoint(s: Session, lineage: dict, resume: bool, restart: bool) -> 
         s.say(f"the previous run was moved to {checkpoints.move_aside(work, files)}")
     s.runtime.barrier()
     if s.runtime.main:
-        storage.remove_stale_temporaries(files.checkpoints)   # a killed save's half-written folder
+        storage.remove_stale_temporaries(files.checkpoints)  # a killed save's half-written folder
     latest = latest_checkpoint(files)
     if latest is None:
         return None, None
     if not resume:
-        raise FileExistsError(f"{work.checkpoints} already holds {latest.name}: pass --resume to "
-                              f"continue that run, or --restart to move it aside and train anew")
+        raise FileExistsError(
+            f"{work.checkpoints} already holds {latest.name}: pass --resume to "
+            f"continue that run, or --restart to move it aside and train anew"
+        )
     # its files against the sha256 recorded when it was written, before anything is read from it
     for note in on_rank_zero(s.runtime, lambda: checkpoints.verify(latest, resuming=True), CorruptCheckpoint):
         s.say(note)
@@ -362,7 +406,7 @@ def _restart_checks(s: Session, codebook, shards: list[Path]) -> None:
     except ValueError as error:
         raise ConfigError(f"config error: {error}") from None
     layout = VocabLayout.from_tokenizer(load_tokenizer(s.cfg.align.tokenizer), codebook.num_leaves)
-    _initial_model(s.cfg, layout, codebook)     # built and dropped: _setup builds it again, from the same seed
+    _initial_model(s.cfg, layout, codebook)  # built and dropped: _setup builds it again, from the same seed
 
 
 def _save_checkpoint(s: Session, step: int, window: Window) -> Path:
@@ -372,27 +416,38 @@ def _save_checkpoint(s: Session, step: int, window: Window) -> Path:
     bad = checkpoints.non_finite_weights(s.model)
     if bad:
         raise TrainingDiverged(step, f"the weights hold non-finite values after the update ({bad})")
-    rank_state = {"window": window.state(), "examples": s.examples.cpu(), "plan_states": s.plan_states,
-                  "rng": checkpoints.rng_state(runtime.device)}
+    rank_state = {
+        "window": window.state(),
+        "examples": s.examples.cpu(),
+        "plan_states": s.plan_states,
+        "rng": checkpoints.rng_state(runtime.device),
+    }
     rank_states = [rank_state]
     if runtime.distributed:
         rank_states = [None] * runtime.world_size
         dist.all_gather_object(rank_states, rank_state)
     if runtime.main:
-        trainer_state = {"optimizer": s.optimizer.state_dict(), "scheduler": s.scheduler.state_dict(),
-                         "micro_batches": step * t.grad_accum, "data_shape": s.data_shape, "step": step,
-                         "ranks": rank_states}
+        trainer_state = {
+            "optimizer": s.optimizer.state_dict(),
+            "scheduler": s.scheduler.state_dict(),
+            "micro_batches": step * t.grad_accum,
+            "data_shape": s.data_shape,
+            "step": step,
+            "ranks": rank_states,
+        }
         checkpoints.save(s.files.checkpoints, step, s.model, s.info, trainer_state, t.keep_checkpoints)
     runtime.barrier()
     if runtime.main:
-        checkpoints.push(s.files, s.work)   # a work dir on object storage gets it now
+        checkpoints.push(s.files, s.work)  # a work dir on object storage gets it now
     return s.files.checkpoints / f"step-{step:08d}"
 
 
 # ---------------------------------------------------------------- model, optimiser, scheduler and data
 
-def _setup(s: Session, shards: list[Path], codebook, lineage: dict, latest: Path | None, state: dict | None,
-           stop_step: int) -> None:
+
+def _setup(
+    s: Session, shards: list[Path], codebook, lineage: dict, latest: Path | None, state: dict | None, stop_step: int
+) -> None:
     """The session's model, optimiser, scheduler and data loader, all restored from `state` when resuming."""
     cfg, runtime, t = s.cfg, s.runtime, s.cfg.train
     micro_batch = _micro_batch_size(t.batch_size, t.grad_accum, runtime.world_size)
@@ -405,50 +460,87 @@ def _setup(s: Session, shards: list[Path], codebook, lineage: dict, latest: Path
         # the paper freezes the input embeddings (text and visual rows) for the whole pre-training
         model.word_embeddings.weight.requires_grad_(False)
     model.to(runtime.device)
-    wrapped = (DistributedDataParallel(model, device_ids=[runtime.device] if runtime.device.type == "cuda" else None)
-               if runtime.distributed else model)
+    wrapped = (
+        DistributedDataParallel(model, device_ids=[runtime.device] if runtime.device.type == "cuda" else None)
+        if runtime.distributed
+        else model
+    )
     optimizer = make_optimizer(model, t.lr, t.weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _lr_factor(t.warmup_steps, t.max_steps))
     saved = state["ranks"][runtime.rank] if state is not None else {"plan_states": {}}
-    dataset = ShardDataset(shards, layout, replacement_text_ids(tokenizer), DataParams.from_config(t), micro_batch,
-                           t.seed, runtime.rank, runtime.world_size,
-                           start_batch=state["micro_batches"] if state is not None else 0,
-                           plan_states=saved["plan_states"], checkpoint_every=t.checkpoint_every * t.grad_accum,
-                           stop_batch=stop_step * t.grad_accum)
+    dataset = ShardDataset(
+        shards,
+        layout,
+        replacement_text_ids(tokenizer),
+        DataParams.from_config(t),
+        micro_batch,
+        t.seed,
+        runtime.rank,
+        runtime.world_size,
+        start_batch=state["micro_batches"] if state is not None else 0,
+        plan_states=saved["plan_states"],
+        checkpoint_every=t.checkpoint_every * t.grad_accum,
+        stop_batch=stop_step * t.grad_accum,
+    )
     # its own generator: creating the loader must not draw from the global RNG that dropout uses
-    loader = DataLoader(dataset, batch_size=None, num_workers=streams if t.num_workers else 0,
-                        pin_memory=runtime.device.type == "cuda", generator=torch.Generator())
+    loader = DataLoader(
+        dataset,
+        batch_size=None,
+        num_workers=streams if t.num_workers else 0,
+        pin_memory=runtime.device.type == "cuda",
+        generator=torch.Generator(),
+    )
     if state is not None:
         optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
         checkpoints.set_rng_state(saved["rng"], runtime.device)
     else:
-        torch.manual_seed(t.seed + runtime.rank)     # dropout differs between ranks
+        torch.manual_seed(t.seed + runtime.rank)  # dropout differs between ranks
     examples = saved["examples"] if state is not None else torch.zeros(len(REGIMES))
     s.model, s.wrapped, s.optimizer, s.scheduler, s.batches = model, wrapped, optimizer, scheduler, iter(loader)
     s.examples, s.plan_states = examples.to(runtime.device), dict(saved["plan_states"])
 
 
-def _model(s: Session, layout: VocabLayout, codebook, lineage: dict, shards: list[Path], latest: Path | None,
-           state: dict | None) -> tuple[VideoBert, dict, list[str]]:
+def _model(
+    s: Session,
+    layout: VocabLayout,
+    codebook,
+    lineage: dict,
+    shards: list[Path],
+    latest: Path | None,
+    state: dict | None,
+) -> tuple[VideoBert, dict, list[str]]:
     """(model, info, notes): loaded from the checkpoint when resuming, else initialised as the paper does."""
     cfg, t = s.cfg, s.cfg.train
     if state is not None:
         model, info = checkpoints.load_model(latest, resuming=True)
         if model.layout != layout:
-            raise ValueError(f"{latest} was trained with vocabulary {model.layout.to_dict()}, but this tokenizer "
-                             f"and codebook give {layout.to_dict()}")
-        changed = {key: (state["data_shape"][key], value) for key, value in s.data_shape.items()
-                   if state["data_shape"][key] != value}
+            raise ValueError(
+                f"{latest} was trained with vocabulary {model.layout.to_dict()}, but this tokenizer "
+                f"and codebook give {layout.to_dict()}"
+            )
+        changed = {
+            key: (state["data_shape"][key], value)
+            for key, value in s.data_shape.items()
+            if state["data_shape"][key] != value
+        }
         if changed:
-            raise ValueError(f"cannot resume {latest} exactly: (saved, now) differ for {changed}; resume with "
-                             f"the same ranks, train.num_workers and train.batch_size")
+            raise ValueError(
+                f"cannot resume {latest} exactly: (saved, now) differ for {changed}; resume with "
+                f"the same ranks, train.num_workers and train.batch_size"
+            )
         return model, info, [f"resumed from {latest}"]
     model, notes = _initial_model(cfg, layout, codebook)
-    info = {"init_checkpoint": t.init_checkpoint, "tokenizer": cfg.align.tokenizer,
-            "codebook_sha256": codebook.info.get("sha256"), "init_notes": notes, "lineage": lineage,
-            "config": json.loads(cfg.section_json("train", "align")),
-            "config_hash": cfg.section_hash("train", "align"), "shards": [path.name for path in shards]}
+    info = {
+        "init_checkpoint": t.init_checkpoint,
+        "tokenizer": cfg.align.tokenizer,
+        "codebook_sha256": codebook.info.get("sha256"),
+        "init_notes": notes,
+        "lineage": lineage,
+        "config": json.loads(cfg.section_json("train", "align")),
+        "config_hash": cfg.section_hash("train", "align"),
+        "shards": [path.name for path in shards],
+    }
     return model, info, notes
 
 
@@ -457,8 +549,9 @@ def _initial_model(cfg: Config, layout: VocabLayout, codebook) -> tuple[VideoBer
     loaded, a vocabulary or length it cannot take) as ConfigError."""
     t = cfg.train
     try:
-        return build_model(t.init_checkpoint, layout, codebook.centroids[-1], codebook.counts[-1],
-                           max_len=t.max_len, seed=t.seed)
+        return build_model(
+            t.init_checkpoint, layout, codebook.centroids[-1], codebook.counts[-1], max_len=t.max_len, seed=t.seed
+        )
     except (OSError, ValueError) as error:
         if not str(error).startswith("train."):
             raise
@@ -467,21 +560,33 @@ def _initial_model(cfg: Config, layout: VocabLayout, codebook) -> tuple[VideoBer
 
 # ---------------------------------------------------------------- the log, held-out validation and data warnings
 
+
 def _validation_set(s: Session, align_shards: list[Path], videos: list[str]) -> Protocols | None:
     if not videos:
         return None
     layout = s.model.layout
-    return Protocols.build(read_validation_videos(align_shards, layout, videos), layout,
-                           replacement_text_ids(load_tokenizer(s.cfg.align.tokenizer)),
-                           DataParams.from_config(s.cfg.train), s.cfg.train.seed)
+    return Protocols.build(
+        read_validation_videos(align_shards, layout, videos),
+        layout,
+        replacement_text_ids(load_tokenizer(s.cfg.align.tokenizer)),
+        DataParams.from_config(s.cfg.train),
+        s.cfg.train.seed,
+    )
 
 
 def _validate(s: Session, validation: Protocols, step: int) -> dict:
     """The held-out metrics, clean protocol and the run's own (the same on every rank), logged by rank 0."""
     runtime = s.runtime
-    record = validate_protocols(s.model, validation, step, s.data_shape["micro_batch"], runtime.device,
-                                lambda: autocast(runtime.device, s.cfg.train.precision), runtime.rank,
-                                runtime.world_size)
+    record = validate_protocols(
+        s.model,
+        validation,
+        step,
+        s.data_shape["micro_batch"],
+        runtime.device,
+        lambda: autocast(runtime.device, s.cfg.train.precision),
+        runtime.rank,
+        runtime.world_size,
+    )
     s.log.write(record, format_validation(record))
     return record
 

@@ -55,24 +55,47 @@ def open_log(session, start_step: int, shards: list[Path], resumed: bool, extra:
     if not runtime.main:
         return TrainLog(None, s.quiet)
     total_params, trainable_params = count_parameters(s.model)
-    header = {"event": "resume" if resumed else "start", "step": start_step, "time": time.time(),
-              "notes": s.notes, "parameters": total_params, "trainable_parameters": trainable_params,
-              "device": str(runtime.device), "threads": threads.describe(s.cfg.train.num_threads),
-              "shards": len(shards), **s.data_shape, "config": json.loads(s.cfg.section_json("train")), **extra}
+    header = {
+        "event": "resume" if resumed else "start",
+        "step": start_step,
+        "time": time.time(),
+        "notes": s.notes,
+        "parameters": total_params,
+        "trainable_parameters": trainable_params,
+        "device": str(runtime.device),
+        "threads": threads.describe(s.cfg.train.num_threads),
+        "shards": len(shards),
+        **s.data_shape,
+        "config": json.loads(s.cfg.section_json("train")),
+        **extra,
+    }
     s.files.train_log.parent.mkdir(parents=True, exist_ok=True)
     file = open(s.files.train_log, "a", buffering=1)
     file.write(json.dumps(header) + "\n")
     for note in s.notes:
         say(s.quiet, note)
     shape = s.data_shape
-    say(s.quiet, f"{total_params:,} parameters ({trainable_params:,} trainable), {len(shards)} shards, "
-                 f"{runtime.world_size} rank(s) x {shape['streams_per_rank']} data stream(s), micro-batch "
-                 f"{shape['micro_batch']}, device {runtime.device}")
+    say(
+        s.quiet,
+        f"{total_params:,} parameters ({trainable_params:,} trainable), {len(shards)} shards, "
+        f"{runtime.world_size} rank(s) x {shape['streams_per_rank']} data stream(s), micro-batch "
+        f"{shape['micro_batch']}, device {runtime.device}",
+    )
     return TrainLog(tensorboard_log.tee(s.cfg, s.files, file), s.quiet)
 
 
 def write_stopped(log_path: Path, step: int, reason: str, checkpoint: Path | None) -> None:
     """The `stopped` record of a run that diverged, naming the checkpoint it keeps."""
     with open(log_path, "a") as log_file:
-        log_file.write(json.dumps({"event": "stopped", "step": step, "time": time.time(), "reason": reason,
-                                   "checkpoint": str(checkpoint) if checkpoint else None}) + "\n")
+        log_file.write(
+            json.dumps(
+                {
+                    "event": "stopped",
+                    "step": step,
+                    "time": time.time(),
+                    "reason": reason,
+                    "checkpoint": str(checkpoint) if checkpoint else None,
+                }
+            )
+            + "\n"
+        )

@@ -36,8 +36,25 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from videobert.data import (ALIGNED, EMPTY, IGNORE, NOT_ALIGNED, REGIMES, TEXT, TEXT_VIDEO, VIDEO, DataParams, Plan,
-                            Unit, Video, VocabLayout, build_example, collate, read_videos, runs)
+from videobert.data import (
+    ALIGNED,
+    EMPTY,
+    IGNORE,
+    NOT_ALIGNED,
+    REGIMES,
+    TEXT,
+    TEXT_VIDEO,
+    VIDEO,
+    DataParams,
+    Plan,
+    Unit,
+    Video,
+    VocabLayout,
+    build_example,
+    collate,
+    read_videos,
+    runs,
+)
 from videobert.metrics import METRIC_PREFIXES, METRIC_ROWS, compute_losses
 from videobert.stream import negative_window
 from videobert.subset import shard_video_ids, write_video_rows
@@ -55,8 +72,10 @@ def validation_count(spec: float, videos: int) -> int:
         return 0
     count = max(1, round(spec * videos)) if spec < 1 else int(spec)
     if count >= videos:
-        raise ValueError(f"train.validation_videos {spec:g} holds out {count} of the {videos} videos of the "
-                         f"align shards: none would be left to train on")
+        raise ValueError(
+            f"train.validation_videos {spec:g} holds out {count} of the {videos} videos of the "
+            f"align shards: none would be left to train on"
+        )
     return count
 
 
@@ -82,8 +101,10 @@ def read_splits(path: str | Path) -> dict[str, str]:
     splits = {}
     for number, row in enumerate(rows, start=2):
         if row["split"] not in SPLIT_NAMES:
-            raise ValueError(f"train.splits {path} line {number}: split must be one of {', '.join(SPLIT_NAMES)} "
-                             f"(got {row['split']!r})")
+            raise ValueError(
+                f"train.splits {path} line {number}: split must be one of {', '.join(SPLIT_NAMES)} "
+                f"(got {row['split']!r})"
+            )
         if splits.setdefault(row["video_id"], row["split"]) != row["split"]:
             raise ValueError(f"train.splits {path}: {row['video_id']} is in two splits")
     return splits
@@ -96,8 +117,10 @@ def held_out_videos(cfg, video_ids: list[str]) -> tuple[list[str], list[str]]:
         spec = cfg.train.validation_videos
         return (choose_validation_videos(video_ids, spec, cfg.train.seed) if spec else []), []
     splits, present = read_splits(cfg.train.splits), set(video_ids)
-    chosen = {name: sorted(v for v, split in splits.items() if split == name and v in present)
-              for name in ("validation", "test")}
+    chosen = {
+        name: sorted(v for v, split in splits.items() if split == name and v in present)
+        for name in ("validation", "test")
+    }
     if not chosen["validation"] and not chosen["test"]:
         raise ValueError(f"train.splits {cfg.train.splits} names no validation or test video of the align shards")
     return chosen["validation"], chosen["test"]
@@ -113,13 +136,27 @@ def split_shards(cfg, work_dir, shards: list[Path], *, write: bool = True) -> tu
     if not spec and cfg.train.splits is None:
         return shards, [], []
     chosen, test = held_out_videos(cfg, shard_video_ids(shards))
-    how = ({"splits": str(cfg.train.splits)} if cfg.train.splits is not None
-           else {"validation_videos": f"{spec:g}", "validation_seed": str(cfg.train.seed)})
+    how = (
+        {"splits": str(cfg.train.splits)}
+        if cfg.train.splits is not None
+        else {"validation_videos": f"{spec:g}", "validation_seed": str(cfg.train.seed)}
+    )
     kept_paths = write_video_rows(
-        shards, WorkDir(work_dir).train_folder / FOLDER, chosen + test, keep=False, source_key="heldout_of",
-        write=write, extra=how,
-        summary={"validation_videos": chosen, "test_videos": test, "spec": spec, "splits": cfg.train.splits,
-                 "seed": cfg.train.seed})
+        shards,
+        WorkDir(work_dir).train_folder / FOLDER,
+        chosen + test,
+        keep=False,
+        source_key="heldout_of",
+        write=write,
+        extra=how,
+        summary={
+            "validation_videos": chosen,
+            "test_videos": test,
+            "spec": spec,
+            "splits": cfg.train.splits,
+            "seed": cfg.train.seed,
+        },
+    )
     if not kept_paths:
         raise ValueError("the held-out videos (train.validation_videos, train.splits) leave no segment to train on")
     return kept_paths, chosen, test
@@ -134,6 +171,7 @@ def read_validation_videos(shards: list[Path], layout: VocabLayout, chosen: list
 @dataclass
 class ValidationSet:
     """The fixed held-out examples (see the module doc)."""
+
     examples: list[tuple[np.ndarray, np.ndarray, np.ndarray]]
     regimes: list[int]
     alignment_labels: list[int]
@@ -141,11 +179,15 @@ class ValidationSet:
     pad_id: int
 
     @classmethod
-    def build(cls, videos: list[Video], layout: VocabLayout, text_replacements: np.ndarray, params: DataParams,
-              seed: int) -> "ValidationSet":
+    def build(
+        cls, videos: list[Video], layout: VocabLayout, text_replacements: np.ndarray, params: DataParams, seed: int
+    ) -> ValidationSet:
         rng = np.random.default_rng([seed, 4])
-        units = [Unit(video, first, last) for video in videos
-                 for first, last in runs(video.segments, rng, params.concat_prob, params.max_concat)]
+        units = [
+            Unit(video, first, last)
+            for video in videos
+            for first, last in runs(video.segments, rng, params.concat_prob, params.max_concat)
+        ]
         if len(units) > MAX_UNITS:
             units = [units[i] for i in sorted(rng.permutation(len(units))[:MAX_UNITS])]
         plans = []
@@ -161,22 +203,23 @@ class ValidationSet:
                 if window is not None:
                     plans.append(Plan(TEXT_VIDEO, text, window, NOT_ALIGNED, same_video, unit))
         examples = [build_example(plan, layout, params, text_replacements, rng) for plan in plans]
-        return cls(examples, [p.regime for p in plans], [p.alignment_label for p in plans], len(videos),
-                   layout.pad_id)
+        return cls(examples, [p.regime for p in plans], [p.alignment_label for p in plans], len(videos), layout.pad_id)
 
     def batches(self, batch_size: int, rank: int = 0, world_size: int = 1):
         """This rank's batches: every world_size-th of them, from the rank-th."""
         for index, first in enumerate(range(0, len(self.examples), batch_size)):
             if index % world_size == rank:
                 end = first + batch_size
-                yield collate(self.examples[first:end], self.regimes[first:end], self.alignment_labels[first:end],
-                              self.pad_id)
-
+                yield collate(
+                    self.examples[first:end], self.regimes[first:end], self.alignment_labels[first:end], self.pad_id
+                )
 
     def counts(self) -> dict[str, int]:
         """Examples per regime, and the text-video negatives among them."""
-        counts = {name: sum(regime == index for regime in self.regimes) for index, name in
-                  zip((TEXT, VIDEO, TEXT_VIDEO), ("text", "video", "text_video"))}
+        counts = {
+            name: sum(regime == index for regime in self.regimes)
+            for index, name in zip((TEXT, VIDEO, TEXT_VIDEO), ("text", "video", "text_video"))
+        }
         counts["negatives"] = sum(label == NOT_ALIGNED for label in self.alignment_labels)
         return counts
 
@@ -196,12 +239,14 @@ def is_clean(params: DataParams) -> bool:
 @dataclass
 class Protocols:
     """The held-out examples under the clean protocol and, for a noisy run, under its own (module doc)."""
+
     clean: ValidationSet
     noisy: ValidationSet | None
 
     @classmethod
-    def build(cls, videos: list[Video], layout: VocabLayout, text_replacements: np.ndarray, params: DataParams,
-              seed: int) -> "Protocols":
+    def build(
+        cls, videos: list[Video], layout: VocabLayout, text_replacements: np.ndarray, params: DataParams, seed: int
+    ) -> Protocols:
         clean = ValidationSet.build(videos, layout, text_replacements, replace(params, **CLEAN_PROTOCOL), seed)
         noisy = None if is_clean(params) else ValidationSet.build(videos, layout, text_replacements, params, seed)
         return cls(clean, noisy)
@@ -209,16 +254,26 @@ class Protocols:
     def warnings(self) -> list[str]:
         """One line per regime the held-out videos cannot measure (said at train start)."""
         videos = self.clean.videos
-        what = {"text": "no segment with text: no text figures",
-                "video": "no visual tokens: no video figures",
-                "text_video": "no segment with both text and visual tokens: no text-video or alignment figures",
-                "alignment_negatives": "no negative for alignment (too few or too short videos): no alignment "
-                                       "accuracy or AUC"}
+        what = {
+            "text": "no segment with text: no text figures",
+            "video": "no visual tokens: no video figures",
+            "text_video": "no segment with both text and visual tokens: no text-video or alignment figures",
+            "alignment_negatives": "no negative for alignment (too few or too short videos): no alignment "
+            "accuracy or AUC",
+        }
         return [f"validation: the {videos} held-out video(s) give {what[name]}" for name in self.clean.missing()]
 
 
-def validate_protocols(model, protocols: Protocols, step: int, batch_size: int, device: torch.device, autocast,
-                       rank: int = 0, world_size: int = 1) -> dict:
+def validate_protocols(
+    model,
+    protocols: Protocols,
+    step: int,
+    batch_size: int,
+    device: torch.device,
+    autocast,
+    rank: int = 0,
+    world_size: int = 1,
+) -> dict:
     """The `validation` record: the clean protocol's figures, the run's own under `noisy`, and `missing`."""
     record = validate(model, protocols.clean, step, batch_size, device, autocast, rank, world_size)
     record["protocol"] = "clean"
@@ -247,8 +302,16 @@ def roc_auc(scores: np.ndarray, positive: np.ndarray) -> float | None:
 
 
 @torch.no_grad()
-def validate(model, validation: ValidationSet, step: int, batch_size: int, device: torch.device, autocast,
-             rank: int = 0, world_size: int = 1) -> dict:
+def validate(
+    model,
+    validation: ValidationSet,
+    step: int,
+    batch_size: int,
+    device: torch.device,
+    autocast,
+    rank: int = 0,
+    world_size: int = 1,
+) -> dict:
     """The `validation` log record of `model` on the held-out set (the same on every rank). `model` is the
     bare model (not its DDP wrapper); it is put in eval mode (no dropout: no RNG is drawn) and back."""
     was_training = model.training
@@ -260,7 +323,7 @@ def validate(model, validation: ValidationSet, step: int, batch_size: int, devic
             batch = {name: tensor.to(device) for name, tensor in batch.items()}
             captured = {}
 
-            def forward(*args, captured=captured):     # called within this batch only
+            def forward(*args, captured=captured):  # called within this batch only
                 out = model(*args)
                 captured["alignment"] = out[2]
                 return out
@@ -288,7 +351,7 @@ def validate(model, validation: ValidationSet, step: int, batch_size: int, devic
         record[f"{prefix}_acc"] = correct / count if count else None
     auc = roc_auc(np.asarray(scores, dtype=np.float64), np.asarray(labels, dtype=bool))
     record["alignment_auc"] = auc
-    if auc is None:   # positives only (held-out videos too few or short for a negative): no accuracy to tell
+    if auc is None:  # positives only (held-out videos too few or short for a negative): no accuracy to tell
         record["alignment_acc"] = None
     return record
 
@@ -298,14 +361,18 @@ def format_validation(record: dict) -> str:
     for name, prefix in METRIC_PREFIXES.items():
         if record[f"{prefix}_loss"] is not None:
             accuracy = record[f"{prefix}_acc"]
-            parts.append(f"{name} {record[f'{prefix}_loss']:.3f}"
-                         + (f" (acc {accuracy:.3f})" if accuracy is not None else " (no negatives: no accuracy)"))
+            parts.append(
+                f"{name} {record[f'{prefix}_loss']:.3f}"
+                + (f" (acc {accuracy:.3f})" if accuracy is not None else " (no negatives: no accuracy)")
+            )
     if record["alignment_auc"] is not None:
         parts.append(f"alignment AUC {record['alignment_auc']:.3f}")
     noisy = record.get("noisy")
     if noisy and noisy.get("alignment_acc") is not None:
-        parts.append(f"with the run's noise: alignment acc {noisy['alignment_acc']:.3f}"
-                     + (f", AUC {noisy['alignment_auc']:.3f}" if noisy.get("alignment_auc") is not None else ""))
+        parts.append(
+            f"with the run's noise: alignment acc {noisy['alignment_acc']:.3f}"
+            + (f", AUC {noisy['alignment_auc']:.3f}" if noisy.get("alignment_auc") is not None else "")
+        )
     if record.get("missing"):
         parts.append("nothing to measure for: " + ", ".join(record["missing"]))
     return " | ".join(parts)

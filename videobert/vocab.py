@@ -9,8 +9,8 @@ import numpy as np
 
 @dataclass(frozen=True)
 class VocabLayout:
-    text_vocab_size: int      # WordPiece ids keep their values: 0 .. text_vocab_size-1
-    num_visual: int           # visual word v has id text_vocab_size + v
+    text_vocab_size: int  # WordPiece ids keep their values: 0 .. text_vocab_size-1
+    num_visual: int  # visual word v has id text_vocab_size + v
     cls_id: int
     sep_id: int
     mask_id: int
@@ -32,14 +32,20 @@ class VocabLayout:
         return asdict(self)
 
     @classmethod
-    def from_tokenizer(cls, tokenizer, num_visual: int) -> "VocabLayout":
-        return cls(text_vocab_size=len(tokenizer), num_visual=num_visual, cls_id=tokenizer.cls_token_id,
-                   sep_id=tokenizer.sep_token_id, mask_id=tokenizer.mask_token_id, pad_id=tokenizer.pad_token_id)
+    def from_tokenizer(cls, tokenizer, num_visual: int) -> VocabLayout:
+        return cls(
+            text_vocab_size=len(tokenizer),
+            num_visual=num_visual,
+            cls_id=tokenizer.cls_token_id,
+            sep_id=tokenizer.sep_token_id,
+            mask_id=tokenizer.mask_token_id,
+            pad_id=tokenizer.pad_token_id,
+        )
 
 
 def replacement_text_ids(tokenizer) -> np.ndarray:
     """Ids a masked text token may be replaced with: ordinary word pieces, not [CLS], [unused7] and the like."""
     vocab = tokenizer.get_vocab()
-    return np.array(sorted(i for token, i in vocab.items()
-                           if not (token.startswith("[") and token.endswith("]"))), dtype=np.int64)
-
+    return np.array(
+        sorted(i for token, i in vocab.items() if not (token.startswith("[") and token.endswith("]"))), dtype=np.int64
+    )

@@ -24,7 +24,7 @@ SUBSETS = ("training", "validation", "testing")
 
 @dataclass(frozen=True)
 class Annotation:
-    index: int              # the annotation's id within its video (its segment_index)
+    index: int  # the annotation's id within its video (its segment_index)
     start_s: float
     end_s: float
     sentence: str
@@ -48,7 +48,7 @@ def read_annotations(path: str | Path) -> dict[str, AnnotatedVideo]:
         raise ManifestError(f"cannot read the YouCook II annotations {path}: {error}") from None
     database = data.get("database") if isinstance(data, dict) else None
     if not isinstance(database, dict):
-        raise ManifestError(f"{path}: a YouCook II annotations file holds {{\"database\": {{YouTube id: ...}}}}")
+        raise ManifestError(f'{path}: a YouCook II annotations file holds {{"database": {{YouTube id: ...}}}}')
     videos = {}
     for video_id, entry in sorted(database.items()):
         where = f"{path}: video {video_id!r}"
@@ -62,17 +62,31 @@ def read_annotations(path: str | Path) -> dict[str, AnnotatedVideo]:
         annotations = []
         for position, item in enumerate(entry["annotations"]):
             segment = item.get("segment") if isinstance(item, dict) else None
-            if not (isinstance(segment, list) and len(segment) == 2
-                    and all(isinstance(t, (int, float)) for t in segment) and 0 <= segment[0] <= segment[1]):
+            if not (
+                isinstance(segment, list)
+                and len(segment) == 2
+                and all(isinstance(t, (int, float)) for t in segment)
+                and 0 <= segment[0] <= segment[1]
+            ):
                 raise ManifestError(f"{where}: annotation {position} needs 'segment': [start, end] in seconds")
-            annotations.append(Annotation(int(item.get("id", position)), float(segment[0]), float(segment[1]),
-                                          str(item.get("sentence", "")).strip()))
+            annotations.append(
+                Annotation(
+                    int(item.get("id", position)),
+                    float(segment[0]),
+                    float(segment[1]),
+                    str(item.get("sentence", "")).strip(),
+                )
+            )
         if len({a.index for a in annotations}) != len(annotations):
             raise ManifestError(f"{where}: two annotations share an id")
         duration = entry.get("duration")
-        videos[video_id] = AnnotatedVideo(video_id, subset, str(entry.get("recipe_type", "")),
-                                          float(duration) if isinstance(duration, (int, float)) else None,
-                                          tuple(annotations))
+        videos[video_id] = AnnotatedVideo(
+            video_id,
+            subset,
+            str(entry.get("recipe_type", "")),
+            float(duration) if isinstance(duration, (int, float)) else None,
+            tuple(annotations),
+        )
     return videos
 
 
@@ -102,8 +116,9 @@ def kept_apart_videos(cfg: Config, work_dir) -> tuple[str | None, list[str]]:
     return source, sorted(v.video_id for v in read_annotations(source).values() if v.subset in excluded)
 
 
-def keep_apart(cfg: Config, work_dir, shards: list[Path], *, write: bool = True,
-               quiet: bool = True) -> tuple[list[Path], list[str]]:
+def keep_apart(
+    cfg: Config, work_dir, shards: list[Path], *, write: bool = True, quiet: bool = True
+) -> tuple[list[Path], list[str]]:
     """(the shards to pre-train on, the YouCook II videos kept out of them). Without such videos in `shards`
     the shards themselves; else their rows of the other videos, written to DIR/train/youcook2_kept_apart/
     (on one rank only when `write`) with videos.json naming the videos left out and the annotations file."""
@@ -114,14 +129,29 @@ def keep_apart(cfg: Config, work_dir, shards: list[Path], *, write: bool = True,
     if not present:
         return shards, []
     kept = write_video_rows(
-        shards, WorkDir(work_dir).train_folder / KEPT_APART_FOLDER, present, keep=False, source_key="kept_apart_of",
-        write=write, extra={"youcook2_excluded_subsets": ",".join(cfg.train.youcook2_excluded_subsets)},
-        summary={"annotations": str(source), "annotations_sha256": storage.file_sha256(Path(source)),
-                 "excluded_subsets": cfg.train.youcook2_excluded_subsets, "videos_left_out": present})
+        shards,
+        WorkDir(work_dir).train_folder / KEPT_APART_FOLDER,
+        present,
+        keep=False,
+        source_key="kept_apart_of",
+        write=write,
+        extra={"youcook2_excluded_subsets": ",".join(cfg.train.youcook2_excluded_subsets)},
+        summary={
+            "annotations": str(source),
+            "annotations_sha256": storage.file_sha256(Path(source)),
+            "excluded_subsets": cfg.train.youcook2_excluded_subsets,
+            "videos_left_out": present,
+        },
+    )
     if not kept:
-        raise ValueError(f"every video of the align shards is in {', '.join(cfg.train.youcook2_excluded_subsets)} "
-                         f"of {source}: nothing is left to pre-train on (train.youcook2_excluded_subsets)")
+        raise ValueError(
+            f"every video of the align shards is in {', '.join(cfg.train.youcook2_excluded_subsets)} "
+            f"of {source}: nothing is left to pre-train on (train.youcook2_excluded_subsets)"
+        )
     if write and not quiet:
-        print(f"[train] YouCook II kept apart: the {len(present)} {'/'.join(cfg.train.youcook2_excluded_subsets)} "
-              f"video(s) of {source} are not trained on", file=sys.stderr)
+        print(
+            f"[train] YouCook II kept apart: the {len(present)} {'/'.join(cfg.train.youcook2_excluded_subsets)} "
+            f"video(s) of {source} are not trained on",
+            file=sys.stderr,
+        )
     return kept, present

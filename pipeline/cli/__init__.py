@@ -17,8 +17,16 @@ import sys
 from pathlib import Path
 
 from pipeline.cli import table
-from pipeline.cli.common import (EXIT_BROKEN_PIPE, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_TOO_MANY_FAILED,
-                                     EXIT_USAGE, RunNotes, program_name)
+from pipeline.cli.common import (
+    EXIT_BROKEN_PIPE,
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_TOO_MANY_FAILED,
+    EXIT_USAGE,
+    RunNotes,
+    program_name,
+)
 from pipeline.config import ConfigError, load_config
 from pipeline.devices import check_devices
 
@@ -30,13 +38,14 @@ def _command_config(args, entry):
     config with --set on top; the notes about it (which one, what differs from the remembered) printed."""
     from pipeline import remembered
     from pipeline.config import check_given_once
+
     if not entry.resolves_config:
         return load_config(None, [])
-    check_given_once(getattr(args, "set", None) or [])   # --set a=1 --set a=2: which one did the user mean?
+    check_given_once(getattr(args, "set", None) or [])  # --set a=1 --set a=2: which one did the user mean?
     cfg, notes = remembered.resolve(args, writes=entry.writes)
     args.config_differs = any(note.startswith(remembered.DIFFERS) for note in notes)
     for note in notes:
-        if RunNotes.printed is not None:   # inside `run`: each note once, not once per stage
+        if RunNotes.printed is not None:  # inside `run`: each note once, not once per stage
             if note in RunNotes.printed:
                 continue
             RunNotes.printed.add(note)
@@ -47,9 +56,10 @@ def _command_config(args, entry):
 
 def _remember_config(args, cfg) -> None:
     from pipeline import remembered
+
     try:
         remembered.record(args.work_dir, cfg, args.command)
-    except OSError as error:   # best effort: a full disk was already reported by the command itself
+    except OSError as error:  # best effort: a full disk was already reported by the command itself
         logging.getLogger("pipeline").warning("the work dir's config was not recorded: %s", error)
 
 
@@ -57,29 +67,33 @@ def _missing_work_dir(args, entry) -> str | None:
     """One line when the command needs an existing local work dir and --work-dir names none (a typo must
     not become a new, empty work dir)."""
     from pipeline import storage
+
     if entry.makes_work_dir or args.work_dir is None:
         return None
     where = storage.location(args.work_dir)
     if storage.is_remote(where) or where.exists():
         return None
-    return (f"{args.command}: cannot run: the work dir {args.work_dir} does not exist: run the manifest stage first "
-            f"({program_name()} manifest --work-dir {args.work_dir} --input VIDEOS)")
+    return (
+        f"{args.command}: cannot run: the work dir {args.work_dir} does not exist: run the manifest stage first "
+        f"({program_name()} manifest --work-dir {args.work_dir} --input VIDEOS)"
+    )
 
 
 def dispatch(args, cfg) -> int:
     """Run the command the table names for args.command."""
     from pipeline.contract import resolve
+
     return resolve(table.command(args.command).run)(args, cfg)
 
 
 def main(argv: list[str] | None = None) -> int:
-    if argv is None:   # run as the program (not called from Python): Ctrl-C ends it in one line
+    if argv is None:  # run as the program (not called from Python): Ctrl-C ends it in one line
         _end_on_interrupt()
     args = table.build_parser(__doc__).parse_args(argv)
     entry = table.command(args.command)
     _configure_logging(args.quiet, as_program=argv is None)
-    logging.getLogger("faiss").setLevel(logging.WARNING)   # its loader's INFO lines are noise here
-    for client in ("botocore", "aiobotocore"):    # "Found credentials in environment variables", ...
+    logging.getLogger("faiss").setLevel(logging.WARNING)  # its loader's INFO lines are noise here
+    for client in ("botocore", "aiobotocore"):  # "Found credentials in environment variables", ...
         logging.getLogger(client).setLevel(logging.WARNING)
     problem = _option_problem(args) or (entry.usage_problem(args) if entry.usage_problem else None)
     if problem:
@@ -87,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     try:
         cfg = _command_config(args, entry)
-        if (getattr(args, "executor", None) or cfg.executor.kind) != "ray":   # Ray: the workers' GPUs
+        if (getattr(args, "executor", None) or cfg.executor.kind) != "ray":  # Ray: the workers' GPUs
             check_devices(cfg, args.command)
     except Exception as error:  # noqa: BLE001 - those with an exit code end in one line, the others go on
         code = _exit_for(error, args, loading=True)
@@ -96,8 +110,11 @@ def main(argv: list[str] | None = None) -> int:
         return code
     blocker = _file_in_the_way(args.work_dir)
     if blocker is not None:
-        print(f"{args.command}: --work-dir {args.work_dir}: {blocker} is a file, not a folder: give a folder "
-              f"(one that does not exist yet is made)", file=sys.stderr)
+        print(
+            f"{args.command}: --work-dir {args.work_dir}: {blocker} is a file, not a folder: give a folder "
+            f"(one that does not exist yet is made)",
+            file=sys.stderr,
+        )
         return EXIT_USAGE
     missing = _missing_work_dir(args, entry)
     if missing:
@@ -106,6 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     left_empty = _folders_made_by(args, entry)
     try:
         from pipeline.engine.workdir import WorkDir
+
         if entry.checks_layout and args.work_dir is not None:
             WorkDir(args.work_dir).check_layout()
         if entry.writes:
@@ -130,18 +148,18 @@ def _exit_for(error: Exception, args, loading: bool = False) -> int | None:
     """The exit code of an error, after its one line on stderr; None for an error that has none (a bug:
     its traceback is the report). `loading`: raised while the command's config was resolved."""
     from pipeline import storage
+    from pipeline.contract import PreflightError
     from pipeline.engine.lineage import CorruptFile, InputNotReady
     from pipeline.engine.manifest import ManifestError, NoVideos
     from pipeline.engine.workdir import LayoutError
-    from pipeline.contract import PreflightError
     from schemas.codebook import CorruptCodebook
     from videobert.checkpoints import TrainingDiverged, TrainingLocked
 
     command = args.command
-    if isinstance(error, ConfigError):   # found at load, or after it (a value the command needs is not set)
+    if isinstance(error, ConfigError):  # found at load, or after it (a value the command needs is not set)
         print(error if loading else f"{command}: {error}", file=sys.stderr)
         return EXIT_USAGE
-    if isinstance(error, storage.remote_error_types()):   # an unreachable endpoint, no credentials, a refused request
+    if isinstance(error, storage.remote_error_types()):  # an unreachable endpoint, no credentials, a refused request
         line = storage.remote_error_line(error, args.work_dir, getattr(args, "input", None))
         print(f"{command}: error: {line}", file=sys.stderr)
         return EXIT_FAILED
@@ -159,12 +177,16 @@ def _exit_for(error: Exception, args, loading: bool = False) -> int | None:
     if isinstance(error, (TrainingDiverged, TrainingLocked)):
         print(f"{command}: {error}", file=sys.stderr)
         return EXIT_FAILED
-    if isinstance(error, (InputNotReady, CorruptFile, CorruptCodebook, storage.UnreadableFile, LayoutError,
-                          ManifestError)):
+    if isinstance(
+        error, (InputNotReady, CorruptFile, CorruptCodebook, storage.UnreadableFile, LayoutError, ManifestError)
+    ):
         print(f"{command}: cannot run: {error}", file=sys.stderr)
         if isinstance(error, InputNotReady) and getattr(args, "config_differs", False):
-            print("  (the config given differs from the one this work dir's outputs were made with, named "
-                  "above: leave out --config and --set to go on with that one)", file=sys.stderr)
+            print(
+                "  (the config given differs from the one this work dir's outputs were made with, named "
+                "above: leave out --config and --set to go on with that one)",
+                file=sys.stderr,
+            )
         return EXIT_FAILED
     if isinstance(error, (FileExistsError, ValueError)):
         print(f"{command}: error: {error}", file=sys.stderr)
@@ -176,8 +198,9 @@ def _exit_for(error: Exception, args, loading: bool = False) -> int | None:
         where = f"{error.filename}: " if error.filename else ""
         bucket = storage.bucket_of(args.work_dir) if args.work_dir else None
         on = f" (object storage: bucket {bucket})" if bucket else ""
-        print(f"{command}: error: {where}{error.strerror or error}{on}" + (f" ({hint})" if hint else ""),
-              file=sys.stderr)
+        print(
+            f"{command}: error: {where}{error.strerror or error}{on}" + (f" ({hint})" if hint else ""), file=sys.stderr
+        )
         return EXIT_FAILED
     return None
 
@@ -195,6 +218,7 @@ def _configure_logging(quiet: bool, as_program: bool = True) -> None:
         def emit(self, record):
             try:
                 from tqdm import tqdm
+
                 tqdm.write(self.format(record), file=sys.stderr)
             except Exception:  # noqa: BLE001 - logging's own policy for a failed emit
                 self.handleError(record)
@@ -202,13 +226,17 @@ def _configure_logging(quiet: bool, as_program: bool = True) -> None:
     handler = AboveProgressBars()
     handler.setFormatter(Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
     logging.basicConfig(level=logging.WARNING if quiet else logging.INFO, handlers=[handler])
-    if as_program:   # a process-wide switch: not flipped by a call from Python (tests, notebooks)
+    if as_program:  # a process-wide switch: not flipped by a call from Python (tests, notebooks)
         logging.captureWarnings(True)
 
 
 def _interrupted(command: str) -> int:
-    print(f"{command or 'pipeline'}: interrupted; rerun the same command to continue (finished shards are kept, "
-          f"the one cut short is redone)", file=sys.stderr, flush=True)
+    print(
+        f"{command or 'pipeline'}: interrupted; rerun the same command to continue (finished shards are kept, "
+        f"the one cut short is redone)",
+        file=sys.stderr,
+        flush=True,
+    )
     return EXIT_INTERRUPTED
 
 
@@ -235,6 +263,7 @@ def _folders_made_by(args, entry) -> list[Path]:
     them): a command that fails before writing anything must not leave them behind, empty."""
     from pipeline import storage
     from pipeline.engine.workdir import WorkDir
+
     if args.work_dir is None or not entry.writes or storage.is_url(str(args.work_dir)):
         return []
     work = WorkDir(args.work_dir)
@@ -242,9 +271,9 @@ def _folders_made_by(args, entry) -> list[Path]:
 
 
 def _remove_if_empty(folders: list[Path]) -> None:
-    for folder in folders:   # the innermost first
+    for folder in folders:  # the innermost first
         try:
-            folder.rmdir()   # only an empty folder goes
+            folder.rmdir()  # only an empty folder goes
         except OSError:
             pass
 
@@ -253,13 +282,20 @@ def _store_refused(error: OSError, args) -> bool:
     """An OSError an object-storage client made of a refused request (s3fs: wrong credentials, no
     permission: a PermissionError without an errno), while the input or the work dir is on a store."""
     from pipeline import storage
+
     places = (getattr(args, "work_dir", None), getattr(args, "input", None))
-    return isinstance(error, PermissionError) and error.errno is None and any(place is not None and storage.is_url(str(place)) and
-                                       not str(place).startswith("file:") for place in places)
+    return (
+        isinstance(error, PermissionError)
+        and error.errno is None
+        and any(
+            place is not None and storage.is_url(str(place)) and not str(place).startswith("file:") for place in places
+        )
+    )
 
 
 def _store_line(error: OSError, args) -> str:
     from pipeline import storage
+
     line = storage.remote_error_line(error, getattr(args, "work_dir", None), getattr(args, "input", None))
     if isinstance(error, PermissionError):
         line += " (check the store's credentials, e.g. AWS_ACCESS_KEY_ID / AWS_PROFILE, and the bucket's permissions)"
@@ -279,6 +315,7 @@ def _option_problem(args) -> str | None:
             return f"--{option.replace('_', '-')} must be >= 1 (got {value})"
     if hasattr(args, "shard"):
         from pipeline.executors.dispatch import shard_problem
+
         return shard_problem(args.shard, args.num_shards)
     return None
 
@@ -286,6 +323,7 @@ def _option_problem(args) -> str | None:
 def _file_in_the_way(work_dir) -> Path | None:
     """The regular file a local --work-dir is, or lies under (nothing could be written into it)."""
     from pipeline import storage
+
     if work_dir is None or storage.is_url(str(work_dir)):
         return None
     path = Path(work_dir)

@@ -9,16 +9,17 @@ from pathlib import Path
 # the exit codes, one place: 0 done; 1 a shard failed or could not run, or a file is unreadable; 2 a usage
 # or config error; 3 the input holds no videos, or more videos failed than executor.max_failed_share allows
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_TOO_MANY_FAILED = 0, 1, 2, 3
-EXIT_INTERRUPTED = 130   # 128 + SIGINT, as shells report it
-EXIT_BROKEN_PIPE = 141   # the reader of stdout stopped reading (128 + SIGPIPE, as a shell reports it)
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
+EXIT_BROKEN_PIPE = 141  # the reader of stdout stopped reading (128 + SIGPIPE, as a shell reports it)
 
-SHOWN_PROBLEMS = 5   # per stage run: failed or blocked shards listed one line each
+SHOWN_PROBLEMS = 5  # per stage run: failed or blocked shards listed one line each
 
-outcomes: dict[str, str] = {}   # command -> what it did, one phrase (set by the stage commands, for `run`)
+outcomes: dict[str, str] = {}  # command -> what it did, one phrase (set by the stage commands, for `run`)
 
 
 class RunNotes:
     """While `run` runs its stages: the config notes already printed (each once, not once per stage)."""
+
     printed: set[str] | None = None
 
 
@@ -40,6 +41,7 @@ def confirm_removal(args):
 
     def ask(message: str) -> bool:
         print(f"{args.command}: {message}.", file=sys.stderr)
-        print("Go on? [y/N] ", end="", file=sys.stderr, flush=True)   # stdout stays the command's output
+        print("Go on? [y/N] ", end="", file=sys.stderr, flush=True)  # stdout stays the command's output
         return sys.stdin.readline().strip().lower() in ("y", "yes")
+
     return ask

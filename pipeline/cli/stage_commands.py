@@ -8,9 +8,16 @@ import sys
 import time
 
 from pipeline import registry
+from pipeline.cli.common import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_TOO_MANY_FAILED,
+    SHOWN_PROBLEMS,
+    confirm_removal,
+    outcomes,
+    program_name,
+)
 from pipeline.contract import CollectionRun
-from pipeline.cli.common import (EXIT_FAILED, EXIT_OK, EXIT_TOO_MANY_FAILED, SHOWN_PROBLEMS, confirm_removal,
-                                     outcomes, program_name)
 
 
 def _failed_share(results: list[dict]) -> tuple[int, int]:
@@ -32,18 +39,24 @@ def _print_stage_summary(stage: str, results: list[dict], elapsed: float) -> Non
         for name, count in r.get("error_types", {}).items():
             errors[name] = errors.get(name, 0) + count
     what = f" ({len(redone)} redone: stale or corrupt)" if redone else ""
-    line = (f"{stage}: {len(ran)} shard(s) run{what}, {len(skipped)} already current, {len(failed)} failed"
-            f"{f', {len(blocked)} could not run' if blocked else ''}; {videos} videos, {clips} clips in {elapsed:.1f}s")
+    line = (
+        f"{stage}: {len(ran)} shard(s) run{what}, {len(skipped)} already current, {len(failed)} failed"
+        f"{f', {len(blocked)} could not run' if blocked else ''}; {videos} videos, {clips} clips in {elapsed:.1f}s"
+    )
     if errors:
         line += "; video errors: " + ", ".join(f"{name} x{count}" for name, count in errors.items())
     print(line, file=sys.stderr)
     several = [video for r in ran for video in r.get("several_streams") or []]
     if several:
-        print(f"  {len(several)} video(s) hold several video streams (decoded: the one marked default, else the "
-              f"longest; the videos table's video_stream says which): {', '.join(several[:SHOWN_PROBLEMS])}"
-              f"{' ...' if len(several) > SHOWN_PROBLEMS else ''}", file=sys.stderr)
-    outcomes[stage] = (f"{len(ran)} shard(s) run, {len(skipped)} already current"
-                        + (f", {len(failed) + len(blocked)} failed or could not run" if failed or blocked else ""))
+        print(
+            f"  {len(several)} video(s) hold several video streams (decoded: the one marked default, else the "
+            f"longest; the videos table's video_stream says which): {', '.join(several[:SHOWN_PROBLEMS])}"
+            f"{' ...' if len(several) > SHOWN_PROBLEMS else ''}",
+            file=sys.stderr,
+        )
+    outcomes[stage] = f"{len(ran)} shard(s) run, {len(skipped)} already current" + (
+        f", {len(failed) + len(blocked)} failed or could not run" if failed or blocked else ""
+    )
     for r in redone[:SHOWN_PROBLEMS]:
         print(f"  {stage} part {r['shard']:05d} redone ({r['redone']})", file=sys.stderr)
     for r in failed[:SHOWN_PROBLEMS]:
@@ -54,11 +67,18 @@ def _print_stage_summary(stage: str, results: list[dict], elapsed: float) -> Non
         if len(parts) == 1:
             print(f"  {stage} part {parts[0]:05d} could not run: {first}", file=sys.stderr)
         else:
-            listed = ", ".join(f"{part:05d}" for part in parts[:SHOWN_PROBLEMS]) + (" ..." if len(parts) > SHOWN_PROBLEMS else "")
-            print(f"  {stage}: {len(parts)} parts could not run ({listed}), for the same reason as the first: "
-                  f"{first}", file=sys.stderr)
-    hidden = max(len(redone) - SHOWN_PROBLEMS, 0) + max(len(failed) - SHOWN_PROBLEMS, 0) + \
-        sum(len(parts) for _, parts in groups[SHOWN_PROBLEMS:])
+            listed = ", ".join(f"{part:05d}" for part in parts[:SHOWN_PROBLEMS]) + (
+                " ..." if len(parts) > SHOWN_PROBLEMS else ""
+            )
+            print(
+                f"  {stage}: {len(parts)} parts could not run ({listed}), for the same reason as the first: {first}",
+                file=sys.stderr,
+            )
+    hidden = (
+        max(len(redone) - SHOWN_PROBLEMS, 0)
+        + max(len(failed) - SHOWN_PROBLEMS, 0)
+        + sum(len(parts) for _, parts in groups[SHOWN_PROBLEMS:])
+    )
     if hidden:
         print(f"  ... and {hidden} more ({program_name()} status --work-dir DIR)", file=sys.stderr)
 
@@ -92,9 +112,12 @@ def run_stage(args, cfg) -> int:
         return EXIT_FAILED
     failed, videos = _failed_share(results)
     if videos and failed / videos > cfg.executor.max_failed_share:
-        print(f"{args.command}: {failed} of {videos} videos failed ({failed / videos:.0%}), more than "
-              f"executor.max_failed_share={cfg.executor.max_failed_share:g}: see {program_name()} errors "
-              f"--work-dir {args.work_dir}", file=sys.stderr)
+        print(
+            f"{args.command}: {failed} of {videos} videos failed ({failed / videos:.0%}), more than "
+            f"executor.max_failed_share={cfg.executor.max_failed_share:g}: see {program_name()} errors "
+            f"--work-dir {args.work_dir}",
+            file=sys.stderr,
+        )
         return EXIT_TOO_MANY_FAILED
     return EXIT_OK
 
@@ -103,6 +126,7 @@ def _preflight(args, cfg, shards: list[int]) -> None:
     """Before the first shard: what the stage needs (weights, models, the hub) is there, unless every
     selected shard is current already. Raises pipeline.contract.PreflightError (one line)."""
     from pipeline.engine.lineage import Lineage
+
     checker = Lineage(args.work_dir, cfg)
     stages = (args.command, *registry.stage(args.command).also_makes)
     if not any(args.force or not checker.state(stage, shard).current for stage in stages for shard in shards):
@@ -117,13 +141,14 @@ def run_collection(args, cfg) -> int:
     executor = None
     if spec.workers:
         from pipeline.executors import dispatch
+
         section_workers = getattr(getattr(cfg, spec.section, None), "workers", None)
-        executor = dispatch.make_executor(cfg, args.executor, args.workers or section_workers or None,
-                                           args.ray_address)
+        executor = dispatch.make_executor(cfg, args.executor, args.workers or section_workers or None, args.ray_address)
     options = {option.name: getattr(args, option.name) for option in spec.options}
     confirm = confirm_removal(args) if "allow_removal" in options else None
-    result = spec.function("run")(CollectionRun(cfg, args.work_dir, options, quiet=args.quiet,
-                                                         executor=executor, confirm=confirm))
+    result = spec.function("run")(
+        CollectionRun(cfg, args.work_dir, options, quiet=args.quiet, executor=executor, confirm=confirm)
+    )
     for line in result.lines:
         print(line, file=sys.stderr)
     outcomes[args.command] = result.outcome

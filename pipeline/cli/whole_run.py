@@ -25,7 +25,7 @@ def _stage_argv(args, stage: str) -> list[str]:
     if args.quiet:
         argv.append("--quiet")
     spec = registry.stage(stage)
-    if not spec.reads:   # the root stage lists the input
+    if not spec.reads:  # the root stage lists the input
         argv += ["--input", str(args.input)]
     if args.force:
         argv.append("--force")
@@ -46,9 +46,12 @@ def run_pipeline(args, cfg) -> int:
     """`run`: the stage commands one by one (each as if typed, so the same shards, records and exit codes),
     after one preflight of every stage that has work to do; a table of what each did at the end."""
     from pipeline import remembered
+
     started = time.time()
-    cfg, _ = remembered.resolve(args, writes=True)   # the config the stages will resolve, as they will
-    problems = _doctor_problems(cfg, args.work_dir, args.input, stages=[name for name in CHECKED_STAGES if name in RUN_STAGES])
+    cfg, _ = remembered.resolve(args, writes=True)  # the config the stages will resolve, as they will
+    problems = _doctor_problems(
+        cfg, args.work_dir, args.input, stages=[name for name in CHECKED_STAGES if name in RUN_STAGES]
+    )
     if problems:
         return _refuse(f"run: cannot start ({count(len(problems), 'problem')}, nothing was run):", problems)
     steps = [*RUN_STAGES, "validate", "summary"]
@@ -65,13 +68,18 @@ def run_pipeline(args, cfg) -> int:
 def _run_steps(args, steps: list[str], done: list) -> int:
     """The steps one by one, each as its own command, until one fails: its exit code (0 when none did)."""
     from pipeline import cli
+
     code = EXIT_OK
     for number, stage in enumerate(steps, 1):
         if not args.quiet:
             print(f"run: [{number}/{len(steps)}] {stage}", file=sys.stderr, flush=True)
-        argv = (["validate", "--work-dir", str(args.work_dir)] if stage == "validate" else
-                ["summary", "--work-dir", str(args.work_dir), "--quiet"] if stage == "summary" else
-                _stage_argv(args, stage))
+        argv = (
+            ["validate", "--work-dir", str(args.work_dir)]
+            if stage == "validate"
+            else ["summary", "--work-dir", str(args.work_dir), "--quiet"]
+            if stage == "summary"
+            else _stage_argv(args, stage)
+        )
         outcomes.pop(stage, None)
         stage_started = time.time()
         code = cli.main(argv)
@@ -90,11 +98,16 @@ def _print_run_table(args, steps: list[str], done: list, code: int, seconds: flo
         status = outcome or ("ok" if stage_code == EXIT_OK else f"exit {stage_code}")
         print(f"  {stage:<{width}} {stage_seconds:7.1f}s  {status}", file=sys.stderr)
     if code == EXIT_OK:
-        print(f"next: {shown} train --work-dir {args.work_dir} --resume, then {shown} report --work-dir "
-              f"{args.work_dir}", file=sys.stderr)
+        print(
+            f"next: {shown} train --work-dir {args.work_dir} --resume, then {shown} report --work-dir {args.work_dir}",
+            file=sys.stderr,
+        )
     elif code != EXIT_USAGE:
-        print(f"  what failed: {shown} errors --work-dir {args.work_dir}; rerun the same command to go on "
-              f"(finished shards are kept)", file=sys.stderr)
+        print(
+            f"  what failed: {shown} errors --work-dir {args.work_dir}; rerun the same command to go on "
+            f"(finished shards are kept)",
+            file=sys.stderr,
+        )
 
 
 def _doctor_problems(cfg, work_dir, input_path=None, stages=CHECKED_STAGES) -> list[str]:
@@ -108,7 +121,8 @@ def _doctor_problems(cfg, work_dir, input_path=None, stages=CHECKED_STAGES) -> l
     from pipeline.engine.lineage import Lineage
     from pipeline.engine.workdir import WorkDir
     from pipeline.packaging import collisions
-    problems = collisions()   # another distribution owning one of the product's top-level package names
+
+    problems = collisions()  # another distribution owning one of the product's top-level package names
     if input_path is not None and not storage.is_url(str(input_path)) and not Path(input_path).exists():
         problems.append(f"--input {input_path}: no such file or folder")
     if work_dir is not None and not storage.is_url(str(work_dir)):
@@ -119,12 +133,11 @@ def _doctor_problems(cfg, work_dir, input_path=None, stages=CHECKED_STAGES) -> l
         elif existing is not None and not os.access(existing, os.W_OK | os.X_OK):
             problems.append(f"--work-dir {work_dir}: {existing} is not writable here")
     checker = None
-    if work_dir is not None and (storage.is_remote(storage.location(work_dir)) or
-                                 WorkDir(work_dir).manifest.exists()):
+    if work_dir is not None and (storage.is_remote(storage.location(work_dir)) or WorkDir(work_dir).manifest.exists()):
         checker = Lineage(work_dir, cfg)
     for stage in stages:
         if checker is not None and registry.stage(stage).per_shard:
-            try:   # a stage with nothing to do needs nothing (as the stage itself decides)
+            try:  # a stage with nothing to do needs nothing (as the stage itself decides)
                 if all(state.current for state in checker.stage_states(stage).values()):
                     continue
             except Exception:  # noqa: BLE001 - an unreadable run is the stage's to report; check everything
@@ -138,18 +151,19 @@ def _doctor_problems(cfg, work_dir, input_path=None, stages=CHECKED_STAGES) -> l
 
 def run_doctor(args, cfg) -> int:
     from pipeline import remembered
-    cfg, _ = remembered.resolve(args, writes=args.work_dir is not None)   # the work dir's, as a stage's
+
+    cfg, _ = remembered.resolve(args, writes=args.work_dir is not None)  # the work dir's, as a stage's
     problems = _doctor_problems(cfg, args.work_dir, args.input)
     where = f" for {args.work_dir}" if args.work_dir else ""
     if problems:
         return _refuse(f"doctor: the run cannot start{where}: {count(len(problems), 'problem')}", problems)
-    print(f"doctor: ok{where}: every stage ({', '.join(CHECKED_STAGES)}) can start with this config",
-          file=sys.stderr)
+    print(f"doctor: ok{where}: every stage ({', '.join(CHECKED_STAGES)}) can start with this config", file=sys.stderr)
     return EXIT_OK
 
 
 def run_config(args, cfg) -> int:
     from pipeline import remembered
+
     if args.action == "show":
         text = remembered.show(args.work_dir)
     elif args.action == "history":
@@ -158,8 +172,10 @@ def run_config(args, cfg) -> int:
         given = cfg if (args.config or args.set) else None
         text = remembered.diff_text(args.work_dir, given)
     if text is None:
-        print(f"config: {args.work_dir} remembers no config yet (a command that wrote there and succeeded "
-              f"records it)", file=sys.stderr)
+        print(
+            f"config: {args.work_dir} remembers no config yet (a command that wrote there and succeeded records it)",
+            file=sys.stderr,
+        )
         return EXIT_FAILED
     print(text)
     return EXIT_OK

@@ -30,8 +30,8 @@ from pipeline.contract import Stage
 from pipeline.engine.workdir import STATE, WorkDir
 from pipeline.file_cache import FileCache
 
-VERSION = 1          # bump when a code change alters what a stage makes from the same inputs
-EXTERNAL = "external"   # lineage of parts made outside the stages (synthetic training data, tests)
+VERSION = 1  # bump when a code change alters what a stage makes from the same inputs
+EXTERNAL = "external"  # lineage of parts made outside the stages (synthetic training data, tests)
 
 
 class CorruptFile(ValueError):
@@ -44,9 +44,9 @@ class InputNotReady(Exception):
 
 # ---------------------------------------------------------------- files and digests
 
+
 def text_digest(value) -> str:
-    return hashlib.sha256(json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
-                          .encode()).hexdigest()
+    return hashlib.sha256(json.dumps(value, sort_keys=True, separators=(",", ":"), default=str).encode()).hexdigest()
 
 
 def rows_digest(rows: list[dict]) -> str:
@@ -54,9 +54,19 @@ def rows_digest(rows: list[dict]) -> str:
     (a file rewritten in place with the same size has a new modification time or ETag). Not their
     absolute URIs: moving the input folder redoes nothing; a transcript is identified by its content in
     the asr stage's identities."""
-    return text_digest(sorted(({"video_id": row["video_id"], "bytes": row["bytes"],
-                                **({"content_tag": row["content_tag"]} if row.get("content_tag") else {})}
-                               for row in rows), key=lambda row: row["video_id"]))
+    return text_digest(
+        sorted(
+            (
+                {
+                    "video_id": row["video_id"],
+                    "bytes": row["bytes"],
+                    **({"content_tag": row["content_tag"]} if row.get("content_tag") else {}),
+                }
+                for row in rows
+            ),
+            key=lambda row: row["video_id"],
+        )
+    )
 
 
 _RECORDS: FileCache[dict] = FileCache(max_entries=100_000)
@@ -110,8 +120,12 @@ def record_problem(record: dict, stage: str) -> str | None:
     if not isinstance(outputs, dict):
         return "no outputs object"
     for name, entry in outputs.items():
-        if not isinstance(entry, dict) or not isinstance(entry.get("sha256"), str) or \
-                not _is_count(entry.get("bytes")) or ("rows" in entry and not _is_count(entry["rows"])):
+        if (
+            not isinstance(entry, dict)
+            or not isinstance(entry.get("sha256"), str)
+            or not _is_count(entry.get("bytes"))
+            or ("rows" in entry and not _is_count(entry["rows"]))
+        ):
             return f"outputs.{name} is not an object of sha256, bytes and rows"
     for key in ("videos", "errors", "failed_videos", "seconds", "clips"):
         if key in record and not _is_number(record[key]) and not (key == "clips" and record[key] is None):
@@ -121,8 +135,9 @@ def record_problem(record: dict, stage: str) -> str | None:
         return "error_types is not an object of counts"
     if stage == "manifest":
         shards = record.get("shards")
-        if not isinstance(shards, dict) or not all(isinstance(key, str) and key.isdigit() and isinstance(digest, str)
-                                                   for key, digest in shards.items()):
+        if not isinstance(shards, dict) or not all(
+            isinstance(key, str) and key.isdigit() and isinstance(digest, str) for key, digest in shards.items()
+        ):
             return "shards is not an object of shard digests"
     return None
 
@@ -156,8 +171,7 @@ def data_digest(record: dict) -> str:
     """The identity of what a stage wrote for its readers: the digest of its data files' sha256s (the
     per-video error tables are state, not data)."""
     outputs = record.get("outputs", {})
-    return text_digest({name: entry["sha256"] for name, entry in outputs.items()
-                        if not name.startswith(STATE + "/")})
+    return text_digest({name: entry["sha256"] for name, entry in outputs.items() if not name.startswith(STATE + "/")})
 
 
 def verify_outputs(work: WorkDir, record: dict, where: str, *, hashes: bool = True) -> str | None:
@@ -196,10 +210,11 @@ def parquet_rows(path: Path) -> int:
 
 # ---------------------------------------------------------------- states
 
+
 @dataclass
 class State:
-    status: str                  # current | missing | stale | corrupt
-    reason: str = ""             # why it is not current, one line
+    status: str  # current | missing | stale | corrupt
+    reason: str = ""  # why it is not current, one line
     record: dict | None = None
 
     @property
@@ -226,15 +241,18 @@ def explain(old: dict | None, new: dict) -> str:
     """Why a record's lineage differs from the one its inputs and config give now, in one line."""
     if not old or old.get("version") != new.get("version"):
         return "made by an earlier version of the pipeline"
-    was, now = (lineage.get("stage_version", 1) for lineage in (old, new))   # absent: version 1
+    was, now = (lineage.get("stage_version", 1) for lineage in (old, new))  # absent: version 1
     if was != now:
         return f"made by version {was} of the stage's code, now {now}"
     reasons = []
     old_config, new_config = flatten(old.get("config", {})), flatten(new.get("config", {}))
     changed = changed_keys(old_config, new_config)
     if changed:
-        reasons.append("config " + ", ".join(f"{key} {old_config.get(key)!r} -> {new_config.get(key)!r}"
-                                             for key in changed[:3]) + (" ..." if len(changed) > 3 else ""))
+        reasons.append(
+            "config "
+            + ", ".join(f"{key} {old_config.get(key)!r} -> {new_config.get(key)!r}" for key in changed[:3])
+            + (" ..." if len(changed) > 3 else "")
+        )
     if old.get("manifest") != new.get("manifest"):
         reasons.append("its videos in the manifest changed")
     for name in sorted(set(old.get("inputs", {})) | set(new.get("inputs", {}))):
@@ -254,9 +272,11 @@ def shard_label(stage: str, shard: int | None) -> str:
 
 # ---------------------------------------------------------------- the checker
 
+
 @dataclass
 class Lineage:
     """Lineage checks in one work dir, for one config (None: check consistency only)."""
+
     work: WorkDir
     cfg: object = None
     _videos: dict[int, list[dict]] = field(default_factory=dict)
@@ -269,7 +289,7 @@ class Lineage:
 
     def record(self, stage: str, shard: int | None = None) -> dict | None:
         if not storage.is_remote(self.work.root):
-            return read_record(self.work.record(stage, shard), stage)     # parsed once per mtime and size
+            return read_record(self.work.record(stage, shard), stage)  # parsed once per mtime and size
         # on object storage every read is a request: a check reads each record once
         key = f"{stage}:{shard}"
         if key not in self._records:
@@ -294,13 +314,15 @@ class Lineage:
                 raise InputNotReady(f"shard {shard} is not in the manifest ({self.work.manifest})")
             try:
                 table = storage.read_table(self.work.manifest, filters=[("shard", "=", shard)])
-            except (OSError, ValueError) as error:   # storage.UnreadableFile is a ValueError
+            except (OSError, ValueError) as error:  # storage.UnreadableFile is a ValueError
                 raise CorruptFile(f"cannot read {self.work.manifest}: {error}") from None
             rows = sorted(table.to_pylist(), key=lambda row: row["video_id"])
             if rows_digest(rows) != expected:
-                raise CorruptFile(f"{self.work.manifest}: the rows of shard {shard} do not match its record: "
-                                  f"the manifest was changed or is corrupt; rerun the manifest stage")
-            self._videos = {shard: rows}   # one shard at a time: memory stays bounded
+                raise CorruptFile(
+                    f"{self.work.manifest}: the rows of shard {shard} do not match its record: "
+                    f"the manifest was changed or is corrupt; rerun the manifest stage"
+                )
+            self._videos = {shard: rows}  # one shard at a time: memory stays bounded
         return self._videos[shard]
 
     # ------------------------------------------------ expected lineage
@@ -335,8 +357,9 @@ class Lineage:
             if registry.stage(upstream).per_shard and shard is not None:
                 inputs[upstream] = self._current_digest(upstream, shard, stage_name, shard)
             elif registry.stage(upstream).per_shard:
-                inputs[upstream] = {str(s): self._current_digest(upstream, s, stage_name, None)
-                                    for s in self.manifest_shards()}
+                inputs[upstream] = {
+                    str(s): self._current_digest(upstream, s, stage_name, None) for s in self.manifest_shards()
+                }
             else:
                 inputs[upstream] = self._global_digest(upstream, stage_name, shard)
         lineage["inputs"] = inputs
@@ -357,20 +380,25 @@ class Lineage:
     def _current_digest(self, stage: str, shard: int, reader: str, reader_shard: int | None) -> str:
         state = self.state(stage, shard)
         if not state.current:
-            raise InputNotReady(f"{shard_label(reader, reader_shard)} needs {shard_label(stage, shard)}, "
-                                f"which is {state.status}{f' ({state.reason})' if state.reason else ''}: "
-                                f"run the {stage} stage first")
+            raise InputNotReady(
+                f"{shard_label(reader, reader_shard)} needs {shard_label(stage, shard)}, "
+                f"which is {state.status}{f' ({state.reason})' if state.reason else ''}: "
+                f"run the {stage} stage first"
+            )
         return data_digest(state.record)
 
     def _global_digest(self, stage: str, reader: str, reader_shard: int | None) -> str:
         try:
             record = self.record(stage)
         except CorruptFile as error:
-            raise InputNotReady(f"{shard_label(reader, reader_shard)} needs the {stage} stage's output: "
-                                f"{error}; run the {stage} stage") from None
+            raise InputNotReady(
+                f"{shard_label(reader, reader_shard)} needs the {stage} stage's output: {error}; run the {stage} stage"
+            ) from None
         if record is None:
-            raise InputNotReady(f"{shard_label(reader, reader_shard)} needs the {stage} stage's output, "
-                                f"which is missing: run the {stage} stage first")
+            raise InputNotReady(
+                f"{shard_label(reader, reader_shard)} needs the {stage} stage's output, "
+                f"which is missing: run the {stage} stage first"
+            )
         return data_digest(record)
 
     # ------------------------------------------------ states
@@ -387,11 +415,12 @@ class Lineage:
             return State("missing")
         own = record.get("lineage") or {}
         if own.get(EXTERNAL):
-            pass   # made outside the stages: nothing to recompute, only its files to verify
+            pass  # made outside the stages: nothing to recompute, only its files to verify
         elif stage == "manifest":
             if self.cfg is not None and own.get("config") != json.loads(self.cfg.section_json("shards")):
-                return State("stale", explain(own, {**own, "config": json.loads(self.cfg.section_json("shards"))}),
-                             record)
+                return State(
+                    "stale", explain(own, {**own, "config": json.loads(self.cfg.section_json("shards"))}), record
+                )
         else:
             try:
                 expected = self.expected(stage, shard, record=record)
@@ -422,9 +451,11 @@ class Lineage:
         if behind:
             shard, state = next(iter(behind.items()))
             more = f" (and {len(behind) - 1} more of {len(states)} shards)" if len(behind) > 1 else ""
-            raise InputNotReady(f"{reader} needs every {stage} shard current: {stage} part {shard:05d} is "
-                                f"{state.status}{f' ({state.reason})' if state.reason else ''}{more}; "
-                                f"run the {stage} stage first")
+            raise InputNotReady(
+                f"{reader} needs every {stage} shard current: {stage} part {shard:05d} is "
+                f"{state.status}{f' ({state.reason})' if state.reason else ''}{more}; "
+                f"run the {stage} stage first"
+            )
         return {shard: state.record for shard, state in states.items()}
 
     def current_parts(self, stage: str, table: str = "") -> list[tuple[int, Path]]:
@@ -453,8 +484,16 @@ class Lineage:
 def write_record(work: WorkDir, stage: str, shard: int | None, lineage: dict, outputs: dict, stats: dict) -> Path:
     """The completion record: written last, atomically; its presence marks the work done."""
     path = WorkDir(work).record(stage, shard)
-    storage.atomic_write_json(path, {**stats, "stage": stage, **({"shard": shard} if shard is not None else {}),
-                                     "lineage": lineage, "outputs": outputs})
+    storage.atomic_write_json(
+        path,
+        {
+            **stats,
+            "stage": stage,
+            **({"shard": shard} if shard is not None else {}),
+            "lineage": lineage,
+            "outputs": outputs,
+        },
+    )
     return path
 
 

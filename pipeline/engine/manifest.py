@@ -39,8 +39,24 @@ from pipeline.engine.workdir import WorkDir
 from pipeline.media.inputs import local_path
 from schemas.metadata import Provenance
 
-VIDEO_EXTENSIONS = {".mp4", ".m4v", ".mov", ".mkv", ".webm", ".avi", ".mpg", ".mpeg", ".ts", ".mts",
-                    ".m2ts", ".flv", ".wmv", ".3gp", ".ogv", ".mxf"}
+VIDEO_EXTENSIONS = {
+    ".mp4",
+    ".m4v",
+    ".mov",
+    ".mkv",
+    ".webm",
+    ".avi",
+    ".mpg",
+    ".mpeg",
+    ".ts",
+    ".mts",
+    ".m2ts",
+    ".flv",
+    ".wmv",
+    ".3gp",
+    ".ogv",
+    ".mxf",
+}
 TRANSCRIPT_EXTENSIONS = (".vtt", ".srt")
 LIST_EXTENSIONS = {".txt", ".csv", ".parquet"}
 
@@ -71,15 +87,29 @@ def local_tag(info: os.stat_result) -> str:
 
 
 # what object stores say changes with an object's bytes: a content hash first, else a time it was written
-_REMOTE_TAG_KEYS = (("ETag", "etag"), ("etag", "etag"), ("md5Hash", "md5"), ("mtime", "mtime"),
-                    ("LastModified", "mtime"), ("last_modified", "mtime"), ("updated", "mtime"), ("created", "mtime"))
+_REMOTE_TAG_KEYS = (
+    ("ETag", "etag"),
+    ("etag", "etag"),
+    ("md5Hash", "md5"),
+    ("mtime", "mtime"),
+    ("LastModified", "mtime"),
+    ("last_modified", "mtime"),
+    ("updated", "mtime"),
+    ("created", "mtime"),
+)
 
 
 def remote_tag(info: dict) -> str | None:
     """An object's content tag from its listing entry (the ETag or md5 where the store gives one, else its
     modification time); None when the listing has neither."""
-    return next((f"{kind}:{str(info[key]).strip(chr(34))}" for key, kind in _REMOTE_TAG_KEYS
-                 if info.get(key) not in (None, "")), None)
+    return next(
+        (
+            f"{kind}:{str(info[key]).strip(chr(34))}"
+            for key, kind in _REMOTE_TAG_KEYS
+            if info.get(key) not in (None, "")
+        ),
+        None,
+    )
 
 
 def stored_uri(path: str) -> str:
@@ -102,13 +132,14 @@ def _find_videos(folder: Path) -> list[tuple[str, str | None, int | None, str | 
             path = Path(root) / name
             if path.suffix.lower() not in VIDEO_EXTENSIONS or name.startswith("."):
                 continue
-            transcript = next((str(path.with_suffix(ext)) for ext in TRANSCRIPT_EXTENSIONS
-                               if path.with_suffix(ext).exists()), None)
+            transcript = next(
+                (str(path.with_suffix(ext)) for ext in TRANSCRIPT_EXTENSIONS if path.with_suffix(ext).exists()), None
+            )
             try:
                 info = path.stat()
                 size, tag = info.st_size, local_tag(info)
             except OSError:
-                size, tag = None, None   # decode reports it as an error row naming the video
+                size, tag = None, None  # decode reports it as an error row naming the video
             found.append((str(path), transcript, size, tag))
     return found
 
@@ -123,9 +154,10 @@ def _find_remote_videos(folder) -> list[tuple[str, str | None, int | None, str |
         if not dot or f".{extension.lower()}" not in VIDEO_EXTENSIONS or name.rsplit("/", 1)[-1].startswith("."):
             continue
         transcript = next((f"{stem}{ext}" for ext in TRANSCRIPT_EXTENSIONS if f"{stem}{ext}" in names), None)
-        url = lambda key: f"{folder.protocol}://{key}"   # noqa: E731 - the listing's keys carry no protocol
-        found.append((url(name), url(transcript) if transcript else None, listing[name].get("size"),
-                      remote_tag(listing[name])))
+        url = lambda key: f"{folder.protocol}://{key}"  # noqa: E731 - the listing's keys carry no protocol
+        found.append(
+            (url(name), url(transcript) if transcript else None, listing[name].get("size"), remote_tag(listing[name]))
+        )
     return found
 
 
@@ -146,10 +178,16 @@ def _read_list(list_file) -> list[tuple[str, str | None, None, None]]:
             if records and path_column is None:
                 raise ManifestError(f"{list_file}: needs a 'path' (or 'uri') column; found {sorted(columns)}")
             transcript_column = next((c for c in ("transcript_uri", "transcript") if c in columns), None)
-            rows = [(str(record[path_column]).strip(),
-                     (str(record[transcript_column]).strip() or None)
-                     if transcript_column and record[transcript_column] else None)
-                    for record in records if record[path_column]]
+            rows = [
+                (
+                    str(record[path_column]).strip(),
+                    (str(record[transcript_column]).strip() or None)
+                    if transcript_column and record[transcript_column]
+                    else None,
+                )
+                for record in records
+                if record[path_column]
+            ]
     except (OSError, UnicodeDecodeError, pa.ArrowException, csv.Error) as error:
         raise ManifestError(f"cannot read the video list {list_file}: {error}") from None
     base = list_file.parent
@@ -165,6 +203,7 @@ def _read_list(list_file) -> list[tuple[str, str | None, None, None]]:
         if storage.is_remote(base):
             return str(base / path)
         return os.path.normpath(os.path.abspath(base / path)) if not Path(path).is_absolute() else path
+
     return [(absolute(path), absolute(transcript), None, None) for path, transcript in rows]
 
 
@@ -201,10 +240,10 @@ def list_videos(input_path: str | Path) -> list[dict]:
         local = local_path(uri)
         key = uri if local is None else os.path.normpath(os.path.abspath(local))
         if key in seen:
-            continue   # duplicate paths are listed once
+            continue  # duplicate paths are listed once
         seen.add(key)
         if root is not None and key.startswith(root.rstrip("/") + "/"):
-            relative = key[len(root.rstrip("/")) + 1:]
+            relative = key[len(root.rstrip("/")) + 1 :]
         elif root is not None and not storage.is_url(key):
             relative = os.path.relpath(key, os.path.abspath(root))
         else:
@@ -214,14 +253,20 @@ def list_videos(input_path: str | Path) -> list[dict]:
                 info = os.stat(key)
                 size, tag = info.st_size, local_tag(info)
             except OSError:
-                size = None   # decode reports it as an error row naming the video
+                size = None  # decode reports it as an error row naming the video
         if transcript and local_path(transcript) is not None:
             transcript = os.path.abspath(local_path(transcript))
         if transcript and local_path(transcript) is not None:
             transcript = stored_uri(transcript)
-        rows.append({"video_id": make_video_id(relative.replace(os.sep, "/")),
-                     "uri": key if local is None else stored_uri(key), "bytes": size,
-                     "content_tag": tag, "transcript_uri": transcript})
+        rows.append(
+            {
+                "video_id": make_video_id(relative.replace(os.sep, "/")),
+                "uri": key if local is None else stored_uri(key),
+                "bytes": size,
+                "content_tag": tag,
+                "transcript_uri": transcript,
+            }
+        )
     ids = [row["video_id"] for row in rows]
     if len(set(ids)) != len(ids):
         raise ManifestError("two inputs map to the same video_id; rename one of them")
@@ -254,8 +299,11 @@ def previous_assignment(cfg: Config, work: WorkDir) -> dict[str, int] | None:
         record = lineage.read_record(work.record("manifest"), "manifest")
     except lineage.CorruptFile:
         return None
-    if record is None or not work.manifest.exists() or \
-            record.get("lineage", {}).get("config") != json.loads(cfg.section_json("shards")):
+    if (
+        record is None
+        or not work.manifest.exists()
+        or record.get("lineage", {}).get("config") != json.loads(cfg.section_json("shards"))
+    ):
         return None
     table = storage.read_table(work.manifest, columns=["video_id", "shard"])
     return dict(zip(table["video_id"].to_pylist(), table["shard"].to_pylist()))
@@ -272,8 +320,9 @@ def _old_rows(work: WorkDir) -> dict[str, int]:
     return dict(zip(table["video_id"].to_pylist(), table["shard"].to_pylist()))
 
 
-def guard_removal(work: WorkDir, ids: set[str], changed: list[int], listing: str, source: str,
-                  confirm_removal) -> str | None:
+def guard_removal(
+    work: WorkDir, ids: set[str], changed: list[int], listing: str, source: str, confirm_removal
+) -> str | None:
     """Before a new listing (`ids`, changing shards `changed`) replaces the manifest: when it drops videos
     whose shards some stage finished, go on only if `confirm_removal(message)` returns True (else
     RemovalRefused naming `listing`), and move the old manifest and the outputs of every finished shard whose
@@ -285,17 +334,26 @@ def guard_removal(work: WorkDir, ids: set[str], changed: list[int], listing: str
         return None
     moved = replaced.finished_shards(work, set(changed) | set(at_risk))
     lost = [video for video in dropped if old_rows[video] in at_risk]
-    message = (f"{listing} no longer lists {len(lost)} video(s) with finished outputs "
-               f"(e.g. {lost[0]}) in shard(s) {_listed(at_risk)}; the outputs of shard(s) {_listed(moved)} "
-               f"would move to {replaced.folder(work)} (`restore --work-dir {work.root}` puts them back)")
+    message = (
+        f"{listing} no longer lists {len(lost)} video(s) with finished outputs "
+        f"(e.g. {lost[0]}) in shard(s) {_listed(at_risk)}; the outputs of shard(s) {_listed(moved)} "
+        f"would move to {replaced.folder(work)} (`restore --work-dir {work.root}` puts them back)"
+    )
     if confirm_removal is None or not confirm_removal(message):
         raise RemovalRefused(f"{message}: give --allow-removal to go on")
-    return replaced.move_aside(work, moved, "manifest", f"re-listed from {source}: {len(dropped)} video(s) "
-                               f"dropped", with_manifest=True, details={"dropped_videos": dropped[:1000]})
+    return replaced.move_aside(
+        work,
+        moved,
+        "manifest",
+        f"re-listed from {source}: {len(dropped)} video(s) dropped",
+        with_manifest=True,
+        details={"dropped_videos": dropped[:1000]},
+    )
 
 
-def write_manifest(cfg: Config, input_path: str | Path, work_dir, *, incremental: bool = True,
-                   confirm_removal=None) -> tuple[Path, pa.Table, dict]:
+def write_manifest(
+    cfg: Config, input_path: str | Path, work_dir, *, incremental: bool = True, confirm_removal=None
+) -> tuple[Path, pa.Table, dict]:
     """List the input and write the manifest with its completion record (the digest of each shard's rows,
     which every later stage's lineage names). Returns (path, table, changes): changes has the shards whose
     rows changed and the counts of new and removed videos.
@@ -317,27 +375,44 @@ def write_manifest(cfg: Config, input_path: str | Path, work_dir, *, incremental
     old_digests = old.get("shards", {})
     changed = sorted(int(s) for s in set(digests) | set(old_digests) if digests.get(s) != old_digests.get(s))
     ids = set(table["video_id"].to_pylist())
-    changes = {"changed_shards": changed, "new_videos": len(ids - set(previous or {})) if previous is not None else None,
-               "removed_videos": len(set(previous or {}) - ids) if previous is not None else None}
+    changes = {
+        "changed_shards": changed,
+        "new_videos": len(ids - set(previous or {})) if previous is not None else None,
+        "removed_videos": len(set(previous or {}) - ids) if previous is not None else None,
+    }
     config = json.loads(cfg.section_json("shards"))
-    input_name = storage.canonical(input_path)   # a URL as given, a local path absolute
-    provenance = Provenance(stage="manifest", schema=schemas.MANIFEST.tag, config=cfg.section_json("shards"),
-                            config_hash=cfg.section_hash("shards"), input=input_name,
-                            transcript_root=input_folder(input_path))
+    input_name = storage.canonical(input_path)  # a URL as given, a local path absolute
+    provenance = Provenance(
+        stage="manifest",
+        schema=schemas.MANIFEST.tag,
+        config=cfg.section_json("shards"),
+        config_hash=cfg.section_hash("shards"),
+        input=input_name,
+        transcript_root=input_folder(input_path),
+    )
     # the digests name the videos (ids, sizes, content tags); paths and transcripts are compared row by row:
     # a caption that arrives after the first pass, or a moved input folder, rewrites the rows
     changes["updated_shards"] = sorted(set(_updated_shards(work, table, provenance)) - set(changed))
-    moved_to = guard_removal(work, ids, changed, f"--input {input_path}", storage.canonical(input_path),
-                             confirm_removal)
+    moved_to = guard_removal(
+        work, ids, changed, f"--input {input_path}", storage.canonical(input_path), confirm_removal
+    )
     if moved_to:
         changes["replaced"] = moved_to
-    if not changed and not changes["updated_shards"] and old.get("lineage", {}).get("config") == config \
-            and work.manifest.exists():
+    if (
+        not changed
+        and not changes["updated_shards"]
+        and old.get("lineage", {}).get("config") == config
+        and work.manifest.exists()
+    ):
         changes["unchanged"] = True
         return work.manifest, table, changes
-    write_manifest_table(work, table, {"version": lineage.VERSION, "config": config,
-                                       "input": input_name},
-                         provenance, row_group_size=cfg.shards.videos_per_shard * 16)
+    write_manifest_table(
+        work,
+        table,
+        {"version": lineage.VERSION, "config": config, "input": input_name},
+        provenance,
+        row_group_size=cfg.shards.videos_per_shard * 16,
+    )
     return work.manifest, table, changes
 
 
@@ -357,8 +432,11 @@ def _updated_shards(work: WorkDir, table: pa.Table, provenance: Provenance) -> l
         old_rows = storage.read_table(work.manifest).to_pylist()
     except (OSError, ValueError, pa.ArrowException):
         return every
-    if (recorded.input, recorded.transcript_root, recorded.schema) != \
-            (provenance.input, provenance.transcript_root, provenance.schema):
+    if (recorded.input, recorded.transcript_root, recorded.schema) != (
+        provenance.input,
+        provenance.transcript_root,
+        provenance.schema,
+    ):
         return every
     old_by_id = {row["video_id"]: row for row in old_rows}
     new_ids = set(table["video_id"].to_pylist())
@@ -375,19 +453,26 @@ def shard_digests(table: pa.Table) -> dict[str, str]:
     return {str(shard): lineage.rows_digest(rows) for shard, rows in sorted(by_shard.items())}
 
 
-def write_manifest_table(work_dir, table: pa.Table, lineage_record: dict, provenance: Provenance, *,
-                         row_group_size: int | None = None) -> dict[str, str]:
+def write_manifest_table(
+    work_dir, table: pa.Table, lineage_record: dict, provenance: Provenance, *, row_group_size: int | None = None
+) -> dict[str, str]:
     """Write a manifest table and its completion record: the digest of each shard's rows, which every
     later stage's lineage names. Returns shard -> digest."""
     work = WorkDir(work_dir)
     digests = shard_digests(table)
     work.record("manifest").unlink(missing_ok=True)
     # rows are in shard order: row groups of a few shards let a shard task read just its own
-    written = storage.write_parquet(work.manifest, table, provenance, row_group_size=row_group_size,
-                                    temporaries=work.temporaries)
-    lineage.write_record(work, "manifest", None, lineage_record,
-                         lineage.output_entry(work, work.manifest, table.num_rows, written),
-                         {"videos": table.num_rows, "shards": digests})
+    written = storage.write_parquet(
+        work.manifest, table, provenance, row_group_size=row_group_size, temporaries=work.temporaries
+    )
+    lineage.write_record(
+        work,
+        "manifest",
+        None,
+        lineage_record,
+        lineage.output_entry(work, work.manifest, table.num_rows, written),
+        {"videos": table.num_rows, "shards": digests},
+    )
     return digests
 
 
@@ -397,5 +482,6 @@ def read_manifest(work_dir, shard_index: int | None = None, columns: list[str] |
     path = WorkDir(work_dir).manifest
     if not path.exists():
         raise FileNotFoundError(f"{path} not found: run the manifest stage first")
-    return storage.read_table(path, columns=columns,
-                              filters=None if shard_index is None else [("shard", "=", shard_index)])
+    return storage.read_table(
+        path, columns=columns, filters=None if shard_index is None else [("shard", "=", shard_index)]
+    )

@@ -36,8 +36,7 @@ def shard_files(work: WorkDir, shard: int, stages=None) -> list[Path]:
 
 def finished_shards(work: WorkDir, shards) -> list[int]:
     """The shards among `shards` that some per-shard stage finished (its completion record exists)."""
-    return sorted(shard for shard in shards
-                  if any(work.record(name, shard).exists() for name in registry.SHARD_STAGES))
+    return sorted(shard for shard in shards if any(work.record(name, shard).exists() for name in registry.SHARD_STAGES))
 
 
 def _move(source, destination) -> None:
@@ -58,8 +57,9 @@ def _new_entry(work: WorkDir, label: str) -> Path:
     raise FileExistsError(f"{base}: no free name for {label}-{stamp}")
 
 
-def move_aside(work: WorkDir, shards, label: str, reason: str, *, with_manifest: bool, stages=None,
-               details: dict | None = None) -> Path | None:
+def move_aside(
+    work: WorkDir, shards, label: str, reason: str, *, with_manifest: bool, stages=None, details: dict | None = None
+) -> Path | None:
     """Move the outputs of `shards` (and, with_manifest, the manifest and its record) into a new entry;
     returns it, or None when there was nothing to move."""
     files = [path for shard in sorted(shards) for path in shard_files(work, shard, stages)]
@@ -70,8 +70,17 @@ def move_aside(work: WorkDir, shards, label: str, reason: str, *, with_manifest:
     entry = _new_entry(work, label)
     names = [storage.relative_name(work.root, path) for path in files]
     # the entry's record first: an entry interrupted half-way still says what it was meant to hold
-    storage.atomic_write_json(entry / ENTRY_RECORD, {"reason": reason, "at": time.time(), "shards": sorted(shards),
-                                                     "manifest": with_manifest, "files": names, **(details or {})})
+    storage.atomic_write_json(
+        entry / ENTRY_RECORD,
+        {
+            "reason": reason,
+            "at": time.time(),
+            "shards": sorted(shards),
+            "manifest": with_manifest,
+            "files": names,
+            **(details or {}),
+        },
+    )
     for path, name in zip(files, names):
         _move(path, entry / name)
     return entry
@@ -87,7 +96,7 @@ def entries(work: WorkDir) -> list[tuple[Path, dict]]:
         try:
             record = json.loads((entry / ENTRY_RECORD).read_text())
         except (OSError, ValueError):
-            record = {}   # train --restart's entries hold a whole train folder and no record
+            record = {}  # train --restart's entries hold a whole train folder and no record
         found.append((entry, record))
     return sorted(found, key=lambda item: (item[1].get("at", 0.0), item[0].name))
 
@@ -109,13 +118,18 @@ def restore(work: WorkDir) -> tuple[Path, Path | None, list[str]]:
         old_shards |= set(storage.read_table(kept_manifest, columns=["shard"])["shard"].to_pylist())
     # what the kept files overwrite, and the current shards the kept manifest does not list (a stage's
     # clean-up would delete those): aside, so that this restore can be undone the same way
-    aside = move_aside(work, set(record.get("shards", [])) | (current_shards - old_shards), "manifest",
-                       f"replaced by restoring {entry.name}", with_manifest=True)
+    aside = move_aside(
+        work,
+        set(record.get("shards", [])) | (current_shards - old_shards),
+        "manifest",
+        f"replaced by restoring {entry.name}",
+        with_manifest=True,
+    )
     for name in names:
         _move(entry / name, work.root / name)
     (entry / ENTRY_RECORD).unlink(missing_ok=True)
     if not storage.is_remote(entry):
-        for path in sorted(Path(entry).rglob("*"), reverse=True):   # the emptied folders
+        for path in sorted(Path(entry).rglob("*"), reverse=True):  # the emptied folders
             if path.is_dir():
                 path.rmdir()
         Path(entry).rmdir()
@@ -127,8 +141,11 @@ def summary_lines(work: WorkDir) -> list[str]:
     lines = []
     for entry, record in entries(work):
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(record["at"])) if record.get("at") else "?"
-        what = (f"{len(record.get('files', []))} file(s) of shard(s) {_listed(record.get('shards', []))}"
-                if record else "a training run (train --restart)")
+        what = (
+            f"{len(record.get('files', []))} file(s) of shard(s) {_listed(record.get('shards', []))}"
+            if record
+            else "a training run (train --restart)"
+        )
         lines.append(f"  {entry.name}: {what}, {when}: {record.get('reason', 'moved aside')}")
     return lines
 

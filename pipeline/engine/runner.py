@@ -16,7 +16,7 @@ import platform
 import socket
 import time
 import traceback
-from typing import Callable
+from collections.abc import Callable
 
 import pyarrow as pa
 
@@ -33,12 +33,24 @@ log = logging.getLogger("pipeline")
 
 
 def output_provenance(cfg: Config, stage: Stage, schema: schemas.Schema, stage_says: Provenance) -> Provenance:
-    return stage_says.merged(stage=stage.name, schema=schema.tag, config=cfg.section_json(*stage.config_sections),
-                             config_hash=cfg.section_hash(*stage.config_sections))
+    return stage_says.merged(
+        stage=stage.name,
+        schema=schema.tag,
+        config=cfg.section_json(*stage.config_sections),
+        config_hash=cfg.section_hash(*stage.config_sections),
+    )
 
 
-def run_one_shard(cfg: Config, work_dir, stage: str, shard_index: int, *, force: bool = False,
-                  quiet: bool = False, compute: Callable[[ShardContext], ShardResult] | None = None) -> dict:
+def run_one_shard(
+    cfg: Config,
+    work_dir,
+    stage: str,
+    shard_index: int,
+    *,
+    force: bool = False,
+    quiet: bool = False,
+    compute: Callable[[ShardContext], ShardResult] | None = None,
+) -> dict:
     """Run one stage on one manifest shard unless it is current. Returns its stats (`skipped` when it
     was current; `redone` with the reason when a stale or corrupt shard was made again).
     `compute` replaces the stage's run function with an executor's own way to the same result (the Ray
@@ -48,7 +60,7 @@ def run_one_shard(cfg: Config, work_dir, stage: str, shard_index: int, *, force:
     work = WorkDir(work_dir)
     spec = registry.stage(stage)
     checker = Lineage(work, cfg)
-    expected = checker.expected(stage, shard_index)      # raises InputNotReady: nothing runs
+    expected = checker.expected(stage, shard_index)  # raises InputNotReady: nothing runs
     redone = None
     if not force:
         state = checker.state(stage, shard_index, verify=True)
@@ -57,8 +69,15 @@ def run_one_shard(cfg: Config, work_dir, stage: str, shard_index: int, *, force:
         if state.status != "missing":
             redone = f"{state.status}: {state.reason}"
             log.info("%s part %05d is %s; redoing it", stage, shard_index, redone)
-    ctx = ShardContext(cfg=cfg, work=work, stage=stage, shard_index=shard_index,
-                       videos=checker.shard_videos(shard_index), lineage=checker, quiet=quiet)
+    ctx = ShardContext(
+        cfg=cfg,
+        work=work,
+        stage=stage,
+        shard_index=shard_index,
+        videos=checker.shard_videos(shard_index),
+        lineage=checker,
+        quiet=quiet,
+    )
     started = time.time()
     result: ShardResult = (compute or spec.function("run"))(ctx)
     elapsed = time.time() - started
@@ -66,16 +85,26 @@ def run_one_shard(cfg: Config, work_dir, stage: str, shard_index: int, *, force:
         if force or not checker.state(other, shard_index, verify=True).current:
             # its seconds are this pass's: summaries count them once, under this stage
             result.also[other].stats["made_in"] = stage
-            _write_shard(cfg, work, checker, registry.stage(other), shard_index, result.also[other], elapsed,
-                         len(ctx.videos))
+            _write_shard(
+                cfg, work, checker, registry.stage(other), shard_index, result.also[other], elapsed, len(ctx.videos)
+            )
     stats = _write_shard(cfg, work, checker, spec, shard_index, result, elapsed, len(ctx.videos), expected)
     if redone:
         stats["redone"] = redone
     return stats
 
 
-def _write_shard(cfg: Config, work: WorkDir, checker: Lineage, spec: Stage, shard_index: int,
-                 result: ShardResult, elapsed: float, n_videos: int, expected: dict | None = None) -> dict:
+def _write_shard(
+    cfg: Config,
+    work: WorkDir,
+    checker: Lineage,
+    spec: Stage,
+    shard_index: int,
+    result: ShardResult,
+    elapsed: float,
+    n_videos: int,
+    expected: dict | None = None,
+) -> dict:
     """One stage's tables, error rows and completion record for one shard, each atomically."""
     stage = spec.name
     expected = expected if expected is not None else checker.expected(stage, shard_index)
@@ -85,19 +114,33 @@ def _write_shard(cfg: Config, work: WorkDir, checker: Lineage, spec: Stage, shar
     for table_name, schema in spec.tables.items():
         table = schemas.conform(result.tables[table_name], schema)
         path = work.part(stage, shard_index, table_name)
-        written = storage.write_parquet(path, table, output_provenance(cfg, spec, schema, result.provenance),
-                                        row_group_size=result.row_group_size, temporaries=work.temporaries)
+        written = storage.write_parquet(
+            path,
+            table,
+            output_provenance(cfg, spec, schema, result.provenance),
+            row_group_size=result.row_group_size,
+            temporaries=work.temporaries,
+        )
         outputs.update(lineage.output_entry(work, path, table.num_rows, written))
     errors = [dict(row, stage=stage) for row in result.errors]
-    error_table = schemas.conform(pa.Table.from_pylist(errors, schema=schemas.ERRORS.arrow)
-                                  if errors else schemas.empty(schemas.ERRORS), schemas.ERRORS)
+    error_table = schemas.conform(
+        pa.Table.from_pylist(errors, schema=schemas.ERRORS.arrow) if errors else schemas.empty(schemas.ERRORS),
+        schemas.ERRORS,
+    )
     errors_path = work.errors(stage, shard_index)
     written = storage.write_parquet(errors_path, error_table, Provenance(stage=stage, schema=schemas.ERRORS.tag))
     outputs.update(lineage.output_entry(work, errors_path, error_table.num_rows, written))
     stats = dict(result.stats)
-    stats.update(videos=n_videos, errors=len(errors), failed_videos=len({row["video_id"] for row in errors}),
-                 error_types=_count([row["error_type"] for row in errors]), seconds=round(elapsed, 3),
-                 host=socket.gethostname(), python=platform.python_version(), finished_at=time.time())
+    stats.update(
+        videos=n_videos,
+        errors=len(errors),
+        failed_videos=len({row["video_id"] for row in errors}),
+        error_types=_count([row["error_type"] for row in errors]),
+        seconds=round(elapsed, 3),
+        host=socket.gethostname(),
+        python=platform.python_version(),
+        finished_at=time.time(),
+    )
     lineage.write_record(work, stage, shard_index, expected, outputs, stats)
     work.failure(stage, shard_index).unlink(missing_ok=True)
     stats.update(stage=stage, shard=shard_index)
@@ -119,6 +162,7 @@ def current_shards(cfg: Config, work_dir, stage: str, shards: list[int], threads
 
     if threads > 1 and len(shards) > 1:
         from concurrent.futures import ThreadPoolExecutor
+
         with ThreadPoolExecutor(min(threads, len(shards))) as pool:
             found = list(pool.map(skip, shards))
     else:
@@ -137,15 +181,23 @@ def run_one_shard_safely(cfg: Config, work_dir, stage: str, shard_index: int, **
     except Exception as error:  # noqa: BLE001 - recorded per shard; the run ends non-zero
         line = storage.one_line(error)
         hint = storage.disk_error_hint(error) if isinstance(error, OSError) else None
-        return record_failure(WorkDir(work_dir), stage, shard_index, f"{line} ({hint})" if hint else line,
-                              traceback.format_exc())
+        return record_failure(
+            WorkDir(work_dir), stage, shard_index, f"{line} ({hint})" if hint else line, traceback.format_exc()
+        )
 
 
 def record_failure(work: WorkDir, stage: str, shard_index: int, error: str, trace: str) -> dict:
     """The failure of one shard's attempt (`error`: one line), written where `status` and `errors` read it
     (best effort: on a full or read-only disk the report still comes back to the caller)."""
-    failure = {"stage": stage, "shard": shard_index, "failed": True, "error": error,
-               "traceback": trace, "host": socket.gethostname(), "at": time.time()}
+    failure = {
+        "stage": stage,
+        "shard": shard_index,
+        "failed": True,
+        "error": error,
+        "traceback": trace,
+        "host": socket.gethostname(),
+        "at": time.time(),
+    }
     path = work.failure(stage, shard_index)
     try:
         storage.atomic_write_json(path, failure)
@@ -170,21 +222,27 @@ def prepare_stage(cfg: Config, work_dir, stage: str) -> list[str]:
         if upstream != "manifest" and not registry.stage(upstream).per_shard:
             state = checker.state(upstream, verify=True)
             if not state.current:
-                raise InputNotReady(f"{stage} needs the {upstream} stage's output, which is {state.status}"
-                                    f"{f' ({state.reason})' if state.reason else ''}: run the {upstream} stage first")
-    folders = [work.data_folder(stage, table) for table in spec.tables] + [work.records_folder(stage),
-                                                                          work.errors_folder, work.temporaries]
+                raise InputNotReady(
+                    f"{stage} needs the {upstream} stage's output, which is {state.status}"
+                    f"{f' ({state.reason})' if state.reason else ''}: run the {upstream} stage first"
+                )
+    folders = [work.data_folder(stage, table) for table in spec.tables] + [
+        work.records_folder(stage),
+        work.errors_folder,
+        work.temporaries,
+    ]
     for folder in folders:
         storage.remove_stale_temporaries(folder)
-    storage.remove_stale_local_temporaries()   # what killed runs wrote through for a remote work dir
+    storage.remove_stale_local_temporaries()  # what killed runs wrote through for a remote work dir
     shards = set(checker.manifest_shards())
     found = {int(path.stem.split("-")[1]) for path in work.records_folder(stage).glob("part-*.json")}
     for table in spec.tables:
         found |= {int(path.stem.split("-")[1]) for path in work.data_folder(stage, table).glob("part-*.parquet")}
     for shard in sorted(found - shards):
         # kept, not deleted: finished work a wrong listing dropped can be put back (`restore`)
-        entry = replaced.move_aside(work, {shard}, stage, f"shard {shard} is no longer in the manifest",
-                                    with_manifest=False, stages=[stage])
+        entry = replaced.move_aside(
+            work, {shard}, stage, f"shard {shard} is no longer in the manifest", with_manifest=False, stages=[stage]
+        )
         notes.append(f"{stage} part {shard:05d}: moved to {entry} (shard {shard} is no longer in the manifest)")
     return notes
 

@@ -15,7 +15,7 @@ actors. Neither names a stage."""
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 import numpy as np
 import torch
@@ -25,6 +25,7 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 class Encoder:
     """What `Split.encoder` returns: `submit(payload)` queues a batch on the device and returns a handle
     whose `result()` is its array; `describe()` says where and how it runs (for the stats)."""
+
     device: torch.device
 
     def submit(self, payload: torch.Tensor):
@@ -80,12 +81,17 @@ class Split:
         cfg = self.settle(cfg, encoder.device)
         workers = min(self.streams(cfg), len(ctx.videos))
         pinned = encoder.device.type == "cuda"
-        loader = DataLoader(_Streams(self, cfg, ctx.videos), batch_size=None, num_workers=workers,
-                            pin_memory=pinned and workers > 0, prefetch_factor=4 if workers else None,
-                            persistent_workers=False,
-                            multiprocessing_context=self.start_method(cfg) if workers else None)
+        loader = DataLoader(
+            _Streams(self, cfg, ctx.videos),
+            batch_size=None,
+            num_workers=workers,
+            pin_memory=pinned and workers > 0,
+            prefetch_factor=4 if workers else None,
+            persistent_workers=False,
+            multiprocessing_context=self.start_method(cfg) if workers else None,
+        )
         metas, arrays = [], []
-        queued = None     # (meta, handle) of the batch on the device while the next one is fetched
+        queued = None  # (meta, handle) of the batch on the device while the next one is fetched
         with ctx.progress(total=len(ctx.videos)) as progress:
             for batch in _batches(loader, pinned and workers == 0):
                 handle = encoder.submit(batch["payload"]) if batch["payload"] is not None else None
@@ -105,7 +111,7 @@ class _Streams(IterableDataset):
 
     def __iter__(self):
         worker = get_worker_info()
-        videos = self.videos if worker is None else self.videos[worker.id::worker.num_workers]
+        videos = self.videos if worker is None else self.videos[worker.id :: worker.num_workers]
         return iter(self.split.produce(self.cfg, videos))
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-STATE = "_state"   # pyarrow.dataset and most readers skip names starting with "_"
+STATE = "_state"  # pyarrow.dataset and most readers skip names starting with "_"
 
 
 class LayoutError(ValueError):
@@ -18,8 +18,9 @@ def part_name(shard_index: int) -> str:
 
 
 class WorkDir:
-    def __init__(self, root: "str | Path | WorkDir"):
+    def __init__(self, root: str | Path | WorkDir):
         from pipeline.storage import location
+
         # a local folder, or a folder on object storage (s3://bucket/run1): the same paths either way
         self.root = root.root if isinstance(root, WorkDir) else location(root)
 
@@ -144,7 +145,7 @@ class WorkDir:
                     os.fsync(handle.fileno())
             finally:
                 probe.unlink(missing_ok=True)
-        except OSError as error:   # the probe file is ours, not the user's: the work dir is what to name
+        except OSError as error:  # the probe file is ours, not the user's: the work dir is what to name
             error.filename = str(self.root)
             raise
 
@@ -152,8 +153,10 @@ class WorkDir:
         """Work dirs of earlier versions kept completion records inside the data folders (`<stage>/_done`);
         their records carry no lineage, so nothing in them can be trusted as current."""
         for old in sorted(self.root.glob("*/_done")):
-            raise LayoutError(f"{self.root} was written by an earlier version of the pipeline ({old} holds "
-                              f"completion records without lineage): start a new work dir")
+            raise LayoutError(
+                f"{self.root} was written by an earlier version of the pipeline ({old} holds "
+                f"completion records without lineage): start a new work dir"
+            )
 
     # ------------------------------------------------------------ reports
 

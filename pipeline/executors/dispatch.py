@@ -35,8 +35,11 @@ def env_int(name: str, default: int | None = None, minimum: int = 0) -> int | No
         value = None
     if value is None or value < minimum:
         from pipeline.config_fields import ConfigError, shown_value
-        raise ConfigError(f"environment error: {name} must be an integer >= {minimum} (got {shown_value(raw)}): "
-                          f"fix or unset it in the job's environment")
+
+        raise ConfigError(
+            f"environment error: {name} must be an integer >= {minimum} (got {shown_value(raw)}): "
+            f"fix or unset it in the job's environment"
+        )
     return value
 
 
@@ -47,8 +50,10 @@ def select_shards(all_shards: list[int], shard: int | None, num_shards: int | No
         if env_id is not None and env_count is not None:
             if env_id >= env_count:
                 from pipeline.config_fields import ConfigError
-                raise ConfigError(f"environment error: SLURM_ARRAY_TASK_ID={env_id} must be below "
-                                  f"SLURM_ARRAY_TASK_COUNT={env_count}")
+
+                raise ConfigError(
+                    f"environment error: SLURM_ARRAY_TASK_ID={env_id} must be below SLURM_ARRAY_TASK_COUNT={env_count}"
+                )
             shard, num_shards = env_id, env_count
     problem = shard_problem(shard, num_shards)
     if problem:
@@ -62,6 +67,7 @@ def make_executor(cfg: Config, kind: str | None = None, workers: int | None = No
     kind = kind or cfg.executor.kind
     if kind == "ray":
         from pipeline.executors.ray import RayExecutor  # imports Ray: only when chosen
+
         return RayExecutor(cfg, address=ray_address or cfg.executor.ray_address)
     # under a Slurm array each task runs its own shards locally
     return LocalExecutor(cfg, workers)

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+from collections.abc import Callable, Iterable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
-from typing import Callable, Iterable
 
 from pipeline import registry, threads
 from pipeline.config import Config
@@ -27,11 +27,13 @@ def die_with_parent(parent_pid: int) -> None:
     on with its share of the machine (Linux: PR_SET_PDEATHSIG; elsewhere a thread watching the parent)."""
     import signal
     import threading
+
     try:
         import ctypes
+
         libc = ctypes.CDLL(None, use_errno=True)
-        if libc.prctl(1, signal.SIGKILL, 0, 0, 0) == 0:   # 1: PR_SET_PDEATHSIG
-            if os.getppid() != parent_pid:                  # the parent ended before the call
+        if libc.prctl(1, signal.SIGKILL, 0, 0, 0) == 0:  # 1: PR_SET_PDEATHSIG
+            if os.getppid() != parent_pid:  # the parent ended before the call
                 os._exit(1)
             return
     except (OSError, AttributeError):
@@ -39,9 +41,11 @@ def die_with_parent(parent_pid: int) -> None:
 
     def watch() -> None:
         import time
+
         while os.getppid() == parent_pid:
             time.sleep(1.0)
         os._exit(1)
+
     threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
@@ -50,6 +54,7 @@ def _worker_start(parent_pid: int, workers: int) -> None:
     the worker ends with its parent, and the workers share the allocation's CPUs, so each one's default
     thread count is its share."""
     import signal
+
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     die_with_parent(parent_pid)
     threads.share_among(workers)
@@ -57,8 +62,12 @@ def _worker_start(parent_pid: int, workers: int) -> None:
 
 def _spawn_pool(workers: int) -> ProcessPoolExecutor:
     # spawn, not fork: torch, faiss and FFmpeg keep threads that a forked child must not inherit
-    return ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
-                               initializer=_worker_start, initargs=(os.getpid(), workers))
+    return ProcessPoolExecutor(
+        max_workers=workers,
+        mp_context=multiprocessing.get_context("spawn"),
+        initializer=_worker_start,
+        initargs=(os.getpid(), workers),
+    )
 
 
 class LocalExecutor:
@@ -66,20 +75,23 @@ class LocalExecutor:
         self.cfg = cfg
         self.workers = workers or default_workers(cfg)
 
-    def run_shards(self, work_dir: Path, stage: str, shards: list[int], *, force: bool = False,
-                   quiet: bool = False) -> list[dict]:
+    def run_shards(
+        self, work_dir: Path, stage: str, shards: list[int], *, force: bool = False, quiet: bool = False
+    ) -> list[dict]:
         limit = registry.stage(stage).max_parallel_shards or self.workers
         workers = min(self.workers, limit, max(len(shards), 1))
         # the whole stage's progress is counted here, in the parent: pool workers run quiet (their bars
         # would overwrite each other), an in-process shard also shows its own bar of videos
         with Progress(total=len(shards), unit="shards", desc=stage, quiet=quiet) as progress:
+
             def done(stats: dict) -> None:
                 if stats.get("failed") or stats.get("blocked"):
-                    progress.fail(1)   # a crashed shard is never counted as done
+                    progress.fail(1)  # a crashed shard is never counted as done
                     return
                 ran = not stats.get("skipped")
-                progress.update(1, videos=stats.get("videos", 0) if ran else 0,
-                                clips=stats.get("clips", 0) if ran else 0)
+                progress.update(
+                    1, videos=stats.get("videos", 0) if ran else 0, clips=stats.get("clips", 0) if ran else 0
+                )
 
             # the current shards are found here, without a pool: a rerun with nothing to do starts none
             by_shard = {} if force else runner.current_shards(self.cfg, work_dir, stage, shards, workers)
@@ -89,13 +101,18 @@ class LocalExecutor:
             workers = min(workers, max(len(todo), 1))
             if workers <= 1:
                 for shard_index in todo:
-                    by_shard[shard_index] = runner.run_one_shard_safely(self.cfg, work_dir, stage, shard_index,
-                                                                        force=force, quiet=quiet)
+                    by_shard[shard_index] = runner.run_one_shard_safely(
+                        self.cfg, work_dir, stage, shard_index, force=force, quiet=quiet
+                    )
                     done(by_shard[shard_index])
                 return [by_shard[shard_index] for shard_index in shards]
             with _spawn_pool(workers) as pool:
-                futures = {pool.submit(runner.run_one_shard_safely, self.cfg, work_dir, stage, shard_index,
-                                       force=force, quiet=True): shard_index for shard_index in todo}
+                futures = {
+                    pool.submit(
+                        runner.run_one_shard_safely, self.cfg, work_dir, stage, shard_index, force=force, quiet=True
+                    ): shard_index
+                    for shard_index in todo
+                }
                 for future in as_completed(futures):
                     by_shard[futures[future]] = future.result()
                     done(by_shard[futures[future]])

@@ -32,18 +32,19 @@ import os
 import socket
 import traceback
 import warnings
+from collections.abc import Callable, Iterable, Iterator
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterable, Iterator
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from pipeline import registry, storage, threads
 from pipeline.config import Config
+from pipeline.contract import PreflightError, ShardContext, ShardResult
 from pipeline.engine import runner
 from pipeline.engine.lineage import CorruptFile, InputNotReady, Lineage
 from pipeline.engine.workdir import WorkDir
-from pipeline.contract import PreflightError, ShardContext, ShardResult
 from pipeline.progress import Progress
 
 if TYPE_CHECKING:
@@ -51,10 +52,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("pipeline.ray")
 
-LOG_TAIL_LINES = 30              # of a failed shard's log, in its failure report
-ENCODER_BATCHES_IN_FLIGHT = 4    # per shard of a split stage: batches sent to the encoder actors, not yet back
-SHARDS_PER_ACTOR = 2             # shards producing at once per encoder actor, at least
-ATTEMPT_STARTED, ATTEMPT_FAILED = ": attempt on ", ": attempt failed"   # markers in the shard logs
+LOG_TAIL_LINES = 30  # of a failed shard's log, in its failure report
+ENCODER_BATCHES_IN_FLIGHT = 4  # per shard of a split stage: batches sent to the encoder actors, not yet back
+SHARDS_PER_ACTOR = 2  # shards producing at once per encoder actor, at least
+ATTEMPT_STARTED, ATTEMPT_FAILED = ": attempt on ", ": attempt failed"  # markers in the shard logs
 
 
 def task_options(cfg: Config, role: str) -> dict:
@@ -75,14 +76,21 @@ def infeasible(role: str, options: dict, nodes: list[dict]) -> str | None:
     if any(all(resources.get(key, 0) >= value for key, value in wanted.items() if value) for resources in alive):
         return None
     # named: what no node has enough of; all of it where each alone fits some node, but not together
-    short = {key: value for key, value in wanted.items()
-             if value and not any(resources.get(key, 0) >= value for resources in alive)}
-    asked = ", ".join(f"{value / 2**30:g} GB of memory" if key == "memory" else f"{value:g} {key}(s)"
-                      for key, value in (short or {k: v for k, v in wanted.items() if v}).items())
+    short = {
+        key: value
+        for key, value in wanted.items()
+        if value and not any(resources.get(key, 0) >= value for resources in alive)
+    }
+    asked = ", ".join(
+        f"{value / 2**30:g} GB of memory" if key == "memory" else f"{value:g} {key}(s)"
+        for key, value in (short or {k: v for k, v in wanted.items() if v}).items()
+    )
     most = {key: max((resources.get(key, 0) for resources in alive), default=0) for key in wanted}
-    return (f"executor.ray_resources.{role} asks for {asked} per task, but no node of the Ray cluster has that "
-            f"(its {len(alive)} node(s) have at most {most['CPU']:g} CPUs, {most['GPU']:g} GPUs, "
-            f"{most['memory'] / 2**30:.1f} GB of memory): lower it, or add such a node")
+    return (
+        f"executor.ray_resources.{role} asks for {asked} per task, but no node of the Ray cluster has that "
+        f"(its {len(alive)} node(s) have at most {most['CPU']:g} CPUs, {most['GPU']:g} GPUs, "
+        f"{most['memory'] / 2**30:.1f} GB of memory): lower it, or add such a node"
+    )
 
 
 def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
@@ -92,8 +100,16 @@ def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
         return "(no log)"
 
 
-def _run_shard_task(cfg: Config, work_dir: Path, stage: str, shard_index: int, force: bool,
-                    split: Split | None, actors: list | None, encoder_info: dict | None) -> dict:
+def _run_shard_task(
+    cfg: Config,
+    work_dir: Path,
+    stage: str,
+    shard_index: int,
+    force: bool,
+    split: Split | None,
+    actors: list | None,
+    encoder_info: dict | None,
+) -> dict:
     """One attempt at one shard, in a Ray worker. Its log lines and any traceback go to the shard's log."""
     path = WorkDir(work_dir).shard_log(stage, shard_index)
     # on object storage nothing appends: the attempt logs to a local file, added to the shard's log after
@@ -107,12 +123,25 @@ def _run_shard_task(cfg: Config, work_dir: Path, stage: str, shard_index: int, f
     root.setLevel(logging.INFO)
     try:
         import ray
-        log.info("%s part %d%s%s (Ray node %s, pid %d, %s)", stage, shard_index, ATTEMPT_STARTED, socket.gethostname(),
-                 ray.get_runtime_context().get_node_id(), os.getpid(), threads.describe())
+
+        log.info(
+            "%s part %d%s%s (Ray node %s, pid %d, %s)",
+            stage,
+            shard_index,
+            ATTEMPT_STARTED,
+            socket.gethostname(),
+            ray.get_runtime_context().get_node_id(),
+            os.getpid(),
+            threads.describe(),
+        )
         compute = partial(split_with_actors, split=split, actors=actors, info=encoder_info) if actors else None
         stats = runner.run_one_shard(cfg, work_dir, stage, shard_index, force=force, quiet=True, compute=compute)
-        log.info("%s part %d: done (%s)", stage, shard_index, "already current" if stats.get("skipped") else
-                 f"{stats.get('seconds', 0):.1f} s")
+        log.info(
+            "%s part %d: done (%s)",
+            stage,
+            shard_index,
+            "already current" if stats.get("skipped") else f"{stats.get('seconds', 0):.1f} s",
+        )
         return stats
     except (InputNotReady, CorruptFile) as error:
         # not a failure to retry: an input is missing or stale until its own stage runs
@@ -142,12 +171,18 @@ def _failure(work_dir: Path, stage: str, shard_index: int, error: BaseException,
     """The report of a shard whose every attempt failed: the cause and the tail of its log."""
     work = WorkDir(work_dir)
     path = work.shard_log(stage, shard_index)
-    failure = runner.record_failure(work, stage, shard_index, f"{cause_line(error)} (after {attempts} attempt(s))",
-                                    f"log {path}, last lines:\n{log_tail(path)}")
+    failure = runner.record_failure(
+        work,
+        stage,
+        shard_index,
+        f"{cause_line(error)} (after {attempts} attempt(s))",
+        f"log {path}, last lines:\n{log_tail(path)}",
+    )
     return {**failure, "attempts": attempts, "log": str(path)}
 
 
 # ------------------------------------------------------------------ split stages: producer tasks -> encoder actors
+
 
 def _produce(split: Split, cfg: Config, videos: list[dict]) -> Iterator:
     """A Ray streaming task: one producer stream of a shard. Yields each batch's meta (with `has_payload`),
@@ -169,6 +204,7 @@ class EncoderActor:
 
     def encode(self, payload: np.ndarray) -> np.ndarray:
         import torch
+
         return self.encoder.submit(torch.from_numpy(payload)).result()
 
     def describe(self) -> dict:
@@ -188,10 +224,13 @@ def split_with_actors(ctx: ShardContext, split: Split, actors: list, info: dict)
     cfg = split.settle(ctx.cfg, _device(info["device"]))
     n_streams = max(1, min(split.streams(cfg), len(ctx.videos)))
     produce = ray.remote(_produce).options(
-        num_returns="streaming", max_retries=0,   # a failed stream fails the shard task, which is retried
-        _generator_backpressure_num_objects=2 * ENCODER_BATCHES_IN_FLIGHT, **task_options(cfg, split.roles[0]))
+        num_returns="streaming",
+        max_retries=0,  # a failed stream fails the shard task, which is retried
+        _generator_backpressure_num_objects=2 * ENCODER_BATCHES_IN_FLIGHT,
+        **task_options(cfg, split.roles[0]),
+    )
     streams = [produce.remote(split, cfg, videos) for videos in stream_videos(ctx.videos, n_streams)]
-    first = ctx.shard_index % len(actors)   # shards start their round-robin on different actors
+    first = ctx.shard_index % len(actors)  # shards start their round-robin on different actors
     actor_cycle = itertools.cycle(actors[first:] + actors[:first])
     metas, array_refs, in_flight = [], [], []
     active = list(streams)
@@ -219,10 +258,12 @@ def split_with_actors(ctx: ShardContext, split: Split, actors: list, info: dict)
 
 def _device(name: str):
     import torch
+
     return torch.device(name)
 
 
 # ------------------------------------------------------------------ the executor
+
 
 class RayExecutor:
     """Joins the cluster at `address` ("auto": the running one), or starts a local Ray instance with
@@ -244,8 +285,9 @@ class RayExecutor:
 
     def describe(self) -> str:
         resources = self._ray.cluster_resources()
-        return (f"ray: {len(self._ray.nodes())} node(s), {resources.get('CPU', 0):g} CPUs, "
-                f"{resources.get('GPU', 0):g} GPUs")
+        return (
+            f"ray: {len(self._ray.nodes())} node(s), {resources.get('CPU', 0):g} CPUs, {resources.get('GPU', 0):g} GPUs"
+        )
 
     def require_feasible(self, *roles_options: tuple[str, dict]) -> None:
         """Stop before the first task when a role asks for what no node has (PreflightError, one line)."""
@@ -262,7 +304,8 @@ class RayExecutor:
             return []
         ex = self.cfg.executor
         actor = self._ray.remote(EncoderActor).options(
-            max_restarts=ex.max_retries, max_task_retries=ex.max_retries, **task_options(self.cfg, split.roles[1]))
+            max_restarts=ex.max_retries, max_task_retries=ex.max_retries, **task_options(self.cfg, split.roles[1])
+        )
         return [actor.remote(split, self.cfg) for _ in range(count)]
 
     def _shards_in_flight(self, split: Split, n_actors: int, device) -> int:
@@ -273,8 +316,9 @@ class RayExecutor:
         cpus_per_shard = streams * max(task_options(self.cfg, split.roles[0])["num_cpus"], 0.01)
         return max(SHARDS_PER_ACTOR * n_actors, math.ceil(cpus / cpus_per_shard))
 
-    def run_shards(self, work_dir: Path, stage: str, shards: list[int], *, force: bool = False,
-                   quiet: bool = False) -> list[dict]:
+    def run_shards(
+        self, work_dir: Path, stage: str, shards: list[int], *, force: bool = False, quiet: bool = False
+    ) -> list[dict]:
         ray, cfg = self._ray, self.cfg
         work_dir = WorkDir(work_dir).root
         work_dir = work_dir if storage.is_remote(work_dir) else Path(work_dir).resolve()
@@ -284,16 +328,21 @@ class RayExecutor:
         checker = Lineage(work_dir, cfg)
         states = {} if force else {s: checker.state(stage, s, verify=True) for s in shards}
         pending = [s for s in shards if force or not states[s].current]
-        spec = registry.stage(stage)   # looked up once: tasks and actors are handed its split
+        spec = registry.stage(stage)  # looked up once: tasks and actors are handed its split
         split = spec.function("split") if spec.split else None
         if pending:
             uses_actors = split is not None and split.actors(cfg) > 0
-            self.require_feasible(*([(role, task_options(cfg, role)) for role in split.roles] if uses_actors
-                                    else [(stage, task_options(cfg, stage))]))
+            self.require_feasible(
+                *(
+                    [(role, task_options(cfg, role)) for role in split.roles]
+                    if uses_actors
+                    else [(stage, task_options(cfg, stage))]
+                )
+            )
         actors = self._encoder_actors(split) if pending else []
-        encoder_info = ray.get(actors[0].describe.remote()) if actors else None   # asked once, not per shard
+        encoder_info = ray.get(actors[0].describe.remote()) if actors else None  # asked once, not per shard
         if actors:
-            options = {"num_cpus": 0}   # the shard task only coordinates: producers and encoders do the work
+            options = {"num_cpus": 0}  # the shard task only coordinates: producers and encoders do the work
             max_in_flight = self._shards_in_flight(split, len(actors), _device(encoder_info["device"]))
         else:
             options = task_options(cfg, stage)
@@ -301,10 +350,11 @@ class RayExecutor:
         task = self._shard_task.options(max_retries=cfg.executor.max_retries, retry_exceptions=True, **options)
         log.info("%s: %d of %d shard(s) to run on %s", stage, len(pending), len(shards), self.describe())
         with Progress(total=len(shards), unit="shards", desc=f"{stage} on ray", quiet=quiet) as progress:
+
             def finish(shard_index: int, stats: dict) -> None:
                 results[shard_index] = stats
                 if stats.get("failed") or stats.get("blocked"):
-                    progress.fail(1)   # a crashed shard is never counted as done
+                    progress.fail(1)  # a crashed shard is never counted as done
                     return
                 progress.update(1, clips=stats.get("clips", 0) if not stats.get("skipped") else 0)
 
@@ -314,7 +364,9 @@ class RayExecutor:
             while queue or in_flight:
                 while queue and len(in_flight) < max_in_flight:
                     shard_index = queue.popleft()
-                    in_flight[task.remote(cfg, work_dir, stage, shard_index, force, split, actors, encoder_info)] = shard_index
+                    in_flight[task.remote(cfg, work_dir, stage, shard_index, force, split, actors, encoder_info)] = (
+                        shard_index
+                    )
                 # block for one, then take every other one that is done too
                 ready, waiting = ray.wait(list(in_flight), num_returns=1)
                 if waiting:
@@ -337,8 +389,9 @@ class RayExecutor:
         process pool."""
         ray, cfg = self._ray, self.cfg
         self.require_feasible((role, task_options(cfg, role)))
-        remote = ray.remote(_apply).options(max_retries=cfg.executor.max_retries, retry_exceptions=True,
-                                            **task_options(cfg, role))
+        remote = ray.remote(_apply).options(
+            max_retries=cfg.executor.max_retries, retry_exceptions=True, **task_options(cfg, role)
+        )
         shared_fn = ray.put(fn)
         refs = [remote.remote(shared_fn, item) for item in items]
         results = []
@@ -346,8 +399,10 @@ class RayExecutor:
             try:
                 results.append(ray.get(ref))
             except ray.exceptions.RayError as error:
-                raise RuntimeError(f"{getattr(fn, '__name__', fn)} failed on part {index} after "
-                                   f"{cfg.executor.max_retries + 1} attempt(s): {cause_line(error)}") from error
+                raise RuntimeError(
+                    f"{getattr(fn, '__name__', fn)} failed on part {index} after "
+                    f"{cfg.executor.max_retries + 1} attempt(s): {cause_line(error)}"
+                ) from error
         return results
 
 

@@ -64,7 +64,7 @@ REPO = Path(__file__).resolve().parents[2]
 JOB_ID = re.compile(r"\d+(_\d+)?")
 # every stage but the root (the manifest lists the input where the user is, before any job)
 SUBMIT_STAGES = tuple(spec.name for spec in registry.STAGES if spec.reads)
-SLURM_DEFAULT_MAX_ARRAY_SIZE = 1001      # Slurm's own default: array indexes 0..1000
+SLURM_DEFAULT_MAX_ARRAY_SIZE = 1001  # Slurm's own default: array indexes 0..1000
 # a value sbatch reads as one plain word on a #SBATCH line: no space, quote, backslash, "#" (a comment) or
 # control character
 PLAIN_DIRECTIVE_VALUE = re.compile(r"[^\s'\"\\#\x00-\x1f\x7f]+")
@@ -77,8 +77,7 @@ class ScriptError(ValueError):
 
 def _one_line(value: str, what: str) -> str:
     if has_control_characters(value):
-        raise ScriptError(f"{what} must not contain control characters such as a line break or a tab "
-                          f"(got {value!r})")
+        raise ScriptError(f"{what} must not contain control characters such as a line break or a tab (got {value!r})")
     return value
 
 
@@ -93,8 +92,10 @@ def sbatch_path(folder: str, pattern: str) -> str:
     other in double quotes with its '"' escaped: spaces, quotes, "#" and "$(...)" then reach sbatch as
     written. A line break is refused before this (it would end the directive and start a command)."""
     if "\\" in folder:
-        raise ScriptError(f"--work-dir must not contain a backslash: sbatch would then not name the logs by "
-                          f"job and task (got {folder!r})")
+        raise ScriptError(
+            f"--work-dir must not contain a backslash: sbatch would then not name the logs by "
+            f"job and task (got {folder!r})"
+        )
     path = folder.replace("%", "%%") + "/" + pattern
     return path if PLAIN_PATH.fullmatch(path) else '"' + path.replace('"', '\\"') + '"'
 
@@ -122,9 +123,19 @@ def slurm_home(work_dir) -> WorkDir:
     return WorkDir(Path.cwd() / "slurm-jobs" / name)
 
 
-def pipeline_command(stage: str, *, work_dir: Path, config: str | None, overrides: list[str],
-                     num_shards: int, gpus: int, python: str = sys.executable, first_task: int = 0,
-                     nodes: int = 1, rdzv_port: int = 29400) -> str:
+def pipeline_command(
+    stage: str,
+    *,
+    work_dir: Path,
+    config: str | None,
+    overrides: list[str],
+    num_shards: int,
+    gpus: int,
+    python: str = sys.executable,
+    first_task: int = 0,
+    nodes: int = 1,
+    rdzv_port: int = 29400,
+) -> str:
     """The command line every task of the job runs (shell syntax; the task id, the job id and the first
     node's address are read at run time)."""
     common = ["--work-dir", storage.canonical(work_dir)]
@@ -135,26 +146,32 @@ def pipeline_command(stage: str, *, work_dir: Path, config: str | None, override
     quoted = " ".join(shlex.quote(part) for part in common)
     if stage in SHARD_STAGES:
         task = '"$SLURM_ARRAY_TASK_ID"' if not first_task else f'"$((SLURM_ARRAY_TASK_ID + {int(first_task)}))"'
-        return (f"{shlex.quote(python)} -m pipeline {stage} {quoted} --executor local "
-                f'--shard {task} --num-shards {int(num_shards)} --workers "${{SLURM_CPUS_PER_TASK:-1}}"')
+        return (
+            f"{shlex.quote(python)} -m pipeline {stage} {quoted} --executor local "
+            f'--shard {task} --num-shards {int(num_shards)} --workers "${{SLURM_CPUS_PER_TASK:-1}}"'
+        )
     spec = registry.stage(stage)
     if spec.distributed:
         if nodes > 1:
             # one torchrun per node (srun), which starts a process per GPU; all meet at the first node
-            launcher = (f'srun --nodes={int(nodes)} --ntasks={int(nodes)} --ntasks-per-node=1 '
-                        f'--cpus-per-task="${{SLURM_CPUS_PER_TASK:-1}}" --kill-on-bad-exit=1 '
-                        f"{shlex.quote(python)} -m pipeline.executors.torchrun --nnodes {int(nodes)} "
-                        f"--nproc-per-node {max(int(gpus), 1)} --rdzv-backend c10d "
-                        f'--rdzv-endpoint "$MASTER_ADDR:{int(rdzv_port)}" --rdzv-id "$SLURM_JOB_ID" '
-                        f"--max-restarts 0 -m pipeline")
+            launcher = (
+                f"srun --nodes={int(nodes)} --ntasks={int(nodes)} --ntasks-per-node=1 "
+                f'--cpus-per-task="${{SLURM_CPUS_PER_TASK:-1}}" --kill-on-bad-exit=1 '
+                f"{shlex.quote(python)} -m pipeline.executors.torchrun --nnodes {int(nodes)} "
+                f"--nproc-per-node {max(int(gpus), 1)} --rdzv-backend c10d "
+                f'--rdzv-endpoint "$MASTER_ADDR:{int(rdzv_port)}" --rdzv-id "$SLURM_JOB_ID" '
+                f"--max-restarts 0 -m pipeline"
+            )
         elif gpus > 1:
-            launcher = f"{shlex.quote(python)} -m torch.distributed.run --standalone --nproc-per-node {int(gpus)} -m pipeline"
+            launcher = (
+                f"{shlex.quote(python)} -m torch.distributed.run --standalone --nproc-per-node {int(gpus)} -m pipeline"
+            )
         else:
             launcher = f"{shlex.quote(python)} -m pipeline"
     else:
         launcher = f"{shlex.quote(python)} -m pipeline"
     line = f"{launcher} {stage} {quoted}"
-    if spec.workers:   # its parts in a local pool of the task's CPUs
+    if spec.workers:  # its parts in a local pool of the task's CPUs
         line += ' --executor local --workers "${SLURM_CPUS_PER_TASK:-1}"'
     return " ".join([line, *map(shlex.quote, spec.batch_arguments)])
 
@@ -170,11 +187,22 @@ def _check_job_ids(after: list[str]) -> list[str]:
     return ids
 
 
-def sbatch_script(cfg: Config, stage: str, *, work_dir: Path, config: str | None = None,
-                  overrides: list[str] = (), num_shards: int = 1, array_parallelism: int | None = None,
-                  after: list[str] = (), python: str = sys.executable, first_task: int = 0,
-                  tasks: int | None = None, max_array_size: int | None = None,
-                  indexes: list[int] | None = None) -> str:
+def sbatch_script(
+    cfg: Config,
+    stage: str,
+    *,
+    work_dir: Path,
+    config: str | None = None,
+    overrides: list[str] = (),
+    num_shards: int = 1,
+    array_parallelism: int | None = None,
+    after: list[str] = (),
+    python: str = sys.executable,
+    first_task: int = 0,
+    tasks: int | None = None,
+    max_array_size: int | None = None,
+    indexes: list[int] | None = None,
+) -> str:
     """The sbatch script of a stage (for an array stage: of its tasks first_task .. first_task+tasks-1,
     all of them by default, or only the array indexes `indexes` of them: task first_task + i each);
     ScriptError names the argument or key of a value that cannot go in."""
@@ -203,8 +231,10 @@ def sbatch_script(cfg: Config, stage: str, *, work_dir: Path, config: str | None
         raise ScriptError(f"array tasks {first_task}..{first_task + tasks - 1} are not within 0..{num_shards - 1}")
     max_array_size = max_array_size or ex.slurm_max_array_size or SLURM_DEFAULT_MAX_ARRAY_SIZE
     if is_array and tasks > max_array_size:
-        raise ScriptError(f"{tasks} array tasks are more than executor.slurm_max_array_size "
-                          f"({max_array_size}): submit them as several jobs (sbatch_scripts)")
+        raise ScriptError(
+            f"{tasks} array tasks are more than executor.slurm_max_array_size "
+            f"({max_array_size}): submit them as several jobs (sbatch_scripts)"
+        )
     if indexes is not None and (not indexes or not all(0 <= int(i) < tasks for i in indexes)):
         raise ScriptError(f"array indexes {indexes} are not within 0..{tasks - 1}")
     parallelism = array_parallelism or ex.slurm_array_parallelism
@@ -213,56 +243,87 @@ def sbatch_script(cfg: Config, stage: str, *, work_dir: Path, config: str | None
     elif tasks == num_shards:
         what = f"a job array of {num_shards} task(s)"
     else:
-        what = (f"a job array of tasks {first_task}..{first_task + tasks - 1} of {num_shards} "
-                f"(array index i runs task i + {first_task})")
-    lines = ["#!/bin/bash",
-             f"# VideoBERT pipeline: the {stage} stage as {what}, written by `python -m pipeline submit`",
-             f"#SBATCH --job-name=videobert-{stage}"]
+        what = (
+            f"a job array of tasks {first_task}..{first_task + tasks - 1} of {num_shards} "
+            f"(array index i runs task i + {first_task})"
+        )
+    lines = [
+        "#!/bin/bash",
+        f"# VideoBERT pipeline: the {stage} stage as {what}, written by `python -m pipeline submit`",
+        f"#SBATCH --job-name=videobert-{stage}",
+    ]
     if is_array:
         spec = f"0-{tasks - 1}" if indexes is None else ",".join(str(int(i)) for i in sorted(set(indexes)))
         lines.append(f"#SBATCH --array={spec}" + (f"%{int(parallelism)}" if parallelism else ""))
     if nodes > 1:
         lines += [f"#SBATCH --nodes={nodes}", "#SBATCH --ntasks-per-node=1"]
-    lines += [f"#SBATCH --cpus-per-task={int(ex.slurm_cpus_per_task)}",
-              _directive("mem", ex.slurm_mem, "executor.slurm_mem"),
-              _directive("time", ex.slurm_time, "executor.slurm_time")]
+    lines += [
+        f"#SBATCH --cpus-per-task={int(ex.slurm_cpus_per_task)}",
+        _directive("mem", ex.slurm_mem, "executor.slurm_mem"),
+        _directive("time", ex.slurm_time, "executor.slurm_time"),
+    ]
     if ex.slurm_partition:
         lines.append(_directive("partition", ex.slurm_partition, "executor.slurm_partition"))
     if gpus:
         lines.append(f"#SBATCH --gres=gpu:{gpus}")
     log_name = "%x-%A_%a.out" if is_array else "%x-%j.out"
-    lines += [f"#SBATCH --output={sbatch_path(str(slurm_home(work_dir).slurm_logs), log_name)}",
-              "#SBATCH --open-mode=append",     # a requeued attempt appends to the same log
-              "#SBATCH --requeue"]
+    lines += [
+        f"#SBATCH --output={sbatch_path(str(slurm_home(work_dir).slurm_logs), log_name)}",
+        "#SBATCH --open-mode=append",  # a requeued attempt appends to the same log
+        "#SBATCH --requeue",
+    ]
     if after:
         # a failed upstream stage cancels this job instead of leaving it pending forever
         lines += [f"#SBATCH --dependency=afterok:{':'.join(after)}", "#SBATCH --kill-on-invalid-dep=yes"]
     lines += list(ex.slurm_extra)
-    lines += ["",
-              "set -euo pipefail",
-              f"cd {shlex.quote(str(REPO))}",
-              # torch and FFmpeg would otherwise start a thread per core of the node, not of the allocation
-              'export OMP_NUM_THREADS="${SLURM_CPUS_PER_TASK:-1}"']
+    lines += [
+        "",
+        "set -euo pipefail",
+        f"cd {shlex.quote(str(REPO))}",
+        # torch and FFmpeg would otherwise start a thread per core of the node, not of the allocation
+        'export OMP_NUM_THREADS="${SLURM_CPUS_PER_TASK:-1}"',
+    ]
     if nodes > 1:
-        lines += ["# the rendezvous is hosted on the job's first node, at its address (NodeAddr): a node's",
-                  "# name need not be a host name that resolves",
-                  'first_node="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1 || true)"',
-                  ': "${first_node:?cannot read the first node of $SLURM_JOB_NODELIST with scontrol}"',
-                  "MASTER_ADDR=\"$(scontrol show node \"$first_node\" 2>/dev/null | tr ' ' '\\n' "
-                  "| sed -n 's/^NodeAddr=//p' | head -n 1 || true)\"",
-                  'export MASTER_ADDR="${MASTER_ADDR:-$first_node}"',
-                  f"export MASTER_PORT={int(ex.slurm_rdzv_port)}",
-                  'getent ahosts "$MASTER_ADDR" >/dev/null || { echo "train: the first node\'s address '
-                  '$MASTER_ADDR (node $first_node) does not resolve: the rendezvous cannot start" >&2; exit 1; }']
-    lines += ["exec " + pipeline_command(stage, work_dir=work_dir, config=config, overrides=list(overrides),
-                                         num_shards=num_shards, gpus=gpus, python=python, first_task=first_task,
-                                         nodes=nodes, rdzv_port=int(ex.slurm_rdzv_port)),
-              ""]
+        lines += [
+            "# the rendezvous is hosted on the job's first node, at its address (NodeAddr): a node's",
+            "# name need not be a host name that resolves",
+            'first_node="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1 || true)"',
+            ': "${first_node:?cannot read the first node of $SLURM_JOB_NODELIST with scontrol}"',
+            "MASTER_ADDR=\"$(scontrol show node \"$first_node\" 2>/dev/null | tr ' ' '\\n' "
+            "| sed -n 's/^NodeAddr=//p' | head -n 1 || true)\"",
+            'export MASTER_ADDR="${MASTER_ADDR:-$first_node}"',
+            f"export MASTER_PORT={int(ex.slurm_rdzv_port)}",
+            'getent ahosts "$MASTER_ADDR" >/dev/null || { echo "train: the first node\'s address '
+            '$MASTER_ADDR (node $first_node) does not resolve: the rendezvous cannot start" >&2; exit 1; }',
+        ]
+    lines += [
+        "exec "
+        + pipeline_command(
+            stage,
+            work_dir=work_dir,
+            config=config,
+            overrides=list(overrides),
+            num_shards=num_shards,
+            gpus=gpus,
+            python=python,
+            first_task=first_task,
+            nodes=nodes,
+            rdzv_port=int(ex.slurm_rdzv_port),
+        ),
+        "",
+    ]
     return "\n".join(lines)
 
 
-def sbatch_scripts(cfg: Config, stage: str, *, num_shards: int = 1, max_array_size: int | None = None,
-                   only_tasks: set[int] | None = None, **options) -> list[str]:
+def sbatch_scripts(
+    cfg: Config,
+    stage: str,
+    *,
+    num_shards: int = 1,
+    max_array_size: int | None = None,
+    only_tasks: set[int] | None = None,
+    **options,
+) -> list[str]:
     """The scripts of a stage: one, or for an array longer than the MaxArraySize (max_array_size, else
     executor.slurm_max_array_size, else Slurm's default) one per part (array_parts), each covering its
     tasks; with `only_tasks`, only the parts holding one of them, each asking for those alone."""
@@ -274,8 +335,18 @@ def sbatch_scripts(cfg: Config, stage: str, *, num_shards: int = 1, max_array_si
         indexes = None if only_tasks is None else [t - first for t in sorted(only_tasks) if first <= t < first + tasks]
         if indexes == []:
             continue
-        scripts.append(sbatch_script(cfg, stage, num_shards=num_shards, first_task=first, tasks=tasks,
-                                     max_array_size=size, indexes=indexes, **options))
+        scripts.append(
+            sbatch_script(
+                cfg,
+                stage,
+                num_shards=num_shards,
+                first_task=first,
+                tasks=tasks,
+                max_array_size=size,
+                indexes=indexes,
+                **options,
+            )
+        )
     return scripts
 
 
@@ -306,17 +377,24 @@ def cluster_max_array_size() -> int | None:
 
 # sbatch's refusals that a setting of this pipeline fixes, with that fix
 SBATCH_FIXES = (
-    ("invalid job array specification",
-     "the array is longer than the cluster's MaxArraySize ({max_array_size} assumed; `scontrol show config | "
-     "grep MaxArraySize`): set executor.slurm_max_array_size to it"),
-    ("requested node configuration is not available",
-     "no node has what the job asks for: lower executor.slurm_cpus_per_task, slurm_mem, slurm_gpus or slurm_nodes "
-     "(`sinfo -N -l` lists the nodes)"),
+    (
+        "invalid job array specification",
+        "the array is longer than the cluster's MaxArraySize ({max_array_size} assumed; `scontrol show config | "
+        "grep MaxArraySize`): set executor.slurm_max_array_size to it",
+    ),
+    (
+        "requested node configuration is not available",
+        "no node has what the job asks for: lower executor.slurm_cpus_per_task, slurm_mem, slurm_gpus or slurm_nodes "
+        "(`sinfo -N -l` lists the nodes)",
+    ),
     ("invalid partition", "set executor.slurm_partition to one that `sinfo` lists"),
     ("time limit", "lower executor.slurm_time to the partition's limit (`sinfo -o '%P %l'`)"),
     ("memory specification", "lower executor.slurm_mem to what the nodes have (`sinfo -N -l`)"),
-    ("dependency", "a job of --after is unknown or already failed (`squeue`, `sacct`): submit without it or "
-     "after a job that can still succeed"),
+    (
+        "dependency",
+        "a job of --after is unknown or already failed (`squeue`, `sacct`): submit without it or "
+        "after a job that can still succeed",
+    ),
     ("maxjobcount", "the cluster holds at most MaxJobCount jobs: lower the number of tasks or wait"),
     ("maxsubmitjobs", "the account may queue no more jobs now: wait or submit fewer tasks"),
 )
@@ -337,8 +415,9 @@ def _only_incomplete_tasks(cfg: Config, work_dir, stage: str, num_shards: int) -
     lineage = Lineage(work_dir, cfg)
     if stage not in SHARD_STAGES:
         return set() if lineage.state(stage).current else {0}
-    return {shard % num_shards for shard, state in lineage.stage_states(stage, verify="size").items()
-            if not state.current}
+    return {
+        shard % num_shards for shard, state in lineage.stage_states(stage, verify="size").items() if not state.current
+    }
 
 
 class SubmitFailed(Exception):
@@ -354,8 +433,10 @@ def _submit_stage(cfg: Config, args, stage: str, after: list[str], max_array_siz
     with --dry-run, which prints the scripts)."""
     num_shards = _num_tasks(args, stage)
     if num_shards is None:
-        raise SubmitFailed(f"give --num-shards N (the array's tasks): there is no manifest in {args.work_dir} yet "
-                           f"to take the number of shards from")
+        raise SubmitFailed(
+            f"give --num-shards N (the array's tasks): there is no manifest in {args.work_dir} yet "
+            f"to take the number of shards from"
+        )
     if num_shards < 1:
         raise SubmitFailed(f"--num-shards must be >= 1 (got {num_shards})")
     if args.array_parallelism is not None and args.array_parallelism < 1:
@@ -368,18 +449,29 @@ def _submit_stage(cfg: Config, args, stage: str, after: list[str], max_array_siz
         if not only_tasks:
             print(f"submit: every shard of {stage} is current: nothing to submit", file=sys.stderr)
             return []
-    try:   # before anything is read or written: a refused value leaves no script behind
-        scripts = sbatch_scripts(cfg, stage, work_dir=args.work_dir, config=args.config, overrides=args.set,
-                                 num_shards=num_shards, array_parallelism=args.array_parallelism,
-                                 after=after, max_array_size=max_array_size,
-                                 only_tasks=only_tasks if stage in SHARD_STAGES else None)
+    try:  # before anything is read or written: a refused value leaves no script behind
+        scripts = sbatch_scripts(
+            cfg,
+            stage,
+            work_dir=args.work_dir,
+            config=args.config,
+            overrides=args.set,
+            num_shards=num_shards,
+            array_parallelism=args.array_parallelism,
+            after=after,
+            max_array_size=max_array_size,
+            only_tasks=only_tasks if stage in SHARD_STAGES else None,
+        )
     except ScriptError as error:
         raise SubmitFailed(str(error)) from None
     if stage in SHARD_STAGES and WorkDir(args.work_dir).manifest.exists():
         shards = len(Lineage(args.work_dir).manifest_shards())
         if num_shards > shards:
-            print(f"submit: warning: {num_shards} tasks for {shards} manifest shard(s): "
-                  f"{num_shards - shards} task(s) will find nothing to do", file=sys.stderr)
+            print(
+                f"submit: warning: {num_shards} tasks for {shards} manifest shard(s): "
+                f"{num_shards - shards} task(s) will find nothing to do",
+                file=sys.stderr,
+            )
     # a split array under a throttle: each job after the one before, so the throttle holds over all of them
     chained = len(scripts) > 1 and bool(args.array_parallelism or cfg.executor.slurm_array_parallelism)
     if args.dry_run:
@@ -391,8 +483,9 @@ def _submit_stage(cfg: Config, args, stage: str, after: list[str], max_array_siz
         return []
     sbatch = shutil.which("sbatch")
     if sbatch is None:
-        raise SubmitFailed("sbatch not found on PATH (run this on a Slurm login node, or use --dry-run to print "
-                           "the script)", code=1)
+        raise SubmitFailed(
+            "sbatch not found on PATH (run this on a Slurm login node, or use --dry-run to print the script)", code=1
+        )
     work = slurm_home(args.work_dir)
     work.slurm_logs.mkdir(parents=True, exist_ok=True)
     stem = f"{stage}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
@@ -403,19 +496,22 @@ def _submit_stage(cfg: Config, args, stage: str, after: list[str], max_array_siz
         options = ["--parsable"]
         if chained and job_ids:
             # on the command line, a --dependency replaces the script's: the afterok of --after goes too
-            options.append("--dependency=" + ",".join(([f"afterok:{':'.join(after)}"] if after else [])
-                                                      + [f"afterany:{job_ids[-1]}"]))
+            options.append(
+                "--dependency="
+                + ",".join(([f"afterok:{':'.join(after)}"] if after else []) + [f"afterany:{job_ids[-1]}"])
+            )
         done = subprocess.run([sbatch, *options, str(path)], capture_output=True, text=True)
         if done.returncode != 0:
             submitted = f" (already submitted: {', '.join(job_ids)}; scancel them or submit again)" if job_ids else ""
-            raise SubmitFailed(f"sbatch refused {stage} ({path.name}): "
-                               f"{sbatch_failure(done.stderr, max_array_size=max_array_size)}{submitted}")
-        job_ids.append(done.stdout.strip().split(";")[0])   # --parsable: "jobid[;cluster]"
+            raise SubmitFailed(
+                f"sbatch refused {stage} ({path.name}): "
+                f"{sbatch_failure(done.stderr, max_array_size=max_array_size)}{submitted}"
+            )
+        job_ids.append(done.stdout.strip().split(";")[0])  # --parsable: "jobid[;cluster]"
         paths.append(path)
     if not args.quiet:
         jobs = f"job {job_ids[0]}" if len(job_ids) == 1 else f"jobs {', '.join(job_ids)}"
-        print(f"submit: {stage} is {jobs} ({', '.join(map(str, paths))}); logs in {work.slurm_logs}",
-              file=sys.stderr)
+        print(f"submit: {stage} is {jobs} ({', '.join(map(str, paths))}); logs in {work.slurm_logs}", file=sys.stderr)
     return job_ids
 
 
@@ -424,9 +520,10 @@ def pipeline_after(with_optional: bool) -> dict[str, tuple[str, ...]]:
     manifest: it runs beside features; a stage made in another's pass, decode, is that stage)."""
     made_by = {made: spec.name for spec in registry.STAGES for made in spec.also_makes}
     stages = [spec for spec in registry.run_stages(with_optional=with_optional) if spec.reads]
-    return {spec.name: tuple(dict.fromkeys(made_by.get(name, name) for name in spec.reads
-                                           if registry.stage(name).reads))
-            for spec in stages}
+    return {
+        spec.name: tuple(dict.fromkeys(made_by.get(name, name) for name in spec.reads if registry.stage(name).reads))
+        for spec in stages
+    }
 
 
 def submit(cfg: Config, args) -> int:
@@ -437,8 +534,7 @@ def submit(cfg: Config, args) -> int:
     try:
         after = _check_job_ids(args.after)
         # a setting wins; else the cluster's own limit, so that a split matches what sbatch accepts
-        max_array_size = (cfg.executor.slurm_max_array_size or cluster_max_array_size()
-                          or SLURM_DEFAULT_MAX_ARRAY_SIZE)
+        max_array_size = cfg.executor.slurm_max_array_size or cluster_max_array_size() or SLURM_DEFAULT_MAX_ARRAY_SIZE
         if args.stage != "pipeline":
             job_ids = _submit_stage(cfg, args, args.stage, after, max_array_size)
             if job_ids or not args.dry_run:

@@ -2,6 +2,7 @@
 `python -m torch.distributed.run` and runs it unchanged, except that a rendezvous that cannot start (the
 endpoint's port is taken or unreachable, a node never joins) ends in one line naming the endpoint and the
 fix, exit 2, instead of torchrun's tracebacks. Success and a training failure keep torchrun's own outcome."""
+
 from __future__ import annotations
 
 import sys
@@ -12,6 +13,7 @@ RENDEZVOUS_EXIT = 2
 def _rendezvous_errors() -> tuple[type[BaseException], ...]:
     import torch.distributed as dist
     from torch.distributed.elastic.rendezvous.api import RendezvousError
+
     # OSError covers a socket that cannot bind or connect; TimeoutError is one of them
     return (RendezvousError, dist.DistStoreError, dist.DistNetworkError, OSError)
 
@@ -29,6 +31,7 @@ def _import_torchrun():
     unless the user chose a level: the c10d store's retries would print a C++ trace per try. The worker
     processes inherit the user's environment unchanged."""
     import os
+
     chosen = os.environ.get("TORCH_CPP_LOG_LEVEL")
     if chosen is None:
         os.environ["TORCH_CPP_LOG_LEVEL"] = "FATAL"
@@ -48,9 +51,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         torchrun_main(argv)
     except _rendezvous_errors() as exc:
-        print(f"train: the rendezvous at {endpoint} could not start ({_reason(exc)}): set "
-              f"executor.slurm_rdzv_port to a port that is free on the first node, and make sure the first "
-              f"node is reachable at that address from the other nodes", file=sys.stderr, flush=True)
+        print(
+            f"train: the rendezvous at {endpoint} could not start ({_reason(exc)}): set "
+            f"executor.slurm_rdzv_port to a port that is free on the first node, and make sure the first "
+            f"node is reachable at that address from the other nodes",
+            file=sys.stderr,
+            flush=True,
+        )
         return RENDEZVOUS_EXIT
     return 0
 

@@ -9,11 +9,11 @@ from dataclasses import dataclass
 import av
 import numpy as np
 
-from stages.decode import DecodeConfig
 from pipeline.media.inputs import input_timeout, open_input
 from pipeline.media.video import choose_stream, is_truncated
+from stages.decode import DecodeConfig
 
-SAMPLE_RATE = 16_000           # what Whisper models take
+SAMPLE_RATE = 16_000  # what Whisper models take
 
 
 class AudioDecodeError(Exception):
@@ -22,8 +22,8 @@ class AudioDecodeError(Exception):
 
 @dataclass
 class Audio:
-    samples: np.ndarray        # float32 mono at SAMPLE_RATE
-    offset_s: float            # time of the first sample on the container clock
+    samples: np.ndarray  # float32 mono at SAMPLE_RATE
+    offset_s: float  # time of the first sample on the container clock
 
     @property
     def duration_s(self) -> float:
@@ -47,7 +47,7 @@ def decode_audio(uri: str, io_timeout_s: float = DecodeConfig.io_timeout_s) -> A
     with container:
         if not container.streams.audio:
             return None
-        stream, _ = choose_stream(container.streams.audio, motion=False)   # the default, else the longest
+        stream, _ = choose_stream(container.streams.audio, motion=False)  # the default, else the longest
         container_start_s = (container.start_time or 0) / av.time_base
         resampler = av.AudioResampler(format="flt", layout="mono", rate=SAMPLE_RATE)
         chunks: list[np.ndarray] = []
@@ -74,8 +74,10 @@ def decode_audio(uri: str, io_timeout_s: float = DecodeConfig.io_timeout_s) -> A
             declared_s = container.duration / av.time_base
             data_s = packets_end_s - container_start_s
             if is_truncated(data_s, declared_s):
-                raise AudioDecodeError(f"{uri}: file is truncated: its streams end at {data_s:.2f} s of the "
-                                       f"{declared_s:.2f} s its header declares")
+                raise AudioDecodeError(
+                    f"{uri}: file is truncated: its streams end at {data_s:.2f} s of the "
+                    f"{declared_s:.2f} s its header declares"
+                )
         samples = np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.float32)
         offset_s = (first_time - container_start_s) if first_time is not None else 0.0
         return Audio(samples=samples, offset_s=offset_s)

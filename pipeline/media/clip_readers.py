@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from stages.decode import DecodeConfig
 from pipeline.media.video import ClipReader
+from stages.decode import DecodeConfig
 
 
 def open_clip_reader(uri: str, cfg: DecodeConfig):
@@ -16,6 +16,7 @@ def open_clip_reader(uri: str, cfg: DecodeConfig):
     if cfg.backend == "torchcodec":
         # imported here: it loads torch, which the PyAV path does without
         from pipeline.media.torchcodec_reader import open_torchcodec_reader
+
         return open_torchcodec_reader(uri, cfg)
     return ClipReader(uri, cfg)
 

@@ -23,6 +23,7 @@ LIBRARIES = ("avcodec", "avformat", "avutil", "avfilter", "avdevice", "swscale",
 
 def pyav_libs() -> Path | None:
     import av
+
     folder = Path(av.__file__).resolve().parent.parent / "av.libs"
     return folder if folder.is_dir() else None
 
@@ -33,6 +34,7 @@ def link_folder() -> Path | None:
     if source is None:
         return None
     from pipeline.storage import user_cache
+
     folder = user_cache("ffmpeg") / f"{hashlib.sha256(str(source).encode()).hexdigest()[:12]}"
     for path in source.iterdir():
         match = re.fullmatch(r"lib(\w+)-[0-9a-f]{8}\.so\.(\d+)(\.[\d.]+)?", path.name)
@@ -72,15 +74,19 @@ def torchcodec_error() -> str | None:
     """None when torchcodec loads in this process, else why not (one line)."""
     try:
         import torchcodec
+
         if getattr(torchcodec, "ffmpeg_major_version", None) is None:
             # `import torchcodec` keeps going without FFmpeg; loading its core says why it cannot
             from torchcodec._internally_replaced_utils import load_core_libraries
+
             load_core_libraries()
         return None
     except Exception as error:  # noqa: BLE001 - torchcodec raises RuntimeError/OSError/ImportError
         line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        return (f"torchcodec cannot be used in this process ({line}): start it with FFmpeg's libraries on "
-                f"LD_LIBRARY_PATH (eval \"$(python -m pipeline.media.ffmpeg_libs)\") or install them")
+        return (
+            f"torchcodec cannot be used in this process ({line}): start it with FFmpeg's libraries on "
+            f'LD_LIBRARY_PATH (eval "$(python -m pipeline.media.ffmpeg_libs)") or install them'
+        )
 
 
 if __name__ == "__main__":

@@ -29,7 +29,6 @@ def input_timeout(uri: str, timeout_s: float, when: str) -> InputTimeout:
     return InputTimeout(f"{uri}: no data for {timeout_s:g} s {when} (decode.io_timeout_s)")
 
 
-
 # fsspec's protocols that are the local disk (fsspec.implementations.local and morefs' async twin)
 LOCAL_PROTOCOLS = ("file", "local", "asynclocal")
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):(.*)$", re.DOTALL)
@@ -64,8 +63,11 @@ def local_file(uri: str) -> str | None:
     of `zip://member::file:///x.zip`); None for a URL elsewhere. Whatever is read from the local disk is
     stat'ed first: a FIFO opened by fsspec's plain open() blocks in the kernel, where no time limit reaches."""
     chain = _chain(uri)
-    return _local_part(chain[-1]) if len(chain) > 1 or "://" in uri or uri.lower().startswith(
-        tuple(f"{name}:" for name in LOCAL_PROTOCOLS)) else uri
+    return (
+        _local_part(chain[-1])
+        if len(chain) > 1 or "://" in uri or uri.lower().startswith(tuple(f"{name}:" for name in LOCAL_PROTOCOLS))
+        else uri
+    )
 
 
 def local_path(uri: str) -> str | None:
@@ -73,7 +75,7 @@ def local_path(uri: str) -> str | None:
     `local://`, a chain of fsspec caches over one of them); None for a URL elsewhere or an archive member."""
     chain = _chain(uri)
     if any("://" in part for part in chain[:-1]):
-        return None   # zip://member::file:///x.zip: the member of a local archive, read through fsspec
+        return None  # zip://member::file:///x.zip: the member of a local archive, read through fsspec
     return local_file(uri)
 
 
@@ -87,8 +89,13 @@ def open_target(uri: str) -> str:
     return os.path.abspath(path) if _SCHEME.match(path) else path
 
 
-_NOT_REGULAR = ((stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISCHR, "a character device"),
-                (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder"))
+_NOT_REGULAR = (
+    (stat.S_ISFIFO, "a named pipe (FIFO)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISDIR, "a folder"),
+)
 
 
 def refuse_non_regular_file(uri: str, target: str) -> None:
@@ -132,7 +139,7 @@ def open_input(uri: str, timeout_s: float) -> av.container.InputContainer:
 
 # FFmpeg reads these itself (with its own time limits); any other URL scheme is read through fsspec
 FFMPEG_PROTOCOLS = ("http", "https", "ftp", "rtmp", "rtsp", "srt", "udp", "tcp")
-REMOTE_BLOCK_BYTES = 8 << 20     # fsspec's read-ahead block: the bounded local cache of a remote video
+REMOTE_BLOCK_BYTES = 8 << 20  # fsspec's read-ahead block: the bounded local cache of a remote video
 
 
 def is_object_storage(uri: str) -> bool:
@@ -145,4 +152,5 @@ def remote_file(uri: str):
     """A video on object storage as a seekable file whose bytes stream through a bounded read-ahead
     cache: range requests, never a full copy of the video (let alone of the collection) on local disk."""
     from pipeline.storage import location
+
     return location(uri).open("rb", block_size=REMOTE_BLOCK_BYTES, cache_type="readahead")

@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import Iterator
+from collections.abc import Iterator
 
 import torch
 
-from stages.decode import DecodeConfig
 from pipeline.media import ffmpeg_libs
 from pipeline.media.inputs import open_target
 from pipeline.media.video import Clip, ClipReader, truncation
+from stages.decode import DecodeConfig
 
 log = logging.getLogger("pipeline.media")
 
@@ -37,12 +37,15 @@ def open_torchcodec_reader(uri: str, cfg: DecodeConfig):
     problem = ffmpeg_libs.torchcodec_error()
     if problem:
         raise TorchcodecUnavailable(problem)
-    header = ClipReader(uri, cfg)              # raises VideoDecodeError for inputs that cannot be opened
+    header = ClipReader(uri, cfg)  # raises VideoDecodeError for inputs that cannot be opened
     try:
         return TorchcodecClipReader(header, uri, cfg)
     except Exception as error:  # noqa: BLE001 - any video torchcodec cannot take is decoded by PyAV
-        log.warning("%s: decoded by PyAV, not torchcodec (%s)", uri, str(error).strip().splitlines()[0][:200]
-                    if str(error).strip() else type(error).__name__)
+        log.warning(
+            "%s: decoded by PyAV, not torchcodec (%s)",
+            uri,
+            str(error).strip().splitlines()[0][:200] if str(error).strip() else type(error).__name__,
+        )
         return header
 
 
@@ -56,9 +59,14 @@ class TorchcodecClipReader:
         self.info = header.info
         # frames come at their own size and are scaled here, on their device: torchcodec's own Resize
         # transform ran 4x slower than the decode itself on the CPU (measured on 720p VP8)
-        self.decoder = VideoDecoder(open_target(uri), stream_index=header.stream.index,   # PyAV's choice
-                                    dimension_order="NHWC", seek_mode="approximate",
-                                    device=cfg.device, num_ffmpeg_threads=cfg.decode_threads or 0)
+        self.decoder = VideoDecoder(
+            open_target(uri),
+            stream_index=header.stream.index,  # PyAV's choice
+            dimension_order="NHWC",
+            seek_mode="approximate",
+            device=cfg.device,
+            num_ffmpeg_threads=cfg.decode_threads or 0,
+        )
         metadata = self.decoder.metadata
         if metadata.rotation not in (None, 0, 0.0):
             raise ValueError("rotated: decoded by PyAV")
@@ -89,15 +97,21 @@ class TorchcodecClipReader:
         as the KINETICS400_V1 transform) and centre-cropped, on the frames' device (on a CPU in uint8,
         torch's vectorised path; on a GPU in float32)."""
         cfg = self.cfg
-        x = frames.permute(0, 3, 1, 2)                     # channels_last (N, 3, h, w): no copy
+        x = frames.permute(0, 3, 1, 2)  # channels_last (N, 3, h, w): no copy
         size = (cfg.resize, cfg.resize)
         if x.device.type == "cpu":
             x = torch.nn.functional.interpolate(x, size=size, mode="bilinear", antialias=True, align_corners=False)
         else:
-            x = torch.nn.functional.interpolate(x.float(), size=size, mode="bilinear", antialias=True,
-                                                align_corners=False).round_().clamp_(0, 255).to(torch.uint8)
+            x = (
+                torch.nn.functional.interpolate(
+                    x.float(), size=size, mode="bilinear", antialias=True, align_corners=False
+                )
+                .round_()
+                .clamp_(0, 255)
+                .to(torch.uint8)
+            )
         top = (cfg.resize - cfg.crop) // 2
-        return x[:, :, top:top + cfg.crop, top:top + cfg.crop].permute(0, 2, 3, 1).contiguous()
+        return x[:, :, top : top + cfg.crop, top : top + cfg.crop].permute(0, 2, 3, 1).contiguous()
 
     def _slots(self) -> int:
         end = self.end_s
@@ -125,9 +139,13 @@ class TorchcodecClipReader:
             if with_frames and n_real < cfg.clip_frames:
                 frames = torch.cat([frames, frames[-1:].expand(cfg.clip_frames - n_real, *frames.shape[1:])])
             start = self.first_frame_s + clip_index * clip_s
-            yield Clip(clip_index, round(start, 6), round(start + n_real / cfg.fps, 6),
-                       frames.cpu().numpy() if frames.device.type == "cpu" else frames, n_real,
-                       n_real < cfg.clip_frames)
+            yield Clip(
+                clip_index,
+                round(start, 6),
+                round(start + n_real / cfg.fps, 6),
+                frames.cpu().numpy() if frames.device.type == "cpu" else frames,
+                n_real,
+                n_real < cfg.clip_frames,
+            )
         if self.error is None:
             self.error = truncation(self.first_frame_s, self.n_frames, cfg.fps, self.header._video_duration_s)
-

@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Iterator
 
 import av
 import numpy as np
 
-from stages.decode import DecodeConfig
 from pipeline.media.inputs import InputError, input_timeout, open_input, open_target
+from stages.decode import DecodeConfig
 
 
 class VideoDecodeError(Exception):
@@ -78,8 +78,9 @@ def truncation(first_frame_s: float, n_frames: int, fps: float, declared_s: floa
     ends_s = first_frame_s + n_frames / fps
     if not is_truncated(ends_s, declared_s):
         return None
-    return StreamTruncated(f"the stream ends at {ends_s:.2f} s of the {declared_s:.2f} s its header states: "
-                           f"the file is truncated")
+    return StreamTruncated(
+        f"the stream ends at {ends_s:.2f} s of the {declared_s:.2f} s its header states: the file is truncated"
+    )
 
 
 # codecs of pictures, not of motion: a one-frame stream of these is a cover or a thumbnail
@@ -98,7 +99,7 @@ def stream_length_s(stream) -> float | None:
             return int(hours) * 3600 + int(minutes) * 60 + float(seconds)
         except ValueError:
             pass
-    rate = getattr(stream, "average_rate", None) or getattr(stream, "guessed_rate", None)   # video streams only
+    rate = getattr(stream, "average_rate", None) or getattr(stream, "guessed_rate", None)  # video streams only
     return stream.frames / float(rate) if stream.frames and rate else None
 
 
@@ -139,8 +140,8 @@ class VideoInfo:
     height: int
     codec: str
     has_audio: bool
-    start_s: float          # the container's start time, the zero of every time we write
-    stream_index: int = 0   # the video stream decoded (choose_stream)
+    start_s: float  # the container's start time, the zero of every time we write
+    stream_index: int = 0  # the video stream decoded (choose_stream)
     video_streams: int = 1  # the real video streams the file holds
 
 
@@ -149,8 +150,8 @@ class Clip:
     clip_index: int
     start_s: float
     end_s: float
-    frames: np.ndarray      # (clip_frames, crop, crop, 3) uint8 RGB
-    n_real_frames: int      # frames before padding with the last one
+    frames: np.ndarray  # (clip_frames, crop, crop, 3) uint8 RGB
+    n_real_frames: int  # frames before padding with the last one
     padded: bool
 
 
@@ -196,7 +197,7 @@ class ClipReader:
         for other in self.container.streams:
             if other.index != self.stream.index:
                 other.discard = av.stream.Discard.all
-        self.stream.thread_type = "AUTO"   # frame + slice threads: ~1.4x over PyAV's default here
+        self.stream.thread_type = "AUTO"  # frame + slice threads: ~1.4x over PyAV's default here
         if cfg.decode_threads:
             self.stream.codec_context.thread_count = cfg.decode_threads
         context = self.stream.codec_context
@@ -210,20 +211,31 @@ class ClipReader:
             duration = float(self.stream.duration * self.stream.time_base)
         # the picture's own length, to tell a cut-off file; a container's duration also spans its other
         # streams (audio may run on after the picture), so it only counts for a video-only file
-        self._video_duration_s = (float(self.stream.duration * self.stream.time_base) + self._stream_start_s()
-                                  if self.stream.duration else duration if len(self.container.streams) == 1 else None)
+        self._video_duration_s = (
+            float(self.stream.duration * self.stream.time_base) + self._stream_start_s()
+            if self.stream.duration
+            else duration
+            if len(self.container.streams) == 1
+            else None
+        )
         # where the header says the video ends, on the container clock: no frame shows after that (plus
         # duration_tolerance), so a stream's clips are bounded by its declared length
         self._declared_end_s = duration if self.container.duration else self._video_duration_s
-        self._frames_end_s = (self._declared_end_s + duration_tolerance(self._declared_end_s)
-                              if self._declared_end_s else None)
+        self._frames_end_s = (
+            self._declared_end_s + duration_tolerance(self._declared_end_s) if self._declared_end_s else None
+        )
         rate = self.stream.average_rate or self.stream.guessed_rate
         self.info = VideoInfo(
-            duration_s=duration, source_fps=float(rate) if rate else None,
-            width=context.width, height=context.height, codec=context.name,
+            duration_s=duration,
+            source_fps=float(rate) if rate else None,
+            width=context.width,
+            height=context.height,
+            codec=context.name,
             has_audio=bool(self.container.streams.audio),
             start_s=(self.container.start_time or 0) / av.time_base,
-            stream_index=self.stream.index, video_streams=candidates)
+            stream_index=self.stream.index,
+            video_streams=candidates,
+        )
         self.n_frames = 0
         self.error: Exception | None = None
         self.rotation = 0
@@ -258,8 +270,9 @@ class ClipReader:
             # than a buffer given only size and pixel format
             source = graph.add_buffer(template=self.stream)
         else:
-            source = graph.add_buffer(width=frame.width, height=frame.height, format=frame.format.name,
-                                      time_base=self.stream.time_base)
+            source = graph.add_buffer(
+                width=frame.width, height=frame.height, format=frame.format.name, time_base=self.stream.time_base
+            )
         chain = [source]
         filters = filters + [
             # the KINETICS400_V1 transform: 256x256 (aspect not kept, as torchvision does), centre 224
@@ -288,7 +301,7 @@ class ClipReader:
     def _convert(self, frame: av.VideoFrame) -> np.ndarray:
         graph = self._graph_for(frame)
         graph.push(frame)
-        return graph.pull().to_ndarray()   # owns its frame's buffer: consumers copy what they keep
+        return graph.pull().to_ndarray()  # owns its frame's buffer: consumers copy what they keep
 
     def frames(self) -> Iterator[np.ndarray]:
         """RGB frames at the target rate, after rotation, resize and crop.
@@ -305,15 +318,14 @@ class ClipReader:
         A frame over decode.max_pixels stops it too, before the frame reaches the filter graph; a first
         frame over it refuses the whole video (VideoTooLarge is raised)."""
         time_base = self.stream.time_base
-        slots_per_tick = time_base * Fraction(self.cfg.fps).limit_denominator(1001)   # pts -> output slots
+        slots_per_tick = time_base * Fraction(self.cfg.fps).limit_denominator(1001)  # pts -> output slots
         pending, pending_slot, first_pts, step = None, 0, None, None
         try:
             for index, frame in enumerate(self._timed_frames()):
                 if first_pts is None:
                     first_pts = frame.pts
                     self.first_frame_s = self._time_s(frame)
-                stop = self._oversized(frame, index, first=pending is None) or \
-                    self._broken_clock(frame, index, pending)
+                stop = self._oversized(frame, index, first=pending is None) or self._broken_clock(frame, index, pending)
                 if stop is not None:
                     self.error = stop
                     break
@@ -321,7 +333,7 @@ class ClipReader:
                 slot = math.ceil((frame.pts - first_pts) * slots_per_tick)
                 if pending is not None and slot <= pending_slot:
                     if frame.pts > pending.pts:
-                        pending = frame   # a later frame takes over the same slot
+                        pending = frame  # a later frame takes over the same slot
                     continue
                 if pending is not None:
                     step = frame.pts - pending.pts
@@ -330,8 +342,9 @@ class ClipReader:
         except VideoTooLarge:
             raise
         except av.error.ExitError:
-            self.error = input_timeout(self.uri, self.cfg.io_timeout_s,
-                                       f"after {self.n_frames / self.cfg.fps:.2f} s of video")
+            self.error = input_timeout(
+                self.uri, self.cfg.io_timeout_s, f"after {self.n_frames / self.cfg.fps:.2f} s of video"
+            )
         except (av.error.FFmpegError, ValueError, OSError) as error:
             self.error = error
         if pending is not None:
@@ -356,16 +369,20 @@ class ClipReader:
         if frame.width * frame.height <= self.cfg.max_pixels:
             return None
         if first:
-            raise VideoTooLarge(f"{self.uri}: frame {frame.width}x{frame.height} exceeds "
-                                f"decode.max_pixels={self.cfg.max_pixels}")
-        return VideoTooLarge(f"{self.uri}: source frame {index} is {frame.width}x{frame.height}, over "
-                             f"decode.max_pixels={self.cfg.max_pixels}; the clips before it are kept")
+            raise VideoTooLarge(
+                f"{self.uri}: frame {frame.width}x{frame.height} exceeds decode.max_pixels={self.cfg.max_pixels}"
+            )
+        return VideoTooLarge(
+            f"{self.uri}: source frame {index} is {frame.width}x{frame.height}, over "
+            f"decode.max_pixels={self.cfg.max_pixels}; the clips before it are kept"
+        )
 
     def _time_s(self, frame: av.VideoFrame) -> float:
         return float(frame.pts * self.stream.time_base) - self.info.start_s
 
-    def _broken_clock(self, frame: av.VideoFrame, index: int,
-                      previous: av.VideoFrame | None) -> TimestampDiscontinuity | None:
+    def _broken_clock(
+        self, frame: av.VideoFrame, index: int, previous: av.VideoFrame | None
+    ) -> TimestampDiscontinuity | None:
         """Why the stream must stop before `frame` (the index-th with a timestamp), if its time breaks the
         clock: behind the latest frame (`previous`) beyond jitter, a gap after it over decode.max_gap_s
         (slideshows hold a picture for seconds, a broken clock jumps by hours), or past the declared end."""
@@ -374,25 +391,35 @@ class ClipReader:
         if previous is not None:
             before_s = self._time_s(previous)
             if now_s < before_s - BACKWARD_JITTER_S:
-                return TimestampDiscontinuity(f"{self.uri}: timestamps jump back from {before_s:.3f} s to "
-                                              f"{now_s:.3f} s at source frame {index}; {kept}")
+                return TimestampDiscontinuity(
+                    f"{self.uri}: timestamps jump back from {before_s:.3f} s to "
+                    f"{now_s:.3f} s at source frame {index}; {kept}"
+                )
             if now_s - before_s > self.cfg.max_gap_s:
-                return TimestampDiscontinuity(f"{self.uri}: timestamps jump forward from {before_s:.3f} s to "
-                                              f"{now_s:.3f} s at source frame {index}, a gap over "
-                                              f"decode.max_gap_s={self.cfg.max_gap_s:g} s; {kept}")
+                return TimestampDiscontinuity(
+                    f"{self.uri}: timestamps jump forward from {before_s:.3f} s to "
+                    f"{now_s:.3f} s at source frame {index}, a gap over "
+                    f"decode.max_gap_s={self.cfg.max_gap_s:g} s; {kept}"
+                )
         if self._frames_end_s is not None and now_s > self._frames_end_s:
-            return FramesPastDuration(f"{self.uri}: source frame {index} at {now_s:.3f} s lies past the "
-                                      f"{self._declared_end_s:.3f} s the header declares; {kept}")
+            return FramesPastDuration(
+                f"{self.uri}: source frame {index} at {now_s:.3f} s lies past the "
+                f"{self._declared_end_s:.3f} s the header declares; {kept}"
+            )
         return None
 
-    def _last_frame_end_slot(self, frame: av.VideoFrame, first_pts: int, step: int | None,
-                             slots_per_tick: Fraction) -> int:
+    def _last_frame_end_slot(
+        self, frame: av.VideoFrame, first_pts: int, step: int | None, slots_per_tick: Fraction
+    ) -> int:
         """The output slot where the last frame leaves the screen: after its own duration (else one
         nominal frame interval), and never past the declared end. At a broken clock its duration
         reached to the frame past the break, so it lasts no longer than the step between the frames
         before it."""
-        nominal = (1 / Fraction(self.info.source_fps).limit_denominator(1001) / self.stream.time_base
-                   if self.info.source_fps else 0)
+        nominal = (
+            1 / Fraction(self.info.source_fps).limit_denominator(1001) / self.stream.time_base
+            if self.info.source_fps
+            else 0
+        )
         duration = frame.duration or nominal
         if isinstance(self.error, TimestampDiscontinuity):
             duration = min(duration, step if step is not None else nominal)
@@ -405,10 +432,12 @@ class ClipReader:
         """(message, error type) for a stream that ended early: the clips before it are kept."""
         if isinstance(self.error, StreamTruncated):
             return str(self.error), "TruncatedStream"
-        if isinstance(self.error, (VideoDecodeError, InputError)):   # ours: the message says what happened
+        if isinstance(self.error, (VideoDecodeError, InputError)):  # ours: the message says what happened
             return str(self.error), type(self.error).__name__
-        return (f"decoding stopped after {self.n_frames} frames ({self.n_frames / self.cfg.fps:.2f} s): "
-                f"{self.error}", "DecodeStoppedMidStream")
+        return (
+            f"decoding stopped after {self.n_frames} frames ({self.n_frames / self.cfg.fps:.2f} s): {self.error}",
+            "DecodeStoppedMidStream",
+        )
 
     def _emit(self, frame: av.VideoFrame, count: int) -> Iterator[np.ndarray]:
         if count <= 0:
@@ -424,7 +453,7 @@ class ClipReader:
         (as `frames[0]`): all the decode stage needs, without copying whole windows."""
         cfg = self.cfg
         clip_s = cfg.clip_frames / cfg.fps
-        window: list[np.ndarray] = []   # the converted frames own their buffers: no copy until a clip is cut
+        window: list[np.ndarray] = []  # the converted frames own their buffers: no copy until a clip is cut
 
         def cut(clip_index: int, n_real: int) -> Clip:
             start = self.first_frame_s + clip_index * clip_s
@@ -432,8 +461,14 @@ class ClipReader:
                 frames = np.stack(window + [window[-1]] * (cfg.clip_frames - n_real))
             else:
                 frames = window[(n_real - 1) // 2][None].copy()
-            return Clip(clip_index, round(start, 6), round(start + n_real / cfg.fps, 6), frames, n_real,
-                        n_real < cfg.clip_frames)
+            return Clip(
+                clip_index,
+                round(start, 6),
+                round(start + n_real / cfg.fps, 6),
+                frames,
+                n_real,
+                n_real < cfg.clip_frames,
+            )
 
         clip_index = 0
         for frame in self.frames():
@@ -443,4 +478,4 @@ class ClipReader:
                 clip_index += 1
                 window = []
         if len(window) >= cfg.min_clip_frames:
-            yield cut(clip_index, len(window))   # padded by repeating the last real frame
+            yield cut(clip_index, len(window))  # padded by repeating the last real frame

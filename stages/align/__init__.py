@@ -23,8 +23,8 @@ class AlignConfig:
     text_languages: list[str] = field(default_factory=lambda: ["en"])
     # visual words per segment; 512 is BERT's positions
     tokens_per_segment_without_text: int = setting(16, gt=0, le=512)
-    min_sentence_overlap: float = setting(0.5, gt=0, le=1)   # a clip belongs to a sentence it overlaps by this share
-    row_group_size: int = setting(4096, gt=0, le=2**20)      # Parquet rows per row group
+    min_sentence_overlap: float = setting(0.5, gt=0, le=1)  # a clip belongs to a sentence it overlaps by this share
+    row_group_size: int = setting(4096, gt=0, le=2**20)  # Parquet rows per row group
 
 
 def check_align(cfg: Config, work_dir=None) -> None:
@@ -37,6 +37,7 @@ def segments(part: Part) -> None:
     from pipeline import storage
     from pipeline.table_checks import times_in_order
     from schemas import metadata
+
     path, visual_vocab = part.path, part.visual_vocab
     table = storage.read_table(path)
     text_vocab = metadata.read(table.schema).tokenizer_vocab_size
@@ -67,14 +68,26 @@ def segments(part: Part) -> None:
         tokenised = Counter(storage.read_table(tokens, columns=["video_id"])["video_id"].to_pylist())
         if tokenised != clips_per_video:
             video = next(v for v in set(tokenised) | set(clips_per_video) if tokenised[v] != clips_per_video[v])
-            raise Invalid(f"{path}: video {video} has {clips_per_video[video]} clips in segments but "
-                          f"{tokenised[video]} tokenised clips (each must land in exactly one segment)")
+            raise Invalid(
+                f"{path}: video {video} has {clips_per_video[video]} clips in segments but "
+                f"{tokenised[video]} tokenised clips (each must land in exactly one segment)"
+            )
 
 
 STAGE = Stage(
-    "align", "the training shards: each sentence with the visual words of its span",
-    reads=("quantize", "asr"), config_sections=("align",), per_shard=True, writes="align/part-*.parquet",
-    tables={"": schemas.ALIGN}, run="stages.align.run:run_shard", identities="stages.align.run:identities",
-    section="align", section_type="stages.align:AlignConfig", ray_roles={"align": {"num_cpus": 1}},
-    preflight="stages.align:check_align", checks={"": ("stages.align:segments",)},
-    card_configs={"": "default"})
+    "align",
+    "the training shards: each sentence with the visual words of its span",
+    reads=("quantize", "asr"),
+    config_sections=("align",),
+    per_shard=True,
+    writes="align/part-*.parquet",
+    tables={"": schemas.ALIGN},
+    run="stages.align.run:run_shard",
+    identities="stages.align.run:identities",
+    section="align",
+    section_type="stages.align:AlignConfig",
+    ray_roles={"align": {"num_cpus": 1}},
+    preflight="stages.align:check_align",
+    checks={"": ("stages.align:segments",)},
+    card_configs={"": "default"},
+)

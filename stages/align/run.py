@@ -32,8 +32,8 @@ from schemas.metadata import Provenance
 class Segment:
     start_s: float
     end_s: float
-    texts: list[tuple[float, int, str]] = field(default_factory=list)   # (start_s, sentence position, text)
-    clips: list[int] = field(default_factory=list)   # positions in the video's clip list
+    texts: list[tuple[float, int, str]] = field(default_factory=list)  # (start_s, sentence position, text)
+    clips: list[int] = field(default_factory=list)  # positions in the video's clip list
 
     @property
     def text(self) -> str | None:
@@ -54,8 +54,9 @@ def _overlap(a_start: float, a_end: float, b_start: float, b_end: float) -> floa
     return max(0.0, min(a_end, b_end) - max(a_start, b_start))
 
 
-def segment_video(clips: list[tuple[float, float]], sentences: list[dict], min_overlap: float,
-                  tokens_without_text: int) -> tuple[list[Segment], int]:
+def segment_video(
+    clips: list[tuple[float, float]], sentences: list[dict], min_overlap: float, tokens_without_text: int
+) -> tuple[list[Segment], int]:
     """Segments of one video in time order, as (segments, sentences dropped). `clips` are (start_s, end_s)
     in clip order; `sentences` have text, start_s, end_s."""
     sentences = sorted(sentences, key=lambda s: (s["start_s"], s["end_s"]))
@@ -65,7 +66,7 @@ def segment_video(clips: list[tuple[float, float]], sentences: list[dict], min_o
     def overlapping(sentence: dict) -> range:
         return range(bisect.bisect_right(ends, sentence["start_s"]), bisect.bisect_left(starts, sentence["end_s"]))
 
-    owner: dict[int, int] = {}          # clip position -> sentence position
+    owner: dict[int, int] = {}  # clip position -> sentence position
     best_share: dict[int, float] = {}
     for s_pos, sentence in enumerate(sentences):
         for c_pos in overlapping(sentence):
@@ -76,7 +77,7 @@ def segment_video(clips: list[tuple[float, float]], sentences: list[dict], min_o
     owned: dict[int, list[int]] = {s_pos: [] for s_pos in range(len(sentences))}
     for c_pos in sorted(owner):
         owned[owner[c_pos]].append(c_pos)
-    segments: dict[int, Segment] = {}   # sentence position (the segment's owner) -> segment
+    segments: dict[int, Segment] = {}  # sentence position (the segment's owner) -> segment
     dropped = 0
     for s_pos, sentence in enumerate(sentences):
         text = (sentence["start_s"], s_pos, sentence["text"])
@@ -85,16 +86,18 @@ def segment_video(clips: list[tuple[float, float]], sentences: list[dict], min_o
             segment.clips = owned[s_pos]
             segment.texts.append(text)
             continue
-        overlaps = {c_pos: _overlap(*clips[c_pos], sentence["start_s"], sentence["end_s"])
-                    for c_pos in overlapping(sentence)}
+        overlaps = {
+            c_pos: _overlap(*clips[c_pos], sentence["start_s"], sentence["end_s"]) for c_pos in overlapping(sentence)
+        }
         if not overlaps or max(overlaps.values()) <= 0:
             dropped += 1
             continue
         best = max(overlaps, key=lambda c: (overlaps[c], -c))
         if best in owner:
             # the short sentence joins the segment that owns its clip
-            host = segments.setdefault(owner[best], Segment(sentences[owner[best]]["start_s"],
-                                                            sentences[owner[best]]["end_s"]))
+            host = segments.setdefault(
+                owner[best], Segment(sentences[owner[best]]["start_s"], sentences[owner[best]]["end_s"])
+            )
             host.texts.append(text)
             host.start_s, host.end_s = min(host.start_s, sentence["start_s"]), max(host.end_s, sentence["end_s"])
         else:
@@ -108,7 +111,7 @@ def segment_video(clips: list[tuple[float, float]], sentences: list[dict], min_o
             run.append(c_pos)
             continue
         for chunk_start in range(0, len(run), tokens_without_text):
-            chunk = run[chunk_start: chunk_start + tokens_without_text]
+            chunk = run[chunk_start : chunk_start + tokens_without_text]
             video_only.append(Segment(clips[chunk[0]][0], clips[chunk[-1]][1], [], chunk))
         run = []
     ordered = sorted(list(segments.values()) + video_only, key=lambda s: (min(s.clips), s.start_s))
@@ -118,15 +121,16 @@ def segment_video(clips: list[tuple[float, float]], sentences: list[dict], min_o
 def _leaves(tokens_made: Provenance) -> int | None:
     """k ** depth of the codebook the tokens came from, when the quantize part names k and depth."""
     k, depth = tokens_made.codebook_k, tokens_made.codebook_depth
-    return k ** depth if k and depth else None
+    return k**depth if k and depth else None
 
 
 def run_shard(ctx: ShardContext) -> ShardResult:
     cfg = ctx.cfg.align
     tokenizer = load_tokenizer(cfg.tokenizer)
     tokens = ctx.read_input("quantize").to_pylist()
-    asr_rows = {row["video_id"]: row for row in
-                ctx.read_input("asr", columns=["video_id", "language", "sentences"]).to_pylist()}
+    asr_rows = {
+        row["video_id"]: row for row in ctx.read_input("asr", columns=["video_id", "language", "sentences"]).to_pylist()
+    }
     tokens_made = ctx.input_provenance("quantize")
     clips_by_video: dict[str, list[dict]] = {}
     for row in tokens:
@@ -146,31 +150,49 @@ def run_shard(ctx: ShardContext) -> ShardResult:
         rejected_sentences += len(sentences) - len(kept)
         sentences = kept
         videos_with_text += bool(sentences)
-        segments, dropped = segment_video([(c["start_s"], c["end_s"]) for c in clips], sentences,
-                                          cfg.min_sentence_overlap, cfg.tokens_per_segment_without_text)
+        segments, dropped = segment_video(
+            [(c["start_s"], c["end_s"]) for c in clips],
+            sentences,
+            cfg.min_sentence_overlap,
+            cfg.tokens_per_segment_without_text,
+        )
         dropped_sentences += dropped
         for segment_index, segment in enumerate(segments):
             text = segment.text
-            rows.append({
-                "video_id": video_id, "segment_index": segment_index,
-                "start_s": segment.start_s, "end_s": segment.end_s,
-                "kind": "text_video" if text else "video_only", "text": text,
-                "text_ids": encode(tokenizer, text) if text else [],
-                "visual_ids": [clips[c]["token"] for c in segment.clips], "language": language,
-            })
+            rows.append(
+                {
+                    "video_id": video_id,
+                    "segment_index": segment_index,
+                    "start_s": segment.start_s,
+                    "end_s": segment.end_s,
+                    "kind": "text_video" if text else "video_only",
+                    "text": text,
+                    "text_ids": encode(tokenizer, text) if text else [],
+                    "visual_ids": [clips[c]["token"] for c in segment.clips],
+                    "language": language,
+                }
+            )
     rows.sort(key=lambda row: (row["video_id"], row["segment_index"]))
     kinds = [row["kind"] for row in rows]
     return ShardResult(
         tables={"": pa.Table.from_pylist(rows, schema=schemas.ALIGN.arrow)},
-        stats={"segments": len(rows), "text_video": kinds.count("text_video"),
-               "video_only": kinds.count("video_only"), "videos_with_text": videos_with_text,
-               "sentences_without_clips": dropped_sentences, "sentences_rejected": rejected_sentences,
-               "clips": sum(len(row["visual_ids"]) for row in rows)},
-        provenance=Provenance(codebook_sha256=tokens_made.codebook_sha256,
-                              feature_provenance_hash=tokens_made.feature_provenance_hash,
-                              visual_vocab_size=tokens_made.visual_vocab_size or _leaves(tokens_made),
-                              tokenizer=cfg.tokenizer,
-                              tokenizer_vocab_sha256=vocabulary_sha256(tokenizer),
-                              tokenizer_vocab_size=len(tokenizer.get_vocab()),
-                              text_languages=json.dumps(sorted(languages))),
-        row_group_size=cfg.row_group_size)
+        stats={
+            "segments": len(rows),
+            "text_video": kinds.count("text_video"),
+            "video_only": kinds.count("video_only"),
+            "videos_with_text": videos_with_text,
+            "sentences_without_clips": dropped_sentences,
+            "sentences_rejected": rejected_sentences,
+            "clips": sum(len(row["visual_ids"]) for row in rows),
+        },
+        provenance=Provenance(
+            codebook_sha256=tokens_made.codebook_sha256,
+            feature_provenance_hash=tokens_made.feature_provenance_hash,
+            visual_vocab_size=tokens_made.visual_vocab_size or _leaves(tokens_made),
+            tokenizer=cfg.tokenizer,
+            tokenizer_vocab_sha256=vocabulary_sha256(tokenizer),
+            tokenizer_vocab_size=len(tokenizer.get_vocab()),
+            text_languages=json.dumps(sorted(languages)),
+        ),
+        row_group_size=cfg.row_group_size,
+    )

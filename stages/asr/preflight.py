@@ -20,6 +20,7 @@ def every_video_has_a_transcript(work_dir) -> bool:
     one that cannot be read: the model is then checked, and the stage itself reports the manifest)."""
     from pipeline.engine.manifest import read_manifest
     from pipeline.engine.workdir import WorkDir
+
     try:
         if not (storage.is_remote(storage.location(work_dir)) or WorkDir(work_dir).manifest.exists()):
             return False
@@ -37,17 +38,21 @@ def check_asr(cfg: Config, work_dir=None) -> None:
     hub_repo, fix = None, f"or {PACKAGED_WHISPER} (Whisper base, packaged)"
     if cfg.asr.backend == "whisper" and not spec.startswith("pkg:") and not Path(spec).expanduser().exists():
         import whisper
-        if spec in whisper._MODELS:     # openai-whisper downloads its own files, not from the hub
+
+        if spec in whisper._MODELS:  # openai-whisper downloads its own files, not from the hub
             url = whisper._MODELS[spec]
             root = Path(os.getenv("XDG_CACHE_HOME", Path.home() / ".cache")) / "whisper"
             if (root / Path(url).name).is_file():
                 return
             why = probing.unreachable(url)
             if why:
-                raise PreflightError(f"asr.model: {spec!r} (openai-whisper) is downloaded from {url}, which cannot "
-                                     f"be reached from here ({why}): give a local path, {fix}")
+                raise PreflightError(
+                    f"asr.model: {spec!r} (openai-whisper) is downloaded from {url}, which cannot "
+                    f"be reached from here ({why}): give a local path, {fix}"
+                )
             return
     if cfg.asr.backend == "faster-whisper":
         from faster_whisper.utils import _MODELS
+
         hub_repo = _MODELS.get(spec)
     probing.check_model_spec("asr.model", spec, hub_repo=hub_repo, fix=fix)

@@ -39,10 +39,8 @@ import pyarrow as pa
 
 import schemas
 from pipeline import models
-from stages.asr import AsrConfig
-from stages.decode import DecodeConfig
-from pipeline.engine import manifest
 from pipeline.contract import ShardContext, ShardResult, error_row
+from pipeline.engine import manifest
 from pipeline.media.audio import AudioDecodeError, decode_audio
 from pipeline.media.inputs import InputError, is_object_storage
 from schemas.metadata import Provenance
@@ -50,9 +48,11 @@ from speech import confidence, transcripts
 from speech.backends import Backend, Recognition, load_backend
 from speech.sentences import Sentence, sentences_from_words
 from speech.transcripts import Word, local_path
-
+from stages.asr import AsrConfig
+from stages.decode import DecodeConfig
 
 # ------------------------------------------------------------------------------------------ lineage
+
 
 def transcript_identity(uri: str, max_bytes: int) -> str:
     """A transcript by content (a caption file fixed in place must redo its video's sentences), read only
@@ -62,13 +62,13 @@ def transcript_identity(uri: str, max_bytes: int) -> str:
         if is_object_storage(path):
             return hashlib.sha256(transcripts.read_capped(path, max_bytes)).hexdigest()
         info = os.stat(path)
-    except (ValueError, OSError) as error:   # (TranscriptError is a ValueError)
+    except (ValueError, OSError) as error:  # (TranscriptError is a ValueError)
         return f"unreadable: {type(error).__name__}"
     if not stat.S_ISREG(info.st_mode):
         return "not a regular file"
     if info.st_size > max_bytes:
         return f"size:{info.st_size}"
-    try:   # opened non-blocking and checked again: a file swapped for a FIFO after the stat is not waited on
+    try:  # opened non-blocking and checked again: a file swapped for a FIFO after the stat is not waited on
         return hashlib.sha256(transcripts.read_capped(path, max_bytes)).hexdigest()
     except (ValueError, OSError) as error:
         return f"unreadable: {type(error).__name__}"
@@ -80,8 +80,11 @@ def identities(cfg, videos: list[dict]) -> dict[str, str]:
     result = {"seed": str(cfg.seed)}
     if any(not video.get("transcript_uri") for video in videos):
         result["speech model"] = f"{cfg.asr.backend}:{models.identity(cfg.asr.model)}"
-    transcripts = {video["video_id"]: transcript_identity(video["transcript_uri"], cfg.asr.max_transcript_bytes)
-                   for video in videos if video.get("transcript_uri")}
+    transcripts = {
+        video["video_id"]: transcript_identity(video["transcript_uri"], cfg.asr.max_transcript_bytes)
+        for video in videos
+        if video.get("transcript_uri")
+    }
     if transcripts:
         result["transcripts"] = hashlib.sha256(json.dumps(transcripts, sort_keys=True).encode()).hexdigest()
     return result
@@ -89,17 +92,34 @@ def identities(cfg, videos: list[dict]) -> dict[str, str]:
 
 # ------------------------------------------------------------------------------------------ the stage
 
-def _row(video_id: str, status: str, source: str, language, language_prob, audio_s,
-         sentences: list[Sentence], words: list[Word], rejected: list[str | None] | None = None,
-         speech_s: float | None = None, confidences: list[confidence.Confidence] | None = None) -> dict:
+
+def _row(
+    video_id: str,
+    status: str,
+    source: str,
+    language,
+    language_prob,
+    audio_s,
+    sentences: list[Sentence],
+    words: list[Word],
+    rejected: list[str | None] | None = None,
+    speech_s: float | None = None,
+    confidences: list[confidence.Confidence] | None = None,
+) -> dict:
     rejected = rejected or [None] * len(sentences)
     confidences = confidences or [confidence.confidence(s.words) for s in sentences]
     return {
-        "video_id": video_id, "status": status, "source": source, "language": language,
-        "language_prob": language_prob, "audio_s": audio_s, "speech_s": speech_s,
-        "sentences": [{"text": s.text, "start_s": s.start_s, "end_s": s.end_s, **measured.columns(),
-                       "rejected": reason}
-                      for s, measured, reason in zip(sentences, confidences, rejected)],
+        "video_id": video_id,
+        "status": status,
+        "source": source,
+        "language": language,
+        "language_prob": language_prob,
+        "audio_s": audio_s,
+        "speech_s": speech_s,
+        "sentences": [
+            {"text": s.text, "start_s": s.start_s, "end_s": s.end_s, **measured.columns(), "rejected": reason}
+            for s, measured, reason in zip(sentences, confidences, rejected)
+        ],
         "words": [{"word": w.text.strip(), "start_s": w.start_s, "end_s": w.end_s, "prob": w.prob} for w in words],
     }
 
@@ -107,12 +127,13 @@ def _row(video_id: str, status: str, source: str, language, language_prob, audio
 @dataclasses.dataclass
 class Recognised:
     """A recognised video's sentences with the filter's verdict on each, and its language."""
+
     words: list[Word]
     sentences: list[Sentence]
-    rejected: list[str | None]       # per sentence: None (speech) or the filter's reason
+    rejected: list[str | None]  # per sentence: None (speech) or the filter's reason
     language: str | None
     language_prob: float | None
-    confidences: list[confidence.Confidence]   # per sentence: what the filter weighed
+    confidences: list[confidence.Confidence]  # per sentence: what the filter weighed
 
 
 def recognised_sentences(recognition: Recognition, words: list[Word], cfg: AsrConfig) -> Recognised:
@@ -134,8 +155,9 @@ def recognised_sentences(recognition: Recognition, words: list[Word], cfg: AsrCo
     return Recognised(words, sentences, rejected, language, language_prob, confidences)
 
 
-def recognise_video(video: dict, cfg: AsrConfig, backend: Backend, seed: int,
-                    io_timeout_s: float = DecodeConfig.io_timeout_s) -> dict:
+def recognise_video(
+    video: dict, cfg: AsrConfig, backend: Backend, seed: int, io_timeout_s: float = DecodeConfig.io_timeout_s
+) -> dict:
     """The output row of a video without a transcript; raises on broken audio. The audio is read under the
     decode stage's time limit (decode.io_timeout_s): one limit for every reader of an input."""
     audio = decode_audio(video["uri"], io_timeout_s)
@@ -144,12 +166,29 @@ def recognise_video(video: dict, cfg: AsrConfig, backend: Backend, seed: int,
     recognition = backend.recognise(audio.samples, seed) if len(audio.samples) else Recognition([], None, None)
     # onto the container clock, inside the audio (Whisper's last word may end past the final sample)
     end_s = audio.offset_s + audio.duration_s
-    words = [dataclasses.replace(w, start_s=min(max(audio.offset_s + w.start_s, 0.0), end_s),
-                                 end_s=min(max(audio.offset_s + w.end_s, 0.0), end_s))
-             for w in recognition.words if w.text.strip()]
+    words = [
+        dataclasses.replace(
+            w,
+            start_s=min(max(audio.offset_s + w.start_s, 0.0), end_s),
+            end_s=min(max(audio.offset_s + w.end_s, 0.0), end_s),
+        )
+        for w in recognition.words
+        if w.text.strip()
+    ]
     result = recognised_sentences(recognition, words, cfg)
-    return _row(video["video_id"], "ok", backend.source, result.language, result.language_prob, audio.duration_s,
-                result.sentences, result.words, result.rejected, recognition.speech_s, result.confidences)
+    return _row(
+        video["video_id"],
+        "ok",
+        backend.source,
+        result.language,
+        result.language_prob,
+        audio.duration_s,
+        result.sentences,
+        result.words,
+        result.rejected,
+        recognition.speech_s,
+        result.confidences,
+    )
 
 
 class TranscriptNotAllowed(transcripts.TranscriptError):
@@ -160,8 +199,10 @@ def transcript_roots(work_dir, cfg: AsrConfig) -> list[str]:
     """The folders transcripts may be read from: the manifest's input folder and asr.transcript_roots,
     symlinks resolved."""
     recorded = manifest.recorded_transcript_root(work_dir)
-    return [root.rstrip("/") if is_object_storage(root) else os.path.realpath(root)
-            for root in ([recorded] if recorded else []) + list(cfg.transcript_roots)]
+    return [
+        root.rstrip("/") if is_object_storage(root) else os.path.realpath(root)
+        for root in ([recorded] if recorded else []) + list(cfg.transcript_roots)
+    ]
 
 
 def confined_transcript_path(uri: str, roots: list[str]) -> str:
@@ -176,9 +217,11 @@ def confined_transcript_path(uri: str, roots: list[str]) -> str:
         inside = any(os.path.commonpath([path, root]) == root for root in roots if not is_object_storage(root))
     if not inside:
         shown = uri if path == uri else f"{uri} (resolves to {path})"
-        raise TranscriptNotAllowed(f"transcript {shown} is outside the folders transcripts are read from "
-                                   f"({', '.join(roots) or 'none: the manifest records no input folder'}); not read. "
-                                   f"To allow it, add its folder to asr.transcript_roots")
+        raise TranscriptNotAllowed(
+            f"transcript {shown} is outside the folders transcripts are read from "
+            f"({', '.join(roots) or 'none: the manifest records no input folder'}); not read. "
+            f"To allow it, add its folder to asr.transcript_roots"
+        )
     return path
 
 
@@ -190,8 +233,16 @@ def import_video(video: dict, cfg: AsrConfig, roots: list[str]) -> dict:
     path = confined_transcript_path(video["transcript_uri"], roots)
     transcript = transcripts.read_transcript(path, cfg.max_transcript_bytes, name=local_path(video["transcript_uri"]))
     words, sentences = sentences_from_words(transcript.words, cfg)
-    return _row(video["video_id"], "ok", f"import:{transcript.format}", transcript.language or cfg.language,
-                None, None, sentences, words)
+    return _row(
+        video["video_id"],
+        "ok",
+        f"import:{transcript.format}",
+        transcript.language or cfg.language,
+        None,
+        None,
+        sentences,
+        words,
+    )
 
 
 def run_shard(ctx: ShardContext) -> ShardResult:
@@ -221,12 +272,14 @@ def run_shard(ctx: ShardContext) -> ShardResult:
     return ShardResult(
         tables={"": pa.Table.from_pylist(rows, schema=schemas.ASR.arrow)},
         errors=errors,
-        stats={"videos_ok": sum(row["status"] == "ok" for row in rows),
-               "videos_no_audio": sum(row["status"] == "no_audio" for row in rows),
-               "videos_imported": sum(row["source"].startswith("import:") for row in rows),
-               "audio_s": round(sum(row["audio_s"] or 0.0 for row in rows), 3),
-               "sentences": sum(len(row["sentences"]) for row in rows),
-               "sentences_rejected": sum(s["rejected"] is not None for row in rows for s in row["sentences"]),
-               "words": sum(len(row["words"]) for row in rows)},
+        stats={
+            "videos_ok": sum(row["status"] == "ok" for row in rows),
+            "videos_no_audio": sum(row["status"] == "no_audio" for row in rows),
+            "videos_imported": sum(row["source"].startswith("import:") for row in rows),
+            "audio_s": round(sum(row["audio_s"] or 0.0 for row in rows), 3),
+            "sentences": sum(len(row["sentences"]) for row in rows),
+            "sentences_rejected": sum(s["rejected"] is not None for row in rows for s in row["sentences"]),
+            "words": sum(len(row["words"]) for row in rows),
+        },
         provenance=Provenance(extra=details),
     )

@@ -20,8 +20,9 @@ def device_of_decoder(d, prefix: str) -> None:
     if not re.fullmatch(r"cpu|cuda(:\d+)?", d.device):
         raise ConfigError(f"config error: {prefix}device must be cpu, cuda or cuda:N (got {d.device!r})")
     if d.device != "cpu" and d.backend != "torchcodec":
-        raise ConfigError(f"config error: {prefix}device={d.device} needs {prefix}backend=torchcodec (PyAV decodes "
-                          f"on the CPU)")
+        raise ConfigError(
+            f"config error: {prefix}device={d.device} needs {prefix}backend=torchcodec (PyAV decodes on the CPU)"
+        )
 
 
 @dataclass
@@ -38,12 +39,12 @@ class DecodeConfig:
     # ends with a 7x7 pool
     resize: int = setting(256, ge="crop", le=1024, why="(decode.crop is cut from it)")
     crop: int = setting(224, ge=S3D_MIN_CROP, le=1024, why="for S3D")
-    thumbnail_size: int = setting(96, ge=16, le=512)   # JPEG thumbnail (middle frame) edge, for the gallery
+    thumbnail_size: int = setting(96, ge=16, le=512)  # JPEG thumbnail (middle frame) edge, for the gallery
     thumbnail_quality: int = setting(80, ge=1, le=100)
     # larger frames are refused (memory stays bounded per clip); FFmpeg itself refuses frames of about
     # 2**28 pixels (16384 x 16384) and more
     max_pixels: int = setting(8192 * 4320, ge=1, le=2**28)
-    decode_threads: int = count()       # FFmpeg frame threads per video; 0 = its choice
+    decode_threads: int = count()  # FFmpeg frame threads per video; 0 = its choice
     # the longest wait, in seconds, to open an input, probe its streams or read its next packet (decode,
     # features and asr's audio): a longer one makes the video an InputTimeout error row. Long enough for a
     # slow network share or HTTP server to answer; short enough that a dead one costs a minute, not a shard
@@ -61,12 +62,20 @@ class DecodeConfig:
 
 
 STAGE = Stage(
-    "decode", "the clip index (20 fps, 30-frame clips), a thumbnail per clip, per-video metadata "
+    "decode",
+    "the clip index (20 fps, 30-frame clips), a thumbnail per clip, per-video metadata "
     "(the features stage makes them in its pass; alone: without S3D)",
-    reads=("manifest",), config_sections=("decode",), per_shard=True,
+    reads=("manifest",),
+    config_sections=("decode",),
+    per_shard=True,
     writes="decode/part-*.parquet (clips), videos (per video)",
-    tables={"": schemas.DECODE_CLIPS, "videos": schemas.DECODE_VIDEOS}, run="stages.decode.run:run_shard",
-    section="decode", section_type="stages.decode:DecodeConfig", device_keys=("decode.device",),
-    ray_roles={"decode": {"num_cpus": 1}}, checks={"": ("pipeline.table_checks:clips_in_order",)},
+    tables={"": schemas.DECODE_CLIPS, "videos": schemas.DECODE_VIDEOS},
+    run="stages.decode.run:run_shard",
+    section="decode",
+    section_type="stages.decode:DecodeConfig",
+    device_keys=("decode.device",),
+    ray_roles={"decode": {"num_cpus": 1}},
+    checks={"": ("pipeline.table_checks:clips_in_order",)},
     card_configs={"": "clips", "videos": "videos"},
-    version=2)   # 2: the video stream decoded is the default one, else the longest (not the first)
+    version=2,
+)  # 2: the video stream decoded is the default one, else the longest (not the first)

@@ -11,7 +11,7 @@ clips and thumbnails are the same whichever made them."""
 from __future__ import annotations
 
 import io
-from typing import Iterator
+from collections.abc import Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -34,15 +34,21 @@ def thumbnail_jpeg(frame: np.ndarray, size: int, quality: int) -> bytes:
 def _video_row(video: dict, status: str, reader, n_clips: int) -> dict:
     info = reader.info if reader else None
     return {
-        "video_id": video["video_id"], "uri": video["uri"], "status": status,
+        "video_id": video["video_id"],
+        "uri": video["uri"],
+        "status": status,
         "duration_s": info.duration_s if info else None,
         "decoded_s": (reader.n_frames / reader.cfg.fps) if reader else None,
         "source_fps": info.source_fps if info else None,
-        "width": info.width if info else None, "height": info.height if info else None,
-        "codec": info.codec if info else None, "has_audio": info.has_audio if info else None,
+        "width": info.width if info else None,
+        "height": info.height if info else None,
+        "codec": info.codec if info else None,
+        "has_audio": info.has_audio if info else None,
         "rotation": reader.rotation if reader else None,
-        "n_frames": reader.n_frames if reader else None, "n_clips": n_clips,
-        "video_stream": info.stream_index if info else None, "video_streams": info.video_streams if info else None,
+        "n_frames": reader.n_frames if reader else None,
+        "n_clips": n_clips,
+        "video_stream": info.stream_index if info else None,
+        "video_streams": info.video_streams if info else None,
     }
 
 
@@ -69,13 +75,21 @@ class VideoPass:
             try:
                 for clip in reader.clips(with_frames=self.with_frames):
                     middle = clip.frames[(clip.n_real_frames - 1) // 2] if self.with_frames else clip.frames[0]
-                    self.clip_rows.append({
-                        "video_id": video_id, "clip_index": clip.clip_index, "start_s": clip.start_s,
-                        "end_s": clip.end_s, "n_real_frames": clip.n_real_frames, "padded": clip.padded,
-                        "thumbnail_jpeg": thumbnail_jpeg(to_numpy(middle), decode.thumbnail_size,
-                                                         decode.thumbnail_quality)})
+                    self.clip_rows.append(
+                        {
+                            "video_id": video_id,
+                            "clip_index": clip.clip_index,
+                            "start_s": clip.start_s,
+                            "end_s": clip.end_s,
+                            "n_real_frames": clip.n_real_frames,
+                            "padded": clip.padded,
+                            "thumbnail_jpeg": thumbnail_jpeg(
+                                to_numpy(middle), decode.thumbnail_size, decode.thumbnail_quality
+                            ),
+                        }
+                    )
                     yield clip
-            except (VideoDecodeError, InputError) as error:   # before the first clip (a first frame too large)
+            except (VideoDecodeError, InputError) as error:  # before the first clip (a first frame too large)
                 self.clip_rows = []
                 self.video_row, self.errors = _video_row(video, "error", reader, 0), [error_row(video_id, error)]
                 return
@@ -99,21 +113,27 @@ def decode_video(video: dict, cfg) -> tuple[list[dict], dict, list[dict]]:
     return one.clip_rows, one.video_row, one.errors
 
 
-def shard_result(clip_rows: list[dict], video_rows: list[dict], errors: list[dict], stats: dict | None = None
-                 ) -> ShardResult:
+def shard_result(
+    clip_rows: list[dict], video_rows: list[dict], errors: list[dict], stats: dict | None = None
+) -> ShardResult:
     """The stage's result from its rows, in any order (sorted here, so that every way of making them,
     this stage alone or the features pass in parallel streams, gives the same files)."""
     clip_rows = sorted(clip_rows, key=lambda row: (row["video_id"], row["clip_index"]))
     video_rows = sorted(video_rows, key=lambda row: row["video_id"])
     statuses = [row["status"] for row in video_rows]
     return ShardResult(
-        tables={"": pa.Table.from_pylist(clip_rows, schema=schemas.DECODE_CLIPS.arrow),
-                "videos": pa.Table.from_pylist(video_rows, schema=schemas.DECODE_VIDEOS.arrow)},
+        tables={
+            "": pa.Table.from_pylist(clip_rows, schema=schemas.DECODE_CLIPS.arrow),
+            "videos": pa.Table.from_pylist(video_rows, schema=schemas.DECODE_VIDEOS.arrow),
+        },
         errors=sorted(errors, key=lambda row: row["video_id"]),
-        stats={"clips": len(clip_rows), **{f"videos_{s}": statuses.count(s) for s in schemas.VIDEO_STATUSES},
-               # the summary names them: the stream decoded was a choice (video_stream says which)
-               "several_streams": [row["video_id"] for row in video_rows if (row.get("video_streams") or 0) > 1],
-               **(stats or {})},
+        stats={
+            "clips": len(clip_rows),
+            **{f"videos_{s}": statuses.count(s) for s in schemas.VIDEO_STATUSES},
+            # the summary names them: the stream decoded was a choice (video_stream says which)
+            "several_streams": [row["video_id"] for row in video_rows if (row.get("video_streams") or 0) > 1],
+            **(stats or {}),
+        },
     )
 
 

@@ -23,10 +23,10 @@ from pipeline import storage
 from pipeline.config import Config
 from pipeline.contract import ShardContext, ShardResult
 from pipeline.engine.split import Split, concatenate
-from stages.features.s3d.encoder import S3DEncoder, encoder_for
-from stages.features.s3d.model import KINETICS_MEAN, KINETICS_STD, weights_identity
 from schemas.metadata import Provenance
 from stages.decode import run as decode
+from stages.features.s3d.encoder import S3DEncoder, encoder_for
+from stages.features.s3d.model import KINETICS_MEAN, KINETICS_STD, weights_identity
 
 # the automatic sizes (features.batch_size: 0, features.decode_workers: null)
 CPU_BATCH, GPU_BATCH = 8, 128
@@ -47,9 +47,18 @@ def identities(cfg: Config, videos: list[dict]) -> dict[str, str]:
 def feature_provenance(cfg: Config) -> dict:
     """Everything that decides what a feature vector means; tokens from different provenances don't mix."""
     d = cfg.decode
-    return {"model": "torchvision.s3d", "weights": weights_identity(cfg), "fps": d.fps,
-            "clip_frames": d.clip_frames, "min_clip_frames": d.min_clip_frames, "resize": d.resize,
-            "crop": d.crop, "mean": KINETICS_MEAN, "std": KINETICS_STD, "dim": schemas.FEATURE_DIM}
+    return {
+        "model": "torchvision.s3d",
+        "weights": weights_identity(cfg),
+        "fps": d.fps,
+        "clip_frames": d.clip_frames,
+        "min_clip_frames": d.min_clip_frames,
+        "resize": d.resize,
+        "crop": d.crop,
+        "mean": KINETICS_MEAN,
+        "std": KINETICS_STD,
+        "dim": schemas.FEATURE_DIM,
+    }
 
 
 def provenance_hash(provenance: dict) -> str:
@@ -89,6 +98,7 @@ class FeaturesSplit(Split):
         if cfg.decode.backend != "torchcodec":
             return None
         from pipeline.media import ffmpeg_libs
+
         ffmpeg_libs.prepare_children()
         return "spawn"
 
@@ -102,8 +112,14 @@ class FeaturesSplit(Split):
         for video in videos:
             one = decode.VideoPass(video, cfg)
             for clip in one.clips():
-                keys.append({"video_id": video["video_id"], "clip_index": clip.clip_index,
-                             "start_s": clip.start_s, "end_s": clip.end_s})
+                keys.append(
+                    {
+                        "video_id": video["video_id"],
+                        "clip_index": clip.clip_index,
+                        "start_s": clip.start_s,
+                        "end_s": clip.end_s,
+                    }
+                )
                 frames.append(clip.frames)
                 if len(frames) == size:
                     yield _batch(meta, keys, frames)
@@ -124,16 +140,23 @@ class FeaturesSplit(Split):
         matrix = concatenate(arrays, schemas.FEATURE_DIM).astype(np.float16)
         check_values(matrix, f"features part {ctx.shard_index:05d}")
         provenance = feature_provenance(cfg)
-        made = decode.shard_result([row for meta in metas for row in meta["decode_clips"]],
-                                   [row for meta in metas for row in meta["decode_videos"]],
-                                   [row for meta in metas for row in meta["errors"]], {"made_by": "features"})
+        made = decode.shard_result(
+            [row for meta in metas for row in meta["decode_clips"]],
+            [row for meta in metas for row in meta["decode_videos"]],
+            [row for meta in metas for row in meta["errors"]],
+            {"made_by": "features"},
+        )
         return ShardResult(
-            tables={"": feature_table(rows, matrix)}, errors=made.errors,
+            tables={"": feature_table(rows, matrix)},
+            errors=made.errors,
             stats={"clips": len(rows), **stats, "several_streams": made.stats["several_streams"]},
-            provenance=Provenance(feature_provenance=json.dumps(provenance, sort_keys=True),
-                                  feature_provenance_hash=provenance_hash(provenance),
-                                  weights=provenance["weights"]),
-            also={"decode": made})
+            provenance=Provenance(
+                feature_provenance=json.dumps(provenance, sort_keys=True),
+                feature_provenance_hash=provenance_hash(provenance),
+                weights=provenance["weights"],
+            ),
+            also={"decode": made},
+        )
 
 
 def _empty_meta() -> dict:
@@ -153,14 +176,17 @@ def check_values(vectors16: np.ndarray, label: str) -> None:
     if not vectors16.size:
         return
     if not np.isfinite(vectors16).all():
-        raise VanishingFeatures(f"{label}: {int((~np.isfinite(vectors16)).sum())} feature values are NaN or "
-                                f"infinite: the S3D weights or the precision are broken; the part is not written")
+        raise VanishingFeatures(
+            f"{label}: {int((~np.isfinite(vectors16)).sum())} feature values are NaN or "
+            f"infinite: the S3D weights or the precision are broken; the part is not written"
+        )
     share = float((np.abs(vectors16) < np.finfo(np.float16).tiny).mean())
     if share > MAX_VANISHING_SHARE:
         raise VanishingFeatures(
             f"{label}: {share:.0%} of its float16 feature values are zero or subnormal (|x| < 6.1e-05), so "
             f"the vectors carry no information: S3D's activations vanish (an uncalibrated random network or a "
-            f"broken checkpoint in features.weights?); the part is not written")
+            f"broken checkpoint in features.weights?); the part is not written"
+        )
 
 
 def feature_table(rows: list[dict], vectors: np.ndarray) -> pa.Table:
@@ -168,13 +194,15 @@ def feature_table(rows: list[dict], vectors: np.ndarray) -> pa.Table:
     order = sorted(range(len(rows)), key=lambda i: (rows[i]["video_id"], rows[i]["clip_index"]))
     rows = [rows[i] for i in order]
     flat = pa.array(vectors[order].reshape(-1), type=pa.float16())
-    return pa.table({
-        "video_id": pa.array([r["video_id"] for r in rows], pa.string()),
-        "clip_index": pa.array([r["clip_index"] for r in rows], pa.int32()),
-        "start_s": pa.array([r["start_s"] for r in rows], pa.float64()),
-        "end_s": pa.array([r["end_s"] for r in rows], pa.float64()),
-        "feature": pa.FixedSizeListArray.from_arrays(flat, schemas.FEATURE_DIM),
-    })
+    return pa.table(
+        {
+            "video_id": pa.array([r["video_id"] for r in rows], pa.string()),
+            "clip_index": pa.array([r["clip_index"] for r in rows], pa.int32()),
+            "start_s": pa.array([r["start_s"] for r in rows], pa.float64()),
+            "end_s": pa.array([r["end_s"] for r in rows], pa.float64()),
+            "feature": pa.FixedSizeListArray.from_arrays(flat, schemas.FEATURE_DIM),
+        }
+    )
 
 
 SPLIT = FeaturesSplit()

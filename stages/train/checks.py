@@ -11,7 +11,8 @@ def validate(work: WorkDir, checker: Lineage) -> list[str]:
     if not checkpoints:
         return []
     latest = checkpoints[-1]
-    from videobert.checkpoints import problem_of    # its files against their recorded sha256 first
+    from videobert.checkpoints import problem_of  # its files against their recorded sha256 first
+
     damaged = problem_of(latest)
     if damaged:
         return [f"{latest}: {damaged}"]

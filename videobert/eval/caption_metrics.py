@@ -26,8 +26,25 @@ import subprocess
 METRICS = ("BLEU-3", "BLEU-4", "METEOR", "ROUGE-L", "CIDEr")
 PAPER_PERCENT = {"BLEU-3": True, "BLEU-4": True, "METEOR": True, "ROUGE-L": True, "CIDEr": False}
 # the PTB tokens coco-caption drops after tokenising (pycocoevalcap/tokenizer/ptbtokenizer.py)
-_PUNCTUATION = {"''", "'", "``", "`", "-LRB-", "-RRB-", "-LCB-", "-RCB-", ".", "?", "!", ",", ":", "-", "--",
-                "...", ";"}
+_PUNCTUATION = {
+    "''",
+    "'",
+    "``",
+    "`",
+    "-LRB-",
+    "-RRB-",
+    "-LCB-",
+    "-RCB-",
+    ".",
+    "?",
+    "!",
+    ",",
+    ":",
+    "-",
+    "--",
+    "...",
+    ";",
+}
 _WORD = re.compile(r"[a-z0-9]+(?:['.][a-z0-9]+)*")
 
 
@@ -65,8 +82,9 @@ def tokenize(captions: dict[str, list[str]], use_java: bool) -> dict[str, list[s
     *_, PTBTokenizer = _import_scorers()
     # the tokenizer reads one caption per line: a line break inside one would shift every later caption
     with _quiet_stderr():
-        return PTBTokenizer().tokenize({key: [{"caption": " ".join(text.split())} for text in texts]
-                                        for key, texts in captions.items()})
+        return PTBTokenizer().tokenize(
+            {key: [{"caption": " ".join(text.split())} for text in texts] for key, texts in captions.items()}
+        )
 
 
 @contextlib.contextmanager
@@ -82,7 +100,7 @@ def _quiet_stderr():
         os.close(saved)
 
 
-_block: dict | None = None   # inside one_meteor(): {"scorer": its METEOR process, once started}
+_block: dict | None = None  # inside one_meteor(): {"scorer": its METEOR process, once started}
 
 
 @contextlib.contextmanager
@@ -113,6 +131,7 @@ def _end(scorer) -> None:
 
 def _meteor(gts: dict, res: dict):
     from pycocoevalcap.meteor.meteor import Meteor
+
     if _block is None:
         scorer = Meteor()
         try:
@@ -128,8 +147,9 @@ def score(references: dict[str, list[str]], predictions: dict[str, str], *, use_
     """{"scores": {metric: fraction or None}, "per_segment": {key: {metric: value}}, "notes": [...],
     "tokenizer": ..., "meteor": ...} of one predicted caption per key against that key's references."""
     if set(references) != set(predictions):
-        raise ValueError(f"references and predictions cover different segments "
-                         f"({len(set(references) ^ set(predictions))} differ)")
+        raise ValueError(
+            f"references and predictions cover different segments ({len(set(references) ^ set(predictions))} differ)"
+        )
     if not predictions:
         raise ValueError("no captions to score")
     Bleu, Cider, Rouge, _ = _import_scorers()
@@ -140,15 +160,28 @@ def score(references: dict[str, list[str]], predictions: dict[str, str], *, use_
     res = tokenize({key: [predictions[key]] for key in keys}, use_java)
     # an empty prediction: coco-caption's BLEU and CIDEr need a string; an empty one scores 0
     notes = []
-    with contextlib.redirect_stdout(io.StringIO()):            # BLEU prints its n-gram counts
+    with contextlib.redirect_stdout(io.StringIO()):  # BLEU prints its n-gram counts
         bleu, bleu_each = Bleu(4).compute_score(gts, res)
     rouge, rouge_each = Rouge().compute_score(gts, res)
     cider, cider_each = Cider().compute_score(gts, res)
-    scores = {"BLEU-1": bleu[0], "BLEU-2": bleu[1], "BLEU-3": bleu[2], "BLEU-4": bleu[3],
-              "ROUGE-L": float(rouge), "CIDEr": float(cider), "METEOR": None}
-    per_segment = {key: {"BLEU-3": float(bleu_each[2][i]), "BLEU-4": float(bleu_each[3][i]),
-                         "ROUGE-L": float(rouge_each[i]), "CIDEr": float(cider_each[i])}
-                   for i, key in enumerate(keys)}
+    scores = {
+        "BLEU-1": bleu[0],
+        "BLEU-2": bleu[1],
+        "BLEU-3": bleu[2],
+        "BLEU-4": bleu[3],
+        "ROUGE-L": float(rouge),
+        "CIDEr": float(cider),
+        "METEOR": None,
+    }
+    per_segment = {
+        key: {
+            "BLEU-3": float(bleu_each[2][i]),
+            "BLEU-4": float(bleu_each[3][i]),
+            "ROUGE-L": float(rouge_each[i]),
+            "CIDEr": float(cider_each[i]),
+        }
+        for i, key in enumerate(keys)
+    }
     if use_java:
         meteor, meteor_each = _meteor(gts, res)
         scores["METEOR"] = float(meteor)
@@ -156,16 +189,24 @@ def score(references: dict[str, list[str]], predictions: dict[str, str], *, use_
             per_segment[key]["METEOR"] = float(meteor_each[i])
     else:
         why = "no Java runtime" if asked is None else "scored without Java"
-        notes.append(f"{why}: METEOR (a Java program) is left out and captions are tokenised by the Python "
-                     f"fallback instead of the PTB tokenizer")
-    return {"scores": {name: None if value is None else float(value) for name, value in scores.items()},
-            "per_segment": per_segment, "notes": notes,
-            "tokenizer": "Stanford PTBTokenizer 3.4.1 (coco-caption)" if use_java else "python fallback",
-            "meteor": "METEOR 1.5 -l en -norm (coco-caption)" if use_java else None,
-            "toolkit": "pycocoevalcap 1.2", "segments": len(keys)}
+        notes.append(
+            f"{why}: METEOR (a Java program) is left out and captions are tokenised by the Python "
+            f"fallback instead of the PTB tokenizer"
+        )
+    return {
+        "scores": {name: None if value is None else float(value) for name, value in scores.items()},
+        "per_segment": per_segment,
+        "notes": notes,
+        "tokenizer": "Stanford PTBTokenizer 3.4.1 (coco-caption)" if use_java else "python fallback",
+        "meteor": "METEOR 1.5 -l en -norm (coco-caption)" if use_java else None,
+        "toolkit": "pycocoevalcap 1.2",
+        "segments": len(keys),
+    }
 
 
 def as_paper_units(scores: dict) -> dict:
     """The scores in the paper's units: percent for BLEU, METEOR and ROUGE-L, CIDEr as is."""
-    return {name: None if scores.get(name) is None else scores[name] * (100 if PAPER_PERCENT[name] else 1)
-            for name in METRICS}
+    return {
+        name: None if scores.get(name) is None else scores[name] * (100 if PAPER_PERCENT[name] else 1)
+        for name in METRICS
+    }

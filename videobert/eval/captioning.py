@@ -49,24 +49,29 @@ from videobert.eval.evaluate import Evaluator, segment_vectors
 
 ROWS = (("s3d", "S3D"), ("videobert", "VideoBERT"), ("videobert_s3d", "VideoBERT + S3D"))
 # the paper's Table 4 (YouCook II validation, ground-truth segments), in its units (percent, CIDEr as is)
-PAPER = {"s3d": {"BLEU-3": 6.12, "BLEU-4": 3.24, "METEOR": 9.52, "ROUGE-L": 26.09, "CIDEr": 0.31},
-         "videobert": {"BLEU-3": 6.80, "BLEU-4": 4.04, "METEOR": 11.01, "ROUGE-L": 27.50, "CIDEr": 0.49},
-         "videobert_s3d": {"BLEU-3": 7.59, "BLEU-4": 4.33, "METEOR": 11.94, "ROUGE-L": 28.80, "CIDEr": 0.55}}
+PAPER = {
+    "s3d": {"BLEU-3": 6.12, "BLEU-4": 3.24, "METEOR": 9.52, "ROUGE-L": 26.09, "CIDEr": 0.31},
+    "videobert": {"BLEU-3": 6.80, "BLEU-4": 4.04, "METEOR": 11.01, "ROUGE-L": 27.50, "CIDEr": 0.49},
+    "videobert_s3d": {"BLEU-3": 7.59, "BLEU-4": 4.33, "METEOR": 11.94, "ROUGE-L": 28.80, "CIDEr": 0.55},
+}
 # the table's other row, a captioner this setup does not train (Zhou et al. 2018's end-to-end transformer)
 PAPER_OTHER = {"Zhou et al. 2018": {"BLEU-3": 7.53, "BLEU-4": 3.84, "METEOR": 11.55, "ROUGE-L": 27.44, "CIDEr": 0.38}}
-PAPER_SETUP = ("the paper: Kinetics-pretrained S3D, VideoBERT (BERT-large) pre-trained 500K steps on 312K cooking "
-               "videos without YouCook II, the captioner trained 40K steps of batch 128 on about 10K training captions")
+PAPER_SETUP = (
+    "the paper: Kinetics-pretrained S3D, VideoBERT (BERT-large) pre-trained 500K steps on 312K cooking "
+    "videos without YouCook II, the captioner trained 40K steps of batch 128 on about 10K training captions"
+)
 PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
 
 
 # ---------------------------------------------------------------- vocabulary
 
+
 @dataclass
 class WordVocab:
-    words: list[str]                  # index -> word; the first four are PAD, BOS, EOS, UNK
+    words: list[str]  # index -> word; the first four are PAD, BOS, EOS, UNK
 
     @classmethod
-    def from_captions(cls, captions: list[str], min_count: int) -> "WordVocab":
+    def from_captions(cls, captions: list[str], min_count: int) -> WordVocab:
         counts: dict[str, int] = {}
         for caption in captions:
             for word in caption_metrics.simple_tokenize(caption).split():
@@ -98,19 +103,36 @@ class WordVocab:
 
 # ---------------------------------------------------------------- the encoder-decoder
 
+
 class CaptionModel(nn.Module):
     """A transformer encoder-decoder from a segment's feature vector(s) to caption words."""
 
-    def __init__(self, feature_dim: int, vocab_size: int, *, hidden: int = 128, layers: int = 2, heads: int = 8,
-                 feedforward: int = 512, dropout: float = 0.4, max_words: int = 20):
+    def __init__(
+        self,
+        feature_dim: int,
+        vocab_size: int,
+        *,
+        hidden: int = 128,
+        layers: int = 2,
+        heads: int = 8,
+        feedforward: int = 512,
+        dropout: float = 0.4,
+        max_words: int = 20,
+    ):
         super().__init__()
         self.max_words = max_words
         self.input = nn.Sequential(nn.Linear(feature_dim, hidden), nn.Dropout(dropout))
         self.embed = nn.Embedding(vocab_size, hidden, padding_idx=0)
         self.positions = nn.Embedding(max_words + 2, hidden)
-        self.transformer = nn.Transformer(d_model=hidden, nhead=heads, num_encoder_layers=layers,
-                                          num_decoder_layers=layers, dim_feedforward=feedforward, dropout=dropout,
-                                          batch_first=True)
+        self.transformer = nn.Transformer(
+            d_model=hidden,
+            nhead=heads,
+            num_encoder_layers=layers,
+            num_decoder_layers=layers,
+            dim_feedforward=feedforward,
+            dropout=dropout,
+            batch_first=True,
+        )
         self.output = nn.Linear(hidden, vocab_size)
         self.scale = math.sqrt(hidden)
 
@@ -121,8 +143,9 @@ class CaptionModel(nn.Module):
         length = words.shape[1]
         target = self.embed(words) * self.scale + self.positions(torch.arange(length, device=words.device))[None]
         causal = torch.ones((length, length), dtype=torch.bool, device=words.device).triu(1)
-        hidden = self.transformer.decoder(target, memory, tgt_mask=causal, tgt_is_causal=True,
-                                          tgt_key_padding_mask=words == 0)
+        hidden = self.transformer.decoder(
+            target, memory, tgt_mask=causal, tgt_is_causal=True, tgt_key_padding_mask=words == 0
+        )
         return self.output(hidden)
 
     @torch.no_grad()
@@ -138,13 +161,27 @@ class CaptionModel(nn.Module):
             done |= following == eos
             if done.all():
                 break
-        return [row[1:] for row in words.tolist()]   # without EOS after max_words words: cut there
+        return [row[1:] for row in words.tolist()]  # without EOS after max_words words: cut there
 
 
-def train_captioner(features: np.ndarray, captions: list[str], *, hidden: int = 128, layers: int = 2, heads: int = 8,
-                    feedforward: int = 512, dropout: float = 0.4, lr: float = 1e-3, batch_size: int = 128,
-                    steps: int = 40000, max_words: int = 20, min_word_count: int = 1, seed: int = 0,
-                    log_every: int = 0, progress: Progress | None = None):
+def train_captioner(
+    features: np.ndarray,
+    captions: list[str],
+    *,
+    hidden: int = 128,
+    layers: int = 2,
+    heads: int = 8,
+    feedforward: int = 512,
+    dropout: float = 0.4,
+    lr: float = 1e-3,
+    batch_size: int = 128,
+    steps: int = 40000,
+    max_words: int = 20,
+    min_word_count: int = 1,
+    seed: int = 0,
+    log_every: int = 0,
+    progress: Progress | None = None,
+):
     """(model, vocab, losses: (step, mean loss since the last record)) trained on (n, dim) features and
     their n captions."""
     if len(features) != len(captions) or not len(captions):
@@ -152,14 +189,22 @@ def train_captioner(features: np.ndarray, captions: list[str], *, hidden: int = 
     torch.manual_seed(seed)
     generator = np.random.default_rng(seed)
     vocab = WordVocab.from_captions(captions, min_word_count)
-    model = CaptionModel(features.shape[1], len(vocab), hidden=hidden, layers=layers, heads=heads,
-                         feedforward=feedforward, dropout=dropout, max_words=max_words)
+    model = CaptionModel(
+        features.shape[1],
+        len(vocab),
+        hidden=hidden,
+        layers=layers,
+        heads=heads,
+        feedforward=feedforward,
+        dropout=dropout,
+        max_words=max_words,
+    )
     encoded = [vocab.encode(caption, max_words) for caption in captions]
     # every caption padded once; a batch takes its rows, as wide as its longest
     lengths = torch.tensor([len(ids) for ids in encoded], dtype=torch.long)
     padded = torch.zeros((len(encoded), int(lengths.max()) if encoded else 0), dtype=torch.long)
     for row, ids in enumerate(encoded):
-        padded[row, :len(ids)] = torch.tensor(ids, dtype=torch.long)
+        padded[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
     x = torch.from_numpy(features.astype(np.float32))[:, None, :]
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: max(0.0, 1 - step / steps))
@@ -170,7 +215,7 @@ def train_captioner(features: np.ndarray, captions: list[str], *, hidden: int = 
     for step in range(1, steps + 1):
         rows = generator.integers(0, len(captions), size=min(batch_size, max(len(captions), 1)))
         rows = torch.from_numpy(rows)
-        words = padded[rows, :int(lengths[rows].max())]
+        words = padded[rows, : int(lengths[rows].max())]
         logits = model(x[rows], words[:, :-1])
         loss = loss_fn(logits.reshape(-1, logits.shape[-1]), words[:, 1:].reshape(-1))
         optimizer.zero_grad(set_to_none=True)
@@ -192,16 +237,31 @@ def caption(model: CaptionModel, vocab: WordVocab, features: np.ndarray, batch_s
     out = []
     x = torch.from_numpy(features.astype(np.float32))[:, None, :]
     for start in range(0, len(x), batch_size):
-        for ids in model.greedy(x[start:start + batch_size], vocab.index[BOS], vocab.index[EOS],
-                                banned=(vocab.index[PAD], vocab.index[BOS], vocab.index[UNK])):
+        for ids in model.greedy(
+            x[start : start + batch_size],
+            vocab.index[BOS],
+            vocab.index[EOS],
+            banned=(vocab.index[PAD], vocab.index[BOS], vocab.index[UNK]),
+        ):
             out.append(vocab.decode(ids))
     return out
 
 
 # ---------------------------------------------------------------- cross-validation
 
-def cross_validate(features: np.ndarray, captions: list[str], groups: list[str], params: dict, grid: dict, *,
-                   folds: int, seed: int, metric: str = "CIDEr", use_java: bool | None = False) -> dict:
+
+def cross_validate(
+    features: np.ndarray,
+    captions: list[str],
+    groups: list[str],
+    params: dict,
+    grid: dict,
+    *,
+    folds: int,
+    seed: int,
+    metric: str = "CIDEr",
+    use_java: bool | None = False,
+) -> dict:
     """The paper's hyper-parameter choice: every combination of `grid` (key -> values, over `params`) is
     trained on folds-1 folds of the training segments and scored (`metric`, coco-caption's) on the one
     left, each fold once; folds hold whole videos (`groups`), drawn by a seeded permutation. Returns
@@ -223,25 +283,30 @@ def cross_validate(features: np.ndarray, captions: list[str], groups: list[str],
             model, vocab, _ = train_captioner(features[~held], [c for c, h in zip(captions, held) if not h], **chosen)
             decoded = caption(model, vocab, features[held])
             keys_held = [str(i) for i in np.flatnonzero(held)]
-            scored = caption_metrics.score({k: [captions[int(k)]] for k in keys_held}, dict(zip(keys_held, decoded)),
-                                           use_java=use_java)
+            scored = caption_metrics.score(
+                {k: [captions[int(k)]] for k in keys_held}, dict(zip(keys_held, decoded)), use_java=use_java
+            )
             if scored["scores"].get(metric) is None:
                 raise ValueError(f"caption.cv_metric {metric} cannot be computed here: {'; '.join(scored['notes'])}")
             scores.append(scored["scores"][metric])
-        candidates.append({"params": {key: chosen[key] for key in keys}, "scores": scores,
-                           "mean": float(np.mean(scores))})
-    best = max(candidates, key=lambda c: c["mean"])           # the first of equals: grid order
+        candidates.append(
+            {"params": {key: chosen[key] for key in keys}, "scores": scores, "mean": float(np.mean(scores))}
+        )
+    best = max(candidates, key=lambda c: c["mean"])  # the first of equals: grid order
     return {"chosen": dict(params, **best["params"]), "candidates": candidates, "metric": metric, "folds": folds}
 
 
 # ---------------------------------------------------------------- features of the annotated segments
 
+
 def videobert_features(ev: Evaluator, template: str, segments) -> dict[tuple[str, int], np.ndarray]:
     """(video_id, segment_index) -> the VideoBERT features (evaluate.segment_vectors) of each segment with
     visual tokens (float32 forward passes)."""
-    return {(s.video_id, int(x["segment_index"])): row
-            for batch, features in segment_vectors(ev, template, segments, float32=True)
-            for (s, x), row in zip(batch, features)}
+    return {
+        (s.video_id, int(x["segment_index"])): row
+        for batch, features in segment_vectors(ev, template, segments, float32=True)
+        for (s, x), row in zip(batch, features)
+    }
 
 
 def standardise(train: np.ndarray, test: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -252,25 +317,36 @@ def standardise(train: np.ndarray, test: np.ndarray) -> tuple[np.ndarray, np.nda
 
 # ---------------------------------------------------------------- the experiment
 
-def run_captioning(cfg: Config, work_dir: Path, checkpoint: str | Path | None = None, *, quiet: bool = False,
-                   use_java: bool | None = None) -> dict:
+
+def run_captioning(
+    cfg: Config,
+    work_dir: Path,
+    checkpoint: str | Path | None = None,
+    *,
+    quiet: bool = False,
+    use_java: bool | None = None,
+) -> dict:
     """Train and score the `caption.rows` rows; returns captioning.json's content (and prints the table).
     `use_java`: None = coco-caption's PTB tokenizer and METEOR where a Java runtime exists."""
     from videobert.eval import youcook2
     from videobert.eval.probe import segment_features
 
-    if not cfg.eval.segments.endswith(".json"):   # a config mistake: exit status 2, as the other unset values
+    if not cfg.eval.segments.endswith(".json"):  # a config mistake: exit status 2, as the other unset values
         from pipeline.config import ConfigError
+
         got = f" (got {cfg.eval.segments!r})" if cfg.eval.segments else ""
-        raise ConfigError(f"config error: eval captioning needs eval.segments to be a YouCook II annotations .json "
-                          f"file (the captions and their subsets){got}: --set eval.segments=FILE.json")
+        raise ConfigError(
+            f"config error: eval captioning needs eval.segments to be a YouCook II annotations .json "
+            f"file (the captions and their subsets){got}: --set eval.segments=FILE.json"
+        )
     c = cfg.caption
     work_dir = WorkDir(work_dir).root
     ev = Evaluator(cfg, work_dir, checkpoint)
     threads.set_torch_threads(c.num_threads or cfg.train.num_threads)
     wanted = [*c.train_subsets, *[s for s in c.test_subsets if s not in c.train_subsets]]
-    segments = list(youcook2.annotated_segments(cfg, work_dir, ev.layout, ev.info.get("codebook_sha256"),
-                                                subsets=wanted))
+    segments = list(
+        youcook2.annotated_segments(cfg, work_dir, ev.layout, ev.info.get("codebook_sha256"), subsets=wanted)
+    )
     subset_of = {(s.video_id, int(x["segment_index"])): x["subset"] for s, x in segments}
     sentence_of = {(s.video_id, int(x["segment_index"])): x["sentence"] for s, x in segments}
     spans: dict[str, list] = {}
@@ -283,10 +359,18 @@ def run_captioning(cfg: Config, work_dir: Path, checkpoint: str | Path | None = 
     train_keys = [k for k in keys if subset_of[k] in c.train_subsets]
     test_keys = [k for k in keys if subset_of[k] in c.test_subsets]
     if not train_keys or not test_keys:
-        raise ValueError(f"captioning needs segments with features and captions in both {c.train_subsets} "
-                         f"(found {len(train_keys)}) and {c.test_subsets} (found {len(test_keys)})")
-    notes = [f"{len(segments) - len(keys)} annotated segments without clips (features or visual tokens) or caption "
-             f"are left out"] if len(segments) > len(keys) else []
+        raise ValueError(
+            f"captioning needs segments with features and captions in both {c.train_subsets} "
+            f"(found {len(train_keys)}) and {c.test_subsets} (found {len(test_keys)})"
+        )
+    notes = (
+        [
+            f"{len(segments) - len(keys)} annotated segments without clips (features or visual tokens) or caption "
+            f"are left out"
+        ]
+        if len(segments) > len(keys)
+        else []
+    )
     if any(w.startswith("random") or "NOT pretrained" in w for w in s3d_weights):
         notes.append("the S3D features come from random (calibrated) weights, NOT the Kinetics-pretrained S3D")
 
@@ -297,63 +381,129 @@ def run_captioning(cfg: Config, work_dir: Path, checkpoint: str | Path | None = 
     references = {f"{v}/{i}": [sentence_of[(v, i)]] for v, i in test_keys}
     results, records, trained = {}, [], {}
     total_steps = c.steps * len(c.rows)
-    with Progress(total=total_steps, unit="steps", desc="captioning", quiet=quiet) as progress, \
-            caption_metrics.one_meteor():
+    with (
+        Progress(total=total_steps, unit="steps", desc="captioning", quiet=quiet) as progress,
+        caption_metrics.one_meteor(),
+    ):
         for name in c.rows:
             x_train, x_test = standardise(row_features(name, train_keys), row_features(name, test_keys))
-            params = dict(hidden=c.hidden, layers=c.layers, heads=c.heads, feedforward=c.feedforward,
-                          dropout=c.dropout, lr=c.lr, batch_size=c.batch_size, steps=c.steps,
-                          max_words=c.max_words, min_word_count=c.min_word_count, seed=c.seed)
+            params = dict(
+                hidden=c.hidden,
+                layers=c.layers,
+                heads=c.heads,
+                feedforward=c.feedforward,
+                dropout=c.dropout,
+                lr=c.lr,
+                batch_size=c.batch_size,
+                steps=c.steps,
+                max_words=c.max_words,
+                min_word_count=c.min_word_count,
+                seed=c.seed,
+            )
             validation = None
             if c.cv_folds >= 2 and c.cv_grid:
-                validation = cross_validate(x_train, [sentence_of[k] for k in train_keys], [v for v, _ in train_keys],
-                                            params, c.cv_grid, folds=c.cv_folds, seed=c.seed, metric=c.cv_metric,
-                                            use_java=use_java)
+                validation = cross_validate(
+                    x_train,
+                    [sentence_of[k] for k in train_keys],
+                    [v for v, _ in train_keys],
+                    params,
+                    c.cv_grid,
+                    folds=c.cv_folds,
+                    seed=c.seed,
+                    metric=c.cv_metric,
+                    use_java=use_java,
+                )
                 params = validation["chosen"]
-            model, vocab, losses = train_captioner(x_train, [sentence_of[k] for k in train_keys], **params,
-                                                   progress=progress)
+            model, vocab, losses = train_captioner(
+                x_train, [sentence_of[k] for k in train_keys], **params, progress=progress
+            )
             predicted = caption(model, vocab, x_test)
             predictions = {f"{v}/{i}": text or "" for (v, i), text in zip(test_keys, predicted)}
             scored = caption_metrics.score(references, predictions, use_java=use_java)
-            results[name] = {"scores": scored["scores"], "paper_units": caption_metrics.as_paper_units(scored["scores"]),
-                             "feature_dim": int(x_train.shape[1]), "vocabulary": len(vocab),
-                             "losses": losses, "notes": scored["notes"], "params": params,
-                             "cross_validation": validation}
+            results[name] = {
+                "scores": scored["scores"],
+                "paper_units": caption_metrics.as_paper_units(scored["scores"]),
+                "feature_dim": int(x_train.shape[1]),
+                "vocabulary": len(vocab),
+                "losses": losses,
+                "notes": scored["notes"],
+                "params": params,
+                "cross_validation": validation,
+            }
             trained[name] = scored
             for (v, i), text in zip(test_keys, predicted):
                 per = scored["per_segment"][f"{v}/{i}"]
-                records.append({"row": name, "video_id": v, "segment_index": i, "reference": sentence_of[(v, i)],
-                                "prediction": text, **{m.lower().replace("-", "_"): per.get(m)
-                                                       for m in caption_metrics.METRICS}})
+                records.append(
+                    {
+                        "row": name,
+                        "video_id": v,
+                        "segment_index": i,
+                        "reference": sentence_of[(v, i)],
+                        "prediction": text,
+                        **{m.lower().replace("-", "_"): per.get(m) for m in caption_metrics.METRICS},
+                    }
+                )
     any_scored = next(iter(trained.values()))
     report = {
         "task": "YouCook II captioning on ground-truth segments (VideoBERT paper, Table 4)",
-        "train_subsets": c.train_subsets, "test_subsets": c.test_subsets,
-        "train_segments": len(train_keys), "test_segments": len(test_keys),
+        "train_subsets": c.train_subsets,
+        "test_subsets": c.test_subsets,
+        "train_segments": len(train_keys),
+        "test_segments": len(test_keys),
         "rows": {name: dict(results[name], label=dict(ROWS)[name]) for name in c.rows},
-        "train_videos": len({v for v, _ in train_keys}), "test_videos": len({v for v, _ in test_keys}),
-        "made_by": {"caption_steps": c.steps, "caption_batch_size": c.batch_size,
-                    "videobert_step": ev.info.get("step"), "videobert_init": ev.info.get("init_checkpoint"),
-                    "s3d_weights": s3d_weights},
-        "paper": PAPER, "paper_other": PAPER_OTHER, "paper_setup": PAPER_SETUP,
+        "train_videos": len({v for v, _ in train_keys}),
+        "test_videos": len({v for v, _ in test_keys}),
+        "made_by": {
+            "caption_steps": c.steps,
+            "caption_batch_size": c.batch_size,
+            "videobert_step": ev.info.get("step"),
+            "videobert_init": ev.info.get("init_checkpoint"),
+            "s3d_weights": s3d_weights,
+        },
+        "paper": PAPER,
+        "paper_other": PAPER_OTHER,
+        "paper_setup": PAPER_SETUP,
         "units": "BLEU, METEOR, ROUGE-L in percent; CIDEr as is (the paper's)",
-        "metrics": {"toolkit": any_scored["toolkit"], "tokenizer": any_scored["tokenizer"],
-                    "meteor": any_scored["meteor"]},
-        "setup": {"features_template": cfg.eval.features_template, "s3d_weights": s3d_weights,
-                  "encoder_sequence": "one element: the segment's pooled feature vector",
-                  "decoding": f"greedy, at most {c.max_words} words",
-                  "standardised": "per feature with the training segments' mean and deviation",
-                  "caption": json_section(cfg)},
-        "notes": notes + any_scored["notes"], **ev.provenance(),
+        "metrics": {
+            "toolkit": any_scored["toolkit"],
+            "tokenizer": any_scored["tokenizer"],
+            "meteor": any_scored["meteor"],
+        },
+        "setup": {
+            "features_template": cfg.eval.features_template,
+            "s3d_weights": s3d_weights,
+            "encoder_sequence": "one element: the segment's pooled feature vector",
+            "decoding": f"greedy, at most {c.max_words} words",
+            "standardised": "per feature with the training segments' mean and deviation",
+            "caption": json_section(cfg),
+        },
+        "notes": notes + any_scored["notes"],
+        **ev.provenance(),
     }
     eval_folder = WorkDir(work_dir).eval_folder
-    schema = pa.schema([("row", pa.string()), ("video_id", pa.string()), ("segment_index", pa.int32()),
-                        ("reference", pa.string()), ("prediction", pa.string()),
-                        *[(m.lower().replace("-", "_"), pa.float64()) for m in caption_metrics.METRICS]])
-    storage.write_parquet(eval_folder / "captioning_predictions.parquet", pa.Table.from_pylist(records, schema=schema),
-                          Provenance(codebook_sha256=ev.info.get("codebook_sha256"),
-                                     extra=dict(ev.provenance(), caption_config=json_section(cfg),
-                                                metrics=any_scored["toolkit"], tokenizer=any_scored["tokenizer"])))
+    schema = pa.schema(
+        [
+            ("row", pa.string()),
+            ("video_id", pa.string()),
+            ("segment_index", pa.int32()),
+            ("reference", pa.string()),
+            ("prediction", pa.string()),
+            *[(m.lower().replace("-", "_"), pa.float64()) for m in caption_metrics.METRICS],
+        ]
+    )
+    storage.write_parquet(
+        eval_folder / "captioning_predictions.parquet",
+        pa.Table.from_pylist(records, schema=schema),
+        Provenance(
+            codebook_sha256=ev.info.get("codebook_sha256"),
+            extra=dict(
+                ev.provenance(),
+                caption_config=json_section(cfg),
+                metrics=any_scored["toolkit"],
+                tokenizer=any_scored["tokenizer"],
+            ),
+        ),
+    )
     report["predictions"] = str(eval_folder / "captioning_predictions.parquet")
     storage.atomic_write_json(eval_folder / "captioning.json", report)
     print(format_table(report), file=sys.stdout)
@@ -370,21 +520,26 @@ def json_section(cfg: Config) -> str:
 
 def format_table(report: dict) -> str:
     """The table in the paper's units, each row beside the paper's where it gives one."""
+
     def cell(value):
         return "-" if value is None else f"{value:.2f}"
 
     header = f"{'':28}" + "".join(f"{m:>9}" for m in caption_metrics.METRICS)
     made = report.get("made_by") or {}
     weights = ", ".join(sorted(set(made.get("s3d_weights") or []))) or "unknown"
-    lines = [f"YouCook II captioning: scored on {report['test_segments']} {'/'.join(report['test_subsets'])} captions"
-             f"{_of_videos(report.get('test_videos'))}, trained on {report['train_segments']} "
-             f"{'/'.join(report['train_subsets'])} captions{_of_videos(report.get('train_videos'))}; "
-             f"{report['metrics']['tokenizer']}",
-             f"made by: captioner {made.get('caption_steps')} steps of batch {made.get('caption_batch_size')}; "
-             f"VideoBERT step {made.get('videobert_step')} from {made.get('videobert_init')}; S3D weights {weights}",
-             header]
+    lines = [
+        f"YouCook II captioning: scored on {report['test_segments']} {'/'.join(report['test_subsets'])} captions"
+        f"{_of_videos(report.get('test_videos'))}, trained on {report['train_segments']} "
+        f"{'/'.join(report['train_subsets'])} captions{_of_videos(report.get('train_videos'))}; "
+        f"{report['metrics']['tokenizer']}",
+        f"made by: captioner {made.get('caption_steps')} steps of batch {made.get('caption_batch_size')}; "
+        f"VideoBERT step {made.get('videobert_step')} from {made.get('videobert_init')}; S3D weights {weights}",
+        header,
+    ]
     for row in report["rows"].values():
-        lines.append(f"{row['label']:28}" + "".join(f"{cell(row['paper_units'][m]):>9}" for m in caption_metrics.METRICS))
+        lines.append(
+            f"{row['label']:28}" + "".join(f"{cell(row['paper_units'][m]):>9}" for m in caption_metrics.METRICS)
+        )
     # the paper's rows apart from this run's: a far larger setup, for comparison only
     lines.append(f"for comparison, {report.get('paper_setup', 'the paper')}:")
     paper_rows = [("  paper: " + label, report["paper"][name]) for name, label in ROWS if name in report["paper"]]

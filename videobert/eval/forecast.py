@@ -39,10 +39,10 @@ from videobert.data import EMPTY, assemble
 from videobert.eval.evaluate import Evaluator
 
 TOP = 3
-CONTEXT = 4             # visual words before the forecast position
-MAX_CONTEXTS = 512      # per (horizon, subsampling step)
+CONTEXT = 4  # visual words before the forecast position
+MAX_CONTEXTS = 512  # per (horizon, subsampling step)
 TOP_K = (1, 5)
-SAME_SHARE = 0.95       # one top-1 word for this share of the contexts: the forecast ignores its context
+SAME_SHARE = 0.95  # one top-1 word for this share of the contexts: the forecast ignores its context
 
 
 def forecast(cfg: Config, work_dir, checkpoint=None) -> dict:
@@ -55,7 +55,7 @@ def forecast(cfg: Config, work_dir, checkpoint=None) -> dict:
         raise ValueError(f"eval.forecast_steps {max(steps)} leaves no room in {ev.max_len} positions (train.max_len)")
     used = np.flatnonzero(counts > 0)
     order = used[np.argsort(-counts[used], kind="stable")]
-    words = [int(leaf) for leaf in order[:cfg.eval.forecast_words]]
+    words = [int(leaf) for leaf in order[: cfg.eval.forecast_words]]
     empty = torch.from_numpy(counts == 0).to(ev.device)
     layout = ev.layout
     results = []
@@ -63,9 +63,9 @@ def forecast(cfg: Config, work_dir, checkpoint=None) -> dict:
         horizons = {}
         for step in steps:
             ids, types = assemble(layout, EMPTY, np.array([leaf] + [0] * step, dtype=np.int64), with_separator=False)
-            ids[2:2 + step] = layout.mask_id
+            ids[2 : 2 + step] = layout.mask_id
             _, logits, _ = ev.forward([(ids, types)], [[1 + step]], float32=True)
-            visual = logits[0, layout.visual_offset:layout.visual_sep_id].masked_fill(empty, float("-inf"))
+            visual = logits[0, layout.visual_offset : layout.visual_sep_id].masked_fill(empty, float("-inf"))
             probs = torch.softmax(visual, dim=-1)
             top = torch.topk(probs, k=min(TOP, int((~empty).sum())))
             horizons[str(step)] = [{"leaf": int(i), "prob": float(p)} for p, i in zip(top.values, top.indices)]
@@ -74,17 +74,28 @@ def forecast(cfg: Config, work_dir, checkpoint=None) -> dict:
     max_rate = int(((ev.info.get("config") or {}).get("train") or {}).get("max_subsample_step", 1))
     horizons = {str(step): horizon_label(step, clip_s, max_rate) for step in steps}
     accuracy, notes = held_out_accuracy(ev, work_dir, steps, max_rate, counts, cfg.seed)
-    if len(results) > 1 and len({json.dumps({h: [t["leaf"] for t in f] for h, f in w["forecasts"].items()})
-                                 for w in results}) == 1:
-        notes.append(f"the forecast does not depend on its context: all {len(results)} visual words of the figure "
-                     f"get the same top-{TOP} at every horizon")
-    report = {"task": "long-range forecasting (the paper's figure): top-3 visual words s steps after v",
-              "input": "[CLS] v [MASK] x s [SEP], read at the last [MASK]; non-empty leaves only",
-              "steps": steps, "horizons": horizons,
-              "clip_seconds": clip_s, "subsample_steps": [1, max_rate],
-              "position": f"one visual token: {clip_s:g} s x the subsampling step (training drew 1..{max_rate})",
-              "words": results, "accuracy": accuracy, "notes": notes,
-              "codebook_sha256": ev.info.get("codebook_sha256"), **ev.provenance()}
+    if (
+        len(results) > 1
+        and len({json.dumps({h: [t["leaf"] for t in f] for h, f in w["forecasts"].items()}) for w in results}) == 1
+    ):
+        notes.append(
+            f"the forecast does not depend on its context: all {len(results)} visual words of the figure "
+            f"get the same top-{TOP} at every horizon"
+        )
+    report = {
+        "task": "long-range forecasting (the paper's figure): top-3 visual words s steps after v",
+        "input": "[CLS] v [MASK] x s [SEP], read at the last [MASK]; non-empty leaves only",
+        "steps": steps,
+        "horizons": horizons,
+        "clip_seconds": clip_s,
+        "subsample_steps": [1, max_rate],
+        "position": f"one visual token: {clip_s:g} s x the subsampling step (training drew 1..{max_rate})",
+        "words": results,
+        "accuracy": accuracy,
+        "notes": notes,
+        "codebook_sha256": ev.info.get("codebook_sha256"),
+        **ev.provenance(),
+    }
     storage.atomic_write_json(WorkDir(work_dir).eval_folder / "forecast.json", report)
     return report
 
@@ -109,16 +120,18 @@ def held_out_videos(ev: Evaluator, work_dir) -> list[str]:
 
 def video_tokens(ev: Evaluator, work_dir) -> dict[str, np.ndarray]:
     """Every quantized video's visual words in clip order (the quantize parts of the model's codebook)."""
+    from pipeline.engine.lineage import Lineage
     from videobert.data_checks import require_codebook
     from videobert.eval.youcook2 import video_clips
 
-    from pipeline.engine.lineage import Lineage
     parts = [path for _, path in Lineage(WorkDir(work_dir)).current_parts("quantize")]
     require_codebook(parts, ev.info.get("codebook_sha256"), f"{ev.path} was trained with")
     ids = set()
     for path in parts:
         ids |= set(storage.read_table(path, columns=["video_id"])["video_id"].to_pylist())
-    return {video: clips["token"].astype(np.int64) for video, clips in video_clips(work_dir, "quantize", ids, ["token"])}
+    return {
+        video: clips["token"].astype(np.int64) for video, clips in video_clips(work_dir, "quantize", ids, ["token"])
+    }
 
 
 def contexts(tokens: dict[str, np.ndarray], step: int, rate: int):
@@ -127,28 +140,29 @@ def contexts(tokens: dict[str, np.ndarray], step: int, rate: int):
     for sequence in tokens.values():
         for last in range(len(sequence) - step * rate):
             first = max(last % rate, last - (CONTEXT - 1) * rate)
-            yield sequence[first:last + 1:rate], int(sequence[last + step * rate])
+            yield sequence[first : last + 1 : rate], int(sequence[last + step * rate])
 
 
 def held_out_accuracy(ev: Evaluator, work_dir, steps: list[int], max_rate: int, counts: np.ndarray, seed: int):
     """(accuracy per horizon and subsampling step with its priors, notes) on the held-out videos."""
     held_out = held_out_videos(ev, work_dir)
     if not held_out:
-        return None, ["no held-out videos (train.validation_videos = 0 and no YouCook II videos kept apart): "
-                      "no forecast accuracy"]
+        return None, [
+            "no held-out videos (train.validation_videos = 0 and no YouCook II videos kept apart): no forecast accuracy"
+        ]
     everything = video_tokens(ev, work_dir)
     tokens = {v: everything[v] for v in held_out if v in everything}
     training = [t for v, t in everything.items() if v not in set(held_out)]
     frequency = np.bincount(np.concatenate(training), minlength=len(counts)) if training else counts.copy()
     frequency = np.where(counts > 0, frequency, -1)
-    prior = np.argsort(-frequency, kind="stable")[:max(TOP_K)]
+    prior = np.argsort(-frequency, kind="stable")[: max(TOP_K)]
     empty = torch.from_numpy(counts == 0).to(ev.device)
     layout, budget = ev.layout, ev.max_len - 2
     rng = np.random.default_rng([seed, 11])
     accuracy, notes, ignoring = {}, [], []
     for step in steps:
         for rate in range(1, max_rate + 1):
-            pairs = [(c[-max(1, budget - step):], t) for c, t in contexts(tokens, step, rate)]
+            pairs = [(c[-max(1, budget - step) :], t) for c, t in contexts(tokens, step, rate)]
             if len(pairs) > MAX_CONTEXTS:
                 pairs = [pairs[i] for i in sorted(rng.permutation(len(pairs))[:MAX_CONTEXTS])]
             if not pairs:
@@ -157,16 +171,17 @@ def held_out_accuracy(ev: Evaluator, work_dir, steps: list[int], max_rate: int, 
             prior_hits = {k: 0 for k in TOP_K}
             repeat_hits, top1 = 0, []
             for start in range(0, len(pairs), ev.cfg.eval.batch_size):
-                batch = pairs[start:start + ev.cfg.eval.batch_size]
+                batch = pairs[start : start + ev.cfg.eval.batch_size]
                 examples, positions = [], []
                 for context, _ in batch:
-                    ids, types = assemble(layout, EMPTY, np.concatenate([context, np.zeros(step, np.int64)]),
-                                          with_separator=False)
-                    ids[1 + len(context):1 + len(context) + step] = layout.mask_id
+                    ids, types = assemble(
+                        layout, EMPTY, np.concatenate([context, np.zeros(step, np.int64)]), with_separator=False
+                    )
+                    ids[1 + len(context) : 1 + len(context) + step] = layout.mask_id
                     examples.append((ids, types))
                     positions.append([len(context) + step])
                 _, logits, _ = ev.forward(examples, positions, float32=True)
-                visual = logits[:, layout.visual_offset:layout.visual_sep_id].masked_fill(empty, float("-inf"))
+                visual = logits[:, layout.visual_offset : layout.visual_sep_id].masked_fill(empty, float("-inf"))
                 ranked = torch.topk(visual, k=min(max(TOP_K), int((~empty).sum())), dim=-1).indices.cpu().numpy()
                 for (context, target), row in zip(batch, ranked):
                     for k in TOP_K:
@@ -177,17 +192,25 @@ def held_out_accuracy(ev: Evaluator, work_dir, steps: list[int], max_rate: int, 
             n = len(pairs)
             common = max(np.bincount(top1)) / n
             accuracy[f"{step}@{rate}"] = {
-                "positions": step, "subsample_step": rate, "seconds": step * rate * ev.cfg.decode.clip_frames
-                / ev.cfg.decode.fps, "contexts": n, "videos": len(tokens),
+                "positions": step,
+                "subsample_step": rate,
+                "seconds": step * rate * ev.cfg.decode.clip_frames / ev.cfg.decode.fps,
+                "contexts": n,
+                "videos": len(tokens),
                 **{f"top{k}": hits[k] / n for k in TOP_K},
                 **{f"frequency_prior_top{k}": prior_hits[k] / n for k in TOP_K},
-                "repeat_last_top1": repeat_hits / n, "distinct_top1": len(set(top1)), "most_common_top1_share": common}
+                "repeat_last_top1": repeat_hits / n,
+                "distinct_top1": len(set(top1)),
+                "most_common_top1_share": common,
+            }
             if n > 1 and common >= SAME_SHARE:
                 ignoring.append(f"{step}@{rate} ({common:.0%} of {n})")
     if ignoring:
-        notes.append(f"the forecast does not depend on its context: one top-1 visual word for at least "
-                     f"{SAME_SHARE:.0%} of the contexts at {len(ignoring)} of {len(accuracy)} positions@step: "
-                     f"{', '.join(ignoring)}")
+        notes.append(
+            f"the forecast does not depend on its context: one top-1 visual word for at least "
+            f"{SAME_SHARE:.0%} of the contexts at {len(ignoring)} of {len(accuracy)} positions@step: "
+            f"{', '.join(ignoring)}"
+        )
     if not accuracy:
         notes.append(f"the held-out videos ({', '.join(held_out)}) have no clips far enough apart for any horizon")
     return accuracy, notes
@@ -198,12 +221,16 @@ def format_accuracy(report: dict) -> str:
     lines = [f"forecast accuracy on held-out videos (one position = {report['position']}):"]
     if not report.get("accuracy"):
         return "\n".join(lines + [f"note: {note}" for note in report.get("notes", [])])
-    lines.append(f"{'positions':>9} {'step':>4} {'seconds':>8} {'contexts':>8} {'top1':>6} {'top5':>6} "
-                 f"{'prior1':>6} {'prior5':>6} {'repeat':>6}")
+    lines.append(
+        f"{'positions':>9} {'step':>4} {'seconds':>8} {'contexts':>8} {'top1':>6} {'top5':>6} "
+        f"{'prior1':>6} {'prior5':>6} {'repeat':>6}"
+    )
     for row in report["accuracy"].values():
-        lines.append(f"{row['positions']:>9} {row['subsample_step']:>4} {row['seconds']:>8g} {row['contexts']:>8} "
-                     f"{row['top1']:>6.3f} {row['top5']:>6.3f} {row['frequency_prior_top1']:>6.3f} "
-                     f"{row['frequency_prior_top5']:>6.3f} {row['repeat_last_top1']:>6.3f}")
+        lines.append(
+            f"{row['positions']:>9} {row['subsample_step']:>4} {row['seconds']:>8g} {row['contexts']:>8} "
+            f"{row['top1']:>6.3f} {row['top5']:>6.3f} {row['frequency_prior_top1']:>6.3f} "
+            f"{row['frequency_prior_top5']:>6.3f} {row['repeat_last_top1']:>6.3f}"
+        )
     return "\n".join(lines + [f"note: {note}" for note in report.get("notes", [])])
 
 

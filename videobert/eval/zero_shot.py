@@ -56,18 +56,22 @@ from videobert.model import build_model
 
 PARTS = ("verb", "noun")
 TOP_K = 5
-ROWS = (("videobert", "VideoBERT (video + text)"), ("text_only_prior", "VideoBERT text-only prior"),
-        ("initial_bert_prior", "initial BERT prior"))
+ROWS = (
+    ("videobert", "VideoBERT (video + text)"),
+    ("text_only_prior", "VideoBERT text-only prior"),
+    ("initial_bert_prior", "initial BERT prior"),
+)
 LABEL_SEPARATORS = ("|", ";")
 
 
 # ---------------------------------------------------------------- word lists and labels
 
+
 def read_word_list(path: str | None, key: str) -> list[str]:
-    if not path:   # a config mistake found after loading: exit status 2 like the others
+    if not path:  # a config mistake found after loading: exit status 2 like the others
         from pipeline.config import ConfigError
-        raise ConfigError(f"config error: {key} is not set: give a text file with one word per line "
-                          f"(--set {key}=FILE)")
+
+        raise ConfigError(f"config error: {key} is not set: give a text file with one word per line (--set {key}=FILE)")
     words = [line.strip().lower() for line in Path(path).read_text().splitlines() if line.strip()]
     if not words:
         raise ValueError(f"{key}: {path} holds no words")
@@ -96,14 +100,19 @@ def read_labels(path: str) -> dict[tuple[str, int], tuple[tuple[str, ...], tuple
     if path.suffix == ".parquet":
         table = pq.read_table(path)
     else:
-        table = pa_csv.read_csv(path, convert_options=pa_csv.ConvertOptions(
-            column_types={"video_id": pa.string(), "verb": pa.string(), "noun": pa.string()}))
+        table = pa_csv.read_csv(
+            path,
+            convert_options=pa_csv.ConvertOptions(
+                column_types={"video_id": pa.string(), "verb": pa.string(), "noun": pa.string()}
+            ),
+        )
     missing = [name for name in ("video_id", "segment_index", "verb", "noun") if name not in table.column_names]
     if missing:
         raise ValueError(f"{path}: labels need columns video_id, segment_index, verb, noun (missing {missing})")
     merged: dict[tuple[str, int], tuple[list[str], list[str]]] = {}
-    for video_id, segment_index, verb, noun in zip(*(table.column(name).to_pylist() for name in
-                                                     ("video_id", "segment_index", "verb", "noun"))):
+    for video_id, segment_index, verb, noun in zip(
+        *(table.column(name).to_pylist() for name in ("video_id", "segment_index", "verb", "noun"))
+    ):
         verbs, nouns = merged.setdefault((video_id, int(segment_index)), ([], []))
         verbs += _label_words(verb)
         nouns += _label_words(noun)
@@ -118,9 +127,11 @@ def accuracy(rankings: list[list[str]], truths: list[tuple[str, ...]], words: se
     known = [(ranking, truth) for ranking, truth in known if truth]
     if not known:
         return {"top1": None, "top5": None, "n": 0}
-    return {"top1": sum(ranking[0] in truth for ranking, truth in known) / len(known),
-            "top5": sum(any(word in truth for word in ranking[:TOP_K]) for ranking, truth in known) / len(known),
-            "n": len(known)}
+    return {
+        "top1": sum(ranking[0] in truth for ranking, truth in known) / len(known),
+        "top5": sum(any(word in truth for word in ranking[:TOP_K]) for ranking, truth in known) / len(known),
+        "n": len(known),
+    }
 
 
 def chance(truths: list[tuple[str, ...]], words: list[str]) -> dict:
@@ -137,10 +148,12 @@ def chance(truths: list[tuple[str, ...]], words: list[str]) -> dict:
 
 # ---------------------------------------------------------------- candidates and scoring
 
+
 @dataclass
 class Candidates:
     """The words that compete at one slot: `words[i]` has WordPiece ids `pieces[i]`; `closed` indexes the
     list words (in list order) within them."""
+
     words: list[str]
     pieces: list[tuple[int, ...]]
     closed: np.ndarray
@@ -155,8 +168,14 @@ class Candidates:
 def vocabulary_words(tokenizer) -> list[tuple[str, int]]:
     """(word, id) of every whole-word WordPiece made of letters, by id: no ## continuation, no [special]
     token, no digit or punctuation."""
-    return sorted(((token, index) for token, index in tokenizer.get_vocab().items()
-                   if token.isalpha() and not token.startswith("##")), key=lambda item: item[1])
+    return sorted(
+        (
+            (token, index)
+            for token, index in tokenizer.get_vocab().items()
+            if token.isalpha() and not token.startswith("##")
+        ),
+        key=lambda item: item[1],
+    )
 
 
 def make_candidates(tokenizer, words: list[str], open_vocabulary: bool) -> tuple[Candidates, list[dict]]:
@@ -202,33 +221,44 @@ class Scorer:
         masks = np.flatnonzero(ids == self.layout.mask_id)
         if len(masks) != 2:
             raise ValueError(f"eval.zero_shot_template must hold two [MASK] (verb, noun): {template!r}")
-        self.before, self.between, self.after = ids[:masks[0]], ids[masks[0] + 1:masks[1]], ids[masks[1] + 1:]
+        self.before, self.between, self.after = ids[: masks[0]], ids[masks[0] + 1 : masks[1]], ids[masks[1] + 1 :]
         self.slots = {"verb": verbs, "noun": nouns}
         self.by_count = {}
         for part, candidates in self.slots.items():
             lengths = np.array([len(p) for p in candidates.pieces])
-            self.by_count[part] = {int(c): (np.flatnonzero(lengths == c),
-                                            np.array([candidates.pieces[i] for i in np.flatnonzero(lengths == c)]))
-                                   for c in np.unique(lengths)}
+            self.by_count[part] = {
+                int(c): (
+                    np.flatnonzero(lengths == c),
+                    np.array([candidates.pieces[i] for i in np.flatnonzero(lengths == c)]),
+                )
+                for c in np.unique(lengths)
+            }
         # (verb masks, noun masks) of each pass: the template's own (1, 1), then one per longer word length
-        self.passes = sorted({(1, 1)} | {(c, 1) for c in self.by_count["verb"]} | {(1, c) for c in self.by_count["noun"]})
+        self.passes = sorted(
+            {(1, 1)} | {(c, 1) for c in self.by_count["verb"]} | {(1, c) for c in self.by_count["noun"]}
+        )
         longest = max(len(self.text(*shape)) for shape in self.passes)
         self.video_budget = ev.max_len - longest - 3
         if self.video_budget < 1:
-            raise ValueError("eval.zero_shot_template with the longest list word leaves no room for visual tokens "
-                             f"in {ev.max_len} positions (train.max_len)")
+            raise ValueError(
+                "eval.zero_shot_template with the longest list word leaves no room for visual tokens "
+                f"in {ev.max_len} positions (train.max_len)"
+            )
 
     def text(self, verb_masks: int, noun_masks: int) -> np.ndarray:
         mask = self.layout.mask_id
-        return np.concatenate([self.before, [mask] * verb_masks, self.between, [mask] * noun_masks,
-                               self.after]).astype(np.int64)
+        return np.concatenate([self.before, [mask] * verb_masks, self.between, [mask] * noun_masks, self.after]).astype(
+            np.int64
+        )
 
     def positions(self, verb_masks: int, noun_masks: int) -> dict[str, list[int]]:
         """Where each slot's masks are in `[CLS] text ...` (1 for [CLS])."""
         verb_start = 1 + len(self.before)
         noun_start = verb_start + verb_masks + len(self.between)
-        return {"verb": list(range(verb_start, verb_start + verb_masks)),
-                "noun": list(range(noun_start, noun_start + noun_masks))}
+        return {
+            "verb": list(range(verb_start, verb_start + verb_masks)),
+            "noun": list(range(noun_start, noun_start + noun_masks)),
+        }
 
     def score(self, videos: list[np.ndarray] | None, model=None) -> dict[str, np.ndarray]:
         """part -> (examples, candidates) float32 log-probabilities; `videos` None: the template alone (one
@@ -238,13 +268,18 @@ class Scorer:
         text_vocab = self.layout.text_vocab_size
         for verb_masks, noun_masks in self.passes:
             text = self.text(verb_masks, noun_masks)
-            examples = ([assemble(self.layout, text, [], with_separator=False)] if videos is None else
-                        [assemble(self.layout, text, video[:self.video_budget], with_separator=True)
-                         for video in videos])
+            examples = (
+                [assemble(self.layout, text, [], with_separator=False)]
+                if videos is None
+                else [assemble(self.layout, text, video[: self.video_budget], with_separator=True) for video in videos]
+            )
             where = self.positions(verb_masks, noun_masks)
             # which slot this pass scores: the one with more than one mask, or both in the (1, 1) pass
-            parts = [part for part, count in (("verb", verb_masks), ("noun", noun_masks))
-                     if count in self.by_count[part] and (count > 1 or (verb_masks, noun_masks) == (1, 1))]
+            parts = [
+                part
+                for part, count in (("verb", verb_masks), ("noun", noun_masks))
+                if count in self.by_count[part] and (count > 1 or (verb_masks, noun_masks) == (1, 1))
+            ]
             if not parts:
                 continue
             predict = [sum((where[part] for part in parts), [])] * rows
@@ -255,7 +290,7 @@ class Scorer:
             for part in parts:
                 count = len(where[part])
                 indices, pieces = self.by_count[part][count]
-                block = logp[:, offset:offset + count]                     # (rows, count, text vocab)
+                block = logp[:, offset : offset + count]  # (rows, count, text vocab)
                 scores[part][:, indices] = block[:, np.arange(count)[None, :], pieces].sum(axis=2)
                 offset += count
         return scores
@@ -275,11 +310,17 @@ def _top(scores: np.ndarray, words: list[str], subset: np.ndarray | None = None)
 
 def rankings(scores: dict[str, np.ndarray], slots: dict[str, Candidates], modes) -> dict:
     """mode -> part -> per row (top words, their scores)."""
-    return {mode: {part: _top(scores[part], slots[part].words, None if mode == "open" else slots[part].closed)
-                   for part in PARTS} for mode in modes}
+    return {
+        mode: {
+            part: _top(scores[part], slots[part].words, None if mode == "open" else slots[part].closed)
+            for part in PARTS
+        }
+        for mode in modes
+    }
 
 
 # ---------------------------------------------------------------- the initial BERT
+
 
 def initial_model(ev: Evaluator):
     """(the model training started from, rebuilt as `train` built it, or None; notes on what it is)."""
@@ -298,22 +339,30 @@ def initial_model(ev: Evaluator):
         centroids = np.zeros((ev.layout.num_visual, 1024), dtype=np.float32)
         counts = np.ones(ev.layout.num_visual)
     try:
-        model, build_notes = build_model(init, ev.layout, centroids, counts,
-                                         max_len=int(train_config.get("max_len", ev.max_len)),
-                                         seed=int(train_config.get("seed", 0)))
+        model, build_notes = build_model(
+            init,
+            ev.layout,
+            centroids,
+            counts,
+            max_len=int(train_config.get("max_len", ev.max_len)),
+            seed=int(train_config.get("seed", 0)),
+        )
     except (OSError, ImportError, ValueError) as error:
         return None, [f"initial BERT prior skipped: {str(error).splitlines()[0]}"]
     notes = []
     if init.startswith("random:"):
         notes.append(f"initial BERT prior: {init} is a randomly initialised BERT, so that row is about chance")
     elif any("no MLM head weights" in note for note in build_notes):
-        notes.append(f"initial BERT prior: {init} has no MLM head weights, so training started from a random "
-                     f"head (its output layer tied to the word embeddings): that row measures that head, about "
-                     f"chance, not BERT's own language prior")
+        notes.append(
+            f"initial BERT prior: {init} has no MLM head weights, so training started from a random "
+            f"head (its output layer tied to the word embeddings): that row measures that head, about "
+            f"chance, not BERT's own language prior"
+        )
     return model.to(ev.device).eval(), notes
 
 
 # ---------------------------------------------------------------- segments
+
 
 def evaluation_segments(ev: Evaluator, cfg: Config):
     """(segment, extra) of what is evaluated: the align shards' segments, or the annotated spans; with
@@ -322,6 +371,7 @@ def evaluation_segments(ev: Evaluator, cfg: Config):
         segments = ev.segments(ev.work_dir)
     else:
         from videobert.eval import youcook2
+
         segments = youcook2.annotated_segments(cfg, ev.work_dir, ev.layout, ev.info.get("codebook_sha256"))
     if cfg.eval.videos == "all":
         return segments
@@ -334,13 +384,15 @@ def validation_videos(ev: Evaluator, which: str = "validation") -> list[str]:
     train.splits), or with `which` "test" its test videos (train.splits)."""
     videos = ev.info.get(f"{which}_videos") or []
     if not videos:
-        raise ValueError(f"eval.videos {which}: {ev.path} was trained without {which} videos "
-                         + ("(train.validation_videos 0, no train.splits)" if which == "validation"
-                            else "(train.splits names none)"))
+        raise ValueError(
+            f"eval.videos {which}: {ev.path} was trained without {which} videos "
+            + ("(train.validation_videos 0, no train.splits)" if which == "validation" else "(train.splits names none)")
+        )
     return list(videos)
 
 
 # ---------------------------------------------------------------- the run
+
 
 def zero_shot(cfg: Config, work_dir: Path, checkpoint: str | Path | None = None, quiet: bool = False) -> dict:
     """Zero-shot verb and noun classification per segment; returns the report written to zero_shot.json."""
@@ -383,9 +435,14 @@ def zero_shot(cfg: Config, work_dir: Path, checkpoint: str | Path | None = None,
             ranked = rankings(scorer.score([segment.visual_ids for segment, _ in batch]), slots, e.rankings)
             for row, (segment, extra) in enumerate(batch):
                 truth = labels.get((segment.video_id, extra["segment_index"]), ((), ())) if labels else ((), ())
-                record = {"video_id": segment.video_id, "segment_index": extra["segment_index"],
-                          "start_s": extra["start_s"], "end_s": extra["end_s"],
-                          "verbs": list(truth[0]), "nouns": list(truth[1])}
+                record = {
+                    "video_id": segment.video_id,
+                    "segment_index": extra["segment_index"],
+                    "start_s": extra["start_s"],
+                    "end_s": extra["end_s"],
+                    "verbs": list(truth[0]),
+                    "nouns": list(truth[1]),
+                }
                 for mode in e.rankings:
                     for part in PARTS:
                         words, scores = ranked[mode][part][row]
@@ -395,43 +452,87 @@ def zero_shot(cfg: Config, work_dir: Path, checkpoint: str | Path | None = None,
 
     out_dir = WorkDir(work_dir).eval_folder
     predictions_path = out_dir / "zero_shot_predictions.parquet"
-    fields = [("video_id", pa.string()), ("segment_index", pa.int32()), ("start_s", pa.float64()),
-              ("end_s", pa.float64()), ("verbs", pa.list_(pa.string())), ("nouns", pa.list_(pa.string()))]
+    fields = [
+        ("video_id", pa.string()),
+        ("segment_index", pa.int32()),
+        ("start_s", pa.float64()),
+        ("end_s", pa.float64()),
+        ("verbs", pa.list_(pa.string())),
+        ("nouns", pa.list_(pa.string())),
+    ]
     for mode in e.rankings:
         for part in PARTS:
-            fields += [(f"{part}_top5_{mode}", pa.list_(pa.string())), (f"{part}_scores_{mode}", pa.list_(pa.float32()))]
-    how = {"template": e.zero_shot_template, "rankings": ",".join(e.rankings), "precision": "float32",
-           "segments": e.segments, "videos": e.videos, "scoring": "sum of the pieces' log-probabilities (text vocabulary), one [MASK] "
-                                              "per piece; closed set: normalised over the closed set", "labels": str(e.labels)}
-    storage.write_parquet(predictions_path, pa.Table.from_pylist(records, schema=pa.schema(fields)),
-                          Provenance(codebook_sha256=ev.info.get("codebook_sha256"), extra=dict(ev.provenance(), **how)))
+            fields += [
+                (f"{part}_top5_{mode}", pa.list_(pa.string())),
+                (f"{part}_scores_{mode}", pa.list_(pa.float32())),
+            ]
+    how = {
+        "template": e.zero_shot_template,
+        "rankings": ",".join(e.rankings),
+        "precision": "float32",
+        "segments": e.segments,
+        "videos": e.videos,
+        "scoring": "sum of the pieces' log-probabilities (text vocabulary), one [MASK] "
+        "per piece; closed set: normalised over the closed set",
+        "labels": str(e.labels),
+    }
+    storage.write_parquet(
+        predictions_path,
+        pa.Table.from_pylist(records, schema=pa.schema(fields)),
+        Provenance(codebook_sha256=ev.info.get("codebook_sha256"), extra=dict(ev.provenance(), **how)),
+    )
     split = [dict(item, slot="verb") for item in verb_split] + [dict(item, slot="noun") for item in noun_split]
-    report = {"checkpoint": str(ev.path), "step": ev.info.get("step"), "template": e.zero_shot_template,
-              "init_checkpoint": ev.info.get("init_checkpoint"), "precision": "float32",
-              "segment_source": e.segments, "rankings": list(e.rankings), "videos": e.videos,
-              "verbs": len(verbs), "nouns": len(nouns),
-              "candidates": {mode: {part: len(slots[part].words) if mode == "open" else len(slots[part].closed)
-                                    for part in PARTS} for mode in e.rankings},
-              "segments": len(records), "segments_without_video": skipped_no_video, "split_words": split,
-              "notes": initial_notes + [f"{item['word']!r} is split into {item['pieces']}: scored jointly with "
-                                        f"{len(item['pieces'])} [MASK]" for item in split],
-              "prior_top5": {row: {mode: {part: ranked[mode][part][0][0] for part in PARTS} for mode in e.rankings}
-                             for row, ranked in priors.items()},
-              "predictions": str(predictions_path), "config_hash": cfg.section_hash("eval")}
+    report = {
+        "checkpoint": str(ev.path),
+        "step": ev.info.get("step"),
+        "template": e.zero_shot_template,
+        "init_checkpoint": ev.info.get("init_checkpoint"),
+        "precision": "float32",
+        "segment_source": e.segments,
+        "rankings": list(e.rankings),
+        "videos": e.videos,
+        "verbs": len(verbs),
+        "nouns": len(nouns),
+        "candidates": {
+            mode: {part: len(slots[part].words) if mode == "open" else len(slots[part].closed) for part in PARTS}
+            for mode in e.rankings
+        },
+        "segments": len(records),
+        "segments_without_video": skipped_no_video,
+        "split_words": split,
+        "notes": initial_notes
+        + [
+            f"{item['word']!r} is split into {item['pieces']}: scored jointly with {len(item['pieces'])} [MASK]"
+            for item in split
+        ],
+        "prior_top5": {
+            row: {mode: {part: ranked[mode][part][0][0] for part in PARTS} for mode in e.rankings}
+            for row, ranked in priors.items()
+        },
+        "predictions": str(predictions_path),
+        "config_hash": cfg.section_hash("eval"),
+    }
     if labels is not None:
         truths = {"verb": [tuple(r["verbs"]) for r in records], "noun": [tuple(r["nouns"]) for r in records]}
         lists = {"verb": verbs, "noun": nouns}
         report["labels"] = e.labels
         report["labels_without_segment"] = len(labels) - len(found)
-        report["labels_not_in_lists"] = {part: sum(word not in lists[part] for truth in truths[part] for word in truth)
-                                         for part in PARTS}
+        report["labels_not_in_lists"] = {
+            part: sum(word not in lists[part] for truth in truths[part] for word in truth) for part in PARTS
+        }
         results = {}
         for mode in e.rankings:
-            rows = {"videobert": {part: accuracy([r[f"{part}_top5_{mode}"] for r in records], truths[part], lists[part])
-                                  for part in PARTS}}
+            rows = {
+                "videobert": {
+                    part: accuracy([r[f"{part}_top5_{mode}"] for r in records], truths[part], lists[part])
+                    for part in PARTS
+                }
+            }
             for row, ranked in priors.items():
-                rows[row] = {part: accuracy([ranked[mode][part][0][0]] * len(records), truths[part], lists[part])
-                             for part in PARTS}
+                rows[row] = {
+                    part: accuracy([ranked[mode][part][0][0]] * len(records), truths[part], lists[part])
+                    for part in PARTS
+                }
             if mode == "closed":
                 rows["chance"] = {part: chance(truths[part], lists[part]) for part in PARTS}
             results[mode] = rows
@@ -447,8 +548,10 @@ def format_cell(value) -> str:
 
 
 def format_zero_shot(report: dict) -> str:
-    lines = [f"zero-shot on {report['segments']} segments ({report['verbs']} verbs, {report['nouns']} nouns), "
-             f"checkpoint step {report['step']}, logits in {report['precision']}"]
+    lines = [
+        f"zero-shot on {report['segments']} segments ({report['verbs']} verbs, {report['nouns']} nouns), "
+        f"checkpoint step {report['step']}, logits in {report['precision']}"
+    ]
     if "results" not in report:
         lines.append(f"no labels (eval.labels): predictions written to {report['predictions']}")
         for row, by_mode in report["prior_top5"].items():
@@ -467,12 +570,16 @@ def format_zero_shot(report: dict) -> str:
                     if key != "chance":
                         lines.append(f"  {title:30}{'(not computed: see the notes)':>44}")
                     continue
-                lines.append(f"  {title:30}" + "".join(f"{format_cell(row[part][top]):>11}" for part in PARTS
-                                                      for top in ("top1", "top5")))
+                lines.append(
+                    f"  {title:30}"
+                    + "".join(f"{format_cell(row[part][top]):>11}" for part in PARTS for top in ("top1", "top5"))
+                )
         counted = report["results"][report["rankings"][0]]["videobert"]
-        lines.append(f"segments counted: verb {counted['verb']['n']}, noun {counted['noun']['n']} (those with a label "
-                     f"in the lists); labels outside the lists: verb {report['labels_not_in_lists']['verb']}, "
-                     f"noun {report['labels_not_in_lists']['noun']}")
+        lines.append(
+            f"segments counted: verb {counted['verb']['n']}, noun {counted['noun']['n']} (those with a label "
+            f"in the lists); labels outside the lists: verb {report['labels_not_in_lists']['verb']}, "
+            f"noun {report['labels_not_in_lists']['noun']}"
+        )
     lines += [f"note: {note}" for note in report["notes"]]
     return "\n".join(lines)
 
@@ -488,10 +595,20 @@ def evaluate_videos(cfg, work_dir, which: str = "test", checkpoint=None) -> dict
 
     ev = Evaluator(cfg, work_dir, checkpoint)
     videos = validation_videos(ev, which)
-    protocols = Protocols.build(read_validation_videos(list(ev.shards(ev.work_dir)), ev.layout, videos), ev.layout,
-                                replacement_text_ids(load_tokenizer(cfg.align.tokenizer)),
-                                DataParams.from_config(cfg.train), cfg.train.seed)
-    record = validate_protocols(ev.model, protocols, int(ev.info.get("step") or 0), cfg.eval.batch_size, ev.device,
-                                lambda: autocast(ev.device, cfg.train.precision))
+    protocols = Protocols.build(
+        read_validation_videos(list(ev.shards(ev.work_dir)), ev.layout, videos),
+        ev.layout,
+        replacement_text_ids(load_tokenizer(cfg.align.tokenizer)),
+        DataParams.from_config(cfg.train),
+        cfg.train.seed,
+    )
+    record = validate_protocols(
+        ev.model,
+        protocols,
+        int(ev.info.get("step") or 0),
+        cfg.eval.batch_size,
+        ev.device,
+        lambda: autocast(ev.device, cfg.train.precision),
+    )
     record["split"] = which
     return record

@@ -58,7 +58,7 @@ class S3DEncoder(Encoder):
         if self.dtype is not None:
             self.model = self.model.to(memory_format=torch.channels_last_3d)
         if self.device.type == "cuda":
-            torch.backends.cudnn.benchmark = True    # one clip shape: the fastest kernels, chosen once
+            torch.backends.cudnn.benchmark = True  # one clip shape: the fastest kernels, chosen once
 
     def to_device(self, frames_uint8: torch.Tensor) -> torch.Tensor:
         """The batch on the model's device, still uint8: a quarter of float32's bytes over PCIe (from
@@ -73,7 +73,7 @@ class S3DEncoder(Encoder):
         x = normalise(self.to_device(frames_uint8))
         if self.dtype is None:
             return clip_embedding(self.model, x).float()
-        x = x.contiguous(memory_format=torch.channels_last_3d)    # already is: a permuted NDHWC batch
+        x = x.contiguous(memory_format=torch.channels_last_3d)  # already is: a permuted NDHWC batch
         with torch.autocast(device_type=self.device.type, dtype=self.dtype):
             return clip_embedding(self.model, x).float()
 

@@ -19,9 +19,9 @@ from torchvision.models.video import S3D_Weights
 
 from pipeline import storage
 from pipeline.config import Config
-from stages.decode import DecodeConfig
 from pipeline.file_cache import FileCache
 from pipeline.media.video import ClipReader
+from stages.decode import DecodeConfig
 
 # the normalisation the Kinetics weights were trained with, as torchvision's weights carry it
 _KINETICS_TRANSFORM = S3D_Weights.KINETICS400_V1.transforms()
@@ -40,6 +40,7 @@ log = logging.getLogger("pipeline.features")
 
 
 # ------------------------------------------------------------------ the network
+
 
 def clip_embedding(model: torch.nn.Module, clips: torch.Tensor) -> torch.Tensor:
     """(B, 3, T, H, W) normalised clips -> (B, 1024): S3D's output before `classifier`, averaged over
@@ -64,14 +65,16 @@ def normalise(frames_uint8: torch.Tensor) -> torch.Tensor:
     return torch.addcmul(shift, frames_uint8.permute(0, 4, 1, 2, 3).float(), scale)
 
 
-
 # ------------------------------------------------------------------ weights
+
 
 def calibration_videos() -> list[Path]:
     videos = sorted(SAMPLES.glob("*.mp4"))
     if not videos:
-        raise FileNotFoundError(f"features.weights=random calibrates S3D on the sample videos in {SAMPLES}, "
-                                f"which are missing: run from the project's folder (or give real weights)")
+        raise FileNotFoundError(
+            f"features.weights=random calibrates S3D on the sample videos in {SAMPLES}, "
+            f"which are missing: run from the project's folder (or give real weights)"
+        )
     return videos
 
 
@@ -101,10 +104,13 @@ def weights_identity(cfg: Config) -> str:
     """What the weights are, recorded in every output: nobody mistakes random features for real ones."""
     weights = cfg.features.weights
     if weights == "random":
-        return (f"random(seed={cfg.seed}, BatchNorm calibrated on sample clips {calibration_digest()}) "
-                f"- NOT pretrained, for tests and offline demos only")
+        return (
+            f"random(seed={cfg.seed}, BatchNorm calibrated on sample clips {calibration_digest()}) "
+            f"- NOT pretrained, for tests and offline demos only"
+        )
     if weights == "kinetics400":
         from torchvision.models.video import S3D_Weights
+
         return f"kinetics400:{S3D_Weights.KINETICS400_V1.url}"
     return f"file:sha256={_file_sha256(weights)}"
 
@@ -155,6 +161,7 @@ def _calibrate(seed: int) -> dict:
     BatchNorm takes the mean and variance of its input over the batch before it normalises with them, as
     in train mode; deeper layers thus see what the layers before them give in eval mode."""
     from torchvision.models.video import s3d
+
     torch.manual_seed(seed)
     model = s3d(weights=None).eval()
     clips = calibration_clips()
@@ -166,8 +173,11 @@ def _calibrate(seed: int) -> dict:
         module.running_var.copy_(x.var(dim=dims, unbiased=False))
         module.num_batches_tracked.fill_(1)
 
-    hooks = [module.register_forward_pre_hook(measure) for module in model.modules()
-             if isinstance(module, torch.nn.modules.batchnorm._BatchNorm)]
+    hooks = [
+        module.register_forward_pre_hook(measure)
+        for module in model.modules()
+        if isinstance(module, torch.nn.modules.batchnorm._BatchNorm)
+    ]
     with torch.no_grad():
         model.features(normalise(clips))
     for hook in hooks:
@@ -178,6 +188,7 @@ def _calibrate(seed: int) -> dict:
 
 def load_s3d(cfg: Config) -> torch.nn.Module:
     from torchvision.models.video import S3D_Weights, s3d
+
     weights = cfg.features.weights
     if weights == "kinetics400":
         model = s3d(weights=S3D_Weights.KINETICS400_V1)
