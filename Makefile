@@ -39,6 +39,7 @@ $(STAMP): pyproject.toml constraints.txt
 # The tests that start real schedulers (marker `cluster`) are `make test-cluster`'s; CI runs both
 test: $(STAMP)
 	$(PY) -m ruff check --quiet .
+	$(PY) -m ruff format --check --quiet .
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -n auto --dist loadfile --no-loadscope-reorder -m "not cluster" $(ARGS)
 
 # the two-node Slurm and the multi-node Ray (tests/test_slurm_cluster.py, tests/test_ray_cluster.py)

@@ -49,10 +49,16 @@ REALDATA = Path(os.environ.get("VIDEOBERT_REALDATA", REPO.parent / "shared" / "r
 REFERENCES = {
     "jfk.flac": "And so my fellow Americans, ask not what your country can do for you, "
     "ask what you can do for your country.",
-    "librivox_sense_and_sensibility_01_austen_64kb-0870.wav": "and mister john dashwood had then leisure to consider how much there might be prudently in his power "
-    "to do for them",
-    "librivox_sense_and_sensibility_01_austen_64kb-0920.wav": "had he married a more a amiable woman he might have been made still more respectable than he was",
-    "ljspeech_LJ050-0131.wav": "unless a system is established for the frequent formal review of activities thereunder. in this regard",
+    "librivox_sense_and_sensibility_01_austen_64kb-0870.wav": (
+        "and mister john dashwood had then leisure to consider how much there might be prudently in his power "
+        "to do for them"
+    ),
+    "librivox_sense_and_sensibility_01_austen_64kb-0920.wav": (
+        "had he married a more a amiable woman he might have been made still more respectable than he was"
+    ),
+    "ljspeech_LJ050-0131.wav": (
+        "unless a system is established for the frequent formal review of activities thereunder. in this regard"
+    ),
     "speech_recognition_english_one_two_three.wav": "one two three",
 }
 LANGUAGE_SAMPLES = ["cooking_pasta.mp4", "cooking_spanish.mp4"]  # samples/, English and Spanish narration

@@ -192,7 +192,8 @@ def main() -> None:
         print(f"  tree descent, 1 BLAS thread ({args.vectors:,} vectors)      {rate(args.vectors, descent_seconds)}")
         print(f"  tree descent, default BLAS threads ({args.vectors:,})  {rate(args.vectors, threaded_seconds)}")
         print(
-            f"  tree descent, {cores} processes x 1 BLAS thread ({args.vectors:,}){rate(args.vectors, all_cores_seconds)}"
+            f"  tree descent, {cores} processes x 1 BLAS thread ({args.vectors:,})"
+            f"{rate(args.vectors, all_cores_seconds)}"
         )
         print(
             f"  flat search over {args.k**args.depth:,} leaves ({len(queries):,} vectors)   "
@@ -200,7 +201,8 @@ def main() -> None:
         )
         print(
             f"  ratio descent (1 thread) / flat: {descent_rate / flat_rate:.1f}; 1 thread / default threads: "
-            f"{threaded_seconds / descent_seconds:.2f}; {cores} processes / 1: {descent_seconds / all_cores_seconds:.2f}"
+            f"{threaded_seconds / descent_seconds:.2f}; {cores} processes / 1: "
+            f"{descent_seconds / all_cores_seconds:.2f}"
             "   (goal: descent >= 250,000 vectors/s)"
         )
         print(f"  same leaf as the flat search for {agreement:.1%} of vectors")

@@ -109,7 +109,8 @@ def visual_words_html(words: dict | None) -> str:
     parts = [
         "<h2>Visual words</h2>",
         f"<p>codebook: depth {words['depth']}, k {words['k']}: {counted(words['leaves'], 'leaf', 'leaves')}; "
-        f"fit on {number(words['sample_size'])} clip{'' if words['sample_size'] == 1 else 's'}; sha256 {html.escape(str(words['codebook_sha256'])[:16])}; "
+        f"fit on {number(words['sample_size'])} clip{'' if words['sample_size'] == 1 else 's'}; "
+        f"sha256 {html.escape(str(words['codebook_sha256'])[:16])}; "
         f"S3D weights {html.escape(words['weights'])}. Empty leaves (no training member): "
         f"{words['empty_leaves']:,}.</p>",
     ]

@@ -68,7 +68,8 @@ def forecast_html(data: dict | None, thumbnails: dict) -> str:
     parts = [
         "<h2>Forecasting</h2>",
         f'<p class="note">eval forecast: for each visual word (left), the three visual words VideoBERT finds '
-        f"most likely {', '.join(str(s) for s in data['steps'])} position{'' if len(data['steps']) == 1 else 's'} later (video-only input, "
+        f"most likely {', '.join(str(s) for s in data['steps'])} "
+        f"position{'' if len(data['steps']) == 1 else 's'} later (video-only input, "
         f"[CLS] v [MASK]&hellip; [SEP]), each shown by the clip of this run nearest its leaf centroid. "
         f"{html.escape('One position = ' + data['position'] + '.' if data.get('position') else '')}</p>",
     ]

@@ -32,7 +32,6 @@ espeak-ng version (recorded in narration.json); the layout (gaps, colours) uses 
 
 from __future__ import annotations
 
-import io
 import json
 import math
 import shutil

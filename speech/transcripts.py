@@ -118,8 +118,8 @@ Cue = tuple[float, float, list[str]]  # start_s, end_s, its text lines
 
 
 def _in_time_order(cues: list[tuple]) -> list[tuple]:
-    """Cues (start_s, end_s, text) sorted by (start, end). Files are not always in time order (edited or merged captions), and
-    sentence splitting, align and `pipeline validate` take times that never go backwards. The sort is
+    """Cues (start_s, end_s, text) sorted by (start, end). Files are not always in time order (edited or merged
+    captions), and sentence splitting, align and `pipeline validate` take times that never go backwards. The sort is
     stable: cues with equal times keep the file's order."""
     return sorted(cues, key=lambda cue: (cue[0], cue[1]))
 

@@ -3,8 +3,8 @@ machine, MaxArraySize 2): `submit pipeline` (features -> kmeans -> quantize -> a
 over more shards than MaxArraySize, under --array-parallelism, gives the local run's bytes in every data
 folder; train on both nodes (srun, one torchrun each, gloo) requeued mid-run ends with the checkpoint of an
 uninterrupted two-process local run; and the scheduler's faults: a running task requeued, a task killed with
-SIGKILL then retried with --only-incomplete, a training job past its time limit, a shard that fails for good (its downstream jobs cancelled,
-`status` and `errors` naming it), sbatch's refusals."""
+SIGKILL then retried with --only-incomplete, a training job past its time limit, a shard that fails for good
+(its downstream jobs cancelled, `status` and `errors` naming it), sbatch's refusals."""
 
 import json
 import os

@@ -218,7 +218,8 @@ def test_the_history_keeps_one_entry_per_config_and_config_shows_and_diffs_it(tm
     assert cli.main(["config", "diff", "--work-dir", str(work)]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("the remembered config (align, ") and out[1:] == [
-        f"  align.tokens_per_segment_without_text: {entries[0]['config']['align']['tokens_per_segment_without_text']} -> 12"
+        "  align.tokens_per_segment_without_text: "
+        f"{entries[0]['config']['align']['tokens_per_segment_without_text']} -> 12"
     ]
 
     assert cli.main(["config", "diff", "--work-dir", str(work), "--set", "kmeans.k=3"]) == 0

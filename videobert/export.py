@@ -371,7 +371,8 @@ tokenizer = AutoTokenizer.from_pretrained(folder)
 # leaves: the video's visual words (leaf ids of ./codebook), e.g. from video_token_ids below
 inputs = encode(tokenizer, "cut the onion", leaves)   # [CLS] text [>] visual words [SEP], types 0 then 1
 out = model(**inputs)
-logits, aligned = out.prediction_logits, out.seq_relationship_logits   # aligned[..., 0]: text and video belong together"""
+logits, aligned = out.prediction_logits, out.seq_relationship_logits
+# aligned[..., 0]: text and video belong together"""
 
 
 def model_card(card: dict) -> str:

@@ -4,11 +4,13 @@
                              [--shard I --num-shards N] [--force] [--executor local|ray] [--quiet]
 
 Stages, in run order: manifest (with --input), decode, features, kmeans, quantize, asr, align, train;
-then eval (zero-shot, linear-probe, features, predict-video, captioning, forecast). YouCook II: youcook2-manifest (the manifest
-from its annotations file) and youcook2-labels (verb/noun lists and labels from its captions). A stage redoes what is stale (its inputs or config changed since it ran) and skips what is
-current. Exit codes: 0 done; 1 a shard failed or could not run, or a file is unreadable; 2 a usage or
-config error; 3 the input holds no videos, or more videos failed than executor.max_failed_share allows;
-141 the reader of the output stopped reading (`| head -1`)."""
+then eval (zero-shot, linear-probe, features, predict-video, captioning, forecast). YouCook II:
+youcook2-manifest (the manifest from its annotations file) and youcook2-labels (verb/noun lists and labels from
+its captions). A stage redoes what is stale (its inputs or config changed since it ran) and skips what is
+current. The whole run: run (every stage in order), doctor (every preflight at once).
+Exit codes: 0 done; 1 a shard failed or could not run, or a file is unreadable; 2 a usage or config error;
+3 the input holds no videos, or more videos failed than executor.max_failed_share allows; 141 the reader of
+the output stopped reading (`| head -1`)."""
 
 from __future__ import annotations
 

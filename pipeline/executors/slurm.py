@@ -5,7 +5,8 @@ task s % N, see dispatch.select_shards), so N may be smaller than the number of 
 defaults to their number). Resources come from the executor section (slurm_*); the stages whose registry
 record says they use a GPU (`uses_gpu`: features, asr, train) get `executor.slurm_gpus` GPUs. `--requeue`
 lets Slurm restart a preempted or failed-node task: completion records make the rerun skip finished shards,
-and atomic outputs mean a killed task never leaves a file that passes for complete. kmeans and train are one job each (not arrays); train
+and atomic outputs mean a killed task never leaves a file that passes for complete. The whole-collection
+stages (kmeans, train) are one job each (not arrays); train
 resumes from its newest checkpoint, so a requeued or time-limited job continues where it stopped.
 
 - **Logs**: tasks run without --quiet: their progress lines, each starting with its time, go to

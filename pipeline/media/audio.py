@@ -1,6 +1,6 @@
 """Audio decoding for speech recognition: a video's audio stream (the default, else the longest) as 16 kHz
-mono float32, beside the clip reader (pipeline/media/video.py) and opened the same way (regular files only, time limits). Times are on
-the container clock, the clock of the clip times."""
+mono float32, beside the clip reader (pipeline/media/video.py) and opened the same way (regular files only,
+time limits). Times are on the container clock, the clock of the clip times."""
 
 from __future__ import annotations
 

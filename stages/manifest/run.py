@@ -30,7 +30,10 @@ def run_collection(job: CollectionRun) -> CollectionResult:
         line += f"; later stages redo shard(s) {_listed(changed)}"
     updated = changes.get("updated_shards") or []
     if updated:
-        line += f"; paths or transcripts changed in shard(s) {_listed(updated)} (asr redoes those whose transcripts changed)"
+        line += (
+            f"; paths or transcripts changed in shard(s) {_listed(updated)} "
+            f"(asr redoes those whose transcripts changed)"
+        )
     if changes.get("replaced"):
         line += f"; the outputs of the dropped videos' shards moved to {changes['replaced']}"
     return CollectionResult(f"{table.num_rows} video(s) in {shards} shard(s)", [line])
