@@ -1,6 +1,6 @@
 """The k-means tree, measured side by side in one run (`make bench-kmeans`).
 
-1. Fit time of the depth-d, k-way tree on N x dim vectors: faiss (stages/kmeans.fit_tree, in one process
+1. Fit time of the depth-d, k-way tree on N x dim vectors: faiss (stages/kmeans/tree.py fit_tree, in one process
    and through the local executor's process pool) against the same top-down tree built with
    scikit-learn's MiniBatchKMeans (same k-means++ seeding, iterations, per-node cap and small-node rule).
 2. Quantize throughput: tree descent (schemas.codebook.descend) against an exhaustive search over every
@@ -32,7 +32,7 @@ from pipeline import visual_words
 from pipeline.config import load_config
 from pipeline.executors.local import LocalExecutor
 from stages.kmeans import KmeansConfig
-from stages.kmeans import run as kmeans
+from stages.kmeans import tree as kmeans_tree
 
 
 def synthetic_features(path: Path, vectors: int, dim: int, k: int, depth: int, seed: int = 0) -> None:
@@ -75,13 +75,13 @@ def sklearn_tree(sample: np.ndarray, kcfg: KmeansConfig) -> float:
             n_init=1,
             max_iter=kcfg.niter,
             batch_size=4096,
-            random_state=kmeans.node_seed(kcfg.seed, level, row),
+            random_state=kmeans_tree.node_seed(kcfg.seed, level, row),
         )
         vectors = np.asarray(sample[fit_rows], dtype=np.float32)
         # the faiss tree's thread rule: small nodes on one thread (OpenMP barriers outweigh their work)
-        with threadpool_limits(limits=1 if vectors.size < kmeans.SINGLE_THREAD_FIT_VALUES else None):
+        with threadpool_limits(limits=1 if vectors.size < kmeans_tree.SINGLE_THREAD_FIT_VALUES else None):
             model.fit(vectors)
-            chunk = kmeans.ASSIGN_CHUNK_ROWS
+            chunk = kmeans_tree.ASSIGN_CHUNK_ROWS
             nearest = np.concatenate(
                 [
                     model.predict(np.asarray(sample[members[start : start + chunk]], dtype=np.float32))
@@ -136,15 +136,15 @@ def main() -> None:
 
         print("\n== fit")
         started = time.perf_counter()
-        tree = kmeans.fit_tree(sample_path, kcfg)
+        tree = kmeans_tree.fit_tree(sample_path, kcfg)
         faiss_seconds = time.perf_counter() - started
         print(f"  faiss tree, 1 process           {faiss_seconds:8.1f} s")
         if args.workers:
             cfg = load_config(None, [f"kmeans.depth={args.depth}", f"kmeans.k={args.k}"])
             executor = LocalExecutor(cfg, workers=args.workers)
             started = time.perf_counter()
-            parallel = kmeans.fit_tree(
-                sample_path, kcfg, executor.map, threads_per_task=kmeans.threads_per_task(args.workers, args.k)
+            parallel = kmeans_tree.fit_tree(
+                sample_path, kcfg, executor.map, threads_per_task=kmeans_tree.threads_per_task(args.workers, args.k)
             )
             pool_seconds = time.perf_counter() - started
             same = all(np.array_equal(a, b) for a, b in zip(tree.centroids, parallel.centroids))

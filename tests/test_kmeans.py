@@ -12,6 +12,7 @@ from pipeline.engine.workdir import WorkDir
 from pipeline.executors.local import LocalExecutor
 from stages.kmeans import KmeansConfig
 from stages.kmeans import run as kmeans
+from stages.kmeans import tree as kmeans_tree
 
 PLANTED_SETTINGS = ["kmeans.depth=2", "kmeans.k=12", "kmeans.niter=10", "kmeans.nredo=3"]
 
@@ -133,7 +134,7 @@ def test_node_fit_uses_every_member_up_to_the_cap(tmp_path):
     exact = vectors.astype(np.float16).astype(np.float64).reshape(4, 800, 8).mean(axis=1)
 
     def level1_centroids(cap):
-        tree = kmeans.fit_tree(tmp_path / "sample.npy", KmeansConfig(depth=1, k=4, max_points_per_node=cap))
+        tree = kmeans_tree.fit_tree(tmp_path / "sample.npy", KmeansConfig(depth=1, k=4, max_points_per_node=cap))
         return tree.centroids[0][np.argsort(tree.centroids[0][:, 0])]
 
     order = np.argsort(exact[:, 0])

@@ -12,7 +12,7 @@ import pytest
 from pipeline import threads
 from pipeline.config import load_config
 from pipeline.executors.local import LocalExecutor, default_workers
-from stages.kmeans import run as kmeans
+from stages.kmeans import tree as kmeans_tree
 
 ALLOCATION_ENV = ("OMP_NUM_THREADS", "SLURM_CPUS_PER_TASK", "LOCAL_WORLD_SIZE")
 
@@ -98,8 +98,8 @@ def test_a_local_pool_divides_the_allocation_among_its_workers(monkeypatch):
     assert LocalExecutor(cfg, workers=3).map(_share, range(3)) == [(2, 2)] * 3
     assert LocalExecutor(cfg, workers=1).map(_share, range(2)) == [(6, 6)] * 2  # in this process: all of them
     # the k-means subtree fits: the allocation over the subtrees that run at once
-    assert kmeans.threads_per_task(3, 12) == 2 and kmeans.threads_per_task(12, 2) == 3
-    assert kmeans.threads_per_task(None, 12) == 0  # a Ray task: its own num_cpus
+    assert kmeans_tree.threads_per_task(3, 12) == 2 and kmeans_tree.threads_per_task(12, 2) == 3
+    assert kmeans_tree.threads_per_task(None, 12) == 0  # a Ray task: its own num_cpus
 
 
 def test_the_trainer_and_the_features_encoder_take_the_allocation_and_an_explicit_setting_wins():
