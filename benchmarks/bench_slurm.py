@@ -32,7 +32,7 @@ from media_factory import make_video  # noqa: E402
 from slurm_cluster import SlurmCluster, missing_programs  # noqa: E402
 
 from pipeline.config import load_config  # noqa: E402
-from pipeline.executors.slurm import sbatch_scripts  # noqa: E402
+from pipeline.executors.sbatch import sbatch_scripts  # noqa: E402
 
 SETTINGS = [
     "shards.videos_per_shard=1",

@@ -19,7 +19,7 @@ from pipeline import cli
 from pipeline.config import ConfigError, load_config
 from pipeline.engine.manifest import write_manifest
 from pipeline.engine.workdir import WorkDir
-from pipeline.executors.slurm import REPO, ScriptError, sbatch_script, sbatch_scripts
+from pipeline.executors.sbatch import REPO, ScriptError, sbatch_script, sbatch_scripts
 
 
 def _directives(script: str) -> list[str]:
