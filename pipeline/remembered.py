@@ -15,7 +15,8 @@ import time
 
 from pipeline import registry, storage
 from pipeline.config import Config, ConfigError, load_config
-from pipeline.engine.lineage import CorruptFile, changed_keys, flatten, read_json
+from pipeline.engine.lineage import changed_keys, flatten
+from pipeline.engine.records import CorruptFile, read_json
 from pipeline.engine.workdir import WorkDir
 
 SHOWN_KEYS = 4  # keys named in the one-line notice; more are counted

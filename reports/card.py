@@ -28,7 +28,8 @@ import yaml
 
 import schemas
 from pipeline import registry, storage
-from pipeline.engine.lineage import Lineage, read_json, relative
+from pipeline.engine.lineage import Lineage
+from pipeline.engine.records import read_json, relative
 from pipeline.engine.workdir import WorkDir
 
 FORMAT = "videobert-dataset:1"

@@ -12,8 +12,9 @@ import time
 from collections import Counter
 
 from pipeline import registry, storage
-from pipeline.engine.lineage import CorruptFile, Lineage, read_json
+from pipeline.engine.lineage import Lineage
 from pipeline.engine.manifest import read_manifest
+from pipeline.engine.records import CorruptFile, read_json
 from pipeline.engine.workdir import WorkDir
 from pipeline.progress import format_rate
 

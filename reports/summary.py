@@ -13,7 +13,8 @@ import numpy as np
 import pyarrow.compute as pc
 
 from pipeline import storage
-from pipeline.engine.lineage import Lineage, parquet_rows, read_json, read_record
+from pipeline.engine.lineage import Lineage
+from pipeline.engine.records import parquet_rows, read_json, read_record
 from pipeline.engine.workdir import WorkDir
 from pipeline.registry import SHARD_STAGES
 

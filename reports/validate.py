@@ -20,8 +20,9 @@ import pyarrow as pa
 import schemas
 from pipeline import registry, storage
 from pipeline.contract import Invalid, Part, Stage, resolve
-from pipeline.engine.lineage import CorruptFile, InputNotReady, Lineage, read_json, relative
+from pipeline.engine.lineage import InputNotReady, Lineage
 from pipeline.engine.manifest import shard_digests
+from pipeline.engine.records import CorruptFile, read_json, relative
 from pipeline.engine.workdir import WorkDir
 from schemas import metadata
 

@@ -27,7 +27,8 @@ import time
 from pathlib import Path
 
 from pipeline import storage
-from pipeline.engine.lineage import CorruptFile, explain
+from pipeline.engine.lineage import explain
+from pipeline.engine.records import CorruptFile
 from pipeline.engine.workdir import WorkDir
 
 TRAINER_STATE_NAME = "trainer.pt"

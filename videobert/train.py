@@ -48,7 +48,8 @@ from torch.utils.data import DataLoader
 import schemas.codebook as codebook_format
 from pipeline import storage, visual_words
 from pipeline.config import Config, ConfigError
-from pipeline.engine.lineage import InputNotReady, Lineage, relative
+from pipeline.engine.lineage import InputNotReady, Lineage
+from pipeline.engine.records import relative
 from pipeline.engine.workdir import WorkDir
 from pipeline.progress import Progress
 from pipeline.tokenizer import load_tokenizer, vocabulary_sha256

@@ -151,8 +151,9 @@ def _exit_for(error: Exception, args, loading: bool = False) -> int | None:
     its traceback is the report). `loading`: raised while the command's config was resolved."""
     from pipeline import storage
     from pipeline.contract import PreflightError
-    from pipeline.engine.lineage import CorruptFile, InputNotReady
+    from pipeline.engine.lineage import InputNotReady
     from pipeline.engine.manifest import ManifestError, NoVideos
+    from pipeline.engine.records import CorruptFile
     from pipeline.engine.workdir import LayoutError
     from schemas.codebook import CorruptCodebook
     from videobert.checkpoints import TrainingDiverged, TrainingLocked

@@ -35,6 +35,7 @@ import schemas
 from pipeline import storage
 from pipeline.config import Config
 from pipeline.engine import lineage, replaced
+from pipeline.engine.records import CorruptFile, read_record
 from pipeline.engine.workdir import WorkDir
 from pipeline.media.inputs import local_path
 from schemas.metadata import Provenance
@@ -296,8 +297,8 @@ def build_manifest(cfg: Config, input_path: str | Path, previous: dict[str, int]
 def previous_assignment(cfg: Config, work: WorkDir) -> dict[str, int] | None:
     """video_id -> shard of the existing manifest, when it was made with the same shard size."""
     try:
-        record = lineage.read_record(work.record("manifest"), "manifest")
-    except lineage.CorruptFile:
+        record = read_record(work.record("manifest"), "manifest")
+    except CorruptFile:
         return None
     if (
         record is None
@@ -369,8 +370,8 @@ def write_manifest(
         raise NoVideos(f"--input {input_path}: no videos found (looked for {', '.join(sorted(VIDEO_EXTENSIONS))})")
     digests = shard_digests(table)
     try:
-        old = lineage.read_record(work.record("manifest"), "manifest") or {}
-    except lineage.CorruptFile:
+        old = read_record(work.record("manifest"), "manifest") or {}
+    except CorruptFile:
         old = {}
     old_digests = old.get("shards", {})
     changed = sorted(int(s) for s in set(digests) | set(old_digests) if digests.get(s) != old_digests.get(s))

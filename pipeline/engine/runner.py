@@ -25,7 +25,8 @@ from pipeline import registry, storage
 from pipeline.config import Config
 from pipeline.contract import ShardContext, ShardResult, Stage
 from pipeline.engine import lineage, replaced
-from pipeline.engine.lineage import CorruptFile, InputNotReady, Lineage
+from pipeline.engine.lineage import InputNotReady, Lineage
+from pipeline.engine.records import CorruptFile
 from pipeline.engine.workdir import WorkDir
 from schemas.metadata import Provenance
 

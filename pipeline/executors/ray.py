@@ -43,7 +43,8 @@ from pipeline import registry, storage, threads
 from pipeline.config import Config
 from pipeline.contract import PreflightError, ShardContext, ShardResult
 from pipeline.engine import runner
-from pipeline.engine.lineage import CorruptFile, InputNotReady, Lineage
+from pipeline.engine.lineage import InputNotReady, Lineage
+from pipeline.engine.records import CorruptFile
 from pipeline.engine.workdir import WorkDir
 from pipeline.progress import Progress
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import schemas.codebook as codebook_format
 from pipeline import visual_words
-from pipeline.engine.lineage import Lineage, read_json
+from pipeline.engine.lineage import Lineage
+from pipeline.engine.records import read_json
 from pipeline.engine.workdir import WorkDir
 
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from pipeline.engine.lineage import CorruptFile, InputNotReady, Lineage, explain, read_json
+from pipeline.engine.lineage import InputNotReady, Lineage, explain
+from pipeline.engine.records import CorruptFile, read_json
 from pipeline.engine.workdir import WorkDir
 
 

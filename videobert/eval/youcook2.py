@@ -48,6 +48,7 @@ from pipeline.engine.manifest import (
     shard_digests,
     write_manifest_table,
 )
+from pipeline.engine.records import CorruptFile, read_record
 from pipeline.engine.workdir import WorkDir
 from schemas.metadata import Provenance
 from videobert.data import EMPTY, Segment
@@ -121,8 +122,8 @@ def write_manifest(
     table = pa.Table.from_pylist(rows, schema=schemas.MANIFEST.arrow)
     annotations_sha = storage.file_sha256(Path(annotations_path))
     try:
-        old_digests = (lineage.read_record(work.record("manifest"), "manifest") or {}).get("shards", {})
-    except lineage.CorruptFile:
+        old_digests = (read_record(work.record("manifest"), "manifest") or {}).get("shards", {})
+    except CorruptFile:
         old_digests = {}
     digests = shard_digests(table)
     changed = sorted(int(s) for s in set(digests) | set(old_digests) if digests.get(s) != old_digests.get(s))
