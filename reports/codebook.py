@@ -14,7 +14,8 @@ from pipeline.engine.lineage import Lineage
 from pipeline.engine.workdir import WorkDir
 from reports import summary
 from reports.cells import counted, number
-from reports.gallery import ONE_VIDEO_NODE, one_video_nodes, s3d_weights
+from reports.contact_sheet import s3d_weights
+from reports.gallery import ONE_VIDEO_NODE, one_video_nodes
 from reports.nearest import VIDEOS_COUNTED, decode_statuses
 from reports.svg import fmt_number, svg_bars, svg_line
 

@@ -16,8 +16,8 @@ import numpy as np
 
 from pipeline import storage, visual_words
 from pipeline.engine.workdir import WorkDir
-from reports.gallery import html_table, jpeg_data_uri
 from reports.nearest import nearest_clips
+from reports.page import html_table, jpeg_data_uri
 
 PREDICTED_THUMBNAILS = 3  # clips shown per predicted visual word (the nearest to its leaf centroid)
 MAX_PREDICTED_SENTENCES = 20

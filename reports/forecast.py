@@ -10,8 +10,8 @@ from pathlib import Path
 from pipeline import visual_words
 from pipeline.engine.workdir import WorkDir
 from reports.evaluation import read_json
-from reports.gallery import jpeg_data_uri
 from reports.nearest import nearest_clips
+from reports.page import jpeg_data_uri
 
 THUMBNAILS = 1  # clips shown per leaf
 

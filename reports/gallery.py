@@ -10,85 +10,33 @@ Writes DIR/gallery/:
   synthetic or broken video's frames sit far from every other clip, so k-means can spend a whole node on
   them, and such a node is that video's look, not a visual word videos share;
 - node-<L>-<id>.html for each shown node above the leaves: its k children, each a row the same way;
-- contact-level-<L>.png: the main page's rows as one image (linked from it); when the features come from
-  random S3D weights, a warning band across its top says so, and its PNG text chunk "Warning" too;
+- contact-level-<L>.png: the main page's rows as one image (reports/contact_sheet.py; linked from it); when
+  the features come from random S3D weights, a warning band across its top says so, and its PNG text chunk
+  "Warning" too;
 - gallery.json: how they were made (codebook sha256, arguments, every clip shown with its distance).
 Pages are self-contained: thumbnails are embedded as data: URIs."""
 
 from __future__ import annotations
 
-import base64
 import html
-import io
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from PIL import Image, ImageDraw, ImageFont
-from PIL.PngImagePlugin import PngInfo
 
 import schemas.codebook as codebook_format
 from pipeline import storage, visual_words
 from pipeline.config import Config
 from pipeline.engine.workdir import WorkDir
 from reports.cells import counted
+from reports.contact_sheet import contact_sheet, not_pretrained_warning, png_bytes, s3d_weights
 from reports.nearest import VIDEOS_COUNTED, NodeClips, decode_statuses, nearest_clips, read_thumbnails
+from reports.page import html_page, jpeg_data_uri
 
-LABEL_WIDTH_PX = 190  # the contact sheet's label column
-LINE_PX = 14  # a line of the contact sheet's text
-WARNING_BACKGROUND, WARNING_INK = (255, 236, 204), (170, 68, 0)
 ONE_VIDEO_NODE = (
     "Such a node is that video's look, not a visual word videos share: a static, synthetic or broken "
     "video's frames sit far from every other clip, and k-means spends a node on them."
 )
-NOT_PRETRAINED = "NOT pretrained: features from random S3D weights, so these clusters are not semantic"
-
-PAGE_STYLE = """
-body { font: 14px/1.4 system-ui, sans-serif; margin: 1.5em; color: #222; background: #fff; }
-h1 { font-size: 1.4em; } h2 { font-size: 1.15em; margin-top: 1.6em; border-bottom: 1px solid #ddd; }
-.provenance, .note { color: #555; font-size: 0.9em; }
-.warning { color: #a40; font-weight: bold; }
-.cluster { display: flex; gap: 12px; align-items: flex-start; padding: 6px 0; border-top: 1px solid #eee; }
-.cluster .label { flex: 0 0 190px; font-size: 0.9em; }
-.cluster.empty .label { color: #999; }
-.cluster .thumbs { flex: 1 1 auto; min-width: 0; }
-/* one row of thumbnails per node at any page width: columns shrink below the thumbnails' size, never wrap */
-.thumbs { display: grid; gap: 4px; }
-figure { margin: 0; text-align: center; font-size: 0.75em; color: #666; }
-figure img { display: block; image-rendering: auto; }
-.thumbs figure { min-width: 0; } .thumbs figure img { max-width: 100%; height: auto; }
-.thumbs figcaption { overflow: hidden; text-overflow: ellipsis; white-space: nowrap; }
-table { border-collapse: collapse; margin: 0.5em 0; }
-th, td { border: 1px solid #ddd; padding: 3px 8px; text-align: right; }
-th:first-child, td:first-child { text-align: left; }
-"""
-
-
-def html_page(title: str, body: str) -> str:
-    """A self-contained page: inline style, no script, no external reference."""
-    return (
-        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-        f'<meta name="viewport" content="width=device-width, initial-scale=1">'
-        f"<title>{html.escape(title)}</title><style>{PAGE_STYLE}</style></head>\n"
-        f"<body>\n{body}\n</body></html>\n"
-    )
-
-
-def html_table(header: list[str], rows: list[list]) -> str:
-    """Numbers (with a unit, possibly) are right-aligned, text left-aligned."""
-
-    def cell(value) -> str:
-        numeric = bool(re.fullmatch(r"[-\d.,x/%]+( \S+)?", str(value)))
-        return f'<td class="{"num" if numeric else "text"}">{html.escape(str(value))}</td>'
-
-    head = "".join(f"<th>{html.escape(str(name))}</th>" for name in header)
-    body = "".join("<tr>" + "".join(cell(value) for value in row) + "</tr>" for row in rows)
-    return f"<table><tr>{head}</tr>{body}</table>"
-
-
-def jpeg_data_uri(jpeg: bytes) -> str:
-    return "data:image/jpeg;base64," + base64.b64encode(jpeg).decode("ascii")
 
 
 def choose_nodes(
@@ -115,16 +63,6 @@ def choose_nodes(
 
 
 # ---------------------------------------------------------------- rendering
-
-
-def s3d_weights(codebook: codebook_format.Codebook) -> str:
-    """The S3D weights the codebook's features were made with, as its provenance records them."""
-    return str(codebook.info.get("feature_provenance", {}).get("weights", "unknown"))
-
-
-def not_pretrained_warning(codebook: codebook_format.Codebook) -> str | None:
-    """The warning every picture of this codebook carries, when its features come from random weights."""
-    return NOT_PRETRAINED if s3d_weights(codebook).startswith("random") else None
 
 
 def _codebook_note(codebook: codebook_format.Codebook) -> str:
@@ -195,69 +133,6 @@ def _row_html(
         f'<div class="label">{label}</div><div class="thumbs" style="{columns}">{"".join(figures)}</div>'
         f"</section>"
     )
-
-
-def _wrap(draw: ImageDraw.ImageDraw, text: str, font, width: int) -> list[str]:
-    """`text` in lines no wider than `width` pixels (a word longer than that gets a line of its own)."""
-    lines, line = [], ""
-    for word in text.split():
-        candidate = f"{line} {word}".strip()
-        if line and draw.textlength(candidate, font=font) > width:
-            lines.append(line)
-            candidate = word
-        line = candidate
-    return lines + [line] if line else lines
-
-
-def contact_sheet(
-    codebook: codebook_format.Codebook, entries: list[NodeClips], thumbnails: dict, cell: int, per_row: int
-) -> Image.Image:
-    """The rows as one picture: a label column, then each node's nearest thumbnails, nearest first; across
-    the top, the NOT-pretrained warning when the features come from random weights."""
-    font = ImageFont.load_default(size=12)
-    row_height = max(cell, 56) + 4
-    width = LABEL_WIDTH_PX + per_row * (cell + 2)
-    warning = not_pretrained_warning(codebook)
-    measure = ImageDraw.Draw(Image.new("RGB", (1, 1)))
-    warning_lines = _wrap(measure, warning, font, width - 8) if warning else []
-    band = len(warning_lines) * LINE_PX + 8 if warning_lines else 0
-    sheet = Image.new("RGB", (width, band + max(len(entries), 1) * row_height), "white")
-    draw = ImageDraw.Draw(sheet)
-    if band:
-        draw.rectangle((0, 0, width - 1, band - 1), fill=WARNING_BACKGROUND)
-        for number, text in enumerate(warning_lines):
-            draw.text((4, 4 + LINE_PX * number), text, fill=WARNING_INK, font=font)
-    for row, entry in enumerate(entries):
-        top = band + row * row_height
-        members = int(codebook.counts[entry.level - 1][entry.node])
-        lines = [
-            f"L{entry.level} node {entry.node}",
-            f"path {codebook_format.path_label(codebook.k, entry.level, entry.node)}",
-            counted(members, "member") if members else "empty",
-        ]
-        if members and entry.clips:  # the video's name is on the page: here, only that there is one
-            lines.append("one video only" if entry.only_video else counted(len(entry.videos), "video"))
-        for number, text in enumerate(lines):
-            draw.text((4, top + 4 + LINE_PX * number), text, fill="black", font=font)
-        for column, clip in enumerate(entry.nearest):
-            jpeg = thumbnails.get((clip.shard, clip.video_id, clip.clip_index))
-            if jpeg is None:
-                continue
-            image = Image.open(io.BytesIO(jpeg)).convert("RGB")
-            if image.size != (cell, cell):
-                image = image.resize((cell, cell), Image.BILINEAR)
-            sheet.paste(image, (LABEL_WIDTH_PX + column * (cell + 2), top + 2))
-    return sheet
-
-
-def _png_bytes(image: Image.Image, text: dict[str, str]) -> bytes:
-    """PNG bytes, with `text` as tEXt chunks (what the picture says, for readers of its metadata)."""
-    info = PngInfo()
-    for key, value in text.items():
-        info.add_text(key, value)
-    buffer = io.BytesIO()
-    image.save(buffer, format="PNG", optimize=False, pnginfo=info)
-    return buffer.getvalue()
 
 
 @dataclass
@@ -397,7 +272,7 @@ def _sheet_png(cfg: Config, codebook, view: GalleryView, found, thumbnails, per_
     }
     if warning := not_pretrained_warning(codebook):
         png_text["Warning"] = warning
-    return _png_bytes(sheet, png_text)
+    return png_bytes(sheet, png_text)
 
 
 def _sidecar(

@@ -30,8 +30,8 @@ from reports.cells import counted
 from reports.codebook import visual_word_stats, visual_words_html
 from reports.evaluation import predicted_video, predicted_video_html, read_json, zero_shot_html, zero_shot_predictions
 from reports.forecast import forecast_data, forecast_html, forecast_thumbnails
-from reports.gallery import html_page
 from reports.nearest import read_thumbnails
+from reports.page import html_page
 from reports.stage_table import error_examples, stage_runs, stages_html
 from reports.text import example_segments, examples_html, text_html, text_stats
 from reports.training import train_html, training_header, training_log, uniform_losses, validation_log

@@ -14,7 +14,7 @@ from pipeline.progress import format_rate
 from pipeline.registry import SHARD_STAGES
 from reports import summary
 from reports.cells import SHOWN_MESSAGE, counted, number, shortened
-from reports.gallery import html_table as _table
+from reports.page import html_table as _table
 
 ERROR_EXAMPLES = 20
 

@@ -14,7 +14,7 @@ from pipeline import storage
 from pipeline.config import Config
 from pipeline.engine.lineage import Lineage
 from pipeline.engine.workdir import WorkDir
-from reports.gallery import jpeg_data_uri
+from reports.page import jpeg_data_uri
 from reports.svg import svg_bars, svg_share_bars
 
 EXAMPLE_SEGMENTS = 4  # text segments shown with their thumbnails, each from another video

@@ -13,7 +13,7 @@ from pipeline.engine.workdir import WorkDir
 from reports import summary
 from reports.cells import counted, number
 from reports.evaluation import read_json
-from reports.gallery import html_table as _table
+from reports.page import html_table as _table
 from reports.svg import axis_top as svg_axis_top
 from reports.svg import svg_line, svg_lines
 

@@ -13,7 +13,8 @@ from PIL import Image
 
 from pipeline import cli
 from pipeline.config import load_config
-from reports.gallery import WARNING_BACKGROUND, WARNING_INK, write_gallery
+from reports.contact_sheet import WARNING_BACKGROUND, WARNING_INK
+from reports.gallery import write_gallery
 from schemas.codebook import node_path
 
 IMG_SRC = re.compile(r'<img src="([^"]+)"')

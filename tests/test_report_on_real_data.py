@@ -189,8 +189,9 @@ def _css_px(style: str, selector: str, prop: str, em_px: float = 14.0) -> float:
 
 
 def test_at_1400_px_a_row_of_twelve_thumbnails_stays_one_row_at_near_full_size(gallery_page):
-    from reports.gallery import LABEL_WIDTH_PX, PAGE_STYLE, contact_sheet
+    from reports.contact_sheet import LABEL_WIDTH_PX, contact_sheet
     from reports.nearest import NodeClips
+    from reports.page import PAGE_STYLE
 
     # the page's row: body margins, the label column, the gap to the grid, then 12 columns and their 11 gaps
     margins = 2 * _css_px(PAGE_STYLE, "body", "margin")
