@@ -42,7 +42,7 @@ from videobert.metrics import compute_losses
 from videobert.model import build_model, count_parameters
 from videobert.runtime import autocast, resolve_device
 from videobert.synthetic import write_synthetic
-from videobert.train import make_optimizer
+from videobert.train_setup import make_optimizer
 
 # dense bf16 peak TFLOP/s by device name (NVIDIA data sheets, SXM parts)
 PEAK_BF16_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0, "L40S": 362.0, "A10": 125.0, "L4": 121.0}

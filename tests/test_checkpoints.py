@@ -20,7 +20,7 @@ from pipeline.config import ConfigError, load_config
 from pipeline.engine.workdir import WorkDir
 from pipeline.tokenizer import load_tokenizer
 from reports import validate
-from videobert import checkpoints
+from videobert import checkpoints, train_setup
 from videobert import train as train_module
 from videobert.checkpoints import CorruptCheckpoint, TrainingDiverged, TrainingLocked, latest_checkpoint
 from videobert.eval import evaluate
@@ -207,7 +207,7 @@ def test_a_nan_learning_rate_stops_without_saving(tmp_path, tokenizer, monkeypat
         train(cfg, tmp_path, quiet=True)
     assert latest_checkpoint(tmp_path) is None
     # a schedule that gives NaN, with a checkpoint due at step 1: the NaN weights of the update are not saved
-    monkeypatch.setattr(train_module, "_lr_factor", lambda warmup_steps, max_steps: lambda step: float("nan"))
+    monkeypatch.setattr(train_setup, "_lr_factor", lambda warmup_steps, max_steps: lambda step: float("nan"))
     with pytest.raises(TrainingDiverged, match=r"stopped at step 1: the weights hold non-finite values"):
         train(config(tmp_path, "train.checkpoint_every=1"), tmp_path, restart=True, quiet=True)
     assert latest_checkpoint(tmp_path) is None

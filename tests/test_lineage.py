@@ -21,7 +21,7 @@ from pipeline.engine.lineage import InputNotReady, Lineage
 from pipeline.engine.manifest import read_manifest
 from pipeline.engine.workdir import WorkDir
 from reports.validate import validate_work_dir
-from videobert.train import training_inputs
+from videobert.train_inputs import training_inputs
 
 KMEANS = ["kmeans.depth=2", "kmeans.k=3", "kmeans.niter=5"]
 

@@ -20,7 +20,8 @@ from pipeline.tokenizer import load_tokenizer
 from videobert import shards, stream
 from videobert.checkpoints import latest_checkpoint
 from videobert.synthetic import write_synthetic
-from videobert.train import train, training_inputs
+from videobert.train import train
+from videobert.train_inputs import training_inputs
 
 
 @pytest.fixture(scope="module")
@@ -115,9 +116,9 @@ def test_a_rewrite_between_pinning_and_verifying_stops_the_start_in_one_line(tmp
         rewrite_like_align_force(paths[0])
         return pinned
 
-    import videobert.train as train_module
+    import videobert.train_inputs as train_inputs
 
-    monkeypatch.setattr(train_module, "pin_shards", pin_then_rewrite)
+    monkeypatch.setattr(train_inputs, "pin_shards", pin_then_rewrite)
     with pytest.raises(Exception) as raised:
         training_inputs(config(tmp_path), work)
     assert len(str(raised.value).splitlines()) == 1 and "part-00000.parquet" in str(raised.value)

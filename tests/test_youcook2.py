@@ -395,13 +395,13 @@ def spy_on_training_shards(monkeypatch) -> list[Path]:
     import videobert.train as train_module
 
     seen: list[Path] = []
-    setup = train_module._setup
+    setup = train_module.setup
 
     def spying(session, shards, *args, **kwargs):
         seen.extend(shards)
         return setup(session, shards, *args, **kwargs)
 
-    monkeypatch.setattr(train_module, "_setup", spying)
+    monkeypatch.setattr(train_module, "setup", spying)
     return seen
 
 

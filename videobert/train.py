@@ -27,12 +27,12 @@ newest is always kept. One run per work dir: rank 0 holds DIR/_state/train.lock 
 
 Settings: the config's `train` section, read as `t = s.cfg.train`. Read top to bottom: `Session` (what every
 helper works with), `train`, the loop `_train` and `_train_step`, then the helpers in the order the loop
-calls them (ranks and devices: videobert/runtime.py; checkpoint files: checkpoints.py; the log: train_log.py)."""
+calls them (ranks and devices: videobert/runtime.py; what it reads: train_inputs.py; the model, optimiser and
+data: train_setup.py; checkpoint files: checkpoints.py; the log: train_log.py)."""
 
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import os
 import time
@@ -42,43 +42,31 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from torch.nn.parallel import DistributedDataParallel
-from torch.utils.data import DataLoader
 
-import schemas.codebook as codebook_format
-from pipeline import storage, visual_words
+from pipeline import storage
 from pipeline.config import Config, ConfigError
-from pipeline.engine.lineage import InputNotReady, Lineage
-from pipeline.engine.records import relative
 from pipeline.engine.workdir import WorkDir
 from pipeline.progress import Progress
 from pipeline.tokenizer import load_tokenizer, vocabulary_sha256
-from videobert import checkpoints, train_log, youcook2
+from videobert import checkpoints, train_log
 from videobert.checkpoints import CorruptCheckpoint, TrainingDiverged, TrainingLocked, latest_checkpoint
-from videobert.data import (
-    REGIMES,
-    DataParams,
-    ShardDataset,
-    VocabLayout,
-    replacement_text_ids,
-    streams_per_rank,
-    training_shards,
-)
-from videobert.data_checks import data_warnings, require_codebook
+from videobert.data import REGIMES, DataParams, VocabLayout, replacement_text_ids
+from videobert.data_checks import data_warnings
 from videobert.metrics import Window, compute_losses, format_record, mix_line
-from videobert.model import VideoBert, build_model
+from videobert.model import VideoBert
 from videobert.runtime import Runtime, autocast, on_rank_zero, start_runtime
-from videobert.shards import confirm_pins, pin_shards
 from videobert.subset import subset_shards
+from videobert.train_inputs import shards_to_train_on, training_inputs
 from videobert.train_log import TrainLog
-from videobert.validation import Protocols, format_validation, read_validation_videos, split_shards, validate_protocols
+from videobert.train_setup import initial_model, micro_batch_size, setup
+from videobert.validation import Protocols, format_validation, read_validation_videos, validate_protocols
 
 
 @dataclass
 class Session:
     """One training run, what every helper below works with: its config, where it runs (rank, device), the
     work dir and `files`, the work dir whose train/ it writes (the work dir itself, or a local mirror of a
-    remote one); once set up (`_setup`), the model and its DDP wrapper, optimiser, scheduler, data and log."""
+    remote one); once set up (`setup`), the model and its DDP wrapper, optimiser, scheduler, data and log."""
 
     cfg: Config
     runtime: Runtime
@@ -137,7 +125,7 @@ def _train(s: Session, resume: bool, restart: bool) -> dict:
         _restart_checks(s, codebook, align_shards)
     latest, state = _open_checkpoint(s, lineage, resume, restart)
     # YouCook II's evaluation videos, the held-out videos and the videos outside train.subset_videos left out
-    shards, align_shards, validation_videos, test_videos = _shards_to_train_on(s, align_shards)
+    shards, align_shards, validation_videos, test_videos = shards_to_train_on(s, align_shards)
     start_step = state["step"] if state else 0
     if start_step >= t.max_steps:
         return {
@@ -149,7 +137,7 @@ def _train(s: Session, resume: bool, restart: bool) -> dict:
         }
     stop_step = t.max_steps if t.steps_per_run == 0 else min(t.max_steps, start_step + t.steps_per_run)
     # model, optimiser, scheduler, data and RNG states: restored from the checkpoint when resuming
-    _setup(s, shards, codebook, lineage, latest, state, stop_step)
+    setup(s, shards, codebook, lineage, latest, state, stop_step)
     s.info["validation_videos"] = validation_videos
     s.info["align_sha256"] = getattr(align_shards, "sha256", None)  # the bytes it reads (pinned: shards.pin_shards)
     s.info["test_videos"] = test_videos
@@ -265,34 +253,6 @@ def _stop_if_not_finite(s: Session, loss: torch.Tensor, grad_norm: torch.Tensor)
     )
 
 
-def make_optimizer(model: VideoBert, lr: float, weight_decay: float) -> torch.optim.AdamW:
-    # as in BERT: no weight decay on biases and LayerNorm weights (the 1-d parameters)
-    trainable = [p for p in model.parameters() if p.requires_grad]
-    groups = [
-        {"params": [p for p in trainable if p.ndim >= 2], "weight_decay": weight_decay},
-        {"params": [p for p in trainable if p.ndim < 2], "weight_decay": 0.0},
-    ]
-    # the fused kernel updates every parameter in one launch on GPU; the same math as the loop version
-    return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.999), eps=1e-6, fused=trainable[0].is_cuda)
-
-
-def _lr_factor(warmup_steps: int, max_steps: int):
-    def factor(step: int) -> float:
-        if step < warmup_steps:
-            return (step + 1) / warmup_steps
-        return max(0.0, (max_steps - step) / max(1, max_steps - warmup_steps))
-
-    return factor
-
-
-def _micro_batch_size(batch_size: int, grad_accum: int, world_size: int) -> int:
-    if batch_size % (grad_accum * world_size):
-        raise ValueError(
-            f"train.batch_size {batch_size} must be a multiple of train.grad_accum {grad_accum} x {world_size} ranks"
-        )
-    return batch_size // (grad_accum * world_size)
-
-
 # ---------------------------------------------------------------- one run per work dir; a diverged run's stop
 
 
@@ -319,56 +279,6 @@ def _stopped(s: Session, error: TrainingDiverged) -> TrainingDiverged:
         train_log.write_stopped(s.files.train_log, error.step, error.what, kept)
         checkpoints.push(s.files, s.work)
     return stopped
-
-
-# ---------------------------------------------------------------- inputs and the shards trained on
-
-
-def training_inputs(cfg: Config, work: WorkDir) -> tuple[dict, codebook_format.Codebook, list[Path]]:
-    """(the run's lineage, the codebook, the align shards with segments). Every align shard must be
-    current and made from this very codebook: visual rows initialised from one tree and tokens of
-    another would train on noise."""
-    checker = Lineage(work, cfg)
-    codebook_state = checker.state("kmeans", verify=True)
-    if not codebook_state.current:
-        raise InputNotReady(
-            f"train needs a current codebook; it is {codebook_state.status}"
-            f"{f' ({codebook_state.reason})' if codebook_state.reason else ''}: run the kmeans stage"
-        )
-    lineage = checker.expected("train")  # every align shard current, or InputNotReady
-    codebook = visual_words.load(work.codebook)
-    parts = [work.part("align", shard) for shard in checker.manifest_shards()]
-    pinned = pin_shards(parts, work.state / "pinned")  # before verifying: what is verified is what is read
-    # checked against their records before training: a flipped bit would become a wrong token for 500k steps
-    checksums = {}
-    for shard, path in zip(checker.manifest_shards(), parts):
-        checker.verified("align", shard, path)
-        checksums[path.name] = checker.record("align", shard)["outputs"][relative(work, path)]["sha256"]
-    confirm_pins(parts, pinned, checksums)
-    require_codebook(
-        pinned, codebook.info.get("sha256"), f"{work.codebook} is", InputNotReady, ": run quantize and align again"
-    )
-    return lineage, codebook, training_shards(pinned)
-
-
-def _shards_to_train_on(s: Session, shards: list[Path]) -> tuple[list[Path], list[Path], list[str], list[str]]:
-    """(the shards to train on, the align shards held-out videos are read from, the validation videos, the
-    test videos). Each kind of left-out rows is written by rank 0 while the others wait."""
-    runtime = s.runtime
-    # YouCook II's evaluation videos never reach pre-training (videobert/youcook2.py)
-    shards, kept_apart = youcook2.keep_apart(s.cfg, s.work, shards, write=runtime.main, quiet=s.quiet)
-    if kept_apart:
-        runtime.barrier()
-    # train.validation_videos (or train.splits): held-out videos, never trained on (videobert/validation.py);
-    # then train.subset_videos: the segments of a seeded subset of the other videos only
-    align_shards = shards
-    shards, validation_videos, test_videos = split_shards(s.cfg, s.work, shards, write=runtime.main)
-    if validation_videos or test_videos:
-        runtime.barrier()
-    shards = subset_shards(s.cfg, s.work, shards, write=runtime.main)
-    if s.cfg.train.subset_videos:
-        runtime.barrier()
-    return shards, align_shards, validation_videos, test_videos
 
 
 # ---------------------------------------------------------------- the checkpoint to continue
@@ -402,12 +312,12 @@ def _restart_checks(s: Session, codebook, shards: list[Path]) -> None:
     initial model can be made (a ConfigError naming the key otherwise; the inputs were checked before)."""
     t = s.cfg.train
     try:
-        _micro_batch_size(t.batch_size, t.grad_accum, s.runtime.world_size)
+        micro_batch_size(t.batch_size, t.grad_accum, s.runtime.world_size)
         subset_shards(s.cfg, s.work, shards, write=False)
     except ValueError as error:
         raise ConfigError(f"config error: {error}") from None
     layout = VocabLayout.from_tokenizer(load_tokenizer(s.cfg.align.tokenizer), codebook.num_leaves)
-    _initial_model(s.cfg, layout, codebook)  # built and dropped: _setup builds it again, from the same seed
+    initial_model(s.cfg, layout, codebook)  # built and dropped: setup builds it again, from the same seed
 
 
 def _save_checkpoint(s: Session, step: int, window: Window) -> Path:
@@ -441,122 +351,6 @@ def _save_checkpoint(s: Session, step: int, window: Window) -> Path:
     if runtime.main:
         checkpoints.push(s.files, s.work)  # a work dir on object storage gets it now
     return s.files.checkpoints / f"step-{step:08d}"
-
-
-# ---------------------------------------------------------------- model, optimiser, scheduler and data
-
-
-def _setup(
-    s: Session, shards: list[Path], codebook, lineage: dict, latest: Path | None, state: dict | None, stop_step: int
-) -> None:
-    """The session's model, optimiser, scheduler and data loader, all restored from `state` when resuming."""
-    cfg, runtime, t = s.cfg, s.runtime, s.cfg.train
-    micro_batch = _micro_batch_size(t.batch_size, t.grad_accum, runtime.world_size)
-    tokenizer = load_tokenizer(cfg.align.tokenizer)
-    layout = VocabLayout.from_tokenizer(tokenizer, codebook.num_leaves)
-    streams = streams_per_rank(len(shards), runtime.world_size, t.num_workers)
-    s.data_shape = {"world_size": runtime.world_size, "streams_per_rank": streams, "micro_batch": micro_batch}
-    model, s.info, s.notes = _model(s, layout, codebook, lineage, shards, latest, state)
-    if t.freeze_input_embeddings:
-        # the paper freezes the input embeddings (text and visual rows) for the whole pre-training
-        model.word_embeddings.weight.requires_grad_(False)
-    model.to(runtime.device)
-    wrapped = (
-        DistributedDataParallel(model, device_ids=[runtime.device] if runtime.device.type == "cuda" else None)
-        if runtime.distributed
-        else model
-    )
-    optimizer = make_optimizer(model, t.lr, t.weight_decay)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _lr_factor(t.warmup_steps, t.max_steps))
-    saved = state["ranks"][runtime.rank] if state is not None else {"plan_states": {}}
-    dataset = ShardDataset(
-        shards,
-        layout,
-        replacement_text_ids(tokenizer),
-        DataParams.from_config(t),
-        micro_batch,
-        t.seed,
-        runtime.rank,
-        runtime.world_size,
-        start_batch=state["micro_batches"] if state is not None else 0,
-        plan_states=saved["plan_states"],
-        checkpoint_every=t.checkpoint_every * t.grad_accum,
-        stop_batch=stop_step * t.grad_accum,
-    )
-    # its own generator: creating the loader must not draw from the global RNG that dropout uses
-    loader = DataLoader(
-        dataset,
-        batch_size=None,
-        num_workers=streams if t.num_workers else 0,
-        pin_memory=runtime.device.type == "cuda",
-        generator=torch.Generator(),
-    )
-    if state is not None:
-        optimizer.load_state_dict(state["optimizer"])
-        scheduler.load_state_dict(state["scheduler"])
-        checkpoints.set_rng_state(saved["rng"], runtime.device)
-    else:
-        torch.manual_seed(t.seed + runtime.rank)  # dropout differs between ranks
-    examples = saved["examples"] if state is not None else torch.zeros(len(REGIMES))
-    s.model, s.wrapped, s.optimizer, s.scheduler, s.batches = model, wrapped, optimizer, scheduler, iter(loader)
-    s.examples, s.plan_states = examples.to(runtime.device), dict(saved["plan_states"])
-
-
-def _model(
-    s: Session,
-    layout: VocabLayout,
-    codebook,
-    lineage: dict,
-    shards: list[Path],
-    latest: Path | None,
-    state: dict | None,
-) -> tuple[VideoBert, dict, list[str]]:
-    """(model, info, notes): loaded from the checkpoint when resuming, else initialised as the paper does."""
-    cfg, t = s.cfg, s.cfg.train
-    if state is not None:
-        model, info = checkpoints.load_model(latest, resuming=True)
-        if model.layout != layout:
-            raise ValueError(
-                f"{latest} was trained with vocabulary {model.layout.to_dict()}, but this tokenizer "
-                f"and codebook give {layout.to_dict()}"
-            )
-        changed = {
-            key: (state["data_shape"][key], value)
-            for key, value in s.data_shape.items()
-            if state["data_shape"][key] != value
-        }
-        if changed:
-            raise ValueError(
-                f"cannot resume {latest} exactly: (saved, now) differ for {changed}; resume with "
-                f"the same ranks, train.num_workers and train.batch_size"
-            )
-        return model, info, [f"resumed from {latest}"]
-    model, notes = _initial_model(cfg, layout, codebook)
-    info = {
-        "init_checkpoint": t.init_checkpoint,
-        "tokenizer": cfg.align.tokenizer,
-        "codebook_sha256": codebook.info.get("sha256"),
-        "init_notes": notes,
-        "lineage": lineage,
-        "config": json.loads(cfg.section_json("train", "align")),
-        "config_hash": cfg.section_hash("train", "align"),
-        "shards": [path.name for path in shards],
-    }
-    return model, info, notes
-
-
-def _initial_model(cfg: Config, layout: VocabLayout, codebook) -> tuple[VideoBert, list[str]]:
-    """`build_model` with its config errors (those naming a train.* key: an init checkpoint that cannot be
-    loaded, a vocabulary or length it cannot take) as ConfigError."""
-    t = cfg.train
-    try:
-        return build_model(
-            t.init_checkpoint, layout, codebook.centroids[-1], codebook.counts[-1], max_len=t.max_len, seed=t.seed
-        )
-    except (OSError, ValueError) as error:
-        if not str(error).startswith("train."):
-            raise
-        raise ConfigError(f"config error: {storage.one_line(error).split(': ', 1)[1]}") from None
 
 
 # ---------------------------------------------------------------- the log, held-out validation and data warnings
