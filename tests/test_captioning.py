@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from videobert.eval import captioning
+from videobert.eval import captioner, captioning
 
 CAPTIONS = ["chop the onion", "pour the sauce over the pasta", "beat the eggs in a bowl"]
 
@@ -19,11 +19,11 @@ def planted(per_class: int, seed: int) -> tuple[np.ndarray, list[str]]:
 
 
 def test_word_vocab_round_trip():
-    vocab = captioning.WordVocab.from_captions(["Chop the onion.", "chop the garlic"], min_count=2)
+    vocab = captioner.WordVocab.from_captions(["Chop the onion.", "chop the garlic"], min_count=2)
     assert vocab.words[4:] == ["chop", "the"]
     ids = vocab.encode("chop the onion", max_words=20)
-    assert ids[0] == vocab.index[captioning.BOS] and ids[-1] == vocab.index[captioning.EOS]
-    assert ids[3] == vocab.index[captioning.UNK]
+    assert ids[0] == vocab.index[captioner.BOS] and ids[-1] == vocab.index[captioner.EOS]
+    assert ids[3] == vocab.index[captioner.UNK]
     assert vocab.decode(ids[1:]) == "chop the"  # <unk> is not written out
     assert len(vocab.encode("chop the onion and the garlic", max_words=2)) == 4
 
@@ -31,7 +31,7 @@ def test_word_vocab_round_trip():
 def test_training_lowers_the_loss_and_decodes_held_out_captions():
     x_train, captions = planted(per_class=6, seed=1)
     x_test, expected = planted(per_class=2, seed=2)
-    model, vocab, losses = captioning.train_captioner(
+    model, vocab, losses = captioner.train_captioner(
         x_train,
         captions,
         hidden=32,
@@ -47,14 +47,14 @@ def test_training_lowers_the_loss_and_decodes_held_out_captions():
     )
     assert [step for step, _ in losses] == [25, 50, 75, 100, 125, 150]
     assert losses[-1][1] < 0.25 * losses[0][1]
-    decoded = captioning.caption(model, vocab, x_test)
+    decoded = captioner.caption(model, vocab, x_test)
     assert decoded == expected
 
 
 def test_the_same_seed_trains_the_same_model():
     x_train, captions = planted(per_class=2, seed=1)
     runs = [
-        captioning.train_captioner(
+        captioner.train_captioner(
             x_train, captions, hidden=16, layers=1, heads=2, feedforward=32, steps=6, seed=3, log_every=2
         )[2]
         for _ in range(2)
@@ -64,15 +64,15 @@ def test_the_same_seed_trains_the_same_model():
 
 def test_decoding_stops_at_max_words():
     x_train, captions = planted(per_class=2, seed=1)
-    model, vocab, _ = captioning.train_captioner(
+    model, vocab, _ = captioner.train_captioner(
         x_train, captions, hidden=16, layers=1, heads=2, feedforward=32, steps=2, max_words=3, seed=0
     )
-    assert all(len(text.split()) <= 3 for text in captioning.caption(model, vocab, x_train))
+    assert all(len(text.split()) <= 3 for text in captioner.caption(model, vocab, x_train))
 
 
 def test_training_needs_captions():
     with pytest.raises(ValueError, match="training segments"):
-        captioning.train_captioner(np.zeros((0, 4)), [], steps=1)
+        captioner.train_captioner(np.zeros((0, 4)), [], steps=1)
 
 
 def test_standardise_uses_the_training_statistics():
@@ -96,7 +96,7 @@ def test_cross_validation_picks_the_setting_that_learns():
         min_word_count=1,
         seed=0,
     )
-    result = captioning.cross_validate(
+    result = captioner.cross_validate(
         x_train, captions, groups, params, {"lr": [1e-7, 3e-3]}, folds=2, seed=0, metric="ROUGE-L", use_java=False
     )
     assert [c["params"] for c in result["candidates"]] == [{"lr": 1e-7}, {"lr": 3e-3}]
@@ -104,4 +104,4 @@ def test_cross_validation_picks_the_setting_that_learns():
     assert result["chosen"]["lr"] == 3e-3 and result["chosen"]["hidden"] == 16
     assert result["candidates"][1]["mean"] > result["candidates"][0]["mean"]
     with pytest.raises(ValueError, match="training videos"):
-        captioning.cross_validate(x_train, captions, groups, params, {"lr": [1e-3]}, folds=5, seed=0)
+        captioner.cross_validate(x_train, captions, groups, params, {"lr": [1e-3]}, folds=5, seed=0)

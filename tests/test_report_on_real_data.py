@@ -83,7 +83,7 @@ def test_losses_are_shown_against_their_uniform_baseline(tmp_path):
 
 
 def test_closed_set_probabilities_are_over_the_closed_set():
-    from videobert.eval.zero_shot import _top
+    from videobert.eval.zero_shot_scoring import _top
 
     # a closed set of three words whose text-vocabulary probabilities are tiny
     scores = np.log(np.array([[1e-6, 2e-6, 1e-6, 0.5, 0.4]], dtype=np.float64))

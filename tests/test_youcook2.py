@@ -26,7 +26,7 @@ from pipeline.engine.workdir import WorkDir
 from pipeline.tokenizer import load_tokenizer
 from videobert import youcook2 as kept_apart
 from videobert.data import VocabLayout
-from videobert.eval import probe, youcook2, zero_shot
+from videobert.eval import probe, verb_noun_labels, youcook2, zero_shot
 from videobert.synthetic import NOUNS, VERBS, write_synthetic
 from videobert.train import train
 
@@ -173,7 +173,7 @@ def test_lists_and_labels_from_the_captions_with_the_pos_tagger(tmp_path):
     assert len(rows) == 16 and rows[("no_audio", 1)]["verb"] == "cut" and rows[("no_audio", 1)]["noun"] == "vegetable"
     assert rows[("cooking_salad", 2)]["verb"] == "slice|add" and rows[("cooking_salad", 2)]["subset"] == "training"
     # several labels per segment, read back as any-of labels
-    labels = zero_shot.read_labels(str(tmp_path / "labels.csv"))
+    labels = verb_noun_labels.read_labels(str(tmp_path / "labels.csv"))
     assert labels[("cooking_pasta", 0)][0] == ("fill", "bring")
     # the paper's sizes are the defaults; a small caption set gives shorter lists
     full = youcook2.write_labels(load_config(None, []), SAMPLE, tmp_path / "full")

@@ -1,6 +1,7 @@
-"""The zero-shot protocol (videobert/eval/zero_shot.py) and predict-video on a briefly trained VideoBERT: words
-WordPiece splits scored jointly with one [MASK] per piece, any-of labels, the three rows in both rankings,
-float32 scores whatever the training precision, and no empty leaf ever predicted."""
+"""The zero-shot protocol (videobert/eval/zero_shot.py, zero_shot_scoring.py, verb_noun_labels.py) and
+predict-video on a briefly trained VideoBERT: words WordPiece splits scored jointly with one [MASK] per piece,
+any-of labels, the three rows in both rankings, float32 scores whatever the training precision, and no empty
+leaf ever predicted."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from test_videobert import TOKENIZER_SPEC, config, tiny_checkpoint
 from pipeline.config import load_config
 from pipeline.tokenizer import encode, load_tokenizer
 from videobert.data import assemble
-from videobert.eval import evaluate, zero_shot
+from videobert.eval import evaluate, verb_noun_labels, zero_shot, zero_shot_scoring
 from videobert.model import VideoBert
 from videobert.synthetic import NOUNS, VERBS, write_synthetic
 from videobert.train import latest_checkpoint, train
@@ -46,9 +47,9 @@ def lists(tmp_path, verbs, nouns):
 def scorer_of(work_dir, tmp_path, *overrides, verbs=("cut", "whisk"), nouns=tuple(SPLIT_NOUNS), open_vocabulary=True):
     cfg = config(work_dir, *lists(tmp_path, verbs, nouns), *overrides)
     ev = evaluate.Evaluator(cfg, work_dir, None)
-    verb_candidates, _ = zero_shot.make_candidates(ev.tokenizer, list(verbs), open_vocabulary)
-    noun_candidates, split = zero_shot.make_candidates(ev.tokenizer, list(nouns), open_vocabulary)
-    return ev, zero_shot.Scorer(ev, cfg.eval.zero_shot_template, verb_candidates, noun_candidates), split
+    verb_candidates, _ = zero_shot_scoring.make_candidates(ev.tokenizer, list(verbs), open_vocabulary)
+    noun_candidates, split = zero_shot_scoring.make_candidates(ev.tokenizer, list(nouns), open_vocabulary)
+    return ev, zero_shot_scoring.Scorer(ev, cfg.eval.zero_shot_template, verb_candidates, noun_candidates), split
 
 
 def manual_score(ev, tokenizer, word_at_noun: str, video: np.ndarray) -> float:
@@ -92,7 +93,7 @@ def test_split_words_are_scored_by_all_their_pieces(quick_dir, tmp_path, tokeniz
         assert row[nouns.index(word)] != row[nouns.index(first)]
     assert row[nouns.index("parsley")] != row[nouns.index("parmesan")]
     # open vocabulary: every whole-word piece of letters competes, and the split list words besides
-    assert len(nouns.words) == len(zero_shot.vocabulary_words(tokenizer)) + 4
+    assert len(nouns.words) == len(zero_shot_scoring.vocabulary_words(tokenizer)) + 4
     assert nouns.closed_words() == SPLIT_NOUNS
     assert np.isfinite(scores["noun"]).all() and np.isfinite(scores["verb"]).all()
 
@@ -123,11 +124,11 @@ def test_a_prediction_is_right_when_it_is_any_of_the_labels(tmp_path):
     truths = [("chop", "cut"), ("pour", "cut"), ("cut",), ("bake",)]
     words = ["cut", "mix", "pour", "fry", "boil", "stir"]
     # segment 4's only label is not in the list: it does not count
-    assert zero_shot.accuracy(rankings, truths, words) == {"top1": 1 / 3, "top5": 2 / 3, "n": 3}
-    assert zero_shot.accuracy(rankings, [(t[0],) for t in truths], words)["n"] == 2
+    assert verb_noun_labels.accuracy(rankings, truths, words) == {"top1": 1 / 3, "top5": 2 / 3, "n": 3}
+    assert verb_noun_labels.accuracy(rankings, [(t[0],) for t in truths], words)["n"] == 2
     # a random ranking of 6 words: one label of six is right at top-1 with 1/6, at top-5 with 5/6
-    assert zero_shot.chance([("cut",)], words) == pytest.approx({"top1": 1 / 6, "top5": 5 / 6, "n": 1})
-    assert zero_shot.chance([("cut", "mix")], words) == pytest.approx({"top1": 2 / 6, "top5": 1.0, "n": 1})
+    assert verb_noun_labels.chance([("cut",)], words) == pytest.approx({"top1": 1 / 6, "top5": 5 / 6, "n": 1})
+    assert verb_noun_labels.chance([("cut", "mix")], words) == pytest.approx({"top1": 2 / 6, "top5": 1.0, "n": 1})
     # several labels per segment: a | in a cell, a list column, several rows of one segment
     (tmp_path / "labels.csv").write_text(
         "video_id,segment_index,verb,noun\na,0,Cut|chop,onion\na,0,slice,\nb,3,mix,egg; Bowl\n"
@@ -144,11 +145,11 @@ def test_a_prediction_is_right_when_it_is_any_of_the_labels(tmp_path):
         tmp_path / "labels.parquet",
     )
     expected = {("a", 0): (("cut", "chop", "slice"), ("onion",)), ("b", 3): (("mix",), ("egg", "bowl"))}
-    assert zero_shot.read_labels(str(tmp_path / "labels.csv")) == expected
-    assert zero_shot.read_labels(str(tmp_path / "labels.parquet")) == expected
+    assert verb_noun_labels.read_labels(str(tmp_path / "labels.csv")) == expected
+    assert verb_noun_labels.read_labels(str(tmp_path / "labels.parquet")) == expected
     (tmp_path / "bad.csv").write_text("video_id,verb\na,cut\n")
     with pytest.raises(ValueError, match=r"missing \['segment_index', 'noun'\]"):
-        zero_shot.read_labels(str(tmp_path / "bad.csv"))
+        verb_noun_labels.read_labels(str(tmp_path / "bad.csv"))
 
 
 def test_three_rows_in_both_rankings_and_the_initial_bert_without_a_head(quick_dir, tmp_path):

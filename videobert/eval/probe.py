@@ -25,7 +25,7 @@ from pipeline import storage
 from pipeline.config import Config
 from pipeline.engine.lineage import Lineage
 from pipeline.engine.workdir import WorkDir
-from videobert.eval.zero_shot import (
+from videobert.eval.verb_noun_labels import (
     PARTS,
     TOP_K,
     accuracy,

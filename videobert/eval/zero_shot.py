@@ -1,7 +1,9 @@
 """Zero-shot verb and noun classification, as in the VideoBERT paper (section 4.2).
 
 Each evaluation segment is fed as `[CLS] <eval.zero_shot_template> [>] visual tokens [SEP]` ("now let me
-show you how to [MASK] the [MASK]"); the verb is read at the first [MASK], the noun at the second.
+show you how to [MASK] the [MASK]"); the verb is read at the first [MASK], the noun at the second. This file
+holds the run, its segments, the initial BERT and the report; the candidates and their scoring are in
+videobert/eval/zero_shot_scoring.py, the word lists, labels and accuracy in videobert/eval/verb_noun_labels.py.
 
 - **Candidates.** `open` ranking (the paper's): every word of the WordPiece vocabulary competes: each
   whole-word piece made of letters (no `##` continuation, no [special], no digit or punctuation), plus every
@@ -33,290 +35,27 @@ its test videos (train.splits). Writes DIR/eval/zero_shot.json (the report) and 
 
 from __future__ import annotations
 
-import math
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.csv as pa_csv
-import pyarrow.parquet as pq
-import torch
 
 from pipeline import storage, visual_words
 from pipeline.config import Config
 from pipeline.engine.workdir import WorkDir
 from pipeline.progress import Progress
-from pipeline.tokenizer import encode
 from schemas.metadata import Provenance
-from videobert.data import assemble
 from videobert.eval.evaluate import Evaluator, batched
+from videobert.eval.verb_noun_labels import PARTS, accuracy, chance, format_cell, read_labels, read_word_list
+from videobert.eval.zero_shot_scoring import Scorer, make_candidates, rankings
 from videobert.model import build_model
 
-PARTS = ("verb", "noun")
-TOP_K = 5
 ROWS = (
     ("videobert", "VideoBERT (video + text)"),
     ("text_only_prior", "VideoBERT text-only prior"),
     ("initial_bert_prior", "initial BERT prior"),
 )
-LABEL_SEPARATORS = ("|", ";")
-
-
-# ---------------------------------------------------------------- word lists and labels
-
-
-def read_word_list(path: str | None, key: str) -> list[str]:
-    if not path:  # a config mistake found after loading: exit status 2 like the others
-        from pipeline.config import ConfigError
-
-        raise ConfigError(f"config error: {key} is not set: give a text file with one word per line (--set {key}=FILE)")
-    words = [line.strip().lower() for line in Path(path).read_text().splitlines() if line.strip()]
-    if not words:
-        raise ValueError(f"{key}: {path} holds no words")
-    return list(dict.fromkeys(words))
-
-
-def _label_words(value) -> list[str]:
-    """The words of one label cell: a list, or a string with words separated by | or ;."""
-    if value is None:
-        return []
-    items = value if isinstance(value, (list, tuple)) else [value]
-    words = []
-    for item in items:
-        text = str(item)
-        for separator in LABEL_SEPARATORS:
-            text = text.replace(separator, "\n")
-        words += [word.strip().lower() for word in text.splitlines() if word.strip()]
-    return words
-
-
-def read_labels(path: str) -> dict[tuple[str, int], tuple[tuple[str, ...], tuple[str, ...]]]:
-    """(video_id, segment_index) -> (verbs, nouns) from a CSV or Parquet file with columns video_id,
-    segment_index, verb, noun. A segment may have several labels: a cell holding words separated by | (or ;),
-    a Parquet list column, or several rows of the same segment (merged)."""
-    path = Path(path)
-    if path.suffix == ".parquet":
-        table = pq.read_table(path)
-    else:
-        table = pa_csv.read_csv(
-            path,
-            convert_options=pa_csv.ConvertOptions(
-                column_types={"video_id": pa.string(), "verb": pa.string(), "noun": pa.string()}
-            ),
-        )
-    missing = [name for name in ("video_id", "segment_index", "verb", "noun") if name not in table.column_names]
-    if missing:
-        raise ValueError(f"{path}: labels need columns video_id, segment_index, verb, noun (missing {missing})")
-    merged: dict[tuple[str, int], tuple[list[str], list[str]]] = {}
-    for video_id, segment_index, verb, noun in zip(
-        *(table.column(name).to_pylist() for name in ("video_id", "segment_index", "verb", "noun"))
-    ):
-        verbs, nouns = merged.setdefault((video_id, int(segment_index)), ([], []))
-        verbs += _label_words(verb)
-        nouns += _label_words(noun)
-    return {key: (tuple(dict.fromkeys(verbs)), tuple(dict.fromkeys(nouns))) for key, (verbs, nouns) in merged.items()}
-
-
-def accuracy(rankings: list[list[str]], truths: list[tuple[str, ...]], words: set[str] | list[str]) -> dict:
-    """Top-1 / top-5 accuracy where a ranking is right when it holds any of its segment's labels; only
-    labels among `words` count, and segments with none are left out (n says how many counted)."""
-    words = set(words)
-    known = [(ranking, [t for t in truth if t in words]) for ranking, truth in zip(rankings, truths)]
-    known = [(ranking, truth) for ranking, truth in known if truth]
-    if not known:
-        return {"top1": None, "top5": None, "n": 0}
-    return {
-        "top1": sum(ranking[0] in truth for ranking, truth in known) / len(known),
-        "top5": sum(any(word in truth for word in ranking[:TOP_K]) for ranking, truth in known) / len(known),
-        "n": len(known),
-    }
-
-
-def chance(truths: list[tuple[str, ...]], words: list[str]) -> dict:
-    """The expected accuracy of a uniformly random ranking of `words` (closed set): a segment with m of its
-    labels among n words is right at top-1 with m/n and at top-5 with 1 - C(n-m, 5)/C(n, 5)."""
-    n, words = len(words), set(words)
-    counts = [len(set(truth) & words) for truth in truths]
-    counts = [m for m in counts if m]
-    if not counts or n == 0:
-        return {"top1": None, "top5": None, "n": 0}
-    top5 = [1 - (math.comb(n - m, TOP_K) / math.comb(n, TOP_K) if n >= TOP_K else 0.0) for m in counts]
-    return {"top1": sum(m / n for m in counts) / len(counts), "top5": sum(top5) / len(counts), "n": len(counts)}
-
-
-# ---------------------------------------------------------------- candidates and scoring
-
-
-@dataclass
-class Candidates:
-    """The words that compete at one slot: `words[i]` has WordPiece ids `pieces[i]`; `closed` indexes the
-    list words (in list order) within them."""
-
-    words: list[str]
-    pieces: list[tuple[int, ...]]
-    closed: np.ndarray
-
-    def index(self, word: str) -> int:
-        return self.words.index(word)
-
-    def closed_words(self) -> list[str]:
-        return [self.words[i] for i in self.closed]
-
-
-def vocabulary_words(tokenizer) -> list[tuple[str, int]]:
-    """(word, id) of every whole-word WordPiece made of letters, by id: no ## continuation, no [special]
-    token, no digit or punctuation."""
-    return sorted(
-        (
-            (token, index)
-            for token, index in tokenizer.get_vocab().items()
-            if token.isalpha() and not token.startswith("##")
-        ),
-        key=lambda item: item[1],
-    )
-
-
-def make_candidates(tokenizer, words: list[str], open_vocabulary: bool) -> tuple[Candidates, list[dict]]:
-    """The candidates of one slot and the list words WordPiece splits ({word, pieces}) for the report."""
-    pieces = {}
-    split = []
-    for word in words:
-        ids = tuple(encode(tokenizer, word))
-        if not ids:
-            raise ValueError(f"word list entry {word!r} has no word pieces")
-        pieces[word] = ids
-        if len(ids) > 1:
-            split.append({"word": word, "pieces": tokenizer.convert_ids_to_tokens(list(ids))})
-    all_words, all_pieces, at = [], [], {}
-    if open_vocabulary:
-        for token, index in vocabulary_words(tokenizer):
-            at[token] = len(all_words)
-            all_words.append(token)
-            all_pieces.append((index,))
-    for word in words:
-        if word in at:
-            continue
-        if open_vocabulary and len(pieces[word]) == 1:
-            # a single piece the vocabulary scan left out (digits, punctuation): it competes as itself
-            token = tokenizer.convert_ids_to_tokens(pieces[word][0])
-            if token in at:
-                at[word] = at[token]
-                continue
-        at[word] = len(all_words)
-        all_words.append(word)
-        all_pieces.append(pieces[word])
-    closed = np.array([at[word] for word in words], dtype=np.int64)
-    return Candidates(all_words, all_pieces, closed), split
-
-
-class Scorer:
-    """Scores every candidate of both slots for a batch of segments (or for the template alone): one float32
-    forward pass per piece count needed at a slot, each masking that many positions there."""
-
-    def __init__(self, ev: Evaluator, template: str, verbs: Candidates, nouns: Candidates):
-        self.ev, self.layout = ev, ev.layout
-        ids = ev.text_ids(template)
-        masks = np.flatnonzero(ids == self.layout.mask_id)
-        if len(masks) != 2:
-            raise ValueError(f"eval.zero_shot_template must hold two [MASK] (verb, noun): {template!r}")
-        self.before, self.between, self.after = ids[: masks[0]], ids[masks[0] + 1 : masks[1]], ids[masks[1] + 1 :]
-        self.slots = {"verb": verbs, "noun": nouns}
-        self.by_count = {}
-        for part, candidates in self.slots.items():
-            lengths = np.array([len(p) for p in candidates.pieces])
-            self.by_count[part] = {
-                int(c): (
-                    np.flatnonzero(lengths == c),
-                    np.array([candidates.pieces[i] for i in np.flatnonzero(lengths == c)]),
-                )
-                for c in np.unique(lengths)
-            }
-        # (verb masks, noun masks) of each pass: the template's own (1, 1), then one per longer word length
-        self.passes = sorted(
-            {(1, 1)} | {(c, 1) for c in self.by_count["verb"]} | {(1, c) for c in self.by_count["noun"]}
-        )
-        longest = max(len(self.text(*shape)) for shape in self.passes)
-        self.video_budget = ev.max_len - longest - 3
-        if self.video_budget < 1:
-            raise ValueError(
-                "eval.zero_shot_template with the longest list word leaves no room for visual tokens "
-                f"in {ev.max_len} positions (train.max_len)"
-            )
-
-    def text(self, verb_masks: int, noun_masks: int) -> np.ndarray:
-        mask = self.layout.mask_id
-        return np.concatenate([self.before, [mask] * verb_masks, self.between, [mask] * noun_masks, self.after]).astype(
-            np.int64
-        )
-
-    def positions(self, verb_masks: int, noun_masks: int) -> dict[str, list[int]]:
-        """Where each slot's masks are in `[CLS] text ...` (1 for [CLS])."""
-        verb_start = 1 + len(self.before)
-        noun_start = verb_start + verb_masks + len(self.between)
-        return {
-            "verb": list(range(verb_start, verb_start + verb_masks)),
-            "noun": list(range(noun_start, noun_start + noun_masks)),
-        }
-
-    def score(self, videos: list[np.ndarray] | None, model=None) -> dict[str, np.ndarray]:
-        """part -> (examples, candidates) float32 log-probabilities; `videos` None: the template alone (one
-        example)."""
-        rows = 1 if videos is None else len(videos)
-        scores = {part: np.full((rows, len(c.words)), -np.inf, dtype=np.float32) for part, c in self.slots.items()}
-        text_vocab = self.layout.text_vocab_size
-        for verb_masks, noun_masks in self.passes:
-            text = self.text(verb_masks, noun_masks)
-            examples = (
-                [assemble(self.layout, text, [], with_separator=False)]
-                if videos is None
-                else [assemble(self.layout, text, video[: self.video_budget], with_separator=True) for video in videos]
-            )
-            where = self.positions(verb_masks, noun_masks)
-            # which slot this pass scores: the one with more than one mask, or both in the (1, 1) pass
-            parts = [
-                part
-                for part, count in (("verb", verb_masks), ("noun", noun_masks))
-                if count in self.by_count[part] and (count > 1 or (verb_masks, noun_masks) == (1, 1))
-            ]
-            if not parts:
-                continue
-            predict = [sum((where[part] for part in parts), [])] * rows
-            _, logits, _ = self.ev.forward(examples, predict, float32=True, model=model)
-            logp = torch.log_softmax(logits[:, :text_vocab].float(), dim=-1)
-            logp = logp.view(rows, len(predict[0]), text_vocab).cpu().numpy()
-            offset = 0
-            for part in parts:
-                count = len(where[part])
-                indices, pieces = self.by_count[part][count]
-                block = logp[:, offset : offset + count]  # (rows, count, text vocab)
-                scores[part][:, indices] = block[:, np.arange(count)[None, :], pieces].sum(axis=2)
-                offset += count
-        return scores
-
-
-def _top(scores: np.ndarray, words: list[str], subset: np.ndarray | None = None) -> list[tuple[list[str], list[float]]]:
-    """Per row, the TOP_K best words (ties: candidate order) and their scores, among `subset` if given: then
-    log-probabilities over that set (they sum to 1 over it, so a closed set of 10 words never reads "0%")."""
-    if subset is not None:
-        scores = scores[:, subset]
-        top = scores.max(axis=1, keepdims=True)
-        scores = scores - (top + np.log(np.exp(scores - top).sum(axis=1, keepdims=True)))
-    order = np.argsort(-scores, axis=1, kind="stable")[:, :TOP_K]
-    index = subset if subset is not None else np.arange(scores.shape[1])
-    return [([words[index[i]] for i in row], [float(scores[r, i]) for i in row]) for r, row in enumerate(order)]
-
-
-def rankings(scores: dict[str, np.ndarray], slots: dict[str, Candidates], modes) -> dict:
-    """mode -> part -> per row (top words, their scores)."""
-    return {
-        mode: {
-            part: _top(scores[part], slots[part].words, None if mode == "open" else slots[part].closed)
-            for part in PARTS
-        }
-        for mode in modes
-    }
 
 
 # ---------------------------------------------------------------- the initial BERT
@@ -541,10 +280,6 @@ def zero_shot(cfg: Config, work_dir: Path, checkpoint: str | Path | None = None,
     if not quiet:
         print(format_zero_shot(report), file=sys.stderr)
     return report
-
-
-def format_cell(value) -> str:
-    return "     -" if value is None else f"{value:6.3f}"
 
 
 def format_zero_shot(report: dict) -> str:
