@@ -42,10 +42,15 @@ def stage(name: str) -> Stage:
     return BY_NAME[name]
 
 
+def made_by() -> dict[str, str]:
+    """Stage -> the stage whose pass makes its outputs too (decode -> features), for those another makes."""
+    return {made: spec.name for spec in STAGES for made in spec.also_makes}
+
+
 def run_stages(*, with_optional: bool = False) -> tuple[Stage, ...]:
     """The stages a whole run runs, in order: each one not made in another's pass (decode: in features'),
     those with in_run=False (train) only `with_optional`."""
-    made_by_others = {name for spec in STAGES for name in spec.also_makes}
+    made_by_others = made_by()
     return tuple(spec for spec in STAGES if spec.name not in made_by_others and (spec.in_run or with_optional))
 
 

@@ -231,7 +231,7 @@ def _submit_stage(cfg: Config, args, stage: str, after: list[str], max_array_siz
 def pipeline_after(with_optional: bool) -> dict[str, tuple[str, ...]]:
     """`submit pipeline`'s stages in order, each after the submitted stages it reads (asr reads only the
     manifest: it runs beside features; a stage made in another's pass, decode, is that stage)."""
-    made_by = {made: spec.name for spec in registry.STAGES for made in spec.also_makes}
+    made_by = registry.made_by()
     stages = [spec for spec in registry.run_stages(with_optional=with_optional) if spec.reads]
     return {
         spec.name: tuple(dict.fromkeys(made_by.get(name, name) for name in spec.reads if registry.stage(name).reads))
