@@ -13,10 +13,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_videobert import TOKENIZER_SPEC, tiny_checkpoint, train_records
+from test_videobert import TOKENIZER_SPEC, config, settings, tiny_checkpoint, train_records
 
 from pipeline import cli
-from pipeline.config import ConfigError, load_config
+from pipeline.config import ConfigError
 from pipeline.engine.workdir import WorkDir
 from pipeline.tokenizer import load_tokenizer
 from reports import validate
@@ -34,35 +34,6 @@ QUERY = "bert.encoder.layer.0.attention.self.query.weight"
 @pytest.fixture(scope="module")
 def tokenizer():
     return load_tokenizer(TOKENIZER_SPEC)
-
-
-def settings(work_dir: Path, *extra: str) -> list[str]:
-    """The test's settings, each key once (the command line refuses a key given twice): `extra` replaces."""
-    synthetic = work_dir / "synthetic"
-    given = {item.split("=", 1)[0] for item in extra}
-    return [
-        item
-        for item in [
-            "train.init_checkpoint=random:tiny",
-            "train.batch_size=8",
-            "train.max_steps=6",
-            "train.lr=0.001",
-            "train.log_every=1",
-            "train.checkpoint_every=3",
-            "train.shuffle_buffer=32",
-            "train.num_workers=0",
-            "train.num_threads=1",
-            "train.max_len=48",
-            f"eval.verbs={synthetic / 'verbs.txt'}",
-            f"eval.nouns={synthetic / 'nouns.txt'}",
-            f"eval.labels={synthetic / 'labels.csv'}",
-        ]
-        if item.split("=", 1)[0] not in given
-    ] + list(extra)
-
-
-def config(work_dir: Path, *extra: str):
-    return load_config(None, settings(work_dir, *extra))
 
 
 def run_cli(capsys, work_dir: Path, *arguments: str, extra: tuple[str, ...] = ()) -> tuple[int, list[str]]:

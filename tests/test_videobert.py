@@ -38,11 +38,13 @@ def tokenizer():
     return load_tokenizer(TOKENIZER_SPEC)
 
 
-def config(work_dir: Path, *overrides: str):
+def settings(work_dir: Path, *extra: str) -> list[str]:
+    """The test's settings, each key once (the command line refuses a key given twice): `extra` replaces."""
     synthetic = work_dir / "synthetic"
-    return load_config(
-        None,
-        [
+    given = {item.split("=", 1)[0] for item in extra}
+    return [
+        item
+        for item in [
             "train.init_checkpoint=random:tiny",
             "train.batch_size=8",
             "train.max_steps=6",
@@ -56,9 +58,13 @@ def config(work_dir: Path, *overrides: str):
             f"eval.verbs={synthetic / 'verbs.txt'}",
             f"eval.nouns={synthetic / 'nouns.txt'}",
             f"eval.labels={synthetic / 'labels.csv'}",
-            *overrides,
-        ],
-    )
+        ]
+        if item.split("=", 1)[0] not in given
+    ] + list(extra)
+
+
+def config(work_dir: Path, *extra: str):
+    return load_config(None, settings(work_dir, *extra))
 
 
 def train_records(work_dir: Path, event: str = "train") -> dict[int, dict]:
