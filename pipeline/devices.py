@@ -3,7 +3,9 @@ backends, the trainer): `auto` is a GPU when this machine has one, else the CPU.
 
 `precision: auto` means, everywhere, the fastest precision measured to keep a part's results: bf16
 autocast on a GPU for every model; on the CPU, bf16 for S3D's inference (3-4x faster, features within
-cosine 0.9999 of float32) and float32 for training (bf16 matmuls in the backward pass are slower there)."""
+cosine 0.9999 of float32) and float32 for training (bf16 matmuls in the backward pass are slower there).
+A CPU without bf16 instructions (AVX-512 BF16 or AMX) emulates them: S3D in bf16 is about 25x slower there
+than in float32, so `auto` is float32 on such a CPU."""
 
 from __future__ import annotations
 
@@ -49,13 +51,23 @@ def resolve_name(name: str) -> str:
     return ("cuda" if cuda_available() else "cpu") if name == "auto" else name
 
 
+def cpu_computes_bf16() -> bool:
+    """Whether this CPU has bf16 instructions that oneDNN uses (AVX-512 BF16 or AMX), rather than emulating them."""
+    import torch
+
+    return torch.backends.mkldnn.is_available() and bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+
+
 def autocast_dtype(precision: str, device, *, cpu_auto: str):
     """The autocast dtype (None: float32) of `precision` on `device`; `cpu_auto` is what auto means on the
-    CPU for the caller's kind of work (see the module docstring)."""
+    CPU for the caller's kind of work, where the CPU computes bf16 (see the module docstring)."""
     import torch
 
     if precision == "auto":
-        precision = "bfloat16" if device.type == "cuda" else cpu_auto
+        if device.type == "cuda":
+            precision = "bfloat16"
+        else:
+            precision = cpu_auto if cpu_auto != "bfloat16" or cpu_computes_bf16() else "float32"
     return {"float32": None, "bfloat16": torch.bfloat16, "float16": torch.float16}[precision]
 
 

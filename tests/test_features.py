@@ -14,7 +14,7 @@ import torch
 from media_factory import make_video
 from torchvision.models.video import s3d
 
-from pipeline import storage
+from pipeline import devices, storage
 from pipeline.config import load_config
 from pipeline.engine.lineage import Lineage
 from pipeline.engine.manifest import write_manifest
@@ -23,7 +23,7 @@ from pipeline.engine.workdir import WorkDir
 from pipeline.media.video import ClipReader
 from stages.features import run as features
 from stages.features.s3d import model as s3d_model
-from stages.features.s3d.encoder import S3DEncoder
+from stages.features.s3d.encoder import S3DEncoder, autocast_dtype
 
 
 def _reference_embedding(model, frames_uint8):
@@ -79,8 +79,9 @@ def test_the_s3d_limits_and_defaults_are_torchvisions():
 
 
 def test_stage_vector_equals_torchvision_s3d_forward(clip_frames):
-    cfg = load_config(None, ["features.weights=random", "features.precision=auto"])
+    cfg = load_config(None, ["features.weights=random", "features.precision=bfloat16"])
     encoder = S3DEncoder(cfg, torch.device("cpu"))
+    assert encoder.dtype == torch.bfloat16
     reference_model = _calibrated_random_s3d(cfg)
     reference = _reference_embedding(reference_model, clip_frames)
     got = encoder(clip_frames)
@@ -92,6 +93,19 @@ def test_stage_vector_equals_torchvision_s3d_forward(clip_frames):
         load_config(None, ["features.weights=random", "features.precision=float32"]), torch.device("cpu")
     )(clip_frames)
     assert _cosine(exact, reference) > 0.99999
+
+
+def test_auto_precision_is_bf16_on_a_cpu_with_bf16_instructions_and_float32_on_one_without(monkeypatch):
+    cfg = load_config(None, ["features.weights=random", "features.precision=auto"])
+    cpu = torch.device("cpu")
+    for native, expected in ((True, torch.bfloat16), (False, None)):
+        monkeypatch.setattr(devices, "cpu_computes_bf16", lambda native=native: native)
+        assert autocast_dtype(cfg, cpu) is expected
+    # training's auto is float32 on any CPU; a GPU's is bf16 for both
+    assert devices.autocast_dtype("auto", cpu, cpu_auto="float32") is None
+    for cpu_auto in ("bfloat16", "float32"):
+        assert devices.autocast_dtype("auto", torch.device("cuda"), cpu_auto=cpu_auto) is torch.bfloat16
+    assert devices.autocast_dtype("float32", cpu, cpu_auto="bfloat16") is None
 
 
 def test_local_checkpoint_is_loaded_and_its_hash_recorded(tmp_path, clip_frames):
