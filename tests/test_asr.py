@@ -31,7 +31,7 @@ from pipeline.engine.workdir import WorkDir
 from pipeline.media.audio import SAMPLE_RATE, AudioDecodeError, decode_audio
 from reports import status
 from reports.validate import validate_work_dir
-from speech import backends, confidence, transcripts, whisper_weights
+from speech import backends, confidence, transcripts
 from speech.sentences import sentences_from_words, split_sentences
 from speech.transcripts import SegmentSignals, TranscriptError, Word
 from speech.wer import word_error_rate
@@ -549,8 +549,25 @@ def tiny_en():
     return backends.FasterWhisperBackend(AsrConfig(model=TINY_EN))
 
 
+@pytest.fixture(scope="module")
+def whisper_tiny_en():
+    """openai-whisper on tiny.en, converted from the packaged CTranslate2 model."""
+    return backends.load_backend(AsrConfig(backend="whisper", model=TINY_EN))
+
+
 def recognise(backend, uri: Path, cfg: AsrConfig | None = None) -> dict:
     return asr.recognise_video({"video_id": uri.stem, "uri": str(uri)}, cfg or backend.cfg, backend, seed=0)
+
+
+# what several tests read of the same recognition: Whisper base on the narration fixture and the English sample
+@pytest.fixture(scope="module")
+def narration_row(backend):
+    return recognise(backend, SPEECH / "narration_en.wav")
+
+
+@pytest.fixture(scope="module")
+def pasta_row(backend):
+    return recognise(backend, SAMPLES / "cooking_pasta.mp4")
 
 
 def check_words(row: dict) -> None:
@@ -570,8 +587,8 @@ def text_of(row: dict) -> str:
 NARRATION = json.loads((SAMPLES / "narration.json").read_text())["videos"]
 
 
-def test_recognise_narration_that_starts_three_seconds_in(backend):
-    row = recognise(backend, SPEECH / "narration_en.wav")
+def test_recognise_narration_that_starts_three_seconds_in(narration_row):
+    row = narration_row
     reference = " ".join(s["text"] for s in SCRIPT["sentences"])
     assert word_error_rate(reference, text_of(row)) <= 0.15
     assert row["source"] == "faster-whisper:base" and row["status"] == "ok"
@@ -587,9 +604,9 @@ def test_recognise_narration_that_starts_three_seconds_in(backend):
         assert min(abs(sentence["end_s"] - end) for end in script_ends) < 1.2
 
 
-def test_recognise_sample_video_sentence_by_sentence(backend):
+def test_recognise_sample_video_sentence_by_sentence(pasta_row):
     script = NARRATION["cooking_pasta.mp4"]["sentences"]
-    row = recognise(backend, SAMPLES / "cooking_pasta.mp4")
+    row = pasta_row
     check_words(row)
     assert len(row["sentences"]) == len(script)
     for sentence, expected in zip(row["sentences"], script):
@@ -659,10 +676,10 @@ def test_english_only_model_records_the_language_as_unknown(tiny_en):
     assert forced.metadata["language_detection"] == "forced by asr.language: en"
 
 
-def test_language_below_the_threshold_is_recorded_as_unknown(backend):
+def test_language_below_the_threshold_is_recorded_as_unknown(pasta_row):
     """The English sample's probability (0.95) under a threshold of 0.99: language null, with the
     probability measured; the text is still recognised (align keeps none of it)."""
-    detected = recognise(backend, SAMPLES / "cooking_pasta.mp4")
+    detected = pasta_row
     strict = backends.FasterWhisperBackend(AsrConfig(language_threshold=0.99))
     row = recognise(strict, SAMPLES / "cooking_pasta.mp4")
     assert detected["language"] == "en" and detected["language_prob"] < 0.99
@@ -747,7 +764,7 @@ def test_realdata_digital_silence_track_gives_no_sentences(backend):
     assert row["status"] == "ok" and row["sentences"] == [] and row["audio_s"] > 30
 
 
-def test_openai_whisper_backend_on_the_packaged_weights():
+def test_openai_whisper_backend_on_the_packaged_weights(whisper_tiny_en):
     """backend: whisper converts the packaged CTranslate2 models in memory: the default (multilingual
     base, which detects the language) and tiny.en."""
     base = backends.load_backend(AsrConfig(backend="whisper"))
@@ -757,17 +774,18 @@ def test_openai_whisper_backend_on_the_packaged_weights():
     for name, expected in (("cooking_spanish.mp4", "es"), ("cooking_pasta.mp4", "en")):
         probs = base.language_probabilities(backends._speech(decode_audio(str(SAMPLES / name)).samples, vad=True))
         assert max(probs, key=probs.get) == expected and probs[expected] > 0.5
-    tiny = backends.load_backend(AsrConfig(backend="whisper", model=TINY_EN))
+    tiny = whisper_tiny_en
     assert tiny.source == "whisper:tiny.en"
     assert tiny.metadata["asr_model_sha256"] == models.resolve(TINY_EN).sha256
     assert tiny.model.dims.n_text_layer == 4 and not tiny.model.is_multilingual
 
 
-def test_openai_whisper_backend_from_a_checkpoint_file(tmp_path):
-    """The `whisper.load_model(path)` route on a checkpoint of the same weights, on the first sentence."""
+def test_openai_whisper_backend_from_a_checkpoint_file(tmp_path, whisper_tiny_en):
+    """The `whisper.load_model(path)` route on a checkpoint of the same weights (those converted from the
+    packaged tiny.en), on the first sentence."""
     import torch
 
-    model = whisper_weights.ctranslate2_to_openai_whisper(models.resolve(TINY_EN).location)
+    model = whisper_tiny_en.model
     checkpoint = tmp_path / "tiny-en-converted.pt"
     torch.save({"dims": model.dims.__dict__, "model_state_dict": model.state_dict()}, checkpoint)
     first = SCRIPT["sentences"][0]
@@ -841,10 +859,9 @@ def test_stage_shard_rows_errors_and_metadata(tmp_path):
     assert json.loads(metadata.config)["asr"]["model"] == BASE
 
 
-def test_stage_output_is_deterministic(tmp_path, backend):
-    first = recognise(backend, SAMPLES / "cooking_pasta.mp4")
-    second = recognise(backend, SAMPLES / "cooking_pasta.mp4")
-    assert first == second
+def test_stage_output_is_deterministic(backend, pasta_row):
+    """A second recognition of the English sample (the first is the module's) gives the same row."""
+    assert recognise(backend, SAMPLES / "cooking_pasta.mp4") == pasta_row
 
 
 def run_asr_on_list(
@@ -1120,14 +1137,9 @@ def test_language_needs_more_probability_on_less_speech(language_prob, speech_s,
 
 
 @pytest.mark.parametrize("backend_name", ["faster-whisper", "whisper"])
-def test_sentences_carry_their_confidence_with_both_backends(backend, backend_name):
+def test_sentences_carry_their_confidence_with_both_backends(narration_row, whisper_tiny_en, backend_name):
     # openai-whisper runs PyTorch in float32: tiny.en (its base took 12 s here)
-    recogniser = (
-        backend
-        if backend_name == "faster-whisper"
-        else backends.load_backend(AsrConfig(backend="whisper", model=TINY_EN))
-    )
-    row = recognise(recogniser, SPEECH / "narration_en.wav")
+    row = narration_row if backend_name == "faster-whisper" else recognise(whisper_tiny_en, SPEECH / "narration_en.wav")
     assert row["source"].startswith(backend_name + ":") and row["sentences"]
     assert 0 < row["speech_s"] <= row["audio_s"]
     for sentence in row["sentences"]:
