@@ -12,6 +12,9 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 # kernels change CTranslate2's Whisper results; the English realdata's words stay the same, but the
 # Spanish sample falls into a repetition loop (WER 0.47 against 0.28 with the AVX-512 kernels)
 os.environ.setdefault("MKL_ENABLE_INSTRUCTIONS", "AVX512")
+# The workers and the processes they start share the CPUs: an OpenMP thread (torch, CTranslate2) that waits
+# for work sleeps instead of spinning on a core another process needs (a fifth of test_asr.py's CPU time)
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
 @pytest.fixture(scope="session")
