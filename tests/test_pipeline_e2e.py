@@ -207,12 +207,11 @@ def test_english_text_is_kept_with_its_detected_language(run):
     assert {s["language"] for s in segments} == {"en"}
 
 
-def test_outputs_validate_and_summarise(run):
-    result = subprocess.run(
-        [sys.executable, "-m", "pipeline", "validate", str(run)], cwd=REPO, capture_output=True, text=True
-    )
-    assert result.returncode == 0, result.stderr
-    summary = _cli("summary", "--work-dir", run).stdout
+def test_outputs_validate_and_summarise(run, capsys):
+    code = cli.main(["validate", str(run)])
+    assert code == 0, capsys.readouterr().err
+    assert cli.main(["summary", "--work-dir", str(run)]) == 0
+    summary = capsys.readouterr().out
     assert "text_video" in summary and "video_only" in summary
     data = json.loads((run / "summary.json").read_text())
     assert data["videos_in"] == 3 and data["segments_by_kind"]["text_video"] >= 4
