@@ -457,8 +457,9 @@ def test_make_youcook2_never_pretrains_on_a_validation_segment(tmp_path, monkeyp
     """The flow of `make youcook2` on the bundled sample (every stage on the sample videos, demo settings):
     every video quantized with the one codebook, no validation video in the training shards, zero-shot
     scored on the validation segments. What this checks depends neither on the frames per clip nor on the
-    pool: the demo's 1.5 s clips at half its frame rate, and the shards in this process (a pool of 2 would
-    load S3D and Whisper again in each worker of each stage)."""
+    pool: the fewest frames S3D takes (14) at a quarter of the demo's frame rate (2.8 s clips, half of S3D's
+    work at half its rate), and the shards in this process (a pool of 2 would load S3D and Whisper again in
+    each worker of each stage)."""
     work = tmp_path / "work"
     run = [
         "--config",
@@ -467,11 +468,11 @@ def test_make_youcook2_never_pretrains_on_a_validation_segment(tmp_path, monkeyp
         str(work),
         "--quiet",
         "--set",
-        "decode.fps=10",
+        "decode.fps=5",
         "--set",
-        "decode.clip_frames=15",
+        "decode.clip_frames=14",
         "--set",
-        "decode.min_clip_frames=8",
+        "decode.min_clip_frames=7",
         "--set",
         "executor.workers=1",
     ]
