@@ -19,8 +19,10 @@ from media_factory import make_video
 from pipeline import cli
 
 REPO = Path(__file__).resolve().parent.parent
+# one clip a video (the fewest frames S3D takes, at 5 fps): the shards are compared, whatever they hold
 SETTINGS = [
     "features.weights=random",
+    "decode.fps=5",
     "decode.clip_frames=14",
     "decode.min_clip_frames=7",
     "kmeans.depth=1",
