@@ -36,19 +36,24 @@ WORKER_MEMORY = 4 << 30
 # order; pytest-xdist's own puts the modules with the most tests first).
 LONGEST_FIRST = (
     "test_slurm_cluster",
-    "test_asr",
     "test_videobert",
-    "test_pipeline_e2e",
-    "test_input_limits",
-    "test_status",
-    "test_ray",
-    "test_known_answer_media",
+    "test_asr",
     "test_features",
+    "test_ray",
+    "test_status",
+    "test_youcook2",
     "test_object_storage",
+    "test_pipeline_e2e",
+    "test_known_answer_media",
+    "test_slurm",
+    "test_threads",
+    "test_input_limits",
+    "test_export",
     "test_caption_metrics",
     "test_captioning_e2e",
-    "test_torchcodec",
     "test_bad_inputs",
+    "test_torchcodec",
+    "test_videobert_data",
 )
 
 
