@@ -13,7 +13,7 @@ STAMP  := $(VENV)/.installed
 # the console command `make install` puts in .venv (the same as $(PY) -m pipeline)
 RUN    := $(VENV)/bin/videobert
 
-.PHONY: install test test-cluster demo youcook2 pipeline samples clean \
+.PHONY: install test test-slow test-all test-cluster demo youcook2 pipeline samples clean \
         manifest decode features kmeans quantize asr align validate summary card status train eval codebook-info \
         bench-decode bench-features bench-kmeans bench-asr bench-train bench-scale bench-lineage bench-gallery \
         bench-learning bench-threads bench-slurm
@@ -36,11 +36,18 @@ $(STAMP): pyproject.toml constraints.txt
 	touch $(STAMP)
 
 # in parallel, one worker per CPU (tests/conftest.py); ARGS="-n 0" runs them in this one process.
-# The tests that start real schedulers (marker `cluster`) are `make test-cluster`'s; CI runs both
+# `make test` is the everyday suite; the tests that run whole stages on media, real models or training runs
+# (marker `slow`) are `make test-slow`'s, those that start real schedulers (marker `cluster`) `make
+# test-cluster`'s; `make test-all` (and CI) runs the three
 test: $(STAMP)
 	$(PY) -m ruff check --quiet .
 	$(PY) -m ruff format --check --quiet .
-	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -n auto --dist loadfile --no-loadscope-reorder -m "not cluster" $(ARGS)
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -n auto --dist loadfile --no-loadscope-reorder -m "not cluster and not slow" $(ARGS)
+
+test-slow: $(STAMP)
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -n auto --dist loadfile --no-loadscope-reorder -m "slow and not cluster" $(ARGS)
+
+test-all: test test-slow test-cluster
 
 # the two-node Slurm and the multi-node Ray (tests/test_slurm_cluster.py, tests/test_ray_cluster.py)
 test-cluster: $(STAMP)

@@ -661,6 +661,7 @@ def test_realdata_english_speech_is_detected_as_english(backend, name):
     check_words(row)
 
 
+@pytest.mark.slow
 def test_english_only_model_records_the_language_as_unknown(tiny_en):
     """tiny.en cannot detect a language: it records null (never "en": on Spanish speech it writes invented
     English, which align would keep), keeps the recognised text in asr (align drops it) and says why in
@@ -676,6 +677,7 @@ def test_english_only_model_records_the_language_as_unknown(tiny_en):
     assert forced.metadata["language_detection"] == "forced by asr.language: en"
 
 
+@pytest.mark.slow
 def test_language_below_the_threshold_is_recorded_as_unknown(pasta_row):
     """The English sample's probability (0.95) under a threshold of 0.99: language null, with the
     probability measured; the text is still recognised (align keeps none of it)."""
@@ -693,6 +695,7 @@ def test_forced_language_is_recorded_without_a_probability():
     assert row["language"] == "es" and row["language_prob"] is None and len(row["sentences"]) == 4
 
 
+@pytest.mark.slow
 def test_language_is_detected_on_the_first_seconds_of_speech():
     """English then Spanish in one track: the first 10 s of speech say English; Spanish first, Spanish.
     Detected on all of it, the later language weighs in."""
@@ -717,6 +720,7 @@ def test_detection_windows_and_their_weights():
     assert mean == pytest.approx({"en": 0.6, "es": 0.4})
 
 
+@pytest.mark.slow
 def test_batched_pipeline_recognises_like_the_sequential_one(backend):
     """asr.batch_size > 0 (the GPU setting) runs faster-whisper's batched pipeline; on CPU here."""
     batched = backends.FasterWhisperBackend(AsrConfig(batch_size=4))
@@ -764,6 +768,7 @@ def test_realdata_digital_silence_track_gives_no_sentences(backend):
     assert row["status"] == "ok" and row["sentences"] == [] and row["audio_s"] > 30
 
 
+@pytest.mark.slow
 def test_openai_whisper_backend_on_the_packaged_weights(whisper_tiny_en):
     """backend: whisper converts the packaged CTranslate2 models in memory: the default (multilingual
     base, which detects the language) and tiny.en."""
@@ -780,6 +785,7 @@ def test_openai_whisper_backend_on_the_packaged_weights(whisper_tiny_en):
     assert tiny.model.dims.n_text_layer == 4 and not tiny.model.is_multilingual
 
 
+@pytest.mark.slow
 def test_openai_whisper_backend_from_a_checkpoint_file(tmp_path, whisper_tiny_en):
     """The `whisper.load_model(path)` route on a checkpoint of the same weights (those converted from the
     packaged tiny.en), on the first sentence."""
@@ -1153,6 +1159,7 @@ def test_sentences_carry_their_confidence_with_both_backends(narration_row, whis
     assert row["sentences"][0]["min_word_prob"] == pytest.approx(min(w["prob"] for w in words_in))
 
 
+@pytest.mark.slow
 def test_realdata_music_is_not_english(backend):
     """The 5.1 trailer clip has music and no speech: Whisper base hears "English" (0.59) in the 3 s the
     voice-activity filter lets through and writes "Hmm". Filtered, the language is unknown and the
@@ -1205,6 +1212,7 @@ def test_filter_config_mistakes_stop_at_load_in_one_line(override, key):
     assert "\n" not in str(error.value)
 
 
+@pytest.mark.slow
 def test_the_filter_marks_what_whisper_invents_on_generated_noise(tmp_path):
     """3 s of faint white noise (-80 dBFS), made here, without the voice-activity filter (with MKL's AVX-512
     kernels, which the tests pin: tests/conftest.py). With the language detected, Whisper base writes "You",

@@ -22,6 +22,9 @@ from pipeline.engine.workdir import WorkDir
 from pipeline.executors.local import LocalExecutor
 from stages.kmeans import run as kmeans
 
+# the slow tier (make test-slow): whole stages on media, models or schedulers
+pytestmark = pytest.mark.slow
+
 # one shard; the smallest clips S3D takes (14 frames), random weights; batches of one clip, so that no
 # video's features can depend on which clips share its batch (in float32 they do, in the last bits)
 SETTINGS = [

@@ -107,7 +107,9 @@ def reference_cider_d(refs, preds, sigma=6.0):
     return total / n_docs
 
 
-@pytest.fixture(scope="module", params=[False, True], ids=["python-tokenizer", "java"])
+@pytest.fixture(
+    scope="module", params=[False, pytest.param(True, marks=pytest.mark.slow)], ids=["python-tokenizer", "java"]
+)
 def scored(request):
     if request.param and not caption_metrics.java_available():
         pytest.skip("no Java runtime: the PTB tokenizer and METEOR cannot run")

@@ -20,6 +20,9 @@ from videobert.eval import captioning, forecast
 from videobert.synthetic import write_synthetic
 from videobert.train import train
 
+# the slow tier (make test-slow): whole stages on media, models or schedulers
+pytestmark = pytest.mark.slow
+
 CAPTIONS = ["cut the onion", "mix the egg", "fry the sauce"]
 TINY_CAPTION = [
     "caption.steps=150",

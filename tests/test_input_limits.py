@@ -25,6 +25,9 @@ from pipeline.media import audio, inputs
 from pipeline.media.inputs import InputTimeout, NotARegularFile
 from pipeline.media.video import ClipReader
 
+# the slow tier (make test-slow): whole stages on media, models or schedulers
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parent.parent
 # the smallest clips S3D takes, random weights, decoding in the stage's own process; tiny.en, as what is
 # checked is which inputs are opened, not what is recognised

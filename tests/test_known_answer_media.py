@@ -16,7 +16,10 @@ from benchmarks import known_answer_media as kam
 from pipeline.engine.lineage import Lineage
 from speech.wer import normalise
 
-pytestmark = pytest.mark.skipif(not Path(kam.ESPEAK).exists(), reason=f"{kam.ESPEAK} (Debian espeak-ng) is absent")
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not Path(kam.ESPEAK).exists(), reason=f"{kam.ESPEAK} (Debian espeak-ng) is absent"),
+]
 
 SMALL = dict(videos=3, steps_per_video=3, clips_per_step=2, spoken_share=0.7, depth=1, k=4, videos_per_shard=3)
 

@@ -18,6 +18,9 @@ from media_factory import make_video
 
 from pipeline import cli
 
+# the slow tier (make test-slow): whole stages on media, models or schedulers
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parent.parent
 # one clip a video (the fewest frames S3D takes, at 5 fps): the shards are compared, whatever they hold
 SETTINGS = [

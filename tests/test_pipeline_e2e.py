@@ -22,6 +22,9 @@ from pipeline.config import load_config
 from stages.align.run import load_tokenizer
 from stages.decode.run import decode_video
 
+# the slow tier (make test-slow): whole stages on media, models or schedulers
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parent.parent
 SAMPLES = REPO / "samples"
 NARRATION = json.loads((SAMPLES / "narration.json").read_text())["videos"]

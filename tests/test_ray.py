@@ -24,6 +24,9 @@ from stages.kmeans import run as kmeans
 ray = pytest.importorskip("ray")
 from pipeline.executors.ray import RayExecutor, task_options  # noqa: E402
 
+# the slow tier (make test-slow): whole stages on media, models or schedulers
+pytestmark = pytest.mark.slow
+
 # the smallest clips S3D takes (14 frames), random weights: each clip costs about a second on 2 cores. One
 # encoder thread on both executors (a Ray actor's default is its num_cpus, 1; the local one's the CPUs, 2): in
 # float32 (features.precision auto on a CPU without bf16) a vector's last bits depend on the thread count

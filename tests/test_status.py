@@ -146,6 +146,7 @@ def test_sigkill_in_the_middle_of_a_stage_then_a_rerun_gives_the_uninterrupted_o
     assert _outputs(killed) == _outputs(reference)
 
 
+@pytest.mark.slow
 def test_two_workers_racing_on_one_shard_leave_one_complete_correct_file(tmp_path):
     videos = tmp_path / "videos"
     videos.mkdir()

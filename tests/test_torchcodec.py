@@ -19,6 +19,9 @@ from pipeline.engine.runner import run_one_shard
 from pipeline.engine.workdir import WorkDir
 from pipeline.media import ffmpeg_libs
 
+# the slow tier (make test-slow): whole stages on media, models or schedulers
+pytestmark = pytest.mark.slow
+
 pytest.importorskip("torchcodec")
 
 REPO = Path(__file__).resolve().parent.parent
