@@ -7,6 +7,9 @@
    frames, the clip index, thumbnails and the per-video row).
 2. Throughput: S3D alone on pre-decoded uint8 tensors against the whole features stage (decode workers
    or GPU decoding feeding it), same batch size and precision. Goal: stage >= 0.8x model-only.
+3. `--compare-precision`: S3D alone on the CPU in float32 against bf16 autocast, alternating, on small clips
+   (16 frames: the ratio, not the rate, is the figure), and what `features.precision: auto`
+   picks on this CPU (bf16 only where oneDNN computes it natively: AVX-512 BF16 or AMX).
 
 On a GPU (`--device cuda`) add `--decode-backend torchcodec --decode-device cuda` for GPU decoding."""
 
@@ -22,13 +25,14 @@ from pathlib import Path
 import torch
 from common import machine, realdata_video, synthetic_video
 
+from pipeline import devices
 from pipeline.config import load_config
 from pipeline.engine.manifest import write_manifest
 from pipeline.engine.runner import run_one_shard
 from pipeline.media.clip_readers import open_clip_reader
 from stages.decode import run as decode
 from stages.features import run as features
-from stages.features.s3d.encoder import encoder_for
+from stages.features.s3d.encoder import S3DEncoder, autocast_dtype, encoder_for
 
 
 def cpu_seconds() -> float:
@@ -93,6 +97,22 @@ def model_rate(encoder, cfg, batch_size: int, batches: int) -> float:
     return batches * batch_size / (time.perf_counter() - started)
 
 
+def precision_rates(rounds: int) -> dict:
+    """Clips/s of S3D alone on the CPU per precision, the best of `rounds` alternating rounds."""
+    small = ["features.weights=random", "decode.clip_frames=16"]
+    encoders = {
+        name: S3DEncoder(load_config(None, [*small, f"features.precision={name}"]), torch.device("cpu"))
+        for name in ("float32", "bfloat16")
+    }
+    cfg = load_config(None, small)
+    best = {name: 0.0 for name in encoders}
+    for _ in range(rounds):
+        for name, encoder in encoders.items():
+            best[name] = max(best[name], model_rate(encoder, cfg, 1, 1))
+    auto = autocast_dtype(load_config(None, ["features.precision=auto"]), torch.device("cpu"))
+    return {**best, "auto": str(auto or "float32"), "native_bf16": devices.cpu_computes_bf16()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cpu")
@@ -111,6 +131,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds of the decode cost")
     parser.add_argument("--skip-decode-cost", action="store_true")
     parser.add_argument("--skip-throughput", action="store_true")
+    parser.add_argument("--compare-precision", action="store_true", help="S3D on the CPU, float32 against bf16")
     args = parser.parse_args()
     overrides = [
         "features.weights=random",
@@ -186,6 +207,18 @@ def main() -> None:
             f"once per process, not counted)"
         )
         print(f"ratio stage / model-only: {steady_rate / model:.2f}  (goal >= 0.8)")
+
+    if args.compare_precision:
+        rates = precision_rates(args.rounds)
+        print(
+            f"S3D alone on the CPU, 16-frame clips, batch 1, best of {args.rounds} alternating rounds "
+            f"(bf16 computed natively here: {rates['native_bf16']}; precision auto picks {rates['auto']}):"
+        )
+        print(f"  float32: {rates['float32']:8.3f} clips/s")
+        print(f"  bf16:    {rates['bfloat16']:8.3f} clips/s")
+        ratio = rates["bfloat16"] / rates["float32"]
+        faster = "bf16" if ratio > 1 else "float32"
+        print(f"ratio bf16 / float32: {ratio:.3f} ({max(ratio, 1 / ratio):.1f}x {faster} faster)")
     shutil.rmtree(work)
 
 

@@ -4,8 +4,8 @@ backends, the trainer): `auto` is a GPU when this machine has one, else the CPU.
 `precision: auto` means, everywhere, the fastest precision measured to keep a part's results: bf16
 autocast on a GPU for every model; on the CPU, bf16 for S3D's inference (3-4x faster, features within
 cosine 0.9999 of float32) and float32 for training (bf16 matmuls in the backward pass are slower there).
-A CPU without bf16 instructions (AVX-512 BF16 or AMX) emulates them: S3D in bf16 is about 25x slower there
-than in float32, so `auto` is float32 on such a CPU."""
+A CPU without bf16 instructions (AVX-512 BF16 or AMX) emulates them: S3D in bf16 was about 60x slower than
+in float32 on an AMD EPYC with AVX2 (`make bench-features`, --compare-precision), so `auto` is float32 there."""
 
 from __future__ import annotations
 
