@@ -39,19 +39,21 @@ $(STAMP): pyproject.toml constraints.txt
 # `make test` is the everyday suite; the tests that run whole stages on media, real models or training runs
 # (marker `slow`) are `make test-slow`'s, those that start real schedulers (marker `cluster`) `make
 # test-cluster`'s; `make test-all` (and CI) runs the three
+PYTEST := HF_HUB_OFFLINE=1 $(PY) -m pytest -q -n auto --dist loadfile --no-loadscope-reorder
+
 test: $(STAMP)
 	$(PY) -m ruff check --quiet .
 	$(PY) -m ruff format --check --quiet .
-	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -n auto --dist loadfile --no-loadscope-reorder -m "not cluster and not slow" $(ARGS)
+	$(PYTEST) -m "not cluster and not slow" $(ARGS)
 
 test-slow: $(STAMP)
-	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -n auto --dist loadfile --no-loadscope-reorder -m "slow and not cluster" $(ARGS)
+	$(PYTEST) -m "slow and not cluster" $(ARGS)
 
 test-all: test test-slow test-cluster
 
 # the two-node Slurm and the multi-node Ray (tests/test_slurm_cluster.py, tests/test_ray_cluster.py)
 test-cluster: $(STAMP)
-	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -n auto --dist loadfile --no-loadscope-reorder -m cluster $(ARGS)
+	$(PYTEST) -m cluster $(ARGS)
 
 # The whole pipeline on the bundled sample (samples/, made by scripts/make_samples.py).
 DEMO_WORK ?= work/demo
