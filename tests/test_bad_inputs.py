@@ -22,7 +22,6 @@ from pipeline.engine.workdir import WorkDir
 from pipeline.executors.local import LocalExecutor
 from stages.kmeans import run as kmeans
 
-# the slow tier (make test-slow): whole stages on media, models or schedulers
 pytestmark = pytest.mark.slow
 
 # one shard; the smallest clips S3D takes (14 frames), random weights; batches of one clip, so that no

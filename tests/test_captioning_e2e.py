@@ -20,7 +20,6 @@ from videobert.eval import captioning, forecast
 from videobert.synthetic import write_synthetic
 from videobert.train import train
 
-# the slow tier (make test-slow): whole stages on media, models or schedulers
 pytestmark = pytest.mark.slow
 
 CAPTIONS = ["cut the onion", "mix the egg", "fry the sauce"]

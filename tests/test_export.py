@@ -23,7 +23,6 @@ from videobert import export
 from videobert.data import VocabLayout, assemble, pad_examples
 from videobert.model import build_model
 
-# the slow tier (make test-slow): whole stages on media, models or schedulers
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[1]

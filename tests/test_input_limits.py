@@ -25,7 +25,6 @@ from pipeline.media import audio, inputs
 from pipeline.media.inputs import InputTimeout, NotARegularFile
 from pipeline.media.video import ClipReader
 
-# the slow tier (make test-slow): whole stages on media, models or schedulers
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parent.parent

@@ -18,7 +18,6 @@ from media_factory import make_video
 
 from pipeline import cli
 
-# the slow tier (make test-slow): whole stages on media, models or schedulers
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parent.parent

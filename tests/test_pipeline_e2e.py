@@ -22,7 +22,6 @@ from pipeline.config import load_config
 from stages.align.run import load_tokenizer
 from stages.decode.run import decode_video
 
-# the slow tier (make test-slow): whole stages on media, models or schedulers
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parent.parent

@@ -24,7 +24,6 @@ from stages.kmeans import run as kmeans
 ray = pytest.importorskip("ray")
 from pipeline.executors.ray import RayExecutor, task_options  # noqa: E402
 
-# the slow tier (make test-slow): whole stages on media, models or schedulers
 pytestmark = pytest.mark.slow
 
 # the smallest clips S3D takes (14 frames), random weights: each clip costs about a second on 2 cores. One

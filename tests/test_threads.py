@@ -14,7 +14,6 @@ from pipeline.config import load_config
 from pipeline.executors.local import LocalExecutor, default_workers
 from stages.kmeans import tree as kmeans_tree
 
-# the slow tier (make test-slow): whole stages on media, models or schedulers
 pytestmark = pytest.mark.slow
 
 ALLOCATION_ENV = ("OMP_NUM_THREADS", "SLURM_CPUS_PER_TASK", "LOCAL_WORLD_SIZE")

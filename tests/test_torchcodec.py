@@ -19,7 +19,6 @@ from pipeline.engine.runner import run_one_shard
 from pipeline.engine.workdir import WorkDir
 from pipeline.media import ffmpeg_libs
 
-# the slow tier (make test-slow): whole stages on media, models or schedulers
 pytestmark = pytest.mark.slow
 
 pytest.importorskip("torchcodec")

@@ -30,7 +30,6 @@ from videobert.eval import probe, verb_noun_labels, youcook2, zero_shot
 from videobert.synthetic import NOUNS, VERBS, write_synthetic
 from videobert.train import train
 
-# the slow tier (make test-slow): whole stages on media, models or schedulers
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[1]
