@@ -99,17 +99,16 @@ def model_rate(encoder, cfg, batch_size: int, batches: int) -> float:
 
 def precision_rates(rounds: int) -> dict:
     """Clips/s of S3D alone on the CPU per precision, the best of `rounds` alternating rounds."""
-    small = ["features.weights=random", "decode.clip_frames=16"]
-    encoders = {
-        name: S3DEncoder(load_config(None, [*small, f"features.precision={name}"]), torch.device("cpu"))
-        for name in ("float32", "bfloat16")
+    configs = {
+        name: load_config(None, ["features.weights=random", "decode.clip_frames=16", f"features.precision={name}"])
+        for name in ("float32", "bfloat16", "auto")
     }
-    cfg = load_config(None, small)
+    encoders = {name: S3DEncoder(configs[name], torch.device("cpu")) for name in ("float32", "bfloat16")}
     best = {name: 0.0 for name in encoders}
     for _ in range(rounds):
         for name, encoder in encoders.items():
-            best[name] = max(best[name], model_rate(encoder, cfg, 1, 1))
-    auto = autocast_dtype(load_config(None, ["features.precision=auto"]), torch.device("cpu"))
+            best[name] = max(best[name], model_rate(encoder, configs[name], 1, 1))
+    auto = autocast_dtype(configs["auto"], torch.device("cpu"))
     return {**best, "auto": str(auto or "float32"), "native_bf16": devices.cpu_computes_bf16()}
 
 
