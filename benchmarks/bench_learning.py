@@ -225,6 +225,8 @@ def summarise(name: str, runs: list[dict], templates: tuple[str, ...], paper: st
             "segments": runs[0][split]["zero_shot"][chosen]["segments"],
             "alignment_acc": over(split, lambda s: s["alignment"]["alignment_acc"] or 0.0),
             "alignment_auc": over(split, lambda s: s["alignment"]["alignment_auc"] or 0.0),
+            "alignment_unmasked_acc": over(split, lambda s: s["alignment"].get("alignment_unmasked_acc") or 0.0),
+            "alignment_unmasked_auc": over(split, lambda s: s["alignment"].get("alignment_unmasked_auc") or 0.0),
             **{
                 f"{part}_top1": over(split, lambda s, part=part: s["zero_shot"][chosen]["videobert"][part])
                 for part in ("verb", "noun")
@@ -263,7 +265,12 @@ def print_summary(summary: dict, paper: str) -> bool:
     )
     print(f"  {'mean (min-max) over seeds':<34}{'validation':>22}{'test':>22}{'test prior':>12}{'chance':>8}")
     print(f"  {'training alignment accuracy':<34}{cell(summary['training_alignment_acc']):>22}")
-    for key, label in (("alignment_acc", "alignment accuracy"), ("alignment_auc", "alignment ROC AUC")):
+    for key, label in (
+        ("alignment_acc", "alignment accuracy"),
+        ("alignment_auc", "alignment ROC AUC"),
+        ("alignment_unmasked_acc", "alignment accuracy, unmasked"),
+        ("alignment_unmasked_auc", "alignment ROC AUC, unmasked"),
+    ):
         print(f"  {label:<34}{cell(validation[key]):>22}{cell(test[key]):>22}{'-':>12}{0.5:>8.3f}")
     for part in ("verb", "noun"):
         print(
@@ -275,10 +282,13 @@ def print_summary(summary: dict, paper: str) -> bool:
             f"  {part + ', the paper template':<34}{cell(validation[part + '_paper_template']):>22}"
             f"{cell(test[part + '_paper_template']):>22}"
         )
-    print(f"  (the paper's template {paper!r}: reported, not judged; alignment: the clean protocol)")
     print(
-        f"  {'PASS' if summary['passed'] else 'FAIL'} (needs test alignment and both test top-1 >= {THRESHOLD}, "
-        "mean over the seeds)"
+        f"  (the paper's template {paper!r}: reported, not judged; alignment: the clean protocol, masked as in "
+        "training; unmasked: the same examples with nothing hidden, reported, not judged)"
+    )
+    print(
+        f"  {'PASS' if summary['passed'] else 'FAIL'} (needs test alignment (masked) and both test top-1 >= "
+        f"{THRESHOLD}, mean over the seeds)"
     )
     return summary["passed"]
 

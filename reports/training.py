@@ -171,8 +171,19 @@ def train_html(
             + (f" ({html.escape(', '.join(held_out[:10]))}{', ...' if len(held_out) > 10 else ''})" if held_out else "")
             + f" at {counted(len(validation), 'step')}; the training curves are each logging window's mean.</p>"
         )
-        if validation[-1].get("alignment_auc") is not None:
-            parts.append(f"<p>validation alignment AUC {validation[-1]['alignment_auc']:.3f} (0.5 = chance).</p>")
+        last = validation[-1]
+        if last.get("alignment_auc") is not None:
+            parts.append(
+                f"<p>validation alignment accuracy {last['alignment_acc']:.3f}, AUC {last['alignment_auc']:.3f} "
+                "(0.5 = chance)"
+                + (
+                    f"; on the same examples with nothing masked, accuracy {last['alignment_unmasked_acc']:.3f}, "
+                    f"AUC {last['alignment_unmasked_auc']:.3f}"
+                    if last.get("alignment_unmasked_auc") is not None
+                    else ""
+                )
+                + ".</p>"
+            )
         parts.append(validation_protocol_html(validation[-1]))
     elif held_out is not None:
         parts.append("<p>no validation records yet (train.validation_every).</p>")

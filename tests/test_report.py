@@ -379,7 +379,8 @@ def write_training_log(work, *, validation: bool, warnings=None) -> None:
     for step in (5, 10, 15, 20):
         records.append({"event": "train", "loss": 12.0 / step, "tokens_per_s": 900.0, **_objectives(step, 1 / step)})
         if validation and step % 10 == 0:
-            records.append({"event": "validation", "videos": 1, "alignment_auc": 0.6, **_objectives(step, 2 / step)})
+            figures = {"alignment_auc": 0.6, "alignment_unmasked_acc": 0.75, "alignment_unmasked_auc": 0.8}
+            records.append({"event": "validation", "videos": 1, **figures, **_objectives(step, 2 / step)})
     (work / "train" / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records) + '{"event": "tra')
 
 
@@ -425,7 +426,8 @@ def test_training_and_validation_curves_per_objective_side_by_side(tmp_path):
     ]
     assert step_ticks[0] == step_ticks[1] and step_ticks[0][0] == "5" and step_ticks[0][-1] == "20"
     assert "validation loss (step 20)" in page and "1 held-out video (v1)" in page
-    assert "AUC 0.600" in page
+    assert "alignment accuracy 0.500, AUC 0.600" in page
+    assert "the same examples with nothing masked, accuracy 0.750, AUC 0.800" in page
     section = page[page.index("<h2>Warnings</h2>") : page.index("<h2>Stages</h2>")]
     assert "3 of 5 text segments repeat one sentence" in section
     assert data["summary"]["warnings"] == [{"stage": "train", "message": "3 of 5 text segments repeat one sentence"}]

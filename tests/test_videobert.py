@@ -23,7 +23,7 @@ from pipeline.engine import lineage
 from pipeline.engine.workdir import WorkDir
 from pipeline.tokenizer import load_tokenizer
 from videobert.checkpoints import latest_checkpoint
-from videobert.data import VocabLayout
+from videobert.data import IGNORE, TEXT_VIDEO, VocabLayout
 from videobert.eval import evaluate, zero_shot
 from videobert.model import VideoBert, build_model, visual_embedding_rows
 from videobert.synthetic import NOUNS, VERBS, write_synthetic
@@ -558,9 +558,14 @@ def test_validation_records_on_held_out_videos(tmp_path, tokenizer):
     assert isinstance(lines[0]["warnings"], list)
     records = [r for r in lines if r["event"] == "validation"]
     assert [r["step"] for r in records] == [3, 6] and summary["validation"] == records[-1]
-    keys = {"event", "step", "videos", "alignment_loss", "alignment_acc", "alignment_auc"} | {
-        f"mlm_{regime}_{what}" for regime in ("text", "video", "text_video") for what in ("loss", "acc")
-    }
+    keys = (
+        {"event", "step", "videos", "alignment_loss", "alignment_acc", "alignment_auc"}
+        | {
+            "alignment_unmasked_acc",
+            "alignment_unmasked_auc",
+        }
+        | {f"mlm_{regime}_{what}" for regime in ("text", "video", "text_video") for what in ("loss", "acc")}
+    )
     for record in records:
         # the clean protocol's figures at the top, the run's own noise (the defaults: concat, subsampling) beside
         assert set(record) == keys | {"protocol", "examples", "missing", "noisy"} and record["videos"] == 2
@@ -597,6 +602,19 @@ def test_validation_records_on_held_out_videos(tmp_path, tokenizer):
     )
     # positives and negatives, length-matched: the same number of visual tokens before subsampling
     assert 0 < first.alignment_labels.count(0) and first.alignment_labels.count(1) > 0
+    # beside them the same text-video examples with nothing masked: every hidden or replaced token back
+    text_video = [example for example, regime in zip(first.examples, first.regimes) if regime == TEXT_VIDEO]
+    assert len(first.unmasked) == len(text_video) == first.counts()["text_video"]
+    assert first.unmasked_labels == [label for label in first.alignment_labels if label != IGNORE]
+    hidden = 0
+    for (ids, types, labels), (whole, whole_types, nothing) in zip(text_video, first.unmasked):
+        predicted = labels != IGNORE
+        hidden += int(predicted.sum())
+        assert np.array_equal(whole[predicted], labels[predicted]) and np.array_equal(
+            whole[~predicted], ids[~predicted]
+        )
+        assert np.array_equal(types, whole_types) and (nothing == IGNORE).all() and model.layout.mask_id not in whole
+    assert hidden > 0
     again = [validate(model, first, 6, 8, torch.device("cpu"), __import__("contextlib").nullcontext) for _ in range(2)]
     assert again[0] == again[1] and again[0]["alignment_auc"] == records[-1]["alignment_auc"]
 
@@ -695,3 +713,4 @@ def test_validation_without_negatives_claims_no_alignment_accuracy(tmp_path, tok
     record = [r for r in lines if r["event"] == "validation"][-1]
     assert record["videos"] == 1 and record["alignment_loss"] > 0
     assert record["alignment_acc"] is None and record["alignment_auc"] is None
+    assert record["alignment_unmasked_acc"] is None and record["alignment_unmasked_auc"] is None
