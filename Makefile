@@ -57,16 +57,18 @@ test-cluster: $(STAMP)
 
 # The whole pipeline on the bundled sample (samples/, made by scripts/make_samples.py).
 DEMO_WORK ?= work/demo
-# then a short VideoBERT run on its shards (the small-run preset, configs/small.yaml), the zero-shot report, the gallery and the run report
-DEMO_EVAL = --set eval.verbs=samples/zero_shot/verbs.txt --set eval.nouns=samples/zero_shot/nouns.txt \
-            --set eval.labels=$(DEMO_WORK)/eval/labels.csv
+# then a short VideoBERT run on its shards (the small-run preset, configs/small.yaml) with two recipes held out
+# (samples/recipes/splits.csv), the zero-shot report, the gallery and the run report
+DEMO_SET = --set train.validation_videos=0 --set train.splits=samples/recipes/splits.csv \
+           --set eval.verbs=samples/zero_shot/verbs.txt --set eval.nouns=samples/zero_shot/nouns.txt \
+           --set eval.labels=$(DEMO_WORK)/eval/labels.csv
 demo: $(STAMP)
 	HF_HUB_OFFLINE=1 $(MAKE) --no-print-directory pipeline CONFIG=configs/demo.yaml WORK=$(DEMO_WORK) INPUT=samples
-	HF_HUB_OFFLINE=1 $(RUN) train --config configs/small.yaml --work-dir $(DEMO_WORK) --resume
+	HF_HUB_OFFLINE=1 $(RUN) train --config configs/small.yaml --work-dir $(DEMO_WORK) $(DEMO_SET) --resume
 	$(PY) scripts/demo_labels.py $(DEMO_WORK)
-	HF_HUB_OFFLINE=1 $(RUN) eval zero-shot --config configs/small.yaml --work-dir $(DEMO_WORK) $(DEMO_EVAL)
-	$(RUN) gallery --config configs/small.yaml --work-dir $(DEMO_WORK) $(DEMO_EVAL) --quiet
-	$(RUN) report  --config configs/small.yaml --work-dir $(DEMO_WORK) $(DEMO_EVAL)
+	HF_HUB_OFFLINE=1 $(RUN) eval zero-shot --config configs/small.yaml --work-dir $(DEMO_WORK) $(DEMO_SET)
+	$(RUN) gallery --config configs/small.yaml --work-dir $(DEMO_WORK) $(DEMO_SET) --quiet
+	$(RUN) report  --config configs/small.yaml --work-dir $(DEMO_WORK) $(DEMO_SET)
 
 # YouCook II, end to end: the manifest from the annotations file (video ids = YouTube ids), every stage,
 # a short training run, verb/noun lists and labels from the captions (POS tagger), zero-shot on the

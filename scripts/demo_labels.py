@@ -1,6 +1,7 @@
 """Zero-shot labels for the demo: each text segment of WORK/align gets the verbs and nouns of the scripted
-narration sentence it overlaps most (samples/narration.json), written to WORK/eval/labels.csv (several
-words of a kind are separated by |: a prediction is right when it is any of them, as in the paper).
+narration sentence it overlaps most (recorded with the sentence in samples/narration.json by
+scripts/make_samples.py), written to WORK/eval/labels.csv (several words of a kind are separated by |: a
+prediction is right when it is any of them, as in the paper).
 
     python scripts/demo_labels.py WORK"""
 
@@ -20,21 +21,6 @@ from pipeline.engine.lineage import Lineage  # noqa: E402
 from pipeline.engine.manifest import make_video_id  # noqa: E402
 from pipeline.engine.workdir import WorkDir  # noqa: E402
 
-# the verbs and nouns a cook would name in each scripted sentence of the English samples
-SENTENCE_LABELS = {
-    "Today we are going to cook a simple tomato pasta.": (["cook"], ["pasta", "tomato"]),
-    "First, fill a large pot with water and bring it to a boil.": (["fill", "boil"], ["pot", "water"]),
-    "Now let me show you how to chop the onion.": (["chop"], ["onion"]),
-    "Add the pasta to the boiling water and stir it well.": (["add", "stir", "boil"], ["pasta", "water"]),
-    "Finally, pour the tomato sauce over the pasta and serve it.": (["pour", "serve"], ["sauce", "pasta", "tomato"]),
-    "Let me show you how to make a fresh green salad.": (["make"], ["salad"]),
-    "First, wash the lettuce under cold water.": (["wash"], ["lettuce", "water"]),
-    "Now cut the tomatoes into small pieces.": (["cut"], ["tomatoes", "tomato"]),
-    "Slice the cucumber and add it to the bowl.": (["slice", "add"], ["cucumber", "bowl"]),
-    "Mix the olive oil with a little lemon juice.": (["mix"], ["oil", "juice"]),
-    "Pour the dressing over the salad and toss it.": (["pour", "toss"], ["dressing", "salad"]),
-}
-
 
 def main(work: Path) -> Path:
     narration = json.loads((REPO / "samples" / "narration.json").read_text())["videos"]
@@ -50,13 +36,13 @@ def main(work: Path) -> Path:
             if video is None:
                 continue
             overlaps = [
-                (min(s["end_s"], segment["end_s"]) - max(s["start_s"], segment["start_s"]), s["text"])
+                (min(s["end_s"], segment["end_s"]) - max(s["start_s"], segment["start_s"]), s)
                 for s in video["sentences"]
-                if s["text"] in SENTENCE_LABELS
+                if "verbs" in s
             ]
-            best = max(overlaps, default=(0.0, None))
+            best = max(overlaps, default=(0.0, None), key=lambda overlap: overlap[0])
             if best[0] > 0:
-                verbs, nouns = SENTENCE_LABELS[best[1]]
+                verbs, nouns = best[1]["verbs"], best[1]["nouns"]
                 rows.append(
                     {
                         "video_id": segment["video_id"],

@@ -76,6 +76,44 @@ def test_the_small_preset_is_the_demo_pipeline_with_a_training_that_learns():
     )
 
 
+def test_the_demos_held_out_recipes_show_what_its_training_recipes_show():
+    """`make demo` holds out samples/recipes/splits.csv's validation recipes: every step they show is shown,
+    over the same scene and in the same words, by training videos; they share no step, so that no held-out
+    negative (the other held-out video's clips) shows the step of its sentence; every English sentence has
+    zero-shot labels."""
+    from pipeline.engine.manifest import make_video_id
+
+    narration = json.loads((REPO / "samples" / "narration.json").read_text())["videos"]
+    splits = read_splits(REPO / "samples" / "recipes" / "splits.csv")
+    recipes = sorted(name for name in narration if name.startswith("recipes/"))
+    assert len(recipes) == len(splits) and all((REPO / "samples" / name).is_file() for name in recipes)
+    assert {make_video_id(name) for name in recipes} == set(splits)
+    held_out = [name for name in recipes if splits[make_video_id(name)] == "validation"]
+    trained = [name for name in narration if name not in held_out and narration[name]["language"] == "en"]
+    assert len(held_out) == 2
+
+    def steps(name):  # a scene's label per sentence: the step it narrates
+        video = narration[name]
+        return [
+            next(scene["label"] for scene in video["scenes"] if scene["start_s"] <= s["start_s"] < scene["end_s"])
+            for s in video["sentences"]
+        ]
+
+    for name in held_out:
+        assert all(sum(step in steps(other) for other in trained) >= 2 for step in steps(name)), name
+    assert not set(steps(held_out[0])) & set(steps(held_out[1]))
+    # said in words the training recipes say: new wordings are the learning benchmark's question
+    trained_sentences = {s["text"] for name in trained if name in recipes for s in narration[name]["sentences"]}
+    assert all(s["text"] in trained_sentences for name in held_out for s in narration[name]["sentences"])
+    verbs = set((REPO / "samples" / "zero_shot" / "verbs.txt").read_text().split())
+    nouns = set((REPO / "samples" / "zero_shot" / "nouns.txt").read_text().split())
+    for name in trained + held_out:
+        for sentence in narration[name]["sentences"]:
+            assert set(sentence["verbs"]) & verbs and set(sentence["nouns"]) & nouns, sentence["text"]
+    makefile = (REPO / "Makefile").read_text()
+    assert "--set train.splits=samples/recipes/splits.csv" in makefile
+
+
 def test_held_out_sentences_are_new_wordings_and_combinations(tmp_path, tokenizer):
     made = write_synthetic(
         tmp_path,
