@@ -185,11 +185,11 @@ RECIPE_SEED = 20190402  # the recipes' own gaps, so that the other samples' layo
 # slower speech: a sentence spans 2-3 clips of 1.5 s, not 1-2
 RECIPE_GAP_RANGE_S = (1.2, 1.6)
 RECIPE_SPEECH_SPEED = 115
-# and every step starts on the pipeline's 1.5 s clip grid, its sentence RECIPE_LEAD_S later: a clip that began in
-# the step before (half of it over the sentence, so aligned with it) gave the sentence a visual word of the
-# wrong step (Whisper's sentence starts were up to 0.4 s early)
-RECIPE_CLIP_S = 1.5
-RECIPE_LEAD_S = 0.5
+# and every step starts on the pipeline's clip grid, its sentence CLIP_LEAD_S later: a clip that began in the
+# step before (half of it over the sentence, so aligned with it) gave the sentence a visual word of the wrong
+# step (Whisper's sentence starts were up to 0.4 s early)
+CLIP_S = 1.5  # the pipeline's clips: 30 frames at 20 fps
+CLIP_LEAD_S = 0.5
 
 NO_AUDIO_SIZE = (480, 270)
 NO_AUDIO_FPS = 30
@@ -523,7 +523,7 @@ def narrated_video(
     gap_range: tuple[float, float] = GAP_RANGE_S,
     speed: int = ESPEAK_SPEED,
     still: bool = False,
-    clip_grid_s: float | None = None,
+    on_clip_grid: bool = False,
 ) -> dict:
     """A cooking-like video: one scene per sentence (the first also over the silent lead-in), with narration.
     A sentence is its text, or (text, verbs, nouns): its labels, recorded beside its times."""
@@ -532,16 +532,16 @@ def narrated_video(
     sentences = [s if isinstance(s, str) else s[0] for s in sentences]
     speeches = [synthesize(s, voice, speed) for s in sentences]
     gaps = [round(float(rng.uniform(*gap_range)), 1) for _ in sentences[1:]]
-    if clip_grid_s is None:
-        times = layout_narration(speeches, FIRST_SENTENCE_START_S, gaps)
+    if on_clip_grid:
+        times = layout_on_clip_grid(speeches, FIRST_SENTENCE_START_S, gaps, CLIP_S, CLIP_LEAD_S)
     else:
-        times = layout_on_clip_grid(speeches, FIRST_SENTENCE_START_S, gaps, clip_grid_s, RECIPE_LEAD_S)
+        times = layout_narration(speeches, FIRST_SENTENCE_START_S, gaps)
     duration = math.ceil((times[-1][1] + TAIL_S) * VIDEO_FPS) / VIDEO_FPS
 
     # Scene k covers step k, from its sentence's start (on a clip grid: the grid point before it) to the next
     # one; scene 0 (the title card of the pasta and salad videos, a recipe's first step) also covers the silent
     # lead-in from 0 s.
-    starts = [t[0] if clip_grid_s is None else t[0] - RECIPE_LEAD_S for t in times]
+    starts = [t[0] - CLIP_LEAD_S if on_clip_grid else t[0] for t in times]
     bounds = [0.0] + starts[1:] + [duration]
     scenes = [(scene_names[k], bounds[k], bounds[k + 1]) for k in range(len(sentences))]
     track = mix_track(speeches, times, duration)
@@ -599,7 +599,7 @@ def recipes() -> dict:
             RECIPE_GAP_RANGE_S,
             RECIPE_SPEECH_SPEED,
             still=True,
-            clip_grid_s=RECIPE_CLIP_S,
+            on_clip_grid=True,
         )
     return videos
 
