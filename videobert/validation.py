@@ -33,7 +33,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -190,9 +190,6 @@ class ValidationSet:
     alignment_labels: list[int]
     videos: int
     pad_id: int
-    # the text-video examples above with their masked tokens restored, and their alignment labels
-    unmasked: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=list)
-    unmasked_labels: list[int] = field(default_factory=list)
 
     @classmethod
     def build(
@@ -219,16 +216,17 @@ class ValidationSet:
                 if window is not None:
                     plans.append(Plan(TEXT_VIDEO, text, window, NOT_ALIGNED, same_video, unit))
         examples = [build_example(plan, layout, params, text_replacements, rng) for plan in plans]
-        pairs = [(example, plan.alignment_label) for example, plan in zip(examples, plans) if plan.regime == TEXT_VIDEO]
-        return cls(
-            examples,
-            [p.regime for p in plans],
-            [p.alignment_label for p in plans],
-            len(videos),
-            layout.pad_id,
-            [unmasked(example) for example, _ in pairs],
-            [label for _, label in pairs],
-        )
+        return cls(examples, [p.regime for p in plans], [p.alignment_label for p in plans], len(videos), layout.pad_id)
+
+    @property
+    def unmasked(self) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """The text-video examples with their masked tokens restored."""
+        return [unmasked(e) for e, regime in zip(self.examples, self.regimes) if regime == TEXT_VIDEO]
+
+    @property
+    def unmasked_labels(self) -> list[int]:
+        """The alignment labels of `unmasked`."""
+        return [label for label, regime in zip(self.alignment_labels, self.regimes) if regime == TEXT_VIDEO]
 
     def batches(self, batch_size: int, rank: int = 0, world_size: int = 1, masked: bool = True):
         """This rank's batches: every world_size-th of them, from the rank-th; of the text-video examples
