@@ -520,19 +520,18 @@ def narrated_video(
     voice: str,
     language: str,
     rng: np.random.Generator,
-    gap_range: tuple[float, float] = GAP_RANGE_S,
-    speed: int = ESPEAK_SPEED,
-    still: bool = False,
-    on_clip_grid: bool = False,
+    recipe: bool = False,
 ) -> dict:
     """A cooking-like video: one scene per sentence (the first also over the silent lead-in), with narration.
-    A sentence is its text, or (text, verbs, nouns): its labels, recorded beside its times."""
+    A sentence is its text, or (text, verbs, nouns): its labels, recorded beside its times. `recipe`: paced
+    and drawn as the demo's recipes are (RECIPE_GAP_RANGE_S, RECIPE_SPEECH_SPEED, still pictures, steps on
+    the clip grid)."""
     assert len(scene_names) == len(sentences), "one scene per step"
     labels = [{} if isinstance(s, str) else {"verbs": s[1], "nouns": s[2]} for s in sentences]
     sentences = [s if isinstance(s, str) else s[0] for s in sentences]
-    speeches = [synthesize(s, voice, speed) for s in sentences]
-    gaps = [round(float(rng.uniform(*gap_range)), 1) for _ in sentences[1:]]
-    if on_clip_grid:
+    speeches = [synthesize(s, voice, RECIPE_SPEECH_SPEED if recipe else ESPEAK_SPEED) for s in sentences]
+    gaps = [round(float(rng.uniform(*(RECIPE_GAP_RANGE_S if recipe else GAP_RANGE_S))), 1) for _ in sentences[1:]]
+    if recipe:
         times = layout_on_clip_grid(speeches, FIRST_SENTENCE_START_S, gaps, CLIP_S, CLIP_LEAD_S)
     else:
         times = layout_narration(speeches, FIRST_SENTENCE_START_S, gaps)
@@ -541,11 +540,11 @@ def narrated_video(
     # Scene k covers step k, from its sentence's start (on a clip grid: the grid point before it) to the next
     # one; scene 0 (the title card of the pasta and salad videos, a recipe's first step) also covers the silent
     # lead-in from 0 s.
-    starts = [t[0] - CLIP_LEAD_S if on_clip_grid else t[0] for t in times]
+    starts = [t[0] - CLIP_LEAD_S if recipe else t[0] for t in times]
     bounds = [0.0] + starts[1:] + [duration]
     scenes = [(scene_names[k], bounds[k], bounds[k + 1]) for k in range(len(sentences))]
     track = mix_track(speeches, times, duration)
-    encode_mp4(SAMPLES_DIR / name, scenes, duration, VIDEO_SIZE, VIDEO_FPS, track, still)
+    encode_mp4(SAMPLES_DIR / name, scenes, duration, VIDEO_SIZE, VIDEO_FPS, track, still=recipe)
     return {
         "duration_s": duration,
         "has_audio": True,
@@ -590,16 +589,7 @@ def recipes() -> dict:
             sentences.append((wordings[said[step] % len(wordings)], verbs, nouns))
             said[step] += 1
         videos[recipe_name(number)] = narrated_video(
-            recipe_name(number),
-            sentences,
-            steps,
-            "en-us",
-            "en",
-            rng,
-            RECIPE_GAP_RANGE_S,
-            RECIPE_SPEECH_SPEED,
-            still=True,
-            on_clip_grid=True,
+            recipe_name(number), sentences, steps, "en-us", "en", rng, recipe=True
         )
     return videos
 
