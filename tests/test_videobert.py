@@ -617,6 +617,29 @@ def test_validation_records_on_held_out_videos(tmp_path, tokenizer):
     assert hidden > 0
     again = [validate(model, first, 6, 8, torch.device("cpu"), __import__("contextlib").nullcontext) for _ in range(2)]
     assert again[0] == again[1] and again[0]["alignment_auc"] == records[-1]["alignment_auc"]
+    # a run that inserts word pieces is scored on these very examples; its own protocol has the pieces
+    from videobert.validation import Protocols
+
+    inserting = config(
+        tmp_path,
+        "train.validation_videos=0.25",
+        "train.concat_prob=0",
+        "train.max_subsample_step=1",
+        "train.text_insert_prob=1",
+    )
+    protocols = Protocols.build(
+        read_validation_videos(align_shards, model.layout, held_out),
+        model.layout,
+        replacement_text_ids(tokenizer),
+        DataParams.from_config(inserting.train),
+        0,
+    )
+    assert all(np.array_equal(a[0], b[0]) for a, b in zip(protocols.clean.examples, first.examples))
+    assert len(protocols.clean.examples) == len(first.examples) and protocols.noisy is not None
+    assert protocols.noisy.regimes == first.regimes
+    assert [len(a[0]) - len(b[0]) for a, b in zip(protocols.noisy.examples, first.examples)] == [
+        2 * (regime == TEXT_VIDEO) for regime in first.regimes
+    ]
 
     with pytest.raises(ConfigError, match="train.validation_videos"):
         config(tmp_path, "train.validation_videos=1.5")

@@ -49,6 +49,7 @@ def params(**changes) -> DataParams:
         concat_prob=0.5,
         max_concat=3,
         max_subsample_step=5,
+        text_insert_prob=0.0,
         shuffle_buffer=16,
     )
     return DataParams(**dict(base, **changes))
@@ -464,6 +465,44 @@ def test_truncation_keeps_text_and_video_in_balance():
     n_text = int(np.flatnonzero(original == LAYOUT.visual_sep_id)[0]) - 1
     assert (n_text, 64 - 3 - n_text) == (30, 31)
     assert np.array_equal(original[1 : 1 + n_text], np.arange(1000, 1030))  # the head of the text is kept
+
+
+def test_inserted_word_pieces_stand_at_the_edges_of_text_video_texts_only():
+    text = np.arange(500, 506)  # outside TEXT_REPLACEMENTS, so that an inserted piece is told apart
+    counts, edges, targets = [], Counter(), 0
+    rng = np.random.default_rng(0)
+    for _ in range(400):
+        ids, types, labels = data.build_example(
+            Plan(TEXT_VIDEO, text, np.arange(8), ALIGNED), LAYOUT, params(text_insert_prob=0.5), TEXT_REPLACEMENTS, rng
+        )
+        original = np.where(labels != IGNORE, labels, ids)
+        said = original[1 : int(np.flatnonzero(original == LAYOUT.visual_sep_id)[0])].tolist()
+        # the sentence whole and in order, ordinary word pieces before or after it
+        at = said.index(500)
+        assert said[at : at + len(text)] == text.tolist()
+        extra = said[:at] + said[at + len(text) :]
+        assert set(extra) <= set(TEXT_REPLACEMENTS.tolist())
+        counts.append(len(extra))
+        # an inserted piece is never a target; the sentence's own pieces are, at the usual rate
+        is_sentence = np.zeros(len(ids), dtype=bool)
+        is_sentence[1 + at : 1 + at + len(text)] = True
+        assert (labels[1 : 1 + len(said)][~is_sentence[1 : 1 + len(said)]] == IGNORE).all()
+        targets += int((labels[is_sentence] != IGNORE).sum())
+        edges.update(start=at, end=len(said) - at - len(text))
+    # two draws at 0.5 each: 0, 1 or 2 pieces, one on average, as often before the sentence as after it
+    assert set(counts) == {0, 1, 2} and abs(np.mean(counts) - 1.0) < 0.15
+    assert abs(edges["start"] - edges["end"]) < 0.2 * sum(counts)
+    assert abs(targets / (400 * len(text)) - 0.15) < 0.02
+    # text-only and video-only examples, and text-video ones at 0, keep their text as it is
+    for plan, changes in (
+        (Plan(TEXT, text, data.EMPTY, IGNORE), {"text_insert_prob": 1.0}),
+        (Plan(VIDEO, data.EMPTY, np.arange(8), IGNORE), {"text_insert_prob": 1.0}),
+        (Plan(TEXT_VIDEO, text, np.arange(8), ALIGNED), {}),
+    ):
+        ids, _, labels = data.build_example(
+            plan, LAYOUT, params(max_subsample_step=1, **changes), TEXT_REPLACEMENTS, rng
+        )
+        assert len(ids) == 2 + len(plan.text_ids) + len(plan.visual_ids) + (plan.regime == TEXT_VIDEO)
 
 
 def test_visual_tokens_are_subsampled_at_steps_1_to_5():

@@ -62,6 +62,7 @@ def training_summary(work: WorkDir, info: dict, checkpoint: Path) -> dict:
         "regime_weights",
         "concat_prob",
         "max_subsample_step",
+        "text_insert_prob",
         "validation_videos",
         "youcook2_excluded_subsets",
     )

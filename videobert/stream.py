@@ -56,6 +56,7 @@ class DataParams:
     concat_prob: float
     max_concat: int
     max_subsample_step: int
+    text_insert_prob: float  # up to two random word pieces in a text-video example's text (data.insert_word_pieces)
     shuffle_buffer: int
 
     @property
@@ -77,6 +78,7 @@ class DataParams:
             concat_prob=t.concat_prob,
             max_concat=t.max_concat,
             max_subsample_step=t.max_subsample_step,
+            text_insert_prob=t.text_insert_prob,
             shuffle_buffer=t.shuffle_buffer,
         )
 

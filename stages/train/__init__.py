@@ -74,6 +74,10 @@ class TrainConfig:
     concat_prob: float = setting(0.5, **FRACTION)  # randomly join neighbouring segments into one example
     max_concat: int = setting(3, gt=0)
     max_subsample_step: int = setting(5, gt=0)  # visual tokens subsampled at a random step in 1..this
+    # a text-video example's text gets a random word piece at its start or end with this probability, and a
+    # second with it again: so that the model finds the words it matches with the video by what they are,
+    # not by where they stand before [>] (docs/training-data.md). Not the paper's; 0 = off
+    text_insert_prob: float = setting(0.0, **FRACTION)
     negative_prob: float = setting(0.5, **FRACTION)  # text-video examples whose visual tokens are of another time
     # the share of those negatives taken from the same video, at least negative_min_gap clips from the
     # text's own (from another video where the video is too short); the others come from another video
