@@ -10,8 +10,13 @@ With --model, the trained checkpoint of DIR instead: its alignment accuracy on t
 videos of each split, by kind (positive, negative) and by whether the text's (verb, noun) pair was ever shown
 in a training video (synthetic.HELD_OUT_PAIRS): where held-out alignment falls short of training alignment.
 
+With --wordings, the trained checkpoint of DIR on the validation videos' clean text-video examples with each
+sentence said again in WORDINGS (its own verb and noun, its own visual tokens): whether the model finds the
+words by what they are or by where they stand (the noun 1, 2 or 3 word pieces before `[>]`).
+
     .venv/bin/python benchmarks/alignment_ceiling.py DIR     # DIR: a benchmark's synthetic set (train.splits)
-    .venv/bin/python benchmarks/alignment_ceiling.py DIR --model"""
+    .venv/bin/python benchmarks/alignment_ceiling.py DIR --model
+    .venv/bin/python benchmarks/alignment_ceiling.py DIR --wordings"""
 
 from __future__ import annotations
 
@@ -27,6 +32,16 @@ from videobert.data import ALIGNED, TEXT_VIDEO, DataParams, VocabLayout, replace
 from videobert.synthetic import DEPTH, NOUNS, VERBS, K
 from videobert.validation import ValidationSet, read_splits, read_validation_videos
 
+# the noun right before [>], one piece before it (a word no training sentence has, or one they have), two
+# (as two training wordings put it), each after a trained opening and after an untrained one
+WORDINGS = (
+    "now {verb} the {noun}",
+    "now {verb} the {noun} here",
+    "now {verb} the {noun} you",
+    "now {verb} the {noun} for you",
+    "we will {verb} the {noun}",
+    "we will {verb} the {noun} here",
+)
 PROTOCOLS = {"clean": (0.0, 1), "concat 0.5": (0.5, 1), "subsample 1..5": (0.0, 5), "both (the paper's)": (0.5, 5)}
 
 
@@ -109,13 +124,56 @@ def model_by_group(root: Path) -> None:
         )
 
 
+def model_by_wording(root: Path) -> None:
+    import torch
+
+    from videobert.eval.evaluate import Evaluator
+    from videobert.validation import Protocols
+
+    cfg = load_config(None, ["train.max_len=48", "train.concat_prob=0", "train.max_subsample_step=1"])
+    ev = Evaluator(cfg, root, None)
+    tokenizer = load_tokenizer(cfg.align.tokenizer)
+    word_of = {encode(tokenizer, word)[0]: word for word in VERBS + NOUNS}
+    splits = read_splits(root / "synthetic" / "splits.csv")
+    videos = read_validation_videos(
+        ev.shards(root), ev.layout, sorted(v for v, s in splits.items() if s == "validation")
+    )
+    examples = Protocols.build(
+        videos, ev.layout, replacement_text_ids(tokenizer), DataParams.from_config(cfg.train), 0
+    ).clean
+    said = [  # (verb, noun), the visual tokens with nothing masked, label
+        (tuple(word_of[t] for t in whole[types == 0] if t in word_of)[:2], whole[types == 1], label)
+        for (ids, types, labels), regime, label in zip(examples.examples, examples.regimes, examples.alignment_labels)
+        if regime == TEXT_VIDEO
+        for whole in [np.where(labels >= 0, labels, ids)]
+    ]
+    for wording in WORDINGS:
+        hits: dict[bool, list[bool]] = {True: [], False: []}
+        for (verb, noun), video, label in said:
+            text = [ev.layout.cls_id, *encode(tokenizer, wording.format(verb=verb, noun=noun)), ev.layout.visual_sep_id]
+            ids = torch.tensor(np.concatenate([text, video]))[None]
+            types = torch.tensor([0] * len(text) + [1] * len(video))[None]
+            with torch.no_grad():
+                out = ev.model(ids, types, torch.ones_like(ids), None)
+            aligned = torch.softmax(out[2].float(), -1)[0, ALIGNED].item() >= 0.5
+            hits[label == ALIGNED].append(aligned == (label == ALIGNED))
+        print(
+            f"{wording:<34} positives {np.mean(hits[True]):.3f}, negatives {np.mean(hits[False]):.3f} "
+            f"({len(hits[True])} + {len(hits[False])})"
+        )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("root", type=Path)
     parser.add_argument("--model", action="store_true", help="the trained checkpoint's accuracy by group")
+    parser.add_argument("--wordings", action="store_true", help="the trained checkpoint's accuracy by wording")
     args = parser.parse_args()
     if args.model:
         model_by_group(args.root)
+        return 0
+    if args.wordings:
+        model_by_wording(args.root)
         return 0
     for split in ("validation", "test"):
         for name, (concat, step) in PROTOCOLS.items():
