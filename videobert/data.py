@@ -97,22 +97,14 @@ def assemble(
 
 
 def mask_tokens(
-    ids: np.ndarray,
-    layout: VocabLayout,
-    mask_prob: float,
-    text_replacements: np.ndarray,
-    rng: np.random.Generator,
-    unpredicted: np.ndarray | None = None,
+    ids: np.ndarray, layout: VocabLayout, mask_prob: float, text_replacements: np.ndarray, rng: np.random.Generator
 ) -> tuple[np.ndarray, np.ndarray]:
     """BERT masking, per modality: of n text (or visual) tokens, mask_prob * n rounded at random (down, or up
     with the fraction's probability) are predicted, so that every token is predicted with probability exactly
     `mask_prob` whatever the example's length (a floor of one target would predict a third of a 3-token
-    visual sentence); of those 80% become [MASK], 10% a random token of the same kind, 10% stay. Positions
-    marked `unpredicted` are never chosen."""
+    visual sentence); of those 80% become [MASK], 10% a random token of the same kind, 10% stay."""
     is_visual = (ids >= layout.visual_offset) & (ids < layout.visual_sep_id)
     is_text = (ids < layout.text_vocab_size) & (ids != layout.cls_id) & (ids != layout.sep_id) & (ids != layout.pad_id)
-    if unpredicted is not None:
-        is_text &= ~unpredicted
     labels = np.full(len(ids), IGNORE, dtype=np.int64)
     chosen = []
     for positions in (np.flatnonzero(is_text), np.flatnonzero(is_visual)):
@@ -159,9 +151,8 @@ def build_example(
     """(input ids, token types, MLM labels) of one plan."""
     step = int(rng.integers(1, params.max_subsample_step + 1)) if params.max_subsample_step > 1 else 1
     text, visual = _widened(plan, step, params)
-    inserted = None
     if plan.regime == TEXT_VIDEO and params.text_insert_prob:
-        text, inserted = insert_word_pieces(text, params.text_insert_prob, text_replacements, rng)
+        text = insert_word_pieces(text, params.text_insert_prob, text_replacements, rng)
     if visual.size and step > 1:
         # the offset stays inside short segments, so that no visual sentence comes out empty
         visual = visual[int(rng.integers(min(step, len(visual)))) :][::step]
@@ -171,31 +162,25 @@ def build_example(
     else:
         text, visual = text[: params.max_len - 2], visual[: params.max_len - 2]
     ids, types = assemble(layout, text, visual, with_separator=plan.regime == TEXT_VIDEO)
-    unpredicted = None
-    if inserted is not None:  # an inserted piece is noise to read past, never a target
-        unpredicted = np.zeros(len(ids), dtype=bool)
-        unpredicted[1 : 1 + len(text)] = inserted[: len(text)]
-    ids, labels = mask_tokens(ids, layout, params.mask_prob, text_replacements, rng, unpredicted)
+    ids, labels = mask_tokens(ids, layout, params.mask_prob, text_replacements, rng)
     return ids, types, labels
 
 
 def insert_word_pieces(
     text_ids: np.ndarray, insert_prob: float, text_replacements: np.ndarray, rng: np.random.Generator
-) -> tuple[np.ndarray, np.ndarray]:
-    """(`text_ids` with up to MAX_INSERTS random word pieces, each with probability `insert_prob`, at its start
-    or its end (half each); which positions were inserted). Why: sentences that always put their nouns at the
-    same distance before `[>]` teach the model to read that position, not the word. Why at the edges: inside
-    the sentence they split the very phrases ("cut the egg") that zero-shot's templates ask about
-    (docs/training-data.md, where the words stand)."""
-    inserted = np.zeros(len(text_ids), dtype=bool)
+) -> np.ndarray:
+    """`text_ids` with up to MAX_INSERTS random word pieces, each with probability `insert_prob`, at its start
+    or its end (half each); masking then treats them as any other piece. Why: sentences that always put their
+    nouns at the same distance before `[>]` teach the model to read that position, not the word. Why at the
+    edges: inside the sentence they split the very phrases ("cut the egg") that zero-shot's templates ask
+    about (docs/training-data.md, where the words stand)."""
     for _ in range(int(rng.binomial(MAX_INSERTS, insert_prob))):
         at_start = rng.random() < 0.5
         piece = [text_replacements[int(rng.integers(len(text_replacements)))]]
         text_ids = np.concatenate([piece, text_ids] if at_start else [text_ids, piece]).astype(
             text_ids.dtype, copy=False
         )
-        inserted = np.concatenate([[True], inserted] if at_start else [inserted, [True]])
-    return text_ids, inserted
+    return text_ids
 
 
 def pad_examples(examples: list[tuple[np.ndarray, ...]], pad_id: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

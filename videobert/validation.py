@@ -16,9 +16,10 @@
   stream's rule: `stream.negative_window`, other units being the other validation units); all masked
   as in training. At most MAX_UNITS units (a seeded choice).
 - **Protocols.** The examples above are made twice: under the fixed clean protocol (no joining, no
-  subsampling, no inserted word pieces: `concat_prob` 0, `max_subsample_step` 1, `text_insert_prob` 0), whatever the run's noise, so that held-out figures
-  of runs with different noise compare; and, when the run has noise, under the run's own settings. A record's
-  top-level figures are the clean protocol's (`protocol: clean`), the run's own are under `noisy`.
+  subsampling, no inserted word pieces: `concat_prob` 0, `max_subsample_step` 1, `text_insert_prob` 0),
+  whatever the run's noise, so that held-out figures of runs with different noise compare; and, when the run
+  has noise, under the run's own settings. A record's top-level figures are the clean protocol's
+  (`protocol: clean`), the run's own are under `noisy`.
 - **Empty regimes.** A regime the held-out videos give no example of (no segment with text, say) is named
   at train start (a warning, in the log's start record) and in every record's `missing`: its figures are
   null because there was nothing to measure, not because validation did not run.
