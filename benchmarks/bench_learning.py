@@ -15,8 +15,9 @@ Built so that it cannot be tuned to its answer:
 - **Seeds**: every figure is the mean over SEEDS (the model's initialisation, the data order) with its
   range; PASS needs the test means of alignment accuracy and both zero-shot top-1 >= THRESHOLD.
 
-1. Synthetic align shards (videobert/synthetic.py: each verb and each noun owns a visual word, the text
-   names them), a tiny BERT trained for a few CPU minutes per seed.
+1. Synthetic align shards of SYNTHETIC_VIDEOS videos (videobert/synthetic.py: each verb and each noun owns
+   a visual word, the text names them), a tiny BERT trained for a few CPU minutes per seed, with
+   SYNTHETIC_SETTINGS beside the shared ones.
 2. When `benchmarks/known_answer_media.py` is importable: the set made end to end from generated media
    (spoken sentences naming a verb and a noun over pictures that show them, through features, kmeans, asr
    and align), trained the same way (at lr MEDIA_LR, weight decay MEDIA_WEIGHT_DECAY). Otherwise a note.
@@ -71,6 +72,13 @@ TRAIN_SETTINGS = [
     "train.regime_weights.text=0.1",
     "train.regime_weights.video=0.1",
 ]
+
+# the synthetic set's sentences put the noun 1 or 3 word pieces before [>] in every training wording, and
+# without pieces at their edges the model learnt to read those places instead of the words: held-out
+# sentences with one word after the noun were called "not aligned" over their own video (docs/training-data.md,
+# where the words stand). Chosen on validation; the media set was not re-run with it
+SYNTHETIC_SETTINGS = ["train.text_insert_prob=0.5"]
+SYNTHETIC_VIDEOS = 256  # 160 train, 48 validation, 48 test: at 64 a seed's zero-shot figure swung 0.35-0.97
 
 # the media set's 1-2 visual tokens per segment: at 3e-3 its training alignment stayed at 0.5 until the
 # linear decay brought the rate under about 1.5e-3 (docs/training-data.md)
@@ -326,9 +334,10 @@ def combine(files: list[Path]) -> int:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--work-dir", type=Path, default=None)
-    # 1200, not 2500: chosen on the validation figures (docs/benchmarks.md, learning)
-    parser.add_argument("--steps", type=int, default=1200)
-    parser.add_argument("--videos", type=int, default=64)
+    # 2400: with word pieces at the sentences' edges chosen on validation over 1200 (docs/training-data.md,
+    # where the words stand); without them 1200 had been chosen over 2500 (docs/benchmarks.md, learning)
+    parser.add_argument("--steps", type=int, default=2400)
+    parser.add_argument("--videos", type=int, default=SYNTHETIC_VIDEOS)
     parser.add_argument("--seeds", type=int, nargs="+", default=list(SEEDS))
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--media-steps", type=int, default=6000)
@@ -392,7 +401,7 @@ def main() -> int:
                     Path(made["splits"]),
                     args.threads,
                     seed,
-                    extra=args.overrides,
+                    extra=[*SYNTHETIC_SETTINGS, *args.overrides],
                 ),
                 args.seeds,
                 not args.verbose,
