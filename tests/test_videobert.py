@@ -679,7 +679,8 @@ def test_warnings_where_the_data_cannot_teach(tmp_path, tokenizer, capsys):
 @pytest.mark.slow
 def test_learns_what_held_out_videos_show(tmp_path, tokenizer):
     # a known answer on videos never trained on: 12 of 36 synthetic videos held out, a 2-layer BERT, 200 steps
-    # (about 20 s of CPU) with the settings of `make bench-learning` (docs/training-data.md says why these)
+    # (about 20 s of CPU) with the settings of `make bench-learning` (docs/training-data.md says why these),
+    # but for its word pieces at the sentences' edges: every sentence here has one wording
     write_synthetic(tmp_path, tokenizer, videos=36)
     init = tiny_checkpoint(tmp_path / "init", tokenizer, heads=True)
     cfg = config(
