@@ -86,38 +86,56 @@ def ceiling(
     return max(float(np.mean((shares >= t) == gold)) for t in np.unique(np.r_[shares, 1.01])), len(gold)
 
 
-def model_by_group(root: Path) -> None:
-    import torch
+class Checkpoint:
+    """DIR's trained checkpoint, and the clean validation examples of some of its videos."""
 
-    from videobert.eval.evaluate import Evaluator
-    from videobert.synthetic import HELD_OUT_PAIRS
-    from videobert.validation import Protocols
+    def __init__(self, root: Path):
+        from videobert.eval.evaluate import Evaluator
 
-    cfg = load_config(None, ["train.max_len=48", "train.concat_prob=0", "train.max_subsample_step=1"])
-    ev = Evaluator(cfg, root, None)
-    tokenizer = load_tokenizer(cfg.align.tokenizer)
-    word_of = {encode(tokenizer, word)[0]: word for word in VERBS + NOUNS}
-    held = {(VERBS[v], NOUNS[n]) for v, n in HELD_OUT_PAIRS}
-    splits = read_splits(root / "synthetic" / "splits.csv")
-    for split in ("train", "validation", "test"):
-        videos = read_validation_videos(
-            ev.shards(root), ev.layout, sorted(v for v, s in splits.items() if s == split)[:12]
-        )
-        examples = Protocols.build(
-            videos, ev.layout, replacement_text_ids(tokenizer), DataParams.from_config(cfg.train), 0
+        self.root = root
+        self.cfg = load_config(None, ["train.max_len=48", "train.concat_prob=0", "train.max_subsample_step=1"])
+        self.evaluator = Evaluator(self.cfg, root, None)
+        self.layout = self.evaluator.layout
+        self.tokenizer = load_tokenizer(self.cfg.align.tokenizer)
+        self.word_of = {encode(self.tokenizer, word)[0]: word for word in VERBS + NOUNS}
+        self.splits = read_splits(root / "synthetic" / "splits.csv")
+
+    def examples(self, split: str, limit: int | None = None) -> ValidationSet:
+        from videobert.validation import Protocols
+
+        video_ids = sorted(v for v, s in self.splits.items() if s == split)[:limit]
+        videos = read_validation_videos(self.evaluator.shards(self.root), self.layout, video_ids)
+        return Protocols.build(
+            videos, self.layout, replacement_text_ids(self.tokenizer), DataParams.from_config(self.cfg.train), 0
         ).clean
+
+    def verb_and_noun(self, ids: np.ndarray, types: np.ndarray) -> tuple[str, ...]:
+        return tuple(self.word_of[t] for t in ids[types == 0] if t in self.word_of)[:2]
+
+    def says_aligned(self, ids: np.ndarray, types: np.ndarray) -> bool:
+        import torch
+
+        with torch.no_grad():
+            out = self.evaluator.model(
+                torch.tensor(ids)[None], torch.tensor(types)[None], torch.ones(1, len(ids), dtype=torch.long), None
+            )
+        return torch.softmax(out[2].float(), -1)[0, ALIGNED].item() >= 0.5
+
+
+def model_by_group(root: Path) -> None:
+    from videobert.synthetic import HELD_OUT_PAIRS
+
+    checkpoint = Checkpoint(root)
+    held = {(VERBS[v], NOUNS[n]) for v, n in HELD_OUT_PAIRS}
+    for split in ("train", "validation", "test"):
+        examples = checkpoint.examples(split, limit=12)
         groups: dict[str, list[bool]] = {}
         for (ids, types, _), regime, label in zip(examples.examples, examples.regimes, examples.alignment_labels):
             if regime != TEXT_VIDEO:
                 continue
-            words = tuple(word_of[t] for t in ids[types == 0] if t in word_of)[:2]
-            with torch.no_grad():
-                out = ev.model(
-                    torch.tensor(ids)[None], torch.tensor(types)[None], torch.ones(1, len(ids), dtype=torch.long), None
-                )
-            aligned = torch.softmax(out[2].float(), -1)[0, ALIGNED].item() >= 0.5
+            words = checkpoint.verb_and_noun(ids, types)
             key = f"{'held-out' if words in held else 'trained'} pair, {'positive' if label == ALIGNED else 'negative'}"
-            groups.setdefault(key, []).append(aligned == (label == ALIGNED))
+            groups.setdefault(key, []).append(checkpoint.says_aligned(ids, types) == (label == ALIGNED))
         print(
             f"{split:<11}"
             + "; ".join(f"{key} {np.mean(hits):.3f} ({len(hits)})" for key, hits in sorted(groups.items()))
@@ -125,38 +143,23 @@ def model_by_group(root: Path) -> None:
 
 
 def model_by_wording(root: Path) -> None:
-    import torch
-
-    from videobert.eval.evaluate import Evaluator
-    from videobert.validation import Protocols
-
-    cfg = load_config(None, ["train.max_len=48", "train.concat_prob=0", "train.max_subsample_step=1"])
-    ev = Evaluator(cfg, root, None)
-    tokenizer = load_tokenizer(cfg.align.tokenizer)
-    word_of = {encode(tokenizer, word)[0]: word for word in VERBS + NOUNS}
-    splits = read_splits(root / "synthetic" / "splits.csv")
-    videos = read_validation_videos(
-        ev.shards(root), ev.layout, sorted(v for v, s in splits.items() if s == "validation")
-    )
-    examples = Protocols.build(
-        videos, ev.layout, replacement_text_ids(tokenizer), DataParams.from_config(cfg.train), 0
-    ).clean
+    checkpoint = Checkpoint(root)
+    examples = checkpoint.examples("validation")
     said = [  # (verb, noun), the visual tokens with nothing masked, label
-        (tuple(word_of[t] for t in whole[types == 0] if t in word_of)[:2], whole[types == 1], label)
-        for (ids, types, labels), regime, label in zip(examples.examples, examples.regimes, examples.alignment_labels)
-        if regime == TEXT_VIDEO
-        for whole in [np.where(labels >= 0, labels, ids)]
+        (checkpoint.verb_and_noun(whole, types), whole[types == 1], label)
+        for (whole, types, _), label in zip(examples.unmasked, examples.unmasked_labels)
     ]
+    layout = checkpoint.layout
     for wording in WORDINGS:
         hits: dict[bool, list[bool]] = {True: [], False: []}
         for (verb, noun), video, label in said:
-            text = [ev.layout.cls_id, *encode(tokenizer, wording.format(verb=verb, noun=noun)), ev.layout.visual_sep_id]
-            ids = torch.tensor(np.concatenate([text, video]))[None]
-            types = torch.tensor([0] * len(text) + [1] * len(video))[None]
-            with torch.no_grad():
-                out = ev.model(ids, types, torch.ones_like(ids), None)
-            aligned = torch.softmax(out[2].float(), -1)[0, ALIGNED].item() >= 0.5
-            hits[label == ALIGNED].append(aligned == (label == ALIGNED))
+            text = [
+                layout.cls_id,
+                *encode(checkpoint.tokenizer, wording.format(verb=verb, noun=noun)),
+                layout.visual_sep_id,
+            ]
+            ids, types = np.concatenate([text, video]), np.array([0] * len(text) + [1] * len(video))
+            hits[label == ALIGNED].append(checkpoint.says_aligned(ids, types) == (label == ALIGNED))
         print(
             f"{wording:<34} positives {np.mean(hits[True]):.3f}, negatives {np.mean(hits[False]):.3f} "
             f"({len(hits[True])} + {len(hits[False])})"
