@@ -334,25 +334,23 @@ def resample(x: np.ndarray, rate_in: int, rate_out: int) -> np.ndarray:
     return np.fft.irfft(out_spec, n_out) * (n_out / len(x))
 
 
-def layout_narration(speeches: list[np.ndarray], first_start: float, gaps: list[float]) -> list[tuple[float, float]]:
-    """Start/end times (s) for consecutive utterances; starts are on a 10 ms grid."""
-    times, start = [], first_start
-    for i, speech in enumerate(speeches):
-        end = start + len(speech) / AUDIO_RATE
-        times.append((round(start, 3), round(end, 3)))
-        if i < len(gaps):
-            start = math.ceil((end + gaps[i]) * 100) / 100
-    return times
+def on_10ms_grid(t: float) -> float:
+    return math.ceil(t * 100) / 100
 
 
-def layout_on_clip_grid(
-    speeches: list[np.ndarray], first_start: float, gaps: list[float], grid_s: float, lead_s: float
+def on_clip_grid(t: float) -> float:
+    """CLIP_LEAD_S after the first multiple of CLIP_S (the pipeline's clip length) at or after `t`."""
+    return math.ceil(t / CLIP_S - 1e-9) * CLIP_S + CLIP_LEAD_S
+
+
+def layout_narration(
+    speeches: list[np.ndarray], first_start: float, gaps: list[float], snap=on_10ms_grid
 ) -> list[tuple[float, float]]:
-    """Like layout_narration, but each utterance starts `lead_s` after a multiple of `grid_s` (the pipeline's
-    clip length), the first one at or after `first_start`, the others at least their gap after the one before."""
+    """Start/end times (s) for consecutive utterances: each starts where `snap` puts the earliest time it may,
+    `first_start` for the first, its gap after the end of the one before for the others."""
     times, earliest = [], first_start
     for i, speech in enumerate(speeches):
-        start = math.ceil(earliest / grid_s - 1e-9) * grid_s + lead_s
+        start = snap(earliest)
         end = start + len(speech) / AUDIO_RATE
         times.append((round(start, 3), round(end, 3)))
         if i < len(gaps):
@@ -531,10 +529,7 @@ def narrated_video(
     sentences = [s if isinstance(s, str) else s[0] for s in sentences]
     speeches = [synthesize(s, voice, RECIPE_SPEECH_SPEED if recipe else ESPEAK_SPEED) for s in sentences]
     gaps = [round(float(rng.uniform(*(RECIPE_GAP_RANGE_S if recipe else GAP_RANGE_S))), 1) for _ in sentences[1:]]
-    if recipe:
-        times = layout_on_clip_grid(speeches, FIRST_SENTENCE_START_S, gaps, CLIP_S, CLIP_LEAD_S)
-    else:
-        times = layout_narration(speeches, FIRST_SENTENCE_START_S, gaps)
+    times = layout_narration(speeches, FIRST_SENTENCE_START_S, gaps, on_clip_grid if recipe else on_10ms_grid)
     duration = math.ceil((times[-1][1] + TAIL_S) * VIDEO_FPS) / VIDEO_FPS
 
     # Scene k covers step k, from its sentence's start (on a clip grid: the grid point before it) to the next
