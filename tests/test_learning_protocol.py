@@ -63,6 +63,7 @@ def test_the_small_preset_is_the_demo_pipeline_with_a_training_that_learns():
     assert t.init_checkpoint == "random:tiny-128" and t.lr == 3e-3 and t.batch_size == 32
     assert t.concat_prob == 0 and t.max_subsample_step == 1 and t.validation_videos == 2
     assert t.text_insert_prob == 0  # the learning benchmark's 0.5 lowered the demo's held-out alignment
+    assert t.text_span_mask_prob == 0  # the learning benchmark's 0.3 slowed its alignment's start
     assert t.regime_weights == {"text": 0.1, "video": 0.1, "text_video": 1.0}
     makefile = (REPO / "Makefile").read_text()
     assert "train --config configs/small.yaml --work-dir $(DEMO_WORK)" in makefile
@@ -75,7 +76,7 @@ def test_the_small_preset_is_the_demo_pipeline_with_a_training_that_learns():
         0.5,
         5,
     )
-    assert paper.text_insert_prob == 0  # not the paper's
+    assert paper.text_insert_prob == 0 and paper.text_span_mask_prob == 0  # not the paper's
 
 
 def test_the_demos_held_out_recipes_show_what_its_training_recipes_show():

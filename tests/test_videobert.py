@@ -617,7 +617,8 @@ def test_validation_records_on_held_out_videos(tmp_path, tokenizer):
     assert hidden > 0
     again = [validate(model, first, 6, 8, torch.device("cpu"), __import__("contextlib").nullcontext) for _ in range(2)]
     assert again[0] == again[1] and again[0]["alignment_auc"] == records[-1]["alignment_auc"]
-    # a run that inserts word pieces is scored on these very examples; its own protocol has the pieces
+    # a run that inserts word pieces and masks spans is scored on these very examples; its own protocol has the
+    # pieces
     from videobert.validation import Protocols
 
     inserting = config(
@@ -626,6 +627,7 @@ def test_validation_records_on_held_out_videos(tmp_path, tokenizer):
         "train.concat_prob=0",
         "train.max_subsample_step=1",
         "train.text_insert_prob=1",
+        "train.text_span_mask_prob=1",
     )
     protocols = Protocols.build(
         read_validation_videos(align_shards, model.layout, held_out),

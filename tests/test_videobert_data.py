@@ -50,6 +50,7 @@ def params(**changes) -> DataParams:
         max_concat=3,
         max_subsample_step=5,
         text_insert_prob=0.0,
+        text_span_mask_prob=0.0,
         shuffle_buffer=16,
     )
     return DataParams(**dict(base, **changes))
@@ -500,6 +501,55 @@ def test_inserted_word_pieces_stand_at_the_edges_of_text_video_texts_only():
             plan, LAYOUT, params(max_subsample_step=1, **changes), TEXT_REPLACEMENTS, rng
         )
         assert len(ids) == 2 + len(plan.text_ids) + len(plan.visual_ids) + (plan.regime == TEXT_VIDEO)
+
+
+def test_a_masked_span_hides_three_consecutive_pieces_of_text_video_texts_only():
+    text = np.arange(500, 507)
+    rng = np.random.default_rng(0)
+    starts, spans = Counter(), 0
+    for _ in range(400):
+        ids, _, labels = data.build_example(
+            Plan(TEXT_VIDEO, text, np.arange(8), ALIGNED),
+            LAYOUT,
+            params(max_subsample_step=1, text_span_mask_prob=0.5),
+            TEXT_REPLACEMENTS,
+            rng,
+        )
+        targets = np.flatnonzero(labels[1 : 1 + len(text)] != IGNORE)
+        if len(targets) == data.TEXT_SPAN and np.all(np.diff(targets) == 1):
+            spans += 1
+            starts[int(targets[0])] += 1
+            # the visual tokens are masked as always: 15% of 8 rounds to 1 or 2
+            assert 1 <= int((labels[2 + len(text) :] != IGNORE).sum()) <= 2
+    # about half the examples: the span (3 consecutive pieces of a 7-piece text, 15% per piece otherwise rounds
+    # to 1 or 2 targets, never 3), starting anywhere it fits
+    assert abs(spans / 400 - 0.5) < 0.08
+    assert set(starts) == set(range(len(text) - data.TEXT_SPAN + 1))
+    # a text shorter than the span is masked whole; text-only examples keep the per-piece draw
+    ids, _, labels = data.build_example(
+        Plan(TEXT_VIDEO, text[:2], np.arange(8), ALIGNED),
+        LAYOUT,
+        params(max_subsample_step=1, text_span_mask_prob=1.0),
+        TEXT_REPLACEMENTS,
+        rng,
+    )
+    assert (labels[1:3] == text[:2]).all()
+    texts_only = [
+        int(
+            (
+                data.build_example(
+                    Plan(TEXT, text, data.EMPTY, IGNORE),
+                    LAYOUT,
+                    params(text_span_mask_prob=1.0),
+                    TEXT_REPLACEMENTS,
+                    rng,
+                )[2]
+                != IGNORE
+            ).sum()
+        )
+        for _ in range(200)
+    ]
+    assert set(texts_only) <= {1, 2}
 
 
 def test_visual_tokens_are_subsampled_at_steps_1_to_5():

@@ -63,6 +63,7 @@ from videobert.vocab import VocabLayout, replacement_text_ids  # noqa: F401  (re
 # ---------------------------------------------------------------- plans to tensors
 
 MAX_INSERTS = 2  # random word pieces a text-video example's text may get (train.text_insert_prob)
+TEXT_SPAN = 3  # word pieces masked together in a text-video example's text (train.text_span_mask_prob): "cut the egg"
 
 
 def balance(n_text: int, n_video: int, budget: int) -> tuple[int, int]:
@@ -97,17 +98,27 @@ def assemble(
 
 
 def mask_tokens(
-    ids: np.ndarray, layout: VocabLayout, mask_prob: float, text_replacements: np.ndarray, rng: np.random.Generator
+    ids: np.ndarray,
+    layout: VocabLayout,
+    mask_prob: float,
+    text_replacements: np.ndarray,
+    rng: np.random.Generator,
+    text_span: int = 0,
 ) -> tuple[np.ndarray, np.ndarray]:
     """BERT masking, per modality: of n text (or visual) tokens, mask_prob * n rounded at random (down, or up
     with the fraction's probability) are predicted, so that every token is predicted with probability exactly
     `mask_prob` whatever the example's length (a floor of one target would predict a third of a 3-token
-    visual sentence); of those 80% become [MASK], 10% a random token of the same kind, 10% stay."""
+    visual sentence); of those 80% become [MASK], 10% a random token of the same kind, 10% stay. With
+    `text_span` > 0 the text's targets are instead that many consecutive pieces (all of a shorter text)."""
     is_visual = (ids >= layout.visual_offset) & (ids < layout.visual_sep_id)
     is_text = (ids < layout.text_vocab_size) & (ids != layout.cls_id) & (ids != layout.sep_id) & (ids != layout.pad_id)
     labels = np.full(len(ids), IGNORE, dtype=np.int64)
     chosen = []
-    for positions in (np.flatnonzero(is_text), np.flatnonzero(is_visual)):
+    for positions, span in ((np.flatnonzero(is_text), text_span), (np.flatnonzero(is_visual), 0)):
+        if span and positions.size:
+            start = int(rng.integers(max(1, positions.size - span + 1)))
+            chosen.append(positions[start : start + span])
+            continue
         expected = mask_prob * positions.size
         count = int(expected) + int(rng.random() < expected - int(expected))
         chosen.append(positions[rng.random(positions.size).argsort()[:count]])  # `count` distinct positions
@@ -162,7 +173,8 @@ def build_example(
     else:
         text, visual = text[: params.max_len - 2], visual[: params.max_len - 2]
     ids, types = assemble(layout, text, visual, with_separator=plan.regime == TEXT_VIDEO)
-    ids, labels = mask_tokens(ids, layout, params.mask_prob, text_replacements, rng)
+    span = plan.regime == TEXT_VIDEO and params.text_span_mask_prob and rng.random() < params.text_span_mask_prob
+    ids, labels = mask_tokens(ids, layout, params.mask_prob, text_replacements, rng, TEXT_SPAN if span else 0)
     return ids, types, labels
 
 

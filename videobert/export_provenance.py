@@ -63,6 +63,7 @@ def training_summary(work: WorkDir, info: dict, checkpoint: Path) -> dict:
         "concat_prob",
         "max_subsample_step",
         "text_insert_prob",
+        "text_span_mask_prob",
         "validation_videos",
         "youcook2_excluded_subsets",
     )

@@ -56,6 +56,7 @@ class DataParams:
     concat_prob: float
     max_concat: int
     max_subsample_step: int
+    text_span_mask_prob: float  # text-video examples whose text targets are TEXT_SPAN pieces together (data.py)
     text_insert_prob: float  # up to two random word pieces in a text-video example's text (data.insert_word_pieces)
     shuffle_buffer: int
 
@@ -79,6 +80,7 @@ class DataParams:
             max_concat=t.max_concat,
             max_subsample_step=t.max_subsample_step,
             text_insert_prob=t.text_insert_prob,
+            text_span_mask_prob=t.text_span_mask_prob,
             shuffle_buffer=t.shuffle_buffer,
         )
 

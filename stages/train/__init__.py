@@ -78,6 +78,10 @@ class TrainConfig:
     # second with it again: so that the model finds the words it matches with the video by what they are,
     # not by where they stand before [>] (docs/training-data.md). Not the paper's; 0 = off
     text_insert_prob: float = setting(0.0, **FRACTION)
+    # a text-video example's text masked as one span of 3 pieces ("cut the egg") with this probability, in
+    # place of 15% of its pieces one by one: zero-shot's templates mask the verb and the noun together, which
+    # the per-piece draw hardly ever does (docs/training-data.md). Not the paper's; 0 = off
+    text_span_mask_prob: float = setting(0.0, **FRACTION)
     negative_prob: float = setting(0.5, **FRACTION)  # text-video examples whose visual tokens are of another time
     # the share of those negatives taken from the same video, at least negative_min_gap clips from the
     # text's own (from another video where the video is too short); the others come from another video
