@@ -15,8 +15,9 @@ time the sentence was said?", not "is this the same video?".
 A batch of plans becomes tensors: visual tokens subsampled at a random step in 1..max_subsample_step,
 a text-video example's text given up to two random word pieces at its edges (`text_insert_prob` each),
 truncated to `max_len` keeping text and video in balance, 15% of the text and 15% of the visual tokens
-masked (80/10/10); a text-only or video-only example shorter than 1 / mask_prob tokens is first widened
-within its video, so that it has a target. This uses a generator seeded by (seed, stream, batch index).
+masked (80/10/10; with `text_span_mask_prob`, a text-video example's text as 3 consecutive pieces instead);
+a text-only or video-only example shorter than 1 / mask_prob tokens is first widened within its video, so
+that it has a target. This uses a generator seeded by (seed, stream, batch index).
 
 Resume: a stream's position (`PlanStream.state()`, bounded by `shuffle_buffer`) rides along with its last
 batch before each checkpoint and is saved there, so a resume continues every stream where it stopped
