@@ -411,7 +411,7 @@ def main() -> int:
             )
         )
         passed &= print_summary(results[-1], load_config(None, []).eval.zero_shot_template)
-        root.mkdir(parents=True, exist_ok=True)  # with --skip-synthetic and --media-root nothing else made it
+    root.mkdir(parents=True, exist_ok=True)  # with --skip-synthetic and --media-root nothing else made it
     (root / "bench_learning.json").write_text(json.dumps(results, indent=2) + "\n")
 
     if args.skip_media:
@@ -455,7 +455,6 @@ def main() -> int:
                 )
             )
             passed &= print_summary(results[-1], load_config(None, []).eval.zero_shot_template)
-    root.mkdir(parents=True, exist_ok=True)  # with --skip-synthetic and --media-root nothing else made it
     (root / "bench_learning.json").write_text(json.dumps(results, indent=2) + "\n")
     print(f"\nresults: {root / 'bench_learning.json'}")
     return 0 if passed else 1
