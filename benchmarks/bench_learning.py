@@ -78,8 +78,8 @@ TRAIN_SETTINGS = [
 # sentences with one word after the noun were called "not aligned" over their own video (docs/training-data.md,
 # where the words stand). With them, a seed's zero-shot verb or noun fell to the prior in some runs: the
 # templates mask the verb and the noun together, which masking piece by piece hardly ever does, so 30% of
-# the texts are masked as one span of 3 pieces (train.text_span_mask_prob). Both chosen on validation; the
-# media set was not re-run with them
+# the texts are masked as one span of 3 pieces (train.text_span_mask_prob). Both chosen on validation; on
+# the media set spans were no better on validation (docs/training-data.md), so its settings stay
 SYNTHETIC_SETTINGS = ["train.text_insert_prob=0.5", "train.text_span_mask_prob=0.3"]
 SYNTHETIC_VIDEOS = 256  # 160 train, 48 validation, 48 test: at 64 a seed's zero-shot figure swung 0.35-0.97
 
