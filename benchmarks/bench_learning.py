@@ -11,8 +11,8 @@ Built so that it cannot be tuned to its answer:
 - **The template is chosen on validation**: among CANDIDATE_TEMPLATES, wordings that no set's sentence has,
   by the mean verb and noun top-1 on the validation videos over the seeds; test is read for the chosen one.
   The paper's template is reported beside it, never chosen. TRAIN_SETTINGS, MEDIA_LR and MEDIA_WEIGHT_DECAY
-  were fixed on earlier sets; SYNTHETIC_SETTINGS, MEDIA_TEXT_INSERT_PROB and the step counts on these sets'
-  validation videos.
+  were fixed on earlier sets; EDGE_PIECES, the spans in SYNTHETIC_SETTINGS and the step counts on these
+  sets' validation videos.
 - **Seeds**: every figure is the mean over SEEDS (the model's initialisation, the data order) with its
   range; PASS needs the test means of alignment accuracy and both zero-shot top-1 >= THRESHOLD.
 
@@ -21,8 +21,7 @@ Built so that it cannot be tuned to its answer:
    SYNTHETIC_SETTINGS beside the shared ones.
 2. When `benchmarks/known_answer_media.py` is importable: the set made end to end from generated media
    (spoken sentences naming a verb and a noun over pictures that show them, through features, kmeans, asr
-   and align), trained the same way (at lr MEDIA_LR, weight decay MEDIA_WEIGHT_DECAY, word pieces at the
-   sentences' edges MEDIA_TEXT_INSERT_PROB). Otherwise a note.
+   and align), trained the same way with MEDIA_SETTINGS beside the shared ones. Otherwise a note.
 
     .venv/bin/python benchmarks/bench_learning.py                  # both sets, CPU, 3 seeds each
     .venv/bin/python benchmarks/bench_learning.py --steps 600 --skip-media --work-dir /tmp/learning
@@ -75,13 +74,18 @@ TRAIN_SETTINGS = [
     "train.regime_weights.video=0.1",
 ]
 
-# the synthetic set's sentences put the noun 1 or 3 word pieces before [>] in every training wording, and
-# without pieces at their edges the model learnt to read those places instead of the words: held-out
-# sentences with one word after the noun were called "not aligned" over their own video (docs/training-data.md,
-# where the words stand). With them, a seed's zero-shot verb or noun fell to the prior in some runs: the
-# templates mask the verb and the noun together, which masking piece by piece hardly ever does, so 30% of
-# the texts are masked as one span of 3 pieces (train.text_span_mask_prob). Both chosen on validation
-SYNTHETIC_SETTINGS = ["train.text_insert_prob=0.5", "train.text_span_mask_prob=0.3"]
+# up to two random word pieces before or after each training sentence, on both sets. The synthetic set's
+# sentences put the noun 1 or 3 word pieces before [>] in every training wording, and without the pieces the
+# model learnt to read those places instead of the words: held-out sentences with one word after the noun
+# were called "not aligned" over their own video (docs/training-data.md, where the words stand). On the
+# media set without them the zero-shot verb depended on the template's opening words (0.35 to 0.84 mean
+# top-1 by template on validation); with them every candidate gives 0.80-0.99. Chosen on validation
+EDGE_PIECES = "train.text_insert_prob=0.5"
+# with the pieces, a synthetic seed's zero-shot verb or noun fell to the prior in some runs: the templates
+# mask the verb and the noun together, which masking piece by piece hardly ever does, so 30% of the texts are
+# masked as one span of 3 pieces (train.text_span_mask_prob). Chosen on validation; on the media set spans
+# beside the pieces were worse (verb 0.911 against 0.997; docs/training-data.md, masked spans)
+SYNTHETIC_SETTINGS = [EDGE_PIECES, "train.text_span_mask_prob=0.3"]
 SYNTHETIC_VIDEOS = 256  # 160 train, 48 validation, 48 test: at 64 a seed's zero-shot figure swung 0.35-0.97
 
 # the media set's 1-2 visual tokens per segment: at 3e-3 its training alignment stayed at 0.5 until the
@@ -90,10 +94,12 @@ MEDIA_LR = 1e-3
 # most sentences unique in their punctuation and ASR slips: without weight decay the model learnt them by
 # heart (docs/training-data.md)
 MEDIA_WEIGHT_DECAY = 0.1
-# without pieces at the sentences' edges the zero-shot verb depended on the template's opening words (0.35
-# to 0.84 mean top-1 by template on validation); with them every candidate gives 0.80-0.99. Masked spans
-# beside them were worse on validation (verb 0.911 against 0.997; docs/training-data.md, masked spans)
-MEDIA_TEXT_INSERT_PROB = 0.5
+MEDIA_SETTINGS = [
+    "train.max_len=64",
+    f"train.lr={MEDIA_LR:g}",
+    f"train.weight_decay={MEDIA_WEIGHT_DECAY:g}",
+    EDGE_PIECES,
+]
 MEDIA_VIDEOS = 64
 # the zero-shot templates the benchmark chooses from, on validation figures only: none is a sentence of
 # either set's training or held-out wordings (synthetic.TRAIN_WORDINGS, HELD_OUT_WORDINGS;
@@ -433,13 +439,6 @@ def main() -> int:
                 args.media_root or root / "media", seed=0, quiet=not args.verbose, videos=args.media_videos
             )
             videos = len(made["videos"])
-            extra = [
-                "train.max_len=64",
-                f"train.lr={MEDIA_LR:g}",
-                f"train.weight_decay={MEDIA_WEIGHT_DECAY:g}",
-                f"train.text_insert_prob={MEDIA_TEXT_INSERT_PROB:g}",
-                *args.overrides,
-            ]
             results.append(
                 run_set(
                     f"generated media ({videos} videos)",
@@ -454,7 +453,7 @@ def main() -> int:
                         args.threads,
                         seed,
                         base=made["config"],
-                        extra=extra,
+                        extra=[*MEDIA_SETTINGS, *args.overrides],
                     ),
                     args.seeds,
                     not args.verbose,
