@@ -14,9 +14,9 @@ STAMP  := $(VENV)/.installed
 RUN    := $(VENV)/bin/videobert
 
 .PHONY: install test test-slow test-all test-cluster demo youcook2 pipeline samples clean \
-        manifest decode features kmeans quantize asr align validate summary card status train eval codebook-info \
+        manifest decode features shots quality dedup kmeans quantize asr align validate summary card status train eval codebook-info \
         bench-decode bench-features bench-kmeans bench-asr bench-train bench-scale bench-lineage bench-gallery \
-        bench-learning bench-threads bench-slurm
+        bench-learning bench-threads bench-slurm bench-curation
 
 install: $(STAMP)
 
@@ -30,7 +30,7 @@ $(STAMP): pyproject.toml constraints.txt
 	# later no longer have: it is built here with an older setuptools instead of pip's latest
 	$(PY) -m pip install --quiet "setuptools>=68,<81" wheel
 	$(PY) -m pip install --quiet --no-build-isolation -c constraints.txt openai-whisper
-	$(PY) -m pip install --quiet -c constraints.txt -e ".[dev,ray,whisper]"
+	$(PY) -m pip install --quiet -c constraints.txt -e ".[dev,ray,whisper,transnetv2]"
 	# the top-level package names (pipeline, stages, ...) are generic: no other installed distribution may own one
 	$(PY) -m pipeline.packaging
 	touch $(STAMP)
@@ -111,7 +111,7 @@ pipeline: $(STAMP)
 
 manifest: $(STAMP)
 	$(RUN) manifest $(CONFIG_ARG) --work-dir $(WORK) --input $(INPUT) $(ARGS)
-decode features kmeans quantize asr align train: $(STAMP)
+decode features shots quality dedup kmeans quantize asr align train: $(STAMP)
 	$(RUN) $@ $(CONFIG_ARG) --work-dir $(WORK) $(ARGS)
 eval: $(STAMP)
 	$(RUN) eval zero-shot $(CONFIG_ARG) --work-dir $(WORK) $(ARGS)
@@ -148,6 +148,9 @@ bench-threads: $(STAMP)
 	$(PY) benchmarks/bench_threads.py $(ARGS)
 bench-gallery: $(STAMP)
 	$(PY) benchmarks/bench_gallery.py $(ARGS)
+# shots, quality and dedup beside decoding on the same files; dedup at 1x, 4x and 16x collections
+bench-curation: $(STAMP)
+	$(PY) benchmarks/bench_curation.py $(ARGS)
 # starts a two-node Slurm on this machine (needs slurm-wlm and munge: see .ci/run)
 bench-slurm: $(STAMP)
 	$(PY) benchmarks/bench_slurm.py $(ARGS)

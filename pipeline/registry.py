@@ -17,7 +17,19 @@ from collections.abc import Iterator
 from pipeline.contract import Stage
 
 # the run order: a stage reads only the outputs of stages before it
-ORDER = ("manifest", "decode", "features", "kmeans", "quantize", "asr", "align", "train")
+ORDER = (
+    "manifest",
+    "decode",
+    "features",
+    "shots",
+    "quality",
+    "dedup",
+    "kmeans",
+    "quantize",
+    "asr",
+    "align",
+    "train",
+)
 
 STAGES: tuple[Stage, ...] = tuple(importlib.import_module(f"stages.{name}").STAGE for name in ORDER)
 
@@ -48,10 +60,17 @@ def made_by() -> dict[str, str]:
 
 
 def run_stages(*, with_optional: bool = False) -> tuple[Stage, ...]:
-    """The stages a whole run runs, in order: each one not made in another's pass (decode: in features'),
-    those with in_run=False (train) only `with_optional`."""
-    made_by_others = made_by()
-    return tuple(spec for spec in STAGES if spec.name not in made_by_others and (spec.in_run or with_optional))
+    """The stages a whole run runs, in order, those with in_run=False (train) only `with_optional`. A stage
+    made in another's pass is left to that pass (decode: in features') unless settings its maker's outputs
+    do not depend on shape its own (shots: its detector's): it then runs after its maker, skipping what the
+    pass made current, redoing what a change of those settings left stale."""
+    makers = made_by()
+
+    def left_to_maker(spec: Stage) -> bool:
+        maker = makers.get(spec.name)
+        return maker is not None and set(spec.config_sections) <= set(BY_NAME[maker].config_sections)
+
+    return tuple(spec for spec in STAGES if not left_to_maker(spec) and (spec.in_run or with_optional))
 
 
 def ray_resources() -> dict[str, dict[str, float]]:

@@ -212,6 +212,9 @@ def collect(work_dir, license: str = "unknown") -> dict:
         "pretrained": None if weights is None else not weights.startswith("random"),
         # data that cannot teach, said where the shards' readers look (e.g. most visual words never used)
         "codebook_warnings": list(codebook.get("warnings") or []) if same_codebook else [],
+        # what curation left out of the shards or found (reports/curation.py): shot boundaries, quality flags,
+        # near-duplicate groups (training keeps each group's representative and never splits a group)
+        "curation": _curation(work),
         "vocabulary_layout": {
             "text_ids": "WordPiece ids in [0, tokenizer_vocab_size)",
             "visual_ids": "codebook leaf ids in [0, visual_vocab_size): the bundled trainer's vocabulary puts "
@@ -222,6 +225,20 @@ def collect(work_dir, license: str = "unknown") -> dict:
         "config": data["config"],
         "config_hash": data["config_hash"],
         "files": files,
+    }
+
+
+def _curation(work: WorkDir) -> dict:
+    from reports.curation import curation_stats
+
+    found = curation_stats(work.root)
+    quality = found.get("quality")
+    if quality:
+        quality = {key: value for key, value in quality.items() if key != "examples"}
+    return {
+        "shots": found.get("shots"),
+        "quality": quality,
+        "dedup": {key: found["dedup"][key] for key in ("videos", "groups", "copies")} if found.get("dedup") else None,
     }
 
 
@@ -337,6 +354,10 @@ def markdown(data: dict, work: WorkDir) -> str:
         f"codebook sha256 {(data['codebook_sha256'] or '?')[:16]}... ({codebook}), fit on S3D clip "
         f"features.{layout}",
         "",
+        "## Curation",
+        "",
+        *_curation_lines(data.get("curation") or {}),
+        "",
         "## Provenance",
         "",
         f"- S3D weights: `{data['weights'] or 'unknown'}`; feature provenance "
@@ -352,6 +373,29 @@ def markdown(data: dict, work: WorkDir) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def _curation_lines(curation: dict) -> list[str]:
+    quality, dedup, shots = curation.get("quality"), curation.get("dedup"), curation.get("shots")
+    lines = []
+    if quality:
+        reasons = ", ".join(f"{reason} {count}" for reason, count in quality["clips_by_reason"].items()) or "none"
+        lines.append(
+            f"- Quality: {quality['clips_excluded']:,} of {quality['clips']:,} clips are in no segment (flagged, "
+            f"of the reasons in `quality.exclude`); clips flagged: {reasons}."
+        )
+    if dedup:
+        lines.append(
+            f"- Near-duplicates: {dedup['groups']:,} group(s) of {dedup['copies'] + dedup['groups']:,} videos "
+            f"(`dedup/groups.parquet`): all are in the shards; the bundled trainer trains on one video of each "
+            f"group and never puts a group on both sides of a split."
+        )
+    if shots:
+        lines.append(
+            f"- Shot boundaries: {shots['boundaries']:,} ({shots['cuts']:,} cuts, {shots['gradual']:,} gradual; "
+            f"`shots/part-*.parquet`)."
+        )
+    return lines or ["- no curation stage has run"]
 
 
 def write_card(work_dir, license: str = "unknown") -> tuple[Path, Path]:

@@ -6,6 +6,8 @@ own module, in the page's order:
 - warnings: data that cannot teach (the codebook sidecar's, the training log's start record's);
 - stages (reports/stage_table.py): shards done, videos, clips, errors, seconds and throughput, the decode
   status of the videos, errors by stage and type with examples;
+- curation (reports/curation.py): shot boundaries, quality flags by reason with an example clip of each,
+  the near-duplicate groups;
 - one row per video (reports/videos.py): decode status and clips, ASR language, kept and rejected
   sentences, segments of each kind, error rows;
 - visual words (reports/codebook.py): token frequency by rank, the codebook's node sizes per level;
@@ -28,6 +30,7 @@ from pipeline.engine.workdir import WorkDir
 from reports import summary
 from reports.cells import counted
 from reports.codebook import visual_word_stats, visual_words_html
+from reports.curation import curation_html, wanted_thumbnails
 from reports.evaluation import predicted_video, predicted_video_html, read_json, zero_shot_html, zero_shot_predictions
 from reports.forecast import forecast_data, forecast_html, forecast_thumbnails
 from reports.nearest import read_thumbnails
@@ -107,6 +110,7 @@ def render(data: dict, thumbnails: dict, work_dir: Path) -> str:
     body += [
         _warnings_html(run.get("warnings") or []),
         stages_html(data),
+        curation_html(run.get("curation") or {}, thumbnails),
         videos_html(data["videos"], (data.get("train_header") or {}).get("validation_videos")),
         visual_words_html(data["visual_words"]),
         text_html(data["text"]),
@@ -137,6 +141,7 @@ def write_report(cfg: Config, work_dir: Path) -> Path:
         for clip in token["nearest"]
     ]
     wanted += forecast_thumbnails(data.get("forecast"))
+    wanted += wanted_thumbnails(data["summary"].get("curation") or {})
     thumbnails = read_thumbnails(work_dir, wanted) if wanted else {}
     page = work.report
     storage.atomic_write_json(work.report_data, data)

@@ -131,6 +131,8 @@ def status_text(work_dir, cfg=None) -> str:
     if any(current.values()):
         lines += ["", "slowest shards, per stage:"]
     for stage, records in current.items():
+        # a shard made in another stage's pass (shots in decode's) took that shard's time, listed there
+        records = {shard: record for shard, record in records.items() if not record.get("made_in")}
         by_time = sorted(records.items(), key=lambda item: -item[1].get("seconds", 0.0))
         for shard_index, record in by_time[:SLOWEST_SHARDS]:
             seconds, clips = record.get("seconds", 0.0), record.get("clips")

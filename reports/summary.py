@@ -2,7 +2,8 @@
 
 It reads only the stages' output files (through their schemas' columns), one column at a time, and the
 `warnings` of the codebook sidecar (when the codebook is current) and of the training log's latest start or
-resume record: data that cannot teach, said where the run is summed up."""
+resume record: data that cannot teach, said where the run is summed up; and what curation found
+(reports/curation.py: shot boundaries, quality flags, near-duplicate groups)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from pipeline.engine.lineage import Lineage
 from pipeline.engine.records import parquet_rows, read_json, read_record
 from pipeline.engine.workdir import WorkDir
 from pipeline.registry import SHARD_STAGES
+from reports.curation import curation_lines, curation_stats
 
 
 def _parts(work_dir, stage: str, table_name: str = "") -> list[Path]:
@@ -145,6 +147,7 @@ def collect(work_dir: Path) -> dict:
                 errors[stage][row["error_type"]] += 1
                 rows.append(dict(row, stage=stage, shard=shard))
     summary["errors"] = errors
+    summary["curation"] = curation_stats(work_dir)
     summary["warnings"] = warnings(work_dir)
     summary.update(failure_counts(rows))
     return summary
@@ -195,6 +198,7 @@ def render(summary: dict) -> str:
     if "segments_by_kind" in summary:
         lines.append("  segments: " + ", ".join(f"{k} {v}" for k, v in summary["segments_by_kind"].items()))
         lines.append(f"  text coverage (share of clips inside a sentence): {summary['text_coverage']:.1%}")
+    lines += curation_lines(summary.get("curation") or {})
     if summary["errors"]:
         lines.append(f"  errors: {summary['failed_videos']} failed video(s)")
         for name, entry in summary["failures_by_type"].items():

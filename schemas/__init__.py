@@ -48,16 +48,25 @@ MANIFEST = Schema(
 )
 
 # decode's two tables are made by the features stage's pass (one read per video) or by the decode stage run
-# alone; the same columns and meaning either way, so their versions stay
+# alone; the same columns and meaning either way, so their versions stay.
+# 2: what the quality and dedup stages read of each clip, measured on its real frames in the same pass (the
+# frames never reach disk): luma (BT.601, 0-255) over the frames as the model sees them, the mean absolute
+# luma change between consecutive frames, and the 64-bit perceptual hashes (DCT, imagehash.phash) of three
+# of its frames, at 1/6, 1/2 and 5/6 of its real frames (HASHED_AT): one every half second of a 1.5 s clip
 DECODE_CLIPS = Schema(
     "decode",
-    1,
+    2,
     pa.schema(
         _clip_key
         + [
             pa.field("n_real_frames", pa.int32(), nullable=False),  # frames before padding
             pa.field("padded", pa.bool_(), nullable=False),
             pa.field("thumbnail_jpeg", pa.binary(), nullable=False),  # the clip's middle frame, as the model sees it
+            pa.field("luma_mean", pa.float32(), nullable=False),  # mean luma of its real frames
+            pa.field("luma_contrast", pa.float32(), nullable=False),  # mean of the frames' spatial luma std
+            pa.field("motion_mean", pa.float32(), nullable=False),  # mean |luma change| between frames
+            pa.field("motion_max", pa.float32(), nullable=False),  # the largest change between two frames
+            pa.field("phashes", pa.list_(pa.int64()), nullable=False),  # the 64 bits of each, as int64
         ]
     ),
 )
@@ -89,6 +98,9 @@ DECODE_VIDEOS = Schema(
     ),
 )
 
+# where a clip's hashed frames lie: frame int(share * n_real_frames) of its real frames, for each share
+HASHED_AT = (1 / 6, 3 / 6, 5 / 6)
+
 FEATURES = Schema(
     "features",
     1,
@@ -107,6 +119,82 @@ QUANTIZE = Schema(
         _clip_key
         + [
             pa.field("token", pa.int32(), nullable=False),  # leaf id in [0, k**depth)
+        ]
+    ),
+)
+
+SHOT_KINDS = ("cut", "gradual")
+
+# shot boundaries per video, from the frames the visual path decodes (stages/shots): the first frame of
+# each new shot, counted at decode.fps from the video's first frame, and its time on the container clock
+SHOTS = Schema(
+    "shots",
+    1,
+    pa.schema(
+        [
+            pa.field("video_id", pa.string(), nullable=False),
+            pa.field("boundary_index", pa.int32(), nullable=False),  # 0, 1, ... in time order per video
+            pa.field("frame", pa.int32(), nullable=False),  # the new shot's first frame
+            pa.field("time_s", pa.float64(), nullable=False),  # that frame's time
+            pa.field("kind", pa.string(), nullable=False),  # one of SHOT_KINDS
+            # the histogram distance (0-1) across the boundary: the two frames of a cut, the half-second
+            # windows either side of a gradual one; TransNetV2's transition probability with that detector
+            pa.field("score", pa.float32(), nullable=False),
+        ]
+    ),
+)
+
+CLIP_FLAGS = ("black", "dark", "frozen", "static")
+VIDEO_FLAGS = ("too_short", "black", "dark", "frozen", "static")
+
+FLAG = pa.struct(
+    [
+        pa.field("reason", pa.string()),  # one of CLIP_FLAGS / VIDEO_FLAGS
+        pa.field("value", pa.float64()),  # what was measured
+        pa.field("threshold", pa.float64()),  # the setting it was compared with
+    ]
+)
+
+# quality flags per clip (stages/quality): every clip of the decode stage's clip index, with its flags
+QUALITY = Schema(
+    "quality",
+    1,
+    pa.schema(
+        _clip_key
+        + [
+            pa.field("flags", pa.list_(FLAG), nullable=False),  # empty: the clip is usable
+            # left out of the k-means fit and the training shards (a flag of its own or of its video)
+            pa.field("excluded", pa.bool_(), nullable=False),
+        ]
+    ),
+)
+
+QUALITY_VIDEOS = Schema(
+    "quality.videos",
+    1,
+    pa.schema(
+        [
+            pa.field("video_id", pa.string(), nullable=False),
+            pa.field("clips", pa.int32(), nullable=False),
+            pa.field("flagged_clips", pa.int32(), nullable=False),
+            pa.field("flags", pa.list_(FLAG), nullable=False),  # the video's own: every clip of it is left out
+        ]
+    ),
+)
+
+# near-duplicate videos (stages/dedup): one row per video of a group of two or more; a video in no row
+# has no copy
+DEDUP_GROUPS = Schema(
+    "dedup",
+    1,
+    pa.schema(
+        [
+            pa.field("video_id", pa.string(), nullable=False),
+            pa.field("group_id", pa.int32(), nullable=False),  # 0, 1, ... in the order of the representatives
+            pa.field("representative", pa.string(), nullable=False),  # the group's video that training keeps
+            pa.field("matched_to", pa.string()),  # the video it was found a copy of (null: the representative)
+            pa.field("matched_share", pa.float32()),  # of the shorter one's clips, matched at one time offset
+            pa.field("offset_s", pa.float32()),  # where its clips sit in matched_to's
         ]
     ),
 )

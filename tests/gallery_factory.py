@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 from PIL import Image
-from work_factory import MADE_BY, write_manifest_rows, write_part
+from work_factory import MADE_BY, clip_measures, write_manifest_rows, write_part
 
 import schemas
 import schemas.codebook as codebook_format
@@ -140,6 +140,7 @@ def make_work_dir(
                     n_real_frames=30,
                     padded=False,
                     thumbnail_jpeg=_jpeg(leaf_colour(_leaf_of(clip["video_id"], clip["clip_index"], alone))),
+                    **clip_measures(clip["video_id"], clip["clip_index"]),
                 )
                 for clip in clips
             ]

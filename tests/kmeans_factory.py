@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-from work_factory import MADE_BY, write_manifest_rows, write_part
+from work_factory import MADE_BY, write_curation_of, write_manifest_rows, write_part
 
 import schemas
 from pipeline.engine import lineage
@@ -71,6 +71,7 @@ def write_features_shard(
         feature_provenance=json.dumps(PROVENANCE, sort_keys=True),
         feature_provenance_hash=provenance_hash,
     )
+    write_curation_of(work_dir, shard_index, table)
     return table
 
 

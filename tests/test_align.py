@@ -6,7 +6,7 @@ import json
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from work_factory import write_manifest_rows, write_part
+from work_factory import write_curation_of, write_manifest_rows, write_part
 
 import schemas
 from pipeline import storage
@@ -29,7 +29,7 @@ def sentence(text, start, end):
 
 
 def test_sentence_gets_exactly_the_clips_it_half_overlaps():
-    segments, dropped = segment_video(clips(10), [sentence("Chop the onion.", 2.0, 4.9)], 0.5, 16)
+    segments, dropped, _ = segment_video(clips(10), [sentence("Chop the onion.", 2.0, 4.9)], 0.5, 16)
     text = [s for s in segments if s.texts]
     assert len(text) == 1 and text[0].clips == [1, 2]  # [1.5,3] overlaps 1.0 s, [3,4.5] 1.5 s, [4.5,6] 0.4 s
     assert [s.clips for s in segments if not s.texts] == [[0], [3, 4, 5, 6, 7, 8, 9]]
@@ -38,7 +38,7 @@ def test_sentence_gets_exactly_the_clips_it_half_overlaps():
 
 def test_every_clip_lands_in_exactly_one_segment_and_video_only_runs_are_cut_at_16():
     sentences = [sentence("A.", 3.0, 6.0), sentence("B.", 40.0, 44.0)]
-    segments, _ = segment_video(clips(50), sentences, 0.5, 16)
+    segments, _, _ = segment_video(clips(50), sentences, 0.5, 16)
     assigned = sorted(c for s in segments for c in s.clips)
     assert assigned == list(range(50))
     video_only = [len(s.clips) for s in segments if not s.texts]
@@ -49,20 +49,20 @@ def test_every_clip_lands_in_exactly_one_segment_and_video_only_runs_are_cut_at_
 
 def test_clip_shared_by_two_sentences_goes_to_the_larger_overlap_then_the_earlier():
     # overlapping captions: clip 1 [1.5, 3.0] overlaps A by 1.0 s and B by 1.2 s -> B
-    segments, _ = segment_video(clips(4), [sentence("A.", 0.0, 2.5), sentence("B.", 1.8, 4.5)], 0.5, 16)
+    segments, _, _ = segment_video(clips(4), [sentence("A.", 0.0, 2.5), sentence("B.", 1.8, 4.5)], 0.5, 16)
     owner = {c: s.text for s in segments for c in s.clips}
     assert owner[1] == "B." and owner[0] == "A." and owner[2] == "B."
     # an exact tie (0.75 s each) goes to the earlier sentence
-    segments, _ = segment_video(clips(2), [sentence("A.", 0.0, 0.75), sentence("B.", 0.75, 3.0)], 0.5, 16)
+    segments, _, _ = segment_video(clips(2), [sentence("A.", 0.0, 0.75), sentence("B.", 0.75, 3.0)], 0.5, 16)
     assert {c: s.text for s in segments for c in s.clips}[0] == "A."
 
 
 def test_short_sentences_take_their_best_free_clip_or_join_its_owner():
     # "Yes." (0.4 s) overlaps clip 3 most; clip 3 is free -> its own segment with that one clip
-    segments, _ = segment_video(clips(6), [sentence("Stir it.", 1.5, 3.0), sentence("Yes.", 4.7, 5.1)], 0.5, 16)
+    segments, _, _ = segment_video(clips(6), [sentence("Stir it.", 1.5, 3.0), sentence("Yes.", 4.7, 5.1)], 0.5, 16)
     assert [(s.text, s.clips) for s in segments if s.texts] == [("Stir it.", [1]), ("Yes.", [3])]
     # "Good." inside a clip that a long sentence owns joins that sentence's segment, in time order
-    segments, dropped = segment_video(
+    segments, dropped, _ = segment_video(
         clips(6),
         [sentence("Now stir it well.", 1.5, 4.4), sentence("Good.", 4.4, 4.5), sentence("Late.", 20.0, 21.0)],
         0.5,
@@ -121,6 +121,7 @@ def make_work_dir(work, videos):
     write_part(
         work, "asr", 0, pa.Table.from_pylist(asr_rows, schema=schemas.ASR.arrow), schemas.ASR, record={"stage": "asr"}
     )
+    write_curation_of(work, 0, token_rows)
     (work / "kmeans").mkdir(parents=True, exist_ok=True)
     (work / "kmeans" / "codebook.json").write_text(json.dumps({"k": 4, "depth": 2}))
     return cfg

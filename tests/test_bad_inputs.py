@@ -36,7 +36,7 @@ SETTINGS = [
     "kmeans.depth=1",
     "kmeans.k=2",
 ]
-SHARD_STAGES = ("decode", "features", "asr", "quantize", "align")
+SHARD_STAGES = ("decode", "features", "shots", "quality", "asr", "quantize", "align")
 
 # kind -> (decode statuses, clips, decode/features error type or None, asr: "ok" | "no_audio" | error type)
 EXPECTED = {
@@ -66,7 +66,7 @@ EXPECTED = {
 def _run_pipeline(cfg, videos, work, codebook_from=None):
     write_manifest(cfg, videos, work)
     executor = LocalExecutor(cfg, workers=1)
-    for stage in ("decode", "features", "asr"):
+    for stage in ("decode", "features", "quality", "asr"):
         executor.run_shards(work, stage, [0], quiet=True)
     if codebook_from is None:
         kmeans.run(cfg, work, executor, quiet=True)
@@ -113,6 +113,8 @@ def test_every_stage_completes_its_shard_with_output_or_an_error_row_per_kind(ru
     decode_errors, features_errors, asr_errors = (_errors(work, stage) for stage in ("decode", "features", "asr"))
     clips = _table(work, "decode").to_pylist()
     features = _table(work, "features", "").select(["video_id", "clip_index"]).to_pylist()
+    judged = _table(work, "quality").select(["video_id", "clip_index"]).to_pylist()
+    judged_videos = {row["video_id"] for row in _table(work, "quality_videos").to_pylist()}
     asr = {row["video_id"]: row for row in _table(work, "asr").to_pylist()}
     for kind, (statuses, n_clips, error_type, asr_outcome) in EXPECTED.items():
         video_id = ids[kind]
@@ -125,6 +127,9 @@ def test_every_stage_completes_its_shard_with_output_or_an_error_row_per_kind(ru
             assert row["message"] and "\n" not in row["message"], kind
         video_clips = [(c["video_id"], c["clip_index"]) for c in clips if c["video_id"] == video_id]
         assert [(f["video_id"], f["clip_index"]) for f in features if f["video_id"] == video_id] == video_clips, kind
+        # every clip judged once by quality, and every video (with clips or not) has its row there
+        assert [(q["video_id"], q["clip_index"]) for q in judged if q["video_id"] == video_id] == video_clips, kind
+        assert video_id in judged_videos, kind
         assert len(video_clips) == videos[video_id]["n_clips"] == n_clips, kind
         if asr_outcome in ("ok", "no_audio"):
             assert asr[video_id]["status"] == asr_outcome and video_id not in asr_errors, kind
@@ -136,15 +141,17 @@ def test_every_stage_completes_its_shard_with_output_or_an_error_row_per_kind(ru
     assert "decoding stopped after" in decode_errors[ids["corrupt_middle"]][0]["message"]
     assert str(runs["kinds"]["text_file"]) in decode_errors[ids["text_file"]][0]["message"]
     assert "file is truncated" in asr_errors[ids["truncated_mkv"]][0]["message"]
-    # quantize and align: one token per clip, and every clip in exactly one segment
+    # quantize and align: one token per clip, and every clip the quality stage kept in exactly one segment
     tokens = _table(work, "quantize").select(["video_id", "clip_index"]).to_pylist()
     assert tokens == sorted(features, key=lambda row: (row["video_id"], row["clip_index"]))
+    excluded = {(q["video_id"], q["clip_index"]) for q in _table(work, "quality").to_pylist() if q["excluded"]}
+    kept = [t for t in tokens if (t["video_id"], t["clip_index"]) not in excluded]
     visual_per_video: dict[str, int] = {}
     for segment in _table(work, "align").to_pylist():
         video_id = segment["video_id"]
         visual_per_video[video_id] = visual_per_video.get(video_id, 0) + len(segment["visual_ids"])
     assert visual_per_video == {
-        video_id: sum(1 for t in tokens if t["video_id"] == video_id) for video_id in {t["video_id"] for t in tokens}
+        video_id: sum(1 for t in kept if t["video_id"] == video_id) for video_id in {t["video_id"] for t in kept}
     }
     assert not _errors(work, "quantize") and not _errors(work, "align")
 

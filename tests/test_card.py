@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import yaml
-from work_factory import write_manifest_rows, write_part
+from work_factory import write_curation_of, write_manifest_rows, write_part
 
 import schemas
 from pipeline import cli, visual_words
@@ -56,6 +56,7 @@ def _write_upstream(work: Path, shard: int, tokens: list[dict], asr: list[dict],
         schemas.ASR,
         record={"videos": len(asr)},
     )
+    write_curation_of(work, shard, tokens)
 
 
 def _align(work: Path, settings=SETTINGS, force=False) -> None:
@@ -151,7 +152,14 @@ def test_the_card_lets_load_dataset_find_the_shards_with_their_features(work, tm
     header, body, sidecar = _card(work)
     default = next(config for config in header["configs"] if config["config_name"] == "default")
     assert default["default"] and default["data_files"] == [{"split": "train", "path": "align/part-*.parquet"}]
-    assert {config["config_name"] for config in header["configs"]} == {"default", "quantize", "asr"}  # present ones
+    assert {config["config_name"] for config in header["configs"]} == {  # the present ones
+        "default",
+        "quantize",
+        "asr",
+        "shots",
+        "quality",
+        "quality_videos",
+    }
     # the features the card declares are the ones `datasets` itself writes for the align schema
     assert (
         header["dataset_info"][0]["features"]

@@ -274,7 +274,7 @@ def from_a_video(tmp_path_factory):
         "decode.min_clip_frames=8",
     ]
     assert cli.main(["manifest", "--input", str(videos), *settings]) == 0
-    for stage in ("features", "kmeans", "quantize"):
+    for stage in ("features", "quality", "kmeans", "quantize"):
         assert cli.main([stage, *settings]) == 0, stage
     codebook = visual_words.load(WorkDir(work).codebook)
     tokenizer = load_tokenizer(TOKENIZER_SPEC)

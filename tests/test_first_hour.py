@@ -98,7 +98,7 @@ def test_a_later_command_without_config_uses_the_remembered_one_and_its_set_valu
     lines = [line for line in err.splitlines() if line.startswith("config:")]
     assert lines == [
         f"config: differs from the one this work dir remembers ({WorkDir(work).remembered_config}) "
-        f"in decode.fps 10.0 -> 20.0; a run with it redoes decode"
+        f"in decode.fps 10.0 -> 20.0; a run with it redoes decode, shots"
     ]
     assert "2 redone" in err
 
@@ -141,7 +141,18 @@ def test_an_unreadable_remembered_config_is_no_memory(tmp_path):
 def test_the_stages_a_key_would_redo_follow_what_reads_what():
     downstream_of_kmeans = ["kmeans", "quantize", "align", "train"]
     assert remembered.stages_redone(["kmeans.depth"]) == downstream_of_kmeans
-    assert remembered.stages_redone(["decode.fps"]) == ["decode", "features", *downstream_of_kmeans]
+    # decode.fps shapes the frames: the clips, their features and measures, the shots found on them
+    assert remembered.stages_redone(["decode.fps"]) == [
+        "decode",
+        "features",
+        "shots",
+        "quality",
+        "dedup",
+        *downstream_of_kmeans,
+    ]
+    assert remembered.stages_redone(["quality.dark_luma"]) == ["quality", "dedup", *downstream_of_kmeans]
+    assert remembered.stages_redone(["shots.cut_ratio"]) == ["shots", "align", "train"]
+    assert remembered.stages_redone(["dedup.max_hash_distance"]) == ["dedup", "train"]
     assert remembered.stages_redone(["asr.model"]) == ["asr", "align", "train"]
     assert remembered.stages_redone(["features.device", "executor.workers"]) == []  # operational only
     assert remembered.stages_redone(["train.max_steps"]) == []

@@ -125,7 +125,9 @@ def test_a_changed_config_value_redoes_the_stage_and_names_the_key(tmp_path, vid
         == []
     )
     problems = validate_work_dir(work, load_config(None, []))
-    assert len(problems) == 1 and "decode part 00000 is stale: config decode.clip_frames 14 -> 30" in problems[0]
+    # decode's pass made the shots part from the same frames (at 10 fps): stale too, for decode.fps alone
+    assert len(problems) == 2 and "decode part 00000 is stale: config decode.clip_frames 14 -> 30" in problems[0]
+    assert "shots part 00000 is stale: config decode.fps 10.0 -> 20.0" in problems[1]
 
 
 def test_a_truncated_part_and_a_broken_record_are_named_and_redone(tmp_path, videos, capsys):

@@ -43,7 +43,7 @@ TRAIN = [
     "train.max_len=32",
     "train.num_threads=1",
 ]
-STAGES = ("decode", "features", "kmeans", "quantize", "asr", "align")
+STAGES = ("decode", "features", "quality", "dedup", "kmeans", "quantize", "asr", "align")
 
 
 def _free_port() -> int:

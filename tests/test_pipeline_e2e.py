@@ -110,7 +110,7 @@ def run(tmp_path_factory):
     reads = _traced(["features", *settings], root / "strace")
     # the other stages through the same command line in this process (each new one would start torch,
     # faiss and Whisper again; `python -m pipeline` itself ran above)
-    for stage in ("kmeans", "quantize", "asr", "align"):
+    for stage in ("quality", "dedup", "kmeans", "quantize", "asr", "align"):
         assert cli.main([stage, *map(str, settings)]) == 0, stage
     (root / "reads.json").write_text(json.dumps(reads))
     return work

@@ -77,8 +77,9 @@ def test_decode_and_features_are_byte_identical_to_the_local_executor(tmp_path, 
     assert results[0]["encoder_actors"] == 1 and results[0]["producer_streams"] == 2
     assert results[0]["clips"] + results[1]["clips"] == 4
     assert _outputs(distributed) == _outputs(local)
-    # the manifest; per shard: decode's clips and videos, features, each stage's error table
-    assert len(_outputs(local)) == 1 + 2 * 5
+    # the manifest; per shard: decode's clips and videos, features, the shots of the same pass, each stage's
+    # error table
+    assert len(_outputs(local)) == 1 + 2 * 7
     # a rerun finds every shard complete and starts no task; so does decode, made by the features pass
     assert all(r["skipped"] for r in executor.run_shards(distributed, "features", shards, quiet=True))
     assert all(r["skipped"] for r in executor.run_shards(distributed, "decode", shards, quiet=True))

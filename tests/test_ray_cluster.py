@@ -34,7 +34,7 @@ SETTINGS = [
     "kmeans.depth=1",
     "kmeans.k=2",
 ]
-STAGES = ("features", "kmeans", "quantize", "asr", "align")
+STAGES = ("features", "quality", "dedup", "kmeans", "quantize", "asr", "align")
 SMALL_NODE_CPUS, LARGE_NODE_CPUS = 2, 3  # features tasks take 2 CPUs: they run on the worker nodes only
 VTT = "WEBVTT\n\n00:00:00.000 --> 00:00:00.700\ncut the {0} thin.\n\n00:00:00.700 --> 00:00:01.500\nfry the {0}.\n"
 

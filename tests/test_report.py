@@ -94,7 +94,8 @@ def test_report_is_deterministic(work, report):
 def test_partial_run_says_what_to_run_next(tmp_path):
     work = factory.make_work_dir(tmp_path, stages=("decode",))
     page = write_report(load_config(None, []), work).read_text()
-    assert page.count(">not run</td>") == 4
+    # every per-shard stage but decode: features, shots, quality, quantize, asr, align
+    assert page.count(">not run</td>") == 6
     assert "no codebook yet: run the kmeans stage" in page and "no ASR output yet: run the asr stage" in page
 
 

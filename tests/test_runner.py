@@ -67,7 +67,8 @@ def test_two_runs_with_one_config_are_byte_identical(tmp_path, videos):
         process = _cli("decode", "--work-dir", work, "--set", "shards.videos_per_shard=2", "--workers", "2", "--quiet")
         assert process.wait() == 0, process.stderr.read()
         outputs.append(_outputs(work))
-    assert outputs[0].keys() == outputs[1].keys() and len(outputs[0]) == 1 + 3 * 3
+    # the manifest; per shard decode's two tables, the shots its pass found, and both stages' error rows
+    assert outputs[0].keys() == outputs[1].keys() and len(outputs[0]) == 1 + 3 * 5
     assert outputs[0] == outputs[1]
 
 
@@ -121,6 +122,6 @@ def test_outputs_record_config_schema_and_inputs(tmp_path, videos):
     write_manifest(cfg, videos, tmp_path)
     run_one_shard(cfg, tmp_path, "decode", 0)
     metadata = storage.read_metadata(WorkDir(tmp_path).part("decode", 0))
-    assert metadata.schema == "decode:1" and metadata.stage == "decode"
+    assert metadata.schema == "decode:2" and metadata.stage == "decode"
     assert '"fps":20.0' in metadata.config and metadata.config_hash == cfg.section_hash("decode")
     assert storage.read_metadata(WorkDir(tmp_path).part("decode", 0, "videos")).schema == schemas.DECODE_VIDEOS.tag

@@ -155,7 +155,7 @@ def chain(slurm, tmp_path_factory):
     )
     jobs = dict(line.split() for line in submitted.stdout.splitlines())
     # while Slurm works: the local run, stage by stage, then a two-process training run
-    for stage in ("features", "kmeans", "quantize", "asr", "align"):
+    for stage in ("features", "quality", "dedup", "kmeans", "quantize", "asr", "align"):
         # in this process, as each Slurm task runs its shards (--workers is the task's CPUs, 1 here)
         assert cli.main([stage, "--work-dir", str(local), "--quiet", "--workers", "1", *_settings()]) == 0, stage
     # train requeued once it has saved its first checkpoint: it must resume from it

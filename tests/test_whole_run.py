@@ -82,7 +82,7 @@ def test_run_gives_the_same_shards_as_the_stage_commands_one_by_one(tmp_path, vi
     by_stage = tmp_path / "by_stage"
     common = ["--config", ROOT / "configs/demo.yaml", "--work-dir", by_stage, *_sets()]
     assert run(capsys, "manifest", *common, "--input", videos)[0] == 0
-    for stage in ("features", "kmeans", "quantize", "asr", "align"):
+    for stage in ("features", "quality", "dedup", "kmeans", "quantize", "asr", "align"):
         assert run(capsys, stage, *common)[0] == 0, stage
     made, expected = _parquet_digests(work), _parquet_digests(by_stage)
     assert {name.split("/")[0] for name in expected} >= {"manifest", "decode", "features", "quantize", "asr", "align"}
@@ -111,7 +111,7 @@ def test_a_rerun_starts_no_pool_and_says_every_stage_is_current(whole_run, video
     for stage in ("features", "quantize", "asr", "align"):
         assert rows[stage].endswith("0 shard(s) run, 2 already current"), rows[stage]
     assert rows["kmeans"].endswith("the codebook is current")
-    assert "run: [2/8] features" in err
+    assert "run: [2/11] features" in err
     assert err.count("config: this work dir's") == 1  # said once, not once per stage
     assert _parquet_digests(work) == before
 
@@ -162,7 +162,9 @@ def test_doctor_passes_the_demo_config_and_uses_the_remembered_one(tmp_path, vid
     code, err = run(
         capsys, "doctor", "--config", ROOT / "configs/demo.yaml", "--work-dir", tmp_path / "new", "--input", videos
     )
-    assert code == 0 and err.strip().endswith("every stage (features, asr, align, train) can start with this config")
+    assert code == 0 and err.strip().endswith(
+        "every stage (features, shots, asr, align, train) can start with this config"
+    )
     work, _ = whole_run
     assert run(capsys, "doctor", "--work-dir", work)[0] == 0  # the demo config it remembers
     code, err = run(capsys, "doctor", "--work-dir", tmp_path / "new", "--input", tmp_path / "missing")

@@ -479,7 +479,7 @@ def test_make_youcook2_never_pretrains_on_a_validation_segment(tmp_path, monkeyp
         "executor.workers=1",
     ]
     assert cli.main(["youcook2-manifest", *run, "--annotations", str(SAMPLE), "--videos", str(REPO / "samples")]) == 0
-    for stage in ("features", "kmeans", "quantize", "asr", "align"):
+    for stage in ("features", "quality", "dedup", "kmeans", "quantize", "asr", "align"):
         assert cli.main([stage, *run]) == 0, stage
     annotations = kept_apart.read_annotations(SAMPLE)
     validation = {v for v, video in annotations.items() if video.subset == "validation"}

@@ -95,6 +95,8 @@ def write_synthetic(
         {"sha256": codebook_sha},
     )
 
+    record_no_copies(work, MADE_BY)
+
     rows, labels = [], []
     for video in range(videos):
         video_id = f"synthetic{video:04d}"
@@ -203,3 +205,22 @@ def split_of_videos(count: int, shares: tuple[float, float], seed: int) -> list[
             splits[index] = name
         first += size
     return splits
+
+
+def record_no_copies(work_dir, made_by: str) -> None:
+    """An empty near-duplicate group table with its record, for shards made outside the stages: training
+    reads the dedup stage's groups, and these videos have no copies."""
+    work = WorkDir(work_dir)
+    written = storage.write_parquet(
+        work.dedup_groups,
+        schemas.empty(schemas.DEDUP_GROUPS),
+        Provenance(stage="dedup", schema=schemas.DEDUP_GROUPS.tag),
+    )
+    lineage.write_record(
+        work,
+        "dedup",
+        None,
+        lineage.external_lineage(made_by),
+        lineage.output_entry(work, work.dedup_groups, 0, written),
+        {"groups": 0, "copies": 0},
+    )

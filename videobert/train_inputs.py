@@ -1,10 +1,12 @@
 """What a training run reads: the current align shards of the current codebook, pinned and verified against
 their records (`training_inputs`), and of those the shards it trains on (`shards_to_train_on`): YouCook II's
-evaluation videos, the held-out validation and test videos and the videos outside train.subset_videos left
-out, each written down by rank 0 while the other ranks wait."""
+evaluation videos, the held-out validation and test videos, the near-duplicates of the videos trained on
+and the videos outside train.subset_videos left out, each written down by rank 0 while the other ranks
+wait."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -66,7 +68,42 @@ def shards_to_train_on(s: Session, shards: list[Path]) -> tuple[list[Path], list
     shards, validation_videos, test_videos = split_shards(s.cfg, s.work, shards, write=runtime.main)
     if validation_videos or test_videos:
         runtime.barrier()
+    # the dedup stage's groups: one video of each trained on (train.keep_duplicates keeps them all)
+    shards, copies_left_out = drop_copies(s, shards)
+    if copies_left_out:
+        runtime.barrier()
     shards = subset_shards(s.cfg, s.work, shards, write=runtime.main)
     if s.cfg.train.subset_videos:
         runtime.barrier()
     return shards, align_shards, validation_videos, test_videos
+
+
+def drop_copies(s: Session, shards: list[Path]) -> tuple[list[Path], list[str]]:
+    """(the shards to train on, the copies left out): without train.keep_duplicates, the rows of every
+    near-duplicate but its group's representative are left out, written to DIR/train/deduplicated/."""
+    from videobert.copies import Copies
+    from videobert.subset import shard_video_ids, write_video_rows
+
+    if s.cfg.train.keep_duplicates:
+        return shards, []
+    present = set(shard_video_ids(shards))
+    left_out = Copies.read(s.work).not_kept(present)
+    if not left_out:
+        return shards, []
+    kept = write_video_rows(
+        shards,
+        s.work.train_folder / "deduplicated",
+        left_out,
+        keep=False,
+        source_key="deduplicated_of",
+        write=s.runtime.main,
+        extra={"keep_duplicates": "false"},
+        summary={"copies_left_out": left_out},
+    )
+    if s.runtime.main and not s.quiet:
+        print(
+            f"[train] dedup: {len(left_out)} near-duplicate video(s) not trained on, each group trains on its "
+            f"representative (train.keep_duplicates: true keeps them)",
+            file=sys.stderr,
+        )
+    return kept, left_out

@@ -7,7 +7,8 @@
   DIR/train/heldout/videos.json names the validation videos. Or `train.splits`, a CSV fixing each video's
   split (train, validation, test): its validation videos are held out and scored the same way, its test
   videos are held out and never scored in training (`eval.videos: test`, `zero_shot.evaluate_videos`), so settings
-  chosen on validation figures are judged on videos nobody looked at.
+  chosen on validation figures are judged on videos nobody looked at. A group of near-duplicate videos (the
+  dedup stage's) is never split: the held-out videos take their copies with them (videobert/copies.py).
 - **Examples.** Made once at train start from the validation videos, the way training makes them, with a
   generator seeded by `train.seed` alone, so the set is the same every time it is computed (and on every
   rank, and after a resume): neighbouring segments joined into units as training joins them; per unit a
@@ -42,6 +43,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from videobert.copies import Copies, say_moved
 from videobert.data import (
     ALIGNED,
     EMPTY,
@@ -125,20 +127,30 @@ def read_splits(path: str | Path) -> dict[str, str]:
     return splits
 
 
-def held_out_videos(cfg, video_ids: list[str]) -> tuple[list[str], list[str]]:
-    """(validation videos, test videos) among `video_ids`: by train.splits, else train.validation_videos
-    (no test videos)."""
+def held_out_videos(cfg, video_ids: list[str], copies: Copies | None = None) -> tuple[list[str], list[str], dict]:
+    """(validation videos, test videos, moved) among `video_ids`: by train.splits, else
+    train.validation_videos (no test videos). A group of near-duplicates (`copies`) stays on one side:
+    drawn validation videos take their copies with them, and a group the splits file divides goes whole to
+    its most held-out side; `moved` names each video moved so, with where it went."""
+    copies = copies or Copies()
+    present = set(video_ids)
     if cfg.train.splits is None:
         spec = cfg.train.validation_videos
-        return (choose_validation_videos(video_ids, spec, cfg.train.seed) if spec else []), []
-    splits, present = read_splits(cfg.train.splits), set(video_ids)
-    chosen = {
-        name: sorted(v for v, split in splits.items() if split == name and v in present)
-        for name in ("validation", "test")
-    }
+        if not spec:
+            return [], [], {}
+        chosen, moved = copies.with_copies(choose_validation_videos(video_ids, spec, cfg.train.seed), present)
+        if len(chosen) >= len(present):
+            raise ValueError(
+                f"train.validation_videos {spec:g} with their near-duplicates (the dedup stage's groups) holds "
+                f"out all {len(present)} videos of the align shards: none would be left to train on"
+            )
+        return chosen, [], {video: "validation" for video in moved}
+    splits = read_splits(cfg.train.splits)
+    sides, moved = copies.sides(splits, present)
+    chosen = {name: sorted(v for v, side in sides.items() if side == name) for name in ("validation", "test")}
     if not chosen["validation"] and not chosen["test"]:
         raise ValueError(f"train.splits {cfg.train.splits} names no validation or test video of the align shards")
-    return chosen["validation"], chosen["test"]
+    return chosen["validation"], chosen["test"], moved
 
 
 def split_shards(cfg, work_dir, shards: list[Path], *, write: bool = True) -> tuple[list[Path], list[str], list[str]]:
@@ -150,7 +162,9 @@ def split_shards(cfg, work_dir, shards: list[Path], *, write: bool = True) -> tu
     spec = cfg.train.validation_videos
     if not spec and cfg.train.splits is None:
         return shards, [], []
-    chosen, test = held_out_videos(cfg, shard_video_ids(shards))
+    chosen, test, moved = held_out_videos(cfg, shard_video_ids(shards), Copies.read(work_dir))
+    if write:
+        say_moved("to the held-out videos", moved)
     how = (
         {"splits": str(cfg.train.splits)}
         if cfg.train.splits is not None
@@ -170,6 +184,7 @@ def split_shards(cfg, work_dir, shards: list[Path], *, write: bool = True) -> tu
             "spec": spec,
             "splits": cfg.train.splits,
             "seed": cfg.train.seed,
+            "moved_with_copies": moved,
         },
     )
     if not kept_paths:

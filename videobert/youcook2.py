@@ -122,12 +122,18 @@ def keep_apart(
     """(the shards to pre-train on, the YouCook II videos kept out of them). Without such videos in `shards`
     the shards themselves; else their rows of the other videos, written to DIR/train/youcook2_kept_apart/
     (on one rank only when `write`) with videos.json naming the videos left out and the annotations file."""
+    from videobert.copies import Copies, say_moved
     from videobert.subset import shard_video_ids, write_video_rows
 
     source, videos = kept_apart_videos(cfg, work_dir)
-    present = sorted(set(videos) & set(shard_video_ids(shards))) if videos else []
+    in_shards = set(shard_video_ids(shards)) if videos else set()
+    present = sorted(set(videos) & in_shards) if videos else []
     if not present:
         return shards, []
+    # their near-duplicates (the dedup stage's groups) stay apart with them
+    present, moved = Copies.read(work_dir).with_copies(present, in_shards)
+    if write and not quiet:
+        say_moved("out of pre-training (YouCook II's kept-apart videos)", moved)
     kept = write_video_rows(
         shards,
         WorkDir(work_dir).train_folder / KEPT_APART_FOLDER,

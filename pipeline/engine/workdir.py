@@ -58,6 +58,11 @@ class WorkDir:
         return self.kmeans_folder / "codebook.json"
 
     @property
+    def dedup_groups(self) -> Path:
+        """The near-duplicate groups: one table for the collection (one schema, a folder of its own)."""
+        return self.root / "dedup" / "groups.parquet"
+
+    @property
     def train_folder(self) -> Path:
         return self.root / "train"
 

@@ -19,8 +19,9 @@ from collections.abc import Iterator
 import torch
 
 from pipeline.media import ffmpeg_libs
+from pipeline.media.clips import Clip
 from pipeline.media.inputs import open_target
-from pipeline.media.video import Clip, ClipReader, truncation
+from pipeline.media.video import ClipReader, truncation
 from stages.decode import DecodeConfig
 
 log = logging.getLogger("pipeline.media")
@@ -119,7 +120,12 @@ class TorchcodecClipReader:
             end = min(end, self.header._frames_end_s + self.info.start_s)
         return math.ceil((end - self.begin_s) * self.cfg.fps - 1e-9)
 
-    def clips(self, with_frames: bool = True) -> Iterator[Clip]:
+    def clips(self, with_frames: bool = True, watchers=(), shots=None, samples_at=()) -> Iterator[Clip]:
+        """The clips of the PyAV path's grid; `watchers` see every frame (scaled for them, on its device,
+        then copied to the CPU). A grid that starts again at shot boundaries (`shots`) is the PyAV path's
+        only: decode.clip_policy shots needs decode.backend pyav (the config refuses the pair)."""
+        if shots is not None:
+            raise ValueError("decode.clip_policy shots needs decode.backend pyav")
         cfg = self.cfg
         clip_s = cfg.clip_frames / cfg.fps
         slots = self._slots()
@@ -131,10 +137,20 @@ class TorchcodecClipReader:
             try:
                 decoded = self.decoder.get_frames_played_at(times).data
                 # without frames only the middle one is kept: it alone is scaled (frame by frame, the same pixels)
-                frames = self._scaled(decoded if with_frames else decoded[(n_real - 1) // 2][None])
+                whole = with_frames or bool(watchers) or bool(samples_at)
+                frames = self._scaled(decoded if whole else decoded[(n_real - 1) // 2][None])
             except Exception as error:  # noqa: BLE001 - the clips before it are kept (partial)
                 self.error = error
                 break
+            offsets = [int(share * n_real) for share in samples_at]
+            samples = tuple((offset, frames[offset].cpu().numpy()) for offset in offsets)
+            if watchers:
+                seen = frames.cpu().numpy()
+                for offset, frame in enumerate(seen):
+                    for watcher in watchers:
+                        watcher.see(first + offset, frame)
+            if not with_frames and whole:
+                frames = frames[(n_real - 1) // 2][None]
             self.n_frames += n_real
             if with_frames and n_real < cfg.clip_frames:
                 frames = torch.cat([frames, frames[-1:].expand(cfg.clip_frames - n_real, *frames.shape[1:])])
@@ -146,6 +162,10 @@ class TorchcodecClipReader:
                 frames.cpu().numpy() if frames.device.type == "cpu" else frames,
                 n_real,
                 n_real < cfg.clip_frames,
+                first,
+                samples,
             )
+        for watcher in watchers:
+            watcher.finish()
         if self.error is None:
             self.error = truncation(self.first_frame_s, self.n_frames, cfg.fps, self.header._video_duration_s)

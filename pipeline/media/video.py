@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
 import av
 import numpy as np
 
+from pipeline.media.clips import Clip, FrameWatcher, ShotBoundaries, cut_clips
 from pipeline.media.inputs import InputError, input_timeout, open_input, open_target
 from stages.decode import DecodeConfig
 
@@ -143,16 +144,6 @@ class VideoInfo:
     start_s: float  # the container's start time, the zero of every time we write
     stream_index: int = 0  # the video stream decoded (choose_stream)
     video_streams: int = 1  # the real video streams the file holds
-
-
-@dataclass
-class Clip:
-    clip_index: int
-    start_s: float
-    end_s: float
-    frames: np.ndarray  # (clip_frames, crop, crop, 3) uint8 RGB
-    n_real_frames: int  # frames before padding with the last one
-    padded: bool
 
 
 def _rotation_filters(rotation_deg: int) -> list[tuple[str, str]]:
@@ -447,35 +438,18 @@ class ClipReader:
             self.n_frames += 1
             yield image
 
-    def clips(self, with_frames: bool = True) -> Iterator[Clip]:
+    def clips(
+        self,
+        with_frames: bool = True,
+        watchers: Sequence[FrameWatcher] = (),
+        shots: ShotBoundaries | None = None,
+        samples_at: Sequence[float] = (),
+    ) -> Iterator[Clip]:
         """Non-overlapping clips of `clip_frames`; a last partial one with at least `min_clip_frames` real
         frames is padded with its last frame. `with_frames=False` keeps only each clip's middle real frame
-        (as `frames[0]`): all the decode stage needs, without copying whole windows."""
-        cfg = self.cfg
-        clip_s = cfg.clip_frames / cfg.fps
-        window: list[np.ndarray] = []  # the converted frames own their buffers: no copy until a clip is cut
-
-        def cut(clip_index: int, n_real: int) -> Clip:
-            start = self.first_frame_s + clip_index * clip_s
-            if with_frames:
-                frames = np.stack(window + [window[-1]] * (cfg.clip_frames - n_real))
-            else:
-                frames = window[(n_real - 1) // 2][None].copy()
-            return Clip(
-                clip_index,
-                round(start, 6),
-                round(start + n_real / cfg.fps, 6),
-                frames,
-                n_real,
-                n_real < cfg.clip_frames,
-            )
-
-        clip_index = 0
-        for frame in self.frames():
-            window.append(frame)
-            if len(window) == cfg.clip_frames:
-                yield cut(clip_index, cfg.clip_frames)
-                clip_index += 1
-                window = []
-        if len(window) >= cfg.min_clip_frames:
-            yield cut(clip_index, len(window))  # padded by repeating the last real frame
+        (as `frames[0]`): all the decode stage needs, without copying whole windows. `watchers` see every
+        frame. With `shots` (a watcher too), the grid starts again at every shot boundary it finds: the
+        window before a boundary ends there, padded or dropped as a last partial clip is, so no clip
+        holds frames of two shots; frames wait up to `shots.lag` frames for the boundaries after them.
+        `samples_at`: each clip's `samples` are its real frames at these shares of their count."""
+        return cut_clips(self, self.frames(), with_frames, watchers, shots, samples_at)

@@ -33,7 +33,7 @@ def check_align(cfg: Config, work_dir=None) -> None:
 
 def segments(part: Part) -> None:
     """align: segments in order, kinds that match their text, ids inside their vocabularies, and every
-    tokenised clip in exactly one segment."""
+    tokenised clip the quality stage did not exclude in exactly one segment (an excluded one in none)."""
     from pipeline import storage
     from pipeline.table_checks import times_in_order
     from schemas import metadata
@@ -66,18 +66,23 @@ def segments(part: Part) -> None:
     tokens = part.sibling("quantize")
     if tokens.exists():
         tokenised = Counter(storage.read_table(tokens, columns=["video_id"])["video_id"].to_pylist())
+        judged = part.sibling("quality")
+        if judged.exists():
+            for row in storage.read_table(judged, columns=["video_id", "excluded"]).to_pylist():
+                tokenised[row["video_id"]] -= row["excluded"]
+            tokenised = +tokenised  # videos with every clip excluded have no segment
         if tokenised != clips_per_video:
             video = next(v for v in set(tokenised) | set(clips_per_video) if tokenised[v] != clips_per_video[v])
             raise Invalid(
                 f"{path}: video {video} has {clips_per_video[video]} clips in segments but "
-                f"{tokenised[video]} tokenised clips (each must land in exactly one segment)"
+                f"{tokenised[video]} tokenised clips not excluded (each must land in exactly one segment)"
             )
 
 
 STAGE = Stage(
     "align",
     "the training shards: each sentence with the visual words of its span",
-    reads=("quantize", "asr"),
+    reads=("quantize", "asr", "quality", "shots"),
     config_sections=("align",),
     per_shard=True,
     writes="align/part-*.parquet",

@@ -12,7 +12,15 @@ Which clips a sentence gets (every clip lands in exactly one segment):
 
 A sentence the asr stage's not-speech filter rejected (its `rejected` is not null: no_speech,
 low_confidence, repetition, not_speech_language) is no text: its clips become video-only segments, as
-for silence, and it is counted in `sentences_rejected`."""
+for silence, and it is counted in `sentences_rejected`.
+
+Curation (the quality and shots stages):
+- a clip the quality stage excludes (black, frozen, ...: `quality.exclude`) is in no segment: no sentence
+  owns it and it ends a run of video-only clips; a sentence with no other clip is dropped and counted in
+  `sentences_over_excluded_clips`;
+- a sentence's visual words stay within the shots it spans: a short sentence gets the clip it overlaps most
+  among those whose middle lies in one of its shots (a clip it overlaps by half lies there already);
+- with `decode.clip_policy: shots` a run of video-only clips also ends where a shot does."""
 
 from __future__ import annotations
 
@@ -41,8 +49,10 @@ class Segment:
 
 
 def identities(cfg, videos: list[dict]) -> dict[str, str]:
-    """What shapes the segments besides the config: the WordPiece vocabulary, by content (lineage)."""
-    return {"tokenizer": vocabulary_sha256(load_tokenizer(cfg.align.tokenizer))}
+    """What shapes the segments besides the config: the WordPiece vocabulary, by content, and whether the
+    clip grid follows the shots (decode.clip_policy: video-only runs then end at shots too) (lineage)."""
+    grid = {"clip grid": "starts again at every shot"} if cfg.decode.clip_policy == "shots" else {}
+    return {"tokenizer": vocabulary_sha256(load_tokenizer(cfg.align.tokenizer)), **grid}
 
 
 def primary_language(tag: str | None) -> str | None:
@@ -55,11 +65,25 @@ def _overlap(a_start: float, a_end: float, b_start: float, b_end: float) -> floa
 
 
 def segment_video(
-    clips: list[tuple[float, float]], sentences: list[dict], min_overlap: float, tokens_without_text: int
-) -> tuple[list[Segment], int]:
-    """Segments of one video in time order, as (segments, sentences dropped). `clips` are (start_s, end_s)
-    in clip order; `sentences` have text, start_s, end_s."""
+    clips: list[tuple[float, float]],
+    sentences: list[dict],
+    min_overlap: float,
+    tokens_without_text: int,
+    *,
+    excluded: frozenset[int] = frozenset(),
+    boundaries: list[float] = (),
+    runs_end_at_shots: bool = False,
+) -> tuple[list[Segment], int, int]:
+    """Segments of one video in time order, as (segments, sentences dropped, sentences dropped because every
+    clip they span is excluded). `clips` are (start_s, end_s)
+    in clip order; `sentences` have text, start_s, end_s; `excluded` the positions of clips no segment may
+    hold; `boundaries` the times where shots begin."""
     sentences = sorted(sentences, key=lambda s: (s["start_s"], s["end_s"]))
+
+    def shot_at(time_s: float) -> int:
+        return bisect.bisect_right(boundaries, time_s)
+
+    shot_of_clip = [shot_at((start + end) / 2) for start, end in clips]
     # clips are in time order: only those from bisect(ends) to bisect(starts) can overlap a span
     starts, ends = [start for start, _ in clips], [end for _, end in clips]
 
@@ -70,6 +94,8 @@ def segment_video(
     best_share: dict[int, float] = {}
     for s_pos, sentence in enumerate(sentences):
         for c_pos in overlapping(sentence):
+            if c_pos in excluded:
+                continue
             c_start, c_end = clips[c_pos]
             share = _overlap(c_start, c_end, sentence["start_s"], sentence["end_s"]) / max(c_end - c_start, 1e-9)
             if share >= min_overlap - 1e-9 and share > best_share.get(c_pos, -1.0):
@@ -78,7 +104,7 @@ def segment_video(
     for c_pos in sorted(owner):
         owned[owner[c_pos]].append(c_pos)
     segments: dict[int, Segment] = {}  # sentence position (the segment's owner) -> segment
-    dropped = 0
+    dropped = over_excluded = 0
     for s_pos, sentence in enumerate(sentences):
         text = (sentence["start_s"], s_pos, sentence["text"])
         if owned[s_pos]:
@@ -86,11 +112,22 @@ def segment_video(
             segment.clips = owned[s_pos]
             segment.texts.append(text)
             continue
+        shots = range(shot_at(sentence["start_s"]), shot_at(sentence["end_s"]) + 1)
         overlaps = {
-            c_pos: _overlap(*clips[c_pos], sentence["start_s"], sentence["end_s"]) for c_pos in overlapping(sentence)
+            c_pos: _overlap(*clips[c_pos], sentence["start_s"], sentence["end_s"])
+            for c_pos in overlapping(sentence)
+            if c_pos not in excluded and shot_of_clip[c_pos] in shots
         }
         if not overlaps or max(overlaps.values()) <= 0:
-            dropped += 1
+            spanned = [
+                c_pos
+                for c_pos in overlapping(sentence)
+                if _overlap(*clips[c_pos], sentence["start_s"], sentence["end_s"]) > 0
+            ]
+            if spanned and all(c_pos in excluded for c_pos in spanned):
+                over_excluded += 1
+            else:
+                dropped += 1
             continue
         best = max(overlaps, key=lambda c: (overlaps[c], -c))
         if best in owner:
@@ -107,15 +144,16 @@ def segment_video(
     video_only: list[Segment] = []
     run: list[int] = []
     for c_pos in range(len(clips) + 1):
-        if c_pos < len(clips) and c_pos not in owner:
+        new_shot = runs_end_at_shots and run and c_pos < len(clips) and shot_of_clip[c_pos] != shot_of_clip[run[-1]]
+        if c_pos < len(clips) and c_pos not in owner and c_pos not in excluded and not new_shot:
             run.append(c_pos)
             continue
         for chunk_start in range(0, len(run), tokens_without_text):
             chunk = run[chunk_start : chunk_start + tokens_without_text]
             video_only.append(Segment(clips[chunk[0]][0], clips[chunk[-1]][1], [], chunk))
-        run = []
+        run = [c_pos] if new_shot and c_pos not in owner and c_pos not in excluded else []
     ordered = sorted(list(segments.values()) + video_only, key=lambda s: (min(s.clips), s.start_s))
-    return ordered, dropped
+    return ordered, dropped, over_excluded
 
 
 def _leaves(tokens_made: Provenance) -> int | None:
@@ -132,10 +170,19 @@ def run_shard(ctx: ShardContext) -> ShardResult:
         row["video_id"]: row for row in ctx.read_input("asr", columns=["video_id", "language", "sentences"]).to_pylist()
     }
     tokens_made = ctx.input_provenance("quantize")
+    excluded_clips = {
+        (row["video_id"], row["clip_index"])
+        for row in ctx.read_input("quality", columns=["video_id", "clip_index", "excluded"]).to_pylist()
+        if row["excluded"]
+    }
+    boundaries: dict[str, list[float]] = {}
+    for row in ctx.read_input("shots", columns=["video_id", "boundary_index", "time_s"]).to_pylist():
+        boundaries.setdefault(row["video_id"], []).append(row["time_s"])
+    runs_end_at_shots = ctx.cfg.decode.clip_policy == "shots"
     clips_by_video: dict[str, list[dict]] = {}
     for row in tokens:
         clips_by_video.setdefault(row["video_id"], []).append(row)
-    rows, dropped_sentences, videos_with_text, rejected_sentences = [], 0, 0, 0
+    rows, dropped_sentences, videos_with_text, rejected_sentences, over_excluded = [], 0, 0, 0, 0
     languages = set(cfg.text_languages)
     primary_languages = {primary_language(language) for language in languages}
     for video in ctx.videos:
@@ -150,13 +197,17 @@ def run_shard(ctx: ShardContext) -> ShardResult:
         rejected_sentences += len(sentences) - len(kept)
         sentences = kept
         videos_with_text += bool(sentences)
-        segments, dropped = segment_video(
+        segments, dropped, dropped_over_excluded = segment_video(
             [(c["start_s"], c["end_s"]) for c in clips],
             sentences,
             cfg.min_sentence_overlap,
             cfg.tokens_per_segment_without_text,
+            excluded=frozenset(pos for pos, c in enumerate(clips) if (video_id, c["clip_index"]) in excluded_clips),
+            boundaries=sorted(boundaries.get(video_id, [])),
+            runs_end_at_shots=runs_end_at_shots,
         )
         dropped_sentences += dropped
+        over_excluded += dropped_over_excluded
         for segment_index, segment in enumerate(segments):
             text = segment.text
             rows.append(
@@ -183,7 +234,9 @@ def run_shard(ctx: ShardContext) -> ShardResult:
             "videos_with_text": videos_with_text,
             "sentences_without_clips": dropped_sentences,
             "sentences_rejected": rejected_sentences,
+            "sentences_over_excluded_clips": over_excluded,
             "clips": sum(len(row["visual_ids"]) for row in rows),
+            "clips_excluded": len(excluded_clips),
         },
         provenance=Provenance(
             codebook_sha256=tokens_made.codebook_sha256,

@@ -1,5 +1,7 @@
-"""decode: the clip index (20 fps, 30-frame clips), a thumbnail per clip, per-video metadata. Made by the
-features stage's pass (one read of each video); run alone, the same files on CPUs only (run.py)."""
+"""decode: the clip index (20 fps, 30-frame clips), a thumbnail per clip with its perceptual hash and the
+figures the quality stage judges, per-video metadata; and, from the same frames, the shots stage's
+boundaries. Made by the features stage's pass (one read of each video); run alone, the same files on CPUs
+only (run.py)."""
 
 from __future__ import annotations
 
@@ -22,6 +24,14 @@ def device_of_decoder(d, prefix: str) -> None:
     if d.device != "cpu" and d.backend != "torchcodec":
         raise ConfigError(
             f"config error: {prefix}device={d.device} needs {prefix}backend=torchcodec (PyAV decodes on the CPU)"
+        )
+
+
+def shots_need_pyav(d, prefix: str) -> None:
+    if d.clip_policy == "shots" and d.backend != "pyav":
+        raise ConfigError(
+            f"config error: {prefix}clip_policy=shots needs {prefix}backend=pyav (torchcodec's reader cuts the "
+            f"grid only; got {d.backend!r})"
         )
 
 
@@ -59,6 +69,19 @@ class DecodeConfig:
     backend: str = setting("pyav", choices=("pyav", "torchcodec"))
     # torchcodec only: cpu | cuda | cuda:N (NVDEC, resized on the GPU)
     device: str = setting("cpu", rule=device_of_decoder)
+    # grid: the paper's, clips of clip_frames from each video's first frame on; shots: the grid starts again
+    # at every shot boundary the shots stage finds (with its settings), the window before one ending there
+    # as a last partial clip does (padded with min_clip_frames real frames, else dropped): no clip holds two
+    # shots. The paper's grid is the default: shots changes every clip, so the features with it
+    clip_policy: str = setting("grid", choices=("grid", "shots"), rule=shots_need_pyav)
+
+
+def clip_grid(cfg, videos: list[dict]) -> dict[str, str]:
+    """What shapes the clips besides the decode section: with clip_policy shots, the shots section (the
+    boundaries the grid starts again at). Lineage of the decode stage, and of the features made with it."""
+    if cfg.decode.clip_policy != "shots":
+        return {}
+    return {"shot boundaries": cfg.section_hash("shots")}
 
 
 STAGE = Stage(
@@ -71,11 +94,13 @@ STAGE = Stage(
     writes="decode/part-*.parquet (clips), videos (per video)",
     tables={"": schemas.DECODE_CLIPS, "videos": schemas.DECODE_VIDEOS},
     run="stages.decode.run:run_shard",
+    identities="stages.decode:clip_grid",
+    also_makes=("shots",),
     section="decode",
     section_type="stages.decode:DecodeConfig",
     device_keys=("decode.device",),
     ray_roles={"decode": {"num_cpus": 1}},
     checks={"": ("pipeline.table_checks:clips_in_order",)},
     card_configs={"": "clips", "videos": "videos"},
-    version=2,
-)  # 2: the video stream decoded is the default one, else the longest (not the first)
+    version=3,
+)  # 2: the video stream decoded is the default one, else the longest (not the first); 3: each clip's measures

@@ -1,5 +1,7 @@
-"""decode: the clip index of every video (20 fps, 30-frame clips), a JPEG thumbnail per clip, and
-per-video metadata.
+"""decode: the clip index of every video (20 fps, 30-frame clips), a JPEG thumbnail per clip with its
+perceptual hash, each clip's figures for the quality stage (stages/quality/measure.py), per-video metadata;
+and, from the same frames, the shots stage's boundaries (stages/shots/detect.py), with which
+`decode.clip_policy: shots` starts the grid again at every shot.
 
 In a run of the pipeline these tables come out of the features stage's pass (stages/features/run.py): each
 video is read and decoded once, for its clips' pixels, the clip index, the thumbnails and the per-video
@@ -13,6 +15,7 @@ from __future__ import annotations
 import io
 from collections.abc import Iterator
 
+import imagehash
 import numpy as np
 import pyarrow as pa
 from PIL import Image
@@ -20,8 +23,11 @@ from PIL import Image
 import schemas
 from pipeline.contract import ShardContext, ShardResult, error_row
 from pipeline.media.clip_readers import open_clip_reader, to_numpy
+from pipeline.media.clips import Clip
 from pipeline.media.inputs import InputError
-from pipeline.media.video import Clip, VideoDecodeError
+from pipeline.media.video import VideoDecodeError
+from stages.quality.measure import ClipMeasure
+from stages.shots import detect as shots
 
 
 def thumbnail_jpeg(frame: np.ndarray, size: int, quality: int) -> bytes:
@@ -29,6 +35,13 @@ def thumbnail_jpeg(frame: np.ndarray, size: int, quality: int) -> bytes:
     buffer = io.BytesIO()
     image.save(buffer, format="JPEG", quality=quality, optimize=False)
     return buffer.getvalue()
+
+
+def perceptual_hash(frame: np.ndarray) -> int:
+    """The frame's 64-bit perceptual hash (imagehash.phash: the sign of the low frequencies of its 32 x 32
+    DCT against their median), as a signed int64."""
+    bits = int(str(imagehash.phash(Image.fromarray(frame))), 16)
+    return bits - (1 << 64) if bits >= 1 << 63 else bits
 
 
 def _video_row(video: dict, status: str, reader, n_clips: int) -> dict:
@@ -60,6 +73,7 @@ class VideoPass:
     def __init__(self, video: dict, cfg, *, with_frames: bool = True):
         self.video, self.cfg, self.with_frames = video, cfg, with_frames
         self.clip_rows: list[dict] = []
+        self.shot_rows: list[dict] = []  # the shots stage's boundaries of this video
         self.video_row: dict | None = None
         self.errors: list[dict] = []
 
@@ -71,10 +85,18 @@ class VideoPass:
         except (VideoDecodeError, InputError) as error:
             self.video_row, self.errors = _video_row(video, "error", None, 0), [error_row(video_id, error)]
             return
+        measure = ClipMeasure()
+        detector = shots.detector_for(self.cfg.shots, decode.fps)
         with reader:
             try:
-                for clip in reader.clips(with_frames=self.with_frames):
+                for clip in reader.clips(
+                    with_frames=self.with_frames,
+                    watchers=(measure, detector),
+                    shots=detector if decode.clip_policy == "shots" else None,
+                    samples_at=schemas.HASHED_AT,
+                ):
                     middle = clip.frames[(clip.n_real_frames - 1) // 2] if self.with_frames else clip.frames[0]
+                    jpeg = thumbnail_jpeg(to_numpy(middle), decode.thumbnail_size, decode.thumbnail_quality)
                     self.clip_rows.append(
                         {
                             "video_id": video_id,
@@ -83,9 +105,9 @@ class VideoPass:
                             "end_s": clip.end_s,
                             "n_real_frames": clip.n_real_frames,
                             "padded": clip.padded,
-                            "thumbnail_jpeg": thumbnail_jpeg(
-                                to_numpy(middle), decode.thumbnail_size, decode.thumbnail_quality
-                            ),
+                            "thumbnail_jpeg": jpeg,
+                            **measure.clip(clip.first_frame, clip.n_real_frames),
+                            "phashes": [perceptual_hash(to_numpy(frame)) for _, frame in clip.samples],
                         }
                     )
                     yield clip
@@ -93,6 +115,7 @@ class VideoPass:
                 self.clip_rows = []
                 self.video_row, self.errors = _video_row(video, "error", reader, 0), [error_row(video_id, error)]
                 return
+        self.shot_rows = shots.boundary_rows(video_id, detector.boundaries, reader.first_frame_s, decode.fps)
         if reader.error is not None:
             status = "partial"
             self.errors.append(error_row(video_id, *reader.stop_reason()))
@@ -105,19 +128,30 @@ class VideoPass:
         self.video_row = _video_row(video, status, reader, len(self.clip_rows))
 
 
-def decode_video(video: dict, cfg) -> tuple[list[dict], dict, list[dict]]:
-    """(clip rows, video row, error rows) for one manifest row."""
+def read_through(video: dict, cfg) -> VideoPass:
+    """One manifest row read through, without keeping the clips' frames: its rows on the pass."""
     one = VideoPass(video, cfg, with_frames=False)
     for _ in one.clips():
         pass
+    return one
+
+
+def decode_video(video: dict, cfg) -> tuple[list[dict], dict, list[dict]]:
+    """(clip rows, video row, error rows) for one manifest row."""
+    one = read_through(video, cfg)
     return one.clip_rows, one.video_row, one.errors
 
 
 def shard_result(
-    clip_rows: list[dict], video_rows: list[dict], errors: list[dict], stats: dict | None = None
+    clip_rows: list[dict],
+    video_rows: list[dict],
+    errors: list[dict],
+    stats: dict | None = None,
+    shot_rows: list[dict] | None = None,
 ) -> ShardResult:
     """The stage's result from its rows, in any order (sorted here, so that every way of making them,
-    this stage alone or the features pass in parallel streams, gives the same files)."""
+    this stage alone or the features pass in parallel streams, gives the same files); with `shot_rows`, the
+    shots stage's result of the same pass (`also`)."""
     clip_rows = sorted(clip_rows, key=lambda row: (row["video_id"], row["clip_index"]))
     video_rows = sorted(video_rows, key=lambda row: row["video_id"])
     statuses = [row["status"] for row in video_rows]
@@ -134,16 +168,24 @@ def shard_result(
             "several_streams": [row["video_id"] for row in video_rows if (row.get("video_streams") or 0) > 1],
             **(stats or {}),
         },
+        also={} if shot_rows is None else {"shots": shots.shard_result(shot_rows)},
     )
 
 
-def run_shard(ctx: ShardContext) -> ShardResult:
-    clip_rows, video_rows, errors = [], [], []
+def read_videos(ctx: ShardContext) -> tuple[list[dict], list[dict], list[dict], list[dict]]:
+    """(clip rows, video rows, error rows, shot rows) of the shard's videos, each read once without S3D."""
+    clip_rows, video_rows, errors, shot_rows = [], [], [], []
     with ctx.progress(total=len(ctx.videos)) as progress:
         for video in ctx.videos:
-            clips, video_row, video_errors = decode_video(video, ctx.cfg)
-            clip_rows += clips
-            video_rows.append(video_row)
-            errors += video_errors
-            progress.update(1, clips=len(clips))
-    return shard_result(clip_rows, video_rows, errors)
+            one = read_through(video, ctx.cfg)
+            clip_rows += one.clip_rows
+            video_rows.append(one.video_row)
+            errors += one.errors
+            shot_rows += one.shot_rows
+            progress.update(1, clips=len(one.clip_rows))
+    return clip_rows, video_rows, errors, shot_rows
+
+
+def run_shard(ctx: ShardContext) -> ShardResult:
+    clip_rows, video_rows, errors, shot_rows = read_videos(ctx)
+    return shard_result(clip_rows, video_rows, errors, shot_rows=shot_rows)

@@ -45,7 +45,7 @@ STAGE = Stage(
     tables={"": schemas.FEATURES},
     run="stages.features.run:run_shard",
     identities="stages.features.run:identities",
-    also_makes=("decode",),
+    also_makes=("decode", "shots"),
     split="stages.features.run:SPLIT",
     operational_keys=(
         "features.device",
@@ -69,5 +69,5 @@ STAGE = Stage(
     preflight="stages.features.preflight:check_features",
     checks={"": ("pipeline.table_checks:clips_in_order",)},
     card_configs={"": "features"},
-    version=2,
-)  # 2: the clips of the chosen video stream (see decode)
+    version=3,
+)  # 2: the clips of the chosen video stream (see decode); 3: made with decode's version 3

@@ -24,6 +24,7 @@ from pipeline.config import Config
 from pipeline.contract import ShardContext, ShardResult
 from pipeline.engine.split import Split, concatenate
 from schemas.metadata import Provenance
+from stages.decode import clip_grid
 from stages.decode import run as decode
 from stages.features.s3d.encoder import S3DEncoder, encoder_for
 from stages.features.s3d.model import KINETICS_MEAN, KINETICS_STD, weights_identity
@@ -40,8 +41,9 @@ class VanishingFeatures(ValueError):
 
 
 def identities(cfg: Config, videos: list[dict]) -> dict[str, str]:
-    """What shapes the features besides the config: the S3D weights, by content (lineage)."""
-    return {"S3D weights": weights_identity(cfg)}
+    """What shapes the features besides the config: the S3D weights, by content, and the clip grid's shot
+    boundaries where decode.clip_policy is shots (lineage)."""
+    return {"S3D weights": weights_identity(cfg), **clip_grid(cfg, videos)}
 
 
 def feature_provenance(cfg: Config) -> dict:
@@ -125,6 +127,7 @@ class FeaturesSplit(Split):
                     yield _batch(meta, keys, frames)
                     keys, frames, meta = [], [], _empty_meta()
             meta["decode_clips"] += one.clip_rows
+            meta["decode_shots"] += one.shot_rows
             meta["decode_videos"].append(one.video_row)
             meta["errors"] += one.errors
             meta["videos_done"] += 1
@@ -145,6 +148,7 @@ class FeaturesSplit(Split):
             [row for meta in metas for row in meta["decode_videos"]],
             [row for meta in metas for row in meta["errors"]],
             {"made_by": "features"},
+            shot_rows=[row for meta in metas for row in meta["decode_shots"]],
         )
         return ShardResult(
             tables={"": feature_table(rows, matrix)},
@@ -155,12 +159,20 @@ class FeaturesSplit(Split):
                 feature_provenance_hash=provenance_hash(provenance),
                 weights=provenance["weights"],
             ),
-            also={"decode": made},
+            also={"decode": made, **made.also},
         )
 
 
 def _empty_meta() -> dict:
-    return {"clips": [], "items": 0, "errors": [], "videos_done": 0, "decode_clips": [], "decode_videos": []}
+    return {
+        "clips": [],
+        "items": 0,
+        "errors": [],
+        "videos_done": 0,
+        "decode_clips": [],
+        "decode_videos": [],
+        "decode_shots": [],
+    }
 
 
 def _batch(meta: dict, keys: list[dict], frames: list) -> dict:

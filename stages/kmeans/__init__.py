@@ -41,7 +41,7 @@ class KmeansConfig:
 STAGE = Stage(
     "kmeans",
     "fit the visual-word codebook (hierarchical k-means) on a sample of the features",
-    reads=("features",),
+    reads=("features", "quality"),
     config_sections=("kmeans",),
     per_shard=False,
     writes="kmeans/codebook.safetensors + codebook.json",

@@ -2,8 +2,9 @@
 
 A global stage (one output for the whole collection, not one per shard):
 1. sample at most `kmeans.max_fit_vectors` features evenly across the features shards (every manifest
-   shard current, each part checked against its sha256), streamed into a float16 .npy under DIR/kmeans
-   that the fit reads memory-mapped (memory stays bounded whatever the sample size);
+   shard current, each part checked against its sha256), never a clip the quality stage excludes (black,
+   frozen, ...: `quality.exclude`), streamed into a float16 .npy under DIR/kmeans that the fit reads
+   memory-mapped (memory stays bounded whatever the sample size);
 2. split the sample into k clusters with faiss (k-means++ initialisation), then each cluster's members
    into k again, down to `kmeans.depth` levels: k**depth leaves, the visual words;
 3. write DIR/kmeans/codebook.safetensors and its JSON sidecar (schemas/codebook.py is the format), then
@@ -91,11 +92,30 @@ def sample_quotas(row_counts: list[int], max_vectors: int) -> list[int]:
     return quotas
 
 
+def usable_rows(features: Path, quality: Path | None) -> np.ndarray | None:
+    """The row numbers of a features part whose clips the quality stage did not exclude (None: every row).
+    The two parts hold the same clips in the same order (video, clip): checked, not assumed."""
+    if quality is None:
+        return None
+    keys = storage.read_table(features, columns=["video_id", "clip_index"])
+    judged = storage.read_table(quality, columns=["video_id", "clip_index", "excluded"])
+    if keys["video_id"] != judged["video_id"] or keys["clip_index"] != judged["clip_index"]:
+        raise ValueError(f"{quality} does not judge the clips of {features}: run the quality stage again")
+    return np.flatnonzero(~judged["excluded"].to_numpy(zero_copy_only=False))
+
+
 def write_fit_sample(
-    shards: list[tuple[int, Path]], max_vectors: int, seed: int, destination: Path, *, quiet: bool = False
+    shards: list[tuple[int, Path]],
+    max_vectors: int,
+    seed: int,
+    destination: Path,
+    *,
+    quiet: bool = False,
+    quality: dict[int, Path] | None = None,
 ) -> dict:
     """Stream a seeded, shard-proportional sample of features into a float16 .npy at `destination`.
-    Non-finite rows are dropped (counted); the file's first `sample_size` rows are the sample.
+    Non-finite rows are dropped (counted); the file's first `sample_size` rows are the sample. With
+    `quality` (shard -> its quality part), the clips it excludes are never drawn (counted).
 
     The file is written with plain sequential writes, never through a writable memory map: on a full disk
     a write fails with ENOSPC (a one-line error), where a store into a mapped page would kill the process
@@ -103,7 +123,18 @@ def write_fit_sample(
     from pipeline.progress import Progress
 
     row_counts = [storage.parquet_file(path).metadata.num_rows for _, path in shards]
-    quotas = sample_quotas(row_counts, max_vectors)
+    # the rows each shard may give (one shard's list at a time: memory stays bounded by a shard)
+    quality = quality or {}
+    usable_counts = [
+        rows if shard not in quality else len(usable_rows(path, quality[shard]))
+        for (shard, path), rows in zip(shards, row_counts)
+    ]
+    if not sum(usable_counts) and sum(row_counts):
+        raise ValueError(
+            f"the quality stage excludes every one of the {sum(row_counts):,} clips (quality.exclude): nothing is "
+            f"left to fit the codebook on; keep some with --set 'quality.exclude=[]' (or fewer reasons)"
+        )
+    quotas = sample_quotas(usable_counts, max_vectors)
     dim = storage.parquet_file(shards[0][1]).schema_arrow.field("feature").type.list_size
     written = dropped = 0
     with (
@@ -122,7 +153,11 @@ def write_fit_sample(
             if quota == 0:
                 progress.update(1)
                 continue
-            chosen = np.sort(np.random.default_rng([seed, shard_index]).choice(rows, quota, replace=False))
+            usable = usable_rows(path, quality[shard_index]) if shard_index in quality else None
+            drawn = np.random.default_rng([seed, shard_index]).choice(
+                rows if usable is None else len(usable), quota, replace=False
+            )
+            chosen = np.sort(drawn if usable is None else usable[drawn])
             parquet = storage.parquet_file(path)
             if parquet.schema_arrow.field("feature").type.list_size != dim:
                 raise ValueError(
@@ -153,6 +188,7 @@ def write_fit_sample(
     return {
         "sample_size": written,
         "nonfinite_dropped": dropped,
+        "quality_excluded": sum(row_counts) - sum(usable_counts),
         "features_rows": sum(row_counts),
         "features_shards": len(shards),
         "dim": dim,
@@ -253,7 +289,10 @@ def run(cfg: Config, work_dir, executor, *, force: bool = False, quiet: bool = F
     else:
         sample_path = storage.atomic_path(work.kmeans_folder / SAMPLE_NAME)
     try:
-        sample_stats = write_fit_sample(shards, kcfg.max_fit_vectors, kcfg.seed, sample_path, quiet=quiet)
+        quality = {shard: checker.verified("quality", shard, work.part("quality", shard)) for shard, _ in shards}
+        sample_stats = write_fit_sample(
+            shards, kcfg.max_fit_vectors, kcfg.seed, sample_path, quiet=quiet, quality=quality
+        )
         sampled_at = time.time()
         capped_rows = sample_stats["features_rows"] if sample_stats["features_rows"] > kcfg.max_fit_vectors else None
         # said before the fit when it is certain, so a run can be stopped before it spends the time
@@ -291,6 +330,7 @@ def run(cfg: Config, work_dir, executor, *, force: bool = False, quiet: bool = F
         "features_rows": sample_stats["features_rows"],
         "features_shards": sample_stats["features_shards"],
         "nonfinite_dropped": sample_stats["nonfinite_dropped"],
+        "quality_excluded": sample_stats["quality_excluded"],
         "inertia": fit.inertia,
         "mean_squared_distance": [value / sample_size for value in fit.inertia],
         "empty_nodes": empty_nodes,

@@ -120,6 +120,9 @@ class TrainConfig:
     youcook2_excluded_subsets: list[str] = setting(
         factory=lambda: ["validation", "testing"], each=True, choices=("training", "validation", "testing")
     )
+    # near-duplicate videos (the dedup stage's groups) are never split between training and held-out videos;
+    # of those trained on, each group gives its representative only, unless this keeps them all
+    keep_duplicates: bool = False
     # TensorBoard event files in DIR/train/tensorboard with the log's scalars (videobert/tensorboard_log.py;
     # needs the optional tensorboard package)
     tensorboard: bool = False
@@ -137,7 +140,7 @@ def check_train(cfg: Config, work_dir=None) -> None:
 STAGE = Stage(
     "train",
     "pre-train the bundled VideoBERT on the align shards",
-    reads=("align", "kmeans"),
+    reads=("align", "kmeans", "dedup"),
     config_sections=("train",),
     per_shard=False,
     writes="train/checkpoints, train/log.jsonl",
