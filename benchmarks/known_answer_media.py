@@ -519,7 +519,7 @@ def cli(*args, quiet: bool = True) -> None:
 def run_pipeline(config: Path, work: Path, media: Path, quiet: bool) -> None:
     settings = ["--config", config, "--work-dir", work] + (["--quiet"] if quiet else [])
     cli("manifest", "--input", media, *settings, quiet=quiet)
-    for stage in ("features", "kmeans", "quantize", "asr", "align"):
+    for stage in ("features", "shots", "quality", "dedup", "kmeans", "quantize", "asr", "align"):
         cli(stage, *settings, quiet=quiet)
 
 

@@ -18,6 +18,22 @@ def frame_pattern(index: int, width: int, height: int) -> np.ndarray:
     return image
 
 
+def pattern_of(video: int):
+    """A frame pattern of video number `video`: frame_pattern's halves split at a place of its own, with
+    stripes of its own, so that videos made with different numbers are not copies of each other (the dedup
+    stage groups frame_pattern's videos: one picture, whatever their length)."""
+
+    def frame(index: int, width: int, height: int) -> np.ndarray:
+        image = frame_pattern(index, width, height)
+        split = (width * (2 + video % 5)) // 8
+        image[:, :split], image[:, split:] = image[:, :1], image[:, -1:]
+        period = 4 + 3 * (video % 7)
+        image[(np.arange(height) // period) % 2 == 1, :, 1] = (60 * video) % 256
+        return image
+
+    return frame
+
+
 def make_video(
     path: Path,
     *,

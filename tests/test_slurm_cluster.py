@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from media_factory import make_video
+from media_factory import make_video, pattern_of
 from slurm_cluster import SlurmCluster, missing_programs
 
 from pipeline import cli
@@ -81,7 +81,7 @@ def _settings(*extra: str) -> list[str]:
 def _videos(folder: Path, count: int = VIDEOS) -> Path:
     folder.mkdir()
     for index in range(count):
-        make_video(folder / f"v{index}.mp4", duration_s=2.0, fps=25)
+        make_video(folder / f"v{index}.mp4", duration_s=2.0, fps=25, frame_fn=pattern_of(index))  # not copies
         (folder / f"v{index}.vtt").write_text(
             f"WEBVTT\n\n00:00:00.000 --> 00:00:01.000\nchop onion {index}.\n\n"
             f"00:00:01.000 --> 00:00:02.000\nstir the pan.\n"
@@ -200,19 +200,22 @@ def _free_port() -> int:
 
 def test_submit_pipeline_runs_every_stage_on_both_nodes_with_the_local_runs_bytes(chain):
     cluster, jobs = chain["cluster"], chain["jobs"]
-    assert list(jobs) == ["features", "kmeans", "quantize", "asr", "align", "train"]
-    for stage in ("features", "quantize", "asr", "align"):
+    assert list(jobs) == ["features", "shots", "quality", "dedup", "kmeans", "quantize", "asr", "align", "train"]
+    for stage in ("features", "shots", "quality", "quantize", "asr", "align"):
         # 3 tasks, MaxArraySize 2 (read from the cluster, no setting): two array jobs
         assert len(jobs[stage].split(":")) == 2, jobs
         states = {}
         for job in jobs[stage].split(":"):
             states.update(cluster.job_states(job))
         assert sorted(states.values()) == ["COMPLETED"] * VIDEOS, (stage, states)
-    assert cluster.job_states(jobs["kmeans"]) == {jobs["kmeans"]: "COMPLETED"}
+    for stage in ("kmeans", "dedup"):
+        assert cluster.job_states(jobs[stage]) == {jobs[stage]: "COMPLETED"}
     local, on_slurm = _data_files(chain["local"]), _data_files(chain["slurm"])
-    # the manifest; per shard decode's clips and videos, features, quantize, asr and align, and the error
-    # tables of decode, features, quantize, asr and align; the codebook
-    assert len(local) == 1 + VIDEOS * (6 + 5) + 1 and "kmeans/codebook.safetensors" in local
+    # the manifest; per shard decode's clips and videos, features, shots, quality's clips and videos, quantize,
+    # asr and align, and the error tables of decode, features, shots, quality, quantize, asr and align; the
+    # codebook and the near-duplicate groups
+    assert len(local) == 1 + VIDEOS * (9 + 7) + 2 and "kmeans/codebook.safetensors" in local
+    assert "dedup/groups.parquet" in local
     assert on_slurm.keys() == local.keys()
     assert [name for name in local if on_slurm[name] != local[name]] == []
     assert Lineage(chain["slurm"]).stage_states("align", verify=True)[0].current
