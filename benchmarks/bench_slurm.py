@@ -1,4 +1,4 @@
-"""What Slurm adds, measured on a real two-node Slurm started on this machine (tests/slurm_cluster.py): the
+"""What Slurm adds, measured on a real two-node Slurm started on this machine (scripts/slurm_cluster.py): the
 scheduler's cost per array task, and per stage; and a long array split over MaxArraySize that runs each task
 exactly once.
 
@@ -25,14 +25,11 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import REPO, machine  # noqa: E402
-
-sys.path.insert(0, str(REPO / "tests"))
-from media_factory import make_video  # noqa: E402
-from slurm_cluster import SlurmCluster, missing_programs  # noqa: E402
+from common import REPO, clip_video, machine  # noqa: E402
 
 from pipeline.config import load_config  # noqa: E402
 from pipeline.executors.sbatch import sbatch_scripts  # noqa: E402
+from scripts.slurm_cluster import SlurmCluster, missing_programs  # noqa: E402
 
 SETTINGS = [
     "shards.videos_per_shard=1",
@@ -94,7 +91,7 @@ def per_stage(cluster: SlurmCluster, root: Path, shards: int) -> dict:
     videos = root / "videos"
     videos.mkdir()
     for index in range(shards):
-        make_video(videos / f"v{index}.mp4", duration_s=1.0, fps=25)
+        clip_video(videos / f"v{index}.mp4", duration_s=1.0, seed=index)
     sets = [word for value in SETTINGS for word in ("--set", value)]
     env = dict(cluster.env, PYTHONPATH=str(REPO))
 

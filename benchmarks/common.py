@@ -62,6 +62,25 @@ def synthetic_video(path: Path, duration_s: float = 20.0, width: int = 1280, hei
     return path
 
 
+def clip_video(path: Path, duration_s: float = 1.0, fps: int = 25, seed: int = 0, size: int = 64) -> Path:
+    """A small H.264 video of moving noise, its own for each `seed` (videos of two seeds are no copies)."""
+    import av
+
+    rng = np.random.default_rng(seed)
+    base = rng.integers(0, 256, (size * 2, size * 2, 3), dtype=np.uint8)
+    with av.open(str(path), "w") as container:
+        stream = container.add_stream("libx264", rate=fps)
+        stream.width = stream.height = size
+        stream.pix_fmt = "yuv420p"
+        stream.options = {"preset": "ultrafast", "crf": "30"}
+        for index in range(int(round(duration_s * fps))):
+            shift = index % size
+            image = np.ascontiguousarray(base[shift : shift + size, shift : shift + size])
+            container.mux(stream.encode(av.VideoFrame.from_ndarray(image, format="rgb24")))
+        container.mux(stream.encode())
+    return path
+
+
 # ------------------------------------------------------------- hand-made work dirs (random features, 600 clips a video)
 
 CLIPS_PER_VIDEO = 600

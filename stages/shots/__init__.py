@@ -19,14 +19,10 @@ tests/test_shots.py and on ../shared/realdata; docs/curation.md has the figures)
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import schemas
 from pipeline.config_fields import setting
-from pipeline.contract import Invalid, Part, PreflightError, Stage
-
-if TYPE_CHECKING:
-    from pipeline.config import Config
+from pipeline.contract import Invalid, Part, PreflightError, RunConfig, Stage
 
 DETECTORS = ("adaptive", "content", "transnetv2")
 
@@ -51,7 +47,7 @@ class ShotsConfig:
     transnetv2_threshold: float = setting(0.5, gt=0, lt=1)  # TransNetV2's transition probability
 
 
-def check_shots(cfg: Config, work_dir=None) -> None:
+def check_shots(cfg: RunConfig, work_dir=None) -> None:
     """TransNetV2's weights ship in its package: the detector needs the package and the file."""
     if cfg.shots.detector != "transnetv2":
         return

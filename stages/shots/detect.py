@@ -34,7 +34,7 @@ from pipeline.contract import ShardResult
 from stages.shots import ShotsConfig
 
 HISTOGRAM_BINS = 16  # per HSV channel
-DETECTION_SIDE = 64  # the PySceneDetect path sees each frame at 64 x 64 (block means)
+DETECTION_SIDE = 56  # the PySceneDetect path sees each frame at 56 x 56 (4 x 4 block means of the 224 crop)
 STEADY_S = 0.25  # the span either side of a proposed cut whose own change it must exceed
 MAX_TRANSITION_S = 2.0  # TransNetV2: a transition run is read up to this long
 TRANSITION_EXTENT = 0.25  # TransNetV2: a frame is part of a transition above this "all frames" probability

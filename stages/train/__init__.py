@@ -4,15 +4,11 @@ the trainer, videobert/ (the layer below the stages)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from pipeline import config_rules as rules
 from pipeline.config_fields import FRACTION, SEED, ConfigError, count, one_of, setting
-from pipeline.contract import Option, Stage
+from pipeline.contract import Option, RunConfig, Stage
 from pipeline.probing import check_model_spec
-
-if TYPE_CHECKING:
-    from pipeline.config import Config
 
 
 def some_regime(t, prefix: str) -> None:
@@ -128,7 +124,7 @@ class TrainConfig:
     tensorboard: bool = False
 
 
-def check_train(cfg: Config, work_dir=None) -> None:
+def check_train(cfg: RunConfig, work_dir=None) -> None:
     if not cfg.train.init_checkpoint.startswith("random:"):
         check_model_spec(
             "train.init_checkpoint",
