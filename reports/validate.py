@@ -21,7 +21,7 @@ import schemas
 from pipeline import registry, storage
 from pipeline.contract import Invalid, Part, Stage, resolve
 from pipeline.engine.lineage import InputNotReady, Lineage
-from pipeline.engine.manifest import shard_digests
+from pipeline.engine.manifest import streamed_shard_digests
 from pipeline.engine.records import CorruptFile, read_json, relative
 from pipeline.engine.workdir import WorkDir
 from schemas import metadata
@@ -62,14 +62,13 @@ def _check_manifest(work: WorkDir, checker: Lineage) -> list[str]:
         return [f"{work.manifest}: {state.status}: {state.reason}"]
     try:
         _check_schema(work.manifest, schemas.MANIFEST)
-        table = storage.read_table(work.manifest)
+        digests, duplicates = streamed_shard_digests(work.manifest)  # a row group at a time
     except (Invalid, storage.UnreadableFile) as problem:
         return [str(problem)]
     problems = []
-    ids = table["video_id"].to_pylist()
-    if len(set(ids)) != len(ids):
+    if duplicates:
         problems.append(f"{work.manifest}: duplicate video_id")
-    if shard_digests(table) != record.get("shards"):
+    if digests != record.get("shards"):
         problems.append(f"{work.manifest}: its rows do not match the shard digests of {work.record('manifest')}")
     return problems
 
