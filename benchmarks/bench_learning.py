@@ -1,38 +1,38 @@
-"""Known-answer learning benchmark: does VideoBERT learn, on videos it never saw, what the video says?
-Built so that it cannot be tuned to its answer:
+"""Known-answer learning benchmark: does VideoBERT learn, on videos it never saw, what the video says, and
+does a recipe chosen on some sets hold on a set it was not chosen on? Built so that it cannot be tuned to
+its answer:
 
-- **Splits by video** (`train.splits`): train, validation and test videos (SPLIT_SHARES; the media set's
+- **Splits by video** (`train.splits`): train, validation and test videos (SPLIT_SHARES; the media sets'
   known_answer_media.SPLIT_SHARES). Training streams only the train videos; the run's validation records
   are on the validation videos; the test videos are scored once, after training (their alignment by
   `zero_shot.evaluate_videos`, their zero-shot with `eval.videos: test`).
-- **Held-out sentences are new**: validation and test videos say wordings no training video says
-  (synthetic.HELD_OUT_WORDINGS, known_answer_media.HELD_OUT_TEMPLATES), and on the synthetic set a quarter
-  of the (verb, noun) pairs are shown only there (synthetic.HELD_OUT_PAIRS).
-- **The template is chosen on validation**: among CANDIDATE_TEMPLATES, wordings that no set's sentence has,
-  by the mean verb and noun top-1 on the validation videos over the seeds; test is read for the chosen one.
-  The paper's template is reported beside it, never chosen. TRAIN_SETTINGS, MEDIA_LR and MEDIA_WEIGHT_DECAY
-  were fixed on earlier sets; EDGE_PIECES, the spans in SYNTHETIC_SETTINGS and the step counts on these
-  sets' validation videos.
-- **Seeds**: every figure is the mean over SEEDS (the model's initialisation, the data order) with its
-  range; PASS needs the test means of alignment accuracy and both zero-shot top-1 >= THRESHOLD.
+- **Held-out sentences are new**: validation and test videos say wordings no training video says, and on
+  the synthetic set a quarter of the (verb, noun) pairs are shown only there (synthetic.HELD_OUT_PAIRS).
+- **Leave one set out** (the media sets, known_answer_media.GENERATORS: patterns, shapes, footage; they
+  differ in their pictures, voices, carrier phrases, background sound and step lengths): every media set is
+  trained with every recipe of RECIPES over SEEDS; for each set in turn, the recipe and the zero-shot
+  template (among CANDIDATE_TEMPLATES, wordings no set says) are the pair whose smallest validation mean
+  (alignment, verb, noun) over the *other* sets is largest, and the left-out set's test figures of that
+  pair are reported. PASS needs every left-out set's test means of alignment (masked, the clean protocol)
+  and both zero-shot top-1 >= THRESHOLD; alignment with nothing masked is printed beside it.
+- **What a user runs**: configs/small.yaml's train section, unchanged but for the split, on each set,
+  its test figures with the preset's own template (the paper's) and with the chosen one, beside the tuned.
+- **Seeds**: every figure is the mean over SEEDS (the model's initialisation, the data order) with its range.
+- The synthetic set (videobert/synthetic.py: align shards where each verb and noun owns a visual word) is
+  trained with its own SYNTHETIC_SETTINGS, chosen on its own validation videos, and judged on its test
+  videos as before.
 
-1. Synthetic align shards of SYNTHETIC_VIDEOS videos (videobert/synthetic.py: each verb and each noun owns
-   a visual word, the text names them), a tiny BERT trained for a few CPU minutes per seed, with
-   SYNTHETIC_SETTINGS beside the shared ones.
-2. When `benchmarks/known_answer_media.py` is importable: the set made end to end from generated media
-   (spoken sentences naming a verb and a noun over pictures that show them, through features, kmeans, asr
-   and align), trained the same way with MEDIA_SETTINGS beside the shared ones. Otherwise a note.
-
-    .venv/bin/python benchmarks/bench_learning.py                  # both sets, CPU, 3 seeds each
-    .venv/bin/python benchmarks/bench_learning.py --steps 600 --skip-media --work-dir /tmp/learning
-    .venv/bin/python benchmarks/bench_learning.py --media-root /tmp/media   # keep the media set's build
-    # seeds in separate processes, then one summary:
-    .venv/bin/python benchmarks/bench_learning.py --seeds 0 --work-dir /tmp/s0 & ... ;
-    .venv/bin/python benchmarks/bench_learning.py --combine /tmp/s0/bench_learning.json /tmp/s1/..."""
+    .venv/bin/python benchmarks/bench_learning.py                  # every set, CPU, 3 seeds each
+    .venv/bin/python benchmarks/bench_learning.py --skip-synthetic --media-root /tmp/ka   # keep the builds
+    # in separate processes, then one table:
+    .venv/bin/python benchmarks/bench_learning.py --skip-synthetic --media-sets shapes --seeds 0 --work-dir /tmp/a &
+    .venv/bin/python benchmarks/bench_learning.py --combine /tmp/a/bench_learning.json /tmp/b/...
+"""
 
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import json
 import sys
@@ -101,6 +101,15 @@ MEDIA_SETTINGS = [
     EDGE_PIECES,
 ]
 MEDIA_VIDEOS = 64
+MEDIA_SETS = ("patterns", "shapes", "footage")
+# the candidate recipes of the media sets, fixed before the leave-one-set-out runs: the patterns set's
+# former recipe (MEDIA_SETTINGS, 6000 steps: chosen on its own validation videos), and the same with the
+# synthetic set's masked spans. Nothing here was chosen on a test figure
+RECIPES = {
+    "pieces": {"steps": 6000, "settings": MEDIA_SETTINGS},
+    "pieces+spans": {"steps": 6000, "settings": [*MEDIA_SETTINGS, "train.text_span_mask_prob=0.3"]},
+}
+SMALL_PRESET = Path(__file__).resolve().parent.parent / "configs" / "small.yaml"
 # the zero-shot templates the benchmark chooses from, on validation figures only: none is a sentence of
 # either set's training or held-out wordings (synthetic.TRAIN_WORDINGS, HELD_OUT_WORDINGS;
 # known_answer_media.TEMPLATES, HELD_OUT_TEMPLATES), each bare and with the period Whisper ends its
@@ -327,21 +336,192 @@ def run_set(name: str, work: Path, make_cfg, seeds, quiet: bool) -> dict:
     return summary
 
 
+# ------------------------------------------------------------------ the media sets, leave one set out
+
+
+def media_config(built: dict, steps: int, threads: int, seed: int, extra: list[str] = ()):
+    return learning_config(
+        built["work_dir"],
+        built["verbs"],
+        built["nouns"],
+        built["labels"],
+        steps,
+        built["splits"],
+        threads,
+        seed,
+        base=built["config"],
+        extra=extra,
+    )
+
+
+def preset_config(built: dict, threads: int, seed: int):
+    """configs/small.yaml's train section as it is, on the set's split: what a user runs."""
+    preset = load_config(SMALL_PRESET, []).train
+    cfg = media_config(built, preset.max_steps, threads, seed, [])
+    train = replace(
+        preset,
+        splits=cfg.train.splits,
+        validation_videos=0,
+        seed=seed,
+        num_threads=threads,
+        validation_every=cfg.train.validation_every,
+    )
+    return replace(cfg, train=train)
+
+
+def run_media_set(name: str, built: dict, recipes: list[str], seeds, threads: int, quiet: bool, overrides) -> list:
+    """Every recipe of `recipes` over the seeds on one media set, then the small preset."""
+    results = []
+    for recipe in recipes:
+        steps, settings = RECIPES[recipe]["steps"], RECIPES[recipe]["settings"]
+        summary = run_set(
+            f"{name}, recipe {recipe}",
+            built["work_dir"],
+            functools.partial(media_config, built, steps, threads, extra=[*settings, *overrides]),
+            seeds,
+            quiet,
+        )
+        results.append({**summary, "kind": "media", "media_set": name, "recipe": recipe})
+    summary = run_set(
+        f"{name}, configs/small.yaml", built["work_dir"], lambda seed: preset_config(built, threads, seed), seeds, quiet
+    )
+    results.append({**summary, "kind": "preset", "media_set": name, "recipe": "configs/small.yaml"})
+    return results
+
+
+def _mean(runs: list[dict], split: str, pick) -> float:
+    return float(np.mean([pick(r[split]) for r in runs]))
+
+
+def validation_floor(runs: list[dict], template: str) -> float:
+    """The smallest of a recipe's validation means on one set: alignment, verb top-1, noun top-1."""
+    return min(
+        _mean(runs, "validation", lambda s: s["alignment"]["alignment_acc"] or 0.0),
+        _mean(runs, "validation", lambda s: s["zero_shot"][template]["videobert"]["verb"]),
+        _mean(runs, "validation", lambda s: s["zero_shot"][template]["videobert"]["noun"]),
+    )
+
+
+def test_figures(runs: list[dict], template: str) -> dict:
+    """A recipe's test figures on one set with `template`: mean and range over its seeds."""
+
+    def over(pick) -> dict:
+        return mean_range([pick(r["test"]) for r in runs])
+
+    zero_shot = [r["test"]["zero_shot"][template] for r in runs]
+    return {
+        "seeds": [r["seed"] for r in runs],
+        "test_videos": runs[0]["test"]["alignment"]["videos"],
+        "alignment_acc": over(lambda s: s["alignment"]["alignment_acc"] or 0.0),
+        "alignment_unmasked_acc": over(lambda s: s["alignment"].get("alignment_unmasked_acc") or 0.0),
+        **{
+            f"{part}_{row}": mean_range([z[key][part] for z in zero_shot])
+            for part in ("verb", "noun")
+            for row, key in (("top1", "videobert"), ("prior", "text_only_prior"))
+        },
+    }
+
+
+def leave_one_set_out(media: dict[tuple[str, str], list[dict]]) -> list[dict]:
+    """For each media set: the (recipe, template) chosen on the other sets' validation videos (the largest
+    smallest validation mean over them), and its test figures on the left-out set."""
+    sets = sorted({name for name, _ in media}, key=lambda n: MEDIA_SETS.index(n) if n in MEDIA_SETS else 99)
+    recipes = [recipe for recipe in RECIPES if all((name, recipe) in media for name in sets)]
+    rows = []
+    for left_out in sets:
+        others = [name for name in sets if name != left_out]
+        if not others:
+            continue
+        scored = [
+            (min(validation_floor(media[(other, recipe)], template) for other in others), recipe, template)
+            for recipe in recipes
+            for template in CANDIDATE_TEMPLATES
+        ]
+        best = max(scored, key=lambda row: row[0])  # the first of equals: RECIPES' and the templates' order
+        _, recipe, template = best
+        row = {
+            "left_out": left_out,
+            "chosen_on": others,
+            "recipe": recipe,
+            "template": template,
+            "validation_floor_of_others": best[0],
+            **test_figures(media[(left_out, recipe)], template),
+        }
+        row["passed"] = all(row[key]["mean"] >= THRESHOLD for key in ("alignment_acc", "verb_top1", "noun_top1"))
+        rows.append(row)
+    return rows
+
+
+def print_leave_one_set_out(rows: list[dict], preset: dict[str, list[dict]], paper: str) -> bool:
+    cell = lambda f: f"{f['mean']:.3f} ({f['min']:.3f}-{f['max']:.3f})"  # noqa: E731
+    print(
+        "\nleave one media set out: the recipe and the template chosen on the other sets' validation videos "
+        "(the largest smallest validation mean of alignment, verb and noun over them), reported on the left-out "
+        "set's test videos; mean (min-max) over the seeds"
+    )
+    print(
+        f"  {'left out':<10}{'recipe':<14}{'template':<26}{'alignment':>22}{'unmasked':>22}{'verb top-1':>22}"
+        f"{'noun top-1':>22}{'prior v/n':>12}  verdict"
+    )
+    passed = True
+    for row in rows:
+        passed &= row["passed"]
+        print(
+            f"  {row['left_out']:<10}{row['recipe']:<14}{row['template']!r:<26}{cell(row['alignment_acc']):>22}"
+            f"{cell(row['alignment_unmasked_acc']):>22}{cell(row['verb_top1']):>22}{cell(row['noun_top1']):>22}"
+            f"{row['verb_prior']['mean']:>6.2f}/{row['noun_prior']['mean']:.2f}  {'PASS' if row['passed'] else 'FAIL'}"
+        )
+    print(
+        f"  (PASS: test alignment, masked as in training, and both top-1 >= {THRESHOLD}, mean over the seeds; "
+        f"unmasked: the same examples with nothing hidden, as a user scores a pair, reported beside it)"
+    )
+    if preset:
+        print("\nwhat a user runs: configs/small.yaml's train section unchanged but for the split, on each set's test")
+        print(
+            f"  {'set':<10}{'alignment':>22}{'verb, paper template':>24}{'noun, paper template':>24}"
+            f"{'verb, chosen':>22}{'noun, chosen':>22}"
+        )
+        chosen = {row["left_out"]: row["template"] for row in rows}
+        for name, runs in preset.items():
+            own, tuned = test_figures(runs, paper), test_figures(runs, chosen.get(name, CANDIDATE_TEMPLATES[0]))
+            print(
+                f"  {name:<10}{cell(own['alignment_acc']):>22}{cell(own['verb_top1']):>24}{cell(own['noun_top1']):>24}"
+                f"{cell(tuned['verb_top1']):>22}{cell(tuned['noun_top1']):>22}"
+            )
+    failed = [row["left_out"] for row in rows if not row["passed"]]
+    print(f"  leave one set out: {'FAIL on ' + ', '.join(failed) if failed else 'PASS on every left-out set'}")
+    return passed
+
+
 def combine(files: list[Path]) -> int:
-    """One summary per set over the runs of several result files (the same settings, other seeds)."""
+    """The results of several result files (other seeds, other sets) summarised together: one summary per
+    set and recipe, then the leave-one-set-out table."""
     paper = load_config(None, []).eval.zero_shot_template
     by_set: dict[str, list[dict]] = {}
+    kinds: dict[str, dict] = {}
     for path in files:
         for summary in json.loads(path.read_text()):
             by_set.setdefault(summary["set"], []).extend(summary["runs"])
+            kinds[summary["set"]] = {key: summary.get(key) for key in ("kind", "media_set", "recipe")}
     print(f"machine: {machine()}")
     passed = True
+    media, preset = {}, {}
     for name, runs in by_set.items():
         runs = sorted(runs, key=lambda r: r["seed"])
         steps = {r["steps"] for r in runs}
         if len(steps) != 1 or len({r["seed"] for r in runs}) != len(runs):
             raise SystemExit(f"{name}: the runs differ in steps ({sorted(steps)}) or repeat a seed")
-        passed &= print_summary(summarise(name, runs, CANDIDATE_TEMPLATES, paper), paper)
+        summary = summarise(name, runs, CANDIDATE_TEMPLATES, paper)
+        kind = kinds[name]
+        if kind.get("kind") == "media":
+            media[(kind["media_set"], kind["recipe"])] = runs
+            print_summary(summary, paper)  # its own PASS is not the benchmark's: leave one set out is
+        elif kind.get("kind") == "preset":
+            preset[kind["media_set"]] = runs
+        else:
+            passed &= print_summary(summary, paper)
+    if media:
+        passed &= print_leave_one_set_out(leave_one_set_out(media), preset, paper)
     return 0 if passed else 1
 
 
@@ -354,14 +534,15 @@ def main() -> int:
     parser.add_argument("--videos", type=int, default=SYNTHETIC_VIDEOS)
     parser.add_argument("--seeds", type=int, nargs="+", default=list(SEEDS))
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--media-steps", type=int, default=6000)
     parser.add_argument("--media-videos", type=int, default=MEDIA_VIDEOS)
     parser.add_argument(
         "--media-root",
         type=Path,
         default=None,
-        help="build (or reuse) the media set here instead of under the work dir",
+        help="build (or reuse) the media sets here (ROOT/<set>) instead of under the work dir",
     )
+    parser.add_argument("--media-sets", nargs="+", default=list(MEDIA_SETS), choices=list(MEDIA_SETS))
+    parser.add_argument("--recipes", nargs="+", default=list(RECIPES), choices=list(RECIPES))
     parser.add_argument("--skip-media", action="store_true")
     parser.add_argument("--skip-synthetic", action="store_true")
     parser.add_argument("--verbose", action="store_true")
@@ -426,40 +607,39 @@ def main() -> int:
     (root / "bench_learning.json").write_text(json.dumps(results, indent=2) + "\n")
 
     if args.skip_media:
-        print("\nmedia set: skipped (--skip-media)")
+        print("\nmedia sets: skipped (--skip-media)")
     else:
         try:
             sys.path.insert(0, str(Path(__file__).resolve().parent))
             media = importlib.import_module("known_answer_media")
         except ImportError as error:
             media = None
-            print(f"\nmedia set: skipped: benchmarks/known_answer_media.py is not importable ({error})")
-        if media is not None:
-            made = media.build_known_answer_set(
-                args.media_root or root / "media", seed=0, quiet=not args.verbose, videos=args.media_videos
-            )
-            videos = len(made["videos"])
-            results.append(
-                run_set(
-                    f"generated media ({videos} videos)",
-                    made["work_dir"],
-                    lambda seed: learning_config(
-                        made["work_dir"],
-                        made["verbs"],
-                        made["nouns"],
-                        made["labels"],
-                        args.media_steps,
-                        made["splits"],
-                        args.threads,
-                        seed,
-                        base=made["config"],
-                        extra=[*MEDIA_SETTINGS, *args.overrides],
-                    ),
-                    args.seeds,
-                    not args.verbose,
+            print(f"\nmedia sets: skipped: benchmarks/known_answer_media.py is not importable ({error})")
+        paper = load_config(None, []).eval.zero_shot_template
+        for name in args.media_sets if media is not None else []:
+            try:
+                built = media.build_known_answer_set(
+                    (args.media_root or root / "media") / name,
+                    seed=0,
+                    quiet=not args.verbose,
+                    videos=args.media_videos,
+                    generator=name,
                 )
-            )
-            passed &= print_summary(results[-1], load_config(None, []).eval.zero_shot_template)
+            except media.FootageMissing as error:
+                print(f"\nmedia set {name}: skipped: {error}")
+                continue
+            for summary in run_media_set(
+                name, built, args.recipes, args.seeds, args.threads, not args.verbose, args.overrides
+            ):
+                results.append(summary)
+                print_summary(summary, paper)
+            (root / "bench_learning.json").write_text(json.dumps(results, indent=2) + "\n")
+        media_results = {(r["media_set"], r["recipe"]): r["runs"] for r in results if r.get("kind") == "media"}
+        preset = {r["media_set"]: r["runs"] for r in results if r.get("kind") == "preset"}
+        if len({name for name, _ in media_results}) > 1:
+            passed &= print_leave_one_set_out(leave_one_set_out(media_results), preset, paper)
+        elif media_results:
+            print("\nleave one set out needs two media sets or more: --combine the results of the others")
     (root / "bench_learning.json").write_text(json.dumps(results, indent=2) + "\n")
     print(f"\nresults: {root / 'bench_learning.json'}")
     return 0 if passed else 1
