@@ -16,7 +16,7 @@ RUN    := $(VENV)/bin/videobert
 .PHONY: install test test-slow test-all test-cluster demo youcook2 pipeline samples clean \
         manifest decode features shots quality dedup kmeans quantize asr align validate summary card status train eval codebook-info \
         bench-decode bench-features bench-kmeans bench-asr bench-train bench-scale bench-lineage bench-gallery \
-        bench-learning bench-threads bench-slurm bench-curation
+        bench-learning bench-threads bench-slurm bench-curation bench-growth
 
 install: $(STAMP)
 
@@ -151,6 +151,11 @@ bench-gallery: $(STAMP)
 # shots, quality and dedup beside decoding on the same files; dedup at 1x, 4x and 16x collections
 bench-curation: $(STAMP)
 	$(PY) benchmarks/bench_curation.py $(ARGS)
+# every stage's cost per clip and peak RSS at 1x, 4x and 16x collections, locally and through submit on the
+# two-node Slurm (skipped without slurm-wlm and munge), and status/validate/summary/report over hand-made work
+# dirs of 25, 100 and 400 shards; the slopes, FAIL where one grows faster than the work, PNGs in docs/growth/
+bench-growth: $(STAMP)
+	HF_HUB_OFFLINE=1 $(PY) benchmarks/bench_growth.py $(ARGS)
 # starts a two-node Slurm on this machine (needs slurm-wlm and munge: see .ci/run)
 bench-slurm: $(STAMP)
 	$(PY) benchmarks/bench_slurm.py $(ARGS)
