@@ -20,8 +20,7 @@ import pyarrow as pa
 import schemas
 from pipeline import registry, storage
 from pipeline.contract import Invalid, Part, Stage, resolve
-from pipeline.engine.lineage import InputNotReady, Lineage
-from pipeline.engine.manifest import streamed_shard_digests
+from pipeline.engine.lineage import InputNotReady, Lineage, rows_digest
 from pipeline.engine.records import CorruptFile, read_json, relative
 from pipeline.engine.workdir import WorkDir
 from schemas import metadata
@@ -50,6 +49,25 @@ def _visual_vocab_size(work: WorkDir) -> int | None:
     return int(info["k"]) ** int(info["depth"]) if info else None
 
 
+def _streamed_shard_digests(path) -> tuple[dict[str, str], list[str]]:
+    """(shard -> the digest of its rows, the video ids given twice) of a manifest file, read a row group at a
+    time (rows are in shard order, a few shards to a group): memory holds one group's rows and the ids."""
+    digests, duplicates, seen = {}, [], set()
+    pending: dict[int, list[dict]] = {}
+    for batch in storage.parquet_file(path).iter_batches(batch_size=4096):
+        for row in batch.to_pylist():
+            if row["video_id"] in seen:
+                duplicates.append(row["video_id"])
+            seen.add(row["video_id"])
+            if pending and row["shard"] not in pending and row["shard"] > max(pending):
+                for shard in sorted(pending):  # shards before this one are complete
+                    digests[str(shard)] = rows_digest(pending.pop(shard))
+            pending.setdefault(row["shard"], []).append(row)
+    for shard in sorted(pending):
+        digests[str(shard)] = rows_digest(pending.pop(shard))
+    return dict(sorted(digests.items(), key=lambda item: int(item[0]))), duplicates
+
+
 def _check_manifest(work: WorkDir, checker: Lineage) -> list[str]:
     if not work.manifest.exists():
         return [f"{work.manifest} not found: nothing to validate (run the manifest stage)"]
@@ -62,7 +80,7 @@ def _check_manifest(work: WorkDir, checker: Lineage) -> list[str]:
         return [f"{work.manifest}: {state.status}: {state.reason}"]
     try:
         _check_schema(work.manifest, schemas.MANIFEST)
-        digests, duplicates = streamed_shard_digests(work.manifest)  # a row group at a time
+        digests, duplicates = _streamed_shard_digests(work.manifest)  # a row group at a time
     except (Invalid, storage.UnreadableFile) as problem:
         return [str(problem)]
     problems = []

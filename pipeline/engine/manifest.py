@@ -446,25 +446,6 @@ def _updated_shards(work: WorkDir, table: pa.Table, provenance: Provenance) -> l
     return sorted(updated)
 
 
-def streamed_shard_digests(path) -> tuple[dict[str, str], list[str]]:
-    """(shard -> the digest of its rows, the video ids given twice) of a manifest file, read a row group at a
-    time (rows are in shard order, a few shards to a group): memory holds one group's rows and the ids."""
-    digests, duplicates, seen = {}, [], set()
-    pending: dict[int, list[dict]] = {}
-    for batch in storage.parquet_file(path).iter_batches(batch_size=4096):
-        for row in batch.to_pylist():
-            if row["video_id"] in seen:
-                duplicates.append(row["video_id"])
-            seen.add(row["video_id"])
-            if pending and row["shard"] not in pending and row["shard"] > max(pending):
-                for shard in sorted(pending):  # shards before this one are complete
-                    digests[str(shard)] = lineage.rows_digest(pending.pop(shard))
-            pending.setdefault(row["shard"], []).append(row)
-    for shard in sorted(pending):
-        digests[str(shard)] = lineage.rows_digest(pending.pop(shard))
-    return dict(sorted(digests.items(), key=lambda item: int(item[0]))), duplicates
-
-
 def shard_digests(table: pa.Table) -> dict[str, str]:
     """shard -> the digest of its rows, as the manifest's record holds them."""
     by_shard: dict[int, list[dict]] = {}
