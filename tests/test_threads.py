@@ -141,10 +141,11 @@ def task_share():
 class Actor:
     def share(self):
         return threads.allocated_cpus()
-three = ray.remote(num_cpus=3)(task_share).remote()
-quarter = ray.remote(num_cpus=0.25)(task_share).remote()
+# one after another: an actor holds its 2 CPUs for its life, so a 3-CPU task queued behind it would wait forever
+three = ray.get(ray.remote(num_cpus=3)(task_share).remote())
+quarter = ray.get(ray.remote(num_cpus=0.25)(task_share).remote())
 actor = ray.remote(num_cpus=2)(Actor).remote()
-print(threads.allocated_cpus()[1] != "Ray num_cpus", ray.get(three), ray.get(quarter), ray.get(actor.share.remote()))
+print(threads.allocated_cpus()[1] != "Ray num_cpus", three, quarter, ray.get(actor.share.remote()))
 """
     assert ray is not None
     assert _child(code) == ("True ((3, 'Ray num_cpus'), 3, 3) ((1, 'Ray num_cpus'), 1, 1) (2, 'Ray num_cpus')")
