@@ -300,10 +300,9 @@ def metadata_run(root: Path, shards: int) -> dict:
     shutil.rmtree(work, ignore_errors=True)
     metadata_collection.make(work, shards)
     env = dict(os.environ, HF_HUB_OFFLINE="1")
-    sets = [item for setting in metadata_collection.SETTINGS for item in ("--set", setting)]
     result = {"shards": shards, "state_bytes": folder_bytes(work / "_state")}
     for name in METADATA_COMMANDS:
-        whole = measured(pipeline_command(name, "--work-dir", work, *sets), env)
+        whole = measured(pipeline_command(name, "--work-dir", work, *metadata_collection.SET_OPTIONS), env)
         result[name] = {key: whole[key] for key in ("wall_s", "cpu_s", "peak_mb", "largest")}
     shutil.rmtree(work, ignore_errors=True)
     return result
@@ -311,13 +310,14 @@ def metadata_run(root: Path, shards: int) -> dict:
 
 def shard_seconds(work: Path) -> float:
     """The shards' own seconds (their completion records): what a task does beyond them is overhead. A stage
-    made on the way by another (decode and shots by features) has a record of the same shard and seconds:
-    counted once."""
-    counted = set()
-    for record in (work / "_state" / "done").rglob("*.json"):
-        seconds = float(json.loads(record.read_text()).get("seconds") or 0.0)
-        counted.add((record.name if record.parent.name != "done" else record.stem, seconds))
-    return sum(seconds for _, seconds in counted)
+    made inside another stage's task (decode and shots in features': `made_in`) shares that task's seconds,
+    counted once with it."""
+    total = 0.0
+    for path in (work / "_state" / "done").rglob("*.json"):
+        record = json.loads(path.read_text())
+        if record.get("made_in", record.get("stage")) == record.get("stage"):
+            total += float(record.get("seconds") or 0.0)
+    return total
 
 
 # ------------------------------------------------------------------ the collection and the report
@@ -346,11 +346,12 @@ def collection(root: Path, videos: int, k: int) -> dict:
     return {"videos": root / "videos", "config": config, "clips": videos * STEPS_PER_VIDEO * 2}
 
 
-def slope(small: float, large: float, factor: int, per_clip: bool) -> float:
-    """Growth from 1x to `factor`x: a total's ratio divided by the factor; a per-clip cost's ratio."""
+def slope(small: float, large: float, factor: int = 1) -> float:
+    """Growth from the smallest size to the largest: large over small, divided by `factor` (the sizes'
+    ratio) for a total; a rate (per clip, per shard) or a peak is compared as it is."""
     if not small:
         return float("nan")
-    return large / small / (1 if per_clip else factor)
+    return large / small / factor
 
 
 def report(results: dict, sizes: list[int], plots: Path | None) -> list[str]:
@@ -366,8 +367,8 @@ def report(results: dict, sizes: list[int], plots: Path | None) -> list[str]:
             clips = [results[size]["clips"] for size in sizes]
             per_clip = [row.get("cpu_s", 0.0) / count for row, count in zip(rows, clips)]
             rss = [row.get("peak_mb", 0.0) for row in rows]
-            clip_slope = slope(per_clip[0], per_clip[-1], sizes[-1] // sizes[0], per_clip=True)
-            rss_slope = slope(rss[0], rss[-1], 1, per_clip=True)
+            clip_slope = slope(per_clip[0], per_clip[-1])
+            rss_slope = slope(rss[0], rss[-1])
             flag = ""
             if clip_slope > PER_CLIP_LIMIT:
                 flag += f" FAIL: CPU per clip grows {clip_slope:.2f}x"
@@ -388,8 +389,8 @@ def report(results: dict, sizes: list[int], plots: Path | None) -> list[str]:
         print("\nthe whole work dir (local): seconds and peak RSS (MB)")
         for name in ("status", "validate", "report", "rerun"):
             values = [results[size]["local"][name] for size in sizes]
-            wall_slope = slope(values[0]["wall_s"], values[-1]["wall_s"], sizes[-1] // sizes[0], per_clip=False)
-            rss_slope = slope(values[0]["peak_mb"], values[-1]["peak_mb"], 1, per_clip=True)
+            wall_slope = slope(values[0]["wall_s"], values[-1]["wall_s"], sizes[-1] // sizes[0])
+            rss_slope = slope(values[0]["peak_mb"], values[-1]["peak_mb"])
             flag = " FAIL: grows faster than the work" if wall_slope > PER_CLIP_LIMIT else ""
             flag += f" FAIL: peak RSS grows {rss_slope:.2f}x" if rss_slope > RSS_LIMIT else ""
             if flag:
@@ -417,8 +418,8 @@ def report(results: dict, sizes: list[int], plots: Path | None) -> list[str]:
         for name in METADATA_COMMANDS:
             values = [results[size]["metadata"][name] for size in sizes]
             per_shard = [value["wall_s"] / count for value, count in zip(values, shards)]
-            shard_slope = slope(per_shard[0], per_shard[-1], 1, per_clip=True)
-            rss_slope = slope(values[0]["peak_mb"], values[-1]["peak_mb"], 1, per_clip=True)
+            shard_slope = slope(per_shard[0], per_shard[-1])
+            rss_slope = slope(values[0]["peak_mb"], values[-1]["peak_mb"])
             flag = f" FAIL: seconds per shard grow {shard_slope:.2f}x" if shard_slope > PER_CLIP_LIMIT else ""
             flag += f" FAIL: peak RSS grows {rss_slope:.2f}x" if rss_slope > RSS_LIMIT else ""
             if flag:

@@ -30,6 +30,8 @@ from schemas.metadata import Provenance  # noqa: E402
 
 CLIPS = 4
 SETTINGS = ["kmeans.depth=1", "kmeans.k=2", "features.weights=random", "shards.videos_per_shard=1"]
+# the same settings as a command's options: what the commands run on a made work dir are given
+SET_OPTIONS = [item for setting in SETTINGS for item in ("--set", setting)]
 
 
 def config():

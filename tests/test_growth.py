@@ -56,9 +56,10 @@ def work_dirs(tmp_path_factory):
 
 @pytest.mark.parametrize("command", ["status", "validate", "summary", "report"])
 def test_peak_memory_stays_flat_at_sixteen_times_the_shards(work_dirs, command):
-    sets = [item for setting in metadata_collection.SETTINGS for item in ("--set", setting)]
     peaks = {
-        shards: peak_kb([sys.executable, "-m", "pipeline", command, "--work-dir", str(work), *sets])
+        shards: peak_kb(
+            [sys.executable, "-m", "pipeline", command, "--work-dir", str(work), *metadata_collection.SET_OPTIONS]
+        )
         for shards, work in work_dirs.items()
     }
     small, large = peaks[BASE_SHARDS], peaks[BASE_SHARDS * GROWTH]
@@ -68,10 +69,9 @@ def test_peak_memory_stays_flat_at_sixteen_times_the_shards(work_dirs, command):
 def test_the_hand_made_work_dir_is_current_and_valid(work_dirs):
     # the memory figures mean something only if the commands check what they check on a real run
     work = work_dirs[BASE_SHARDS]
-    sets = [item for setting in metadata_collection.SETTINGS for item in ("--set", setting)]
     for command in ("status", "validate"):
         done = subprocess.run(
-            [sys.executable, "-m", "pipeline", command, "--work-dir", str(work), *sets],
+            [sys.executable, "-m", "pipeline", command, "--work-dir", str(work), *metadata_collection.SET_OPTIONS],
             cwd=REPO,
             env=dict(os.environ, HF_HUB_OFFLINE="1"),
             capture_output=True,
