@@ -13,7 +13,7 @@ STAMP  := $(VENV)/.installed
 # the console command `make install` puts in .venv (the same as $(PY) -m pipeline)
 RUN    := $(VENV)/bin/videobert
 
-.PHONY: install test test-slow test-all test-cluster demo youcook2 pipeline samples clean \
+.PHONY: install test test-slow test-all test-cluster docs demo youcook2 pipeline samples clean \
         manifest decode features shots quality dedup kmeans quantize asr align validate summary card status train eval codebook-info \
         bench-decode bench-features bench-kmeans bench-asr bench-train bench-scale bench-lineage bench-gallery \
         bench-learning bench-threads bench-slurm bench-curation bench-growth
@@ -30,7 +30,7 @@ $(STAMP): pyproject.toml constraints.txt
 	# later no longer have: it is built here with an older setuptools instead of pip's latest
 	$(PY) -m pip install --quiet "setuptools>=68,<81" wheel
 	$(PY) -m pip install --quiet --no-build-isolation -c constraints.txt openai-whisper
-	$(PY) -m pip install --quiet -c constraints.txt -e ".[dev,ray,whisper,transnetv2]"
+	$(PY) -m pip install --quiet -c constraints.txt -e ".[dev,ray,whisper,transnetv2,docs]"
 	# the top-level package names (pipeline, stages, ...) are generic: no other installed distribution may own one
 	$(PY) -m pipeline.packaging
 	touch $(STAMP)
@@ -54,6 +54,12 @@ test-all: test test-slow test-cluster
 # the two-node Slurm and the multi-node Ray (tests/test_slurm_cluster.py, tests/test_ray_cluster.py)
 test-cluster: $(STAMP)
 	$(PYTEST) -m cluster $(ARGS)
+
+# The documentation site (mkdocs.yml) into site/; --strict: a broken link, an unlisted page or a missing anchor
+# fails it. Its reference pages are generated from the code as it builds (scripts/docs_reference.py).
+# NO_MKDOCS_2_WARNING: the theme's notice about its successor, printed on every build, says nothing of the docs
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --site-dir site
 
 # The whole pipeline on the bundled sample (samples/, made by scripts/make_samples.py).
 DEMO_WORK ?= work/demo

@@ -1,6 +1,6 @@
 """The align shards as a dataset: DIR/align opens as a folder in pyarrow, DuckDB, Polars and Hugging Face
 `datasets`; the dataset card (DIR/README.md + DIR/dataset.json) lets `load_dataset(DIR)` find the shards and
-carries what their ids mean; the README's PyTorch recipe streams them without this project."""
+carries what their ids mean; the PyTorch recipe of docs/shards.md streams them without this project."""
 
 import json
 import os
@@ -241,9 +241,9 @@ def test_without_align_shards_there_is_no_card(tmp_path, capsys):
 
 
 def _recipe() -> str:
-    """The README's PyTorch recipe: the code block after its `tested by` marker."""
-    readme = (REPO / "README.md").read_text()
-    return re.search(r"<!-- tested by tests/test_card.py -->\n```python\n(.*?)```", readme, re.S).group(1)
+    """The PyTorch recipe of docs/shards.md ("Reading the shards"): the code block after its `tested by` marker."""
+    page = (REPO / "docs" / "shards.md").read_text()
+    return re.search(r"<!-- tested by tests/test_card.py -->\n```python\n(.*?)```", page, re.S).group(1)
 
 
 def test_the_readme_recipe_streams_the_shards_into_pytorch_without_this_project(work, tmp_path):

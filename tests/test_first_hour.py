@@ -491,11 +491,13 @@ def test_a_changed_package_is_refused_naming_what_to_reinstall(monkeypatch):
         models.verified_package_folder.cache_clear()
 
 
-def test_the_readme_names_every_packaged_model_with_its_origin_licence_and_package():
+def test_the_docs_name_every_packaged_model_with_its_origin_licence_and_package():
     from pipeline import models
 
-    readme = (ROOT / "README.md").read_text()
-    table = readme[readme.index("### The packaged models") : readme.index("## Reading the shards")]
+    page = (ROOT / "docs" / "running.md").read_text()
+    start = page.index("## The packaged models")
+    end = page.find("\n## ", start + 1)
+    table = page[start : end if end != -1 else len(page)]
     rows = [line for line in table.splitlines() if line.startswith("| ") and not line.startswith("| model")]
     for packaged in models.PACKAGED_MODELS.values():
         row = next(line for line in rows if f"`{packaged.distribution}`" in line)
