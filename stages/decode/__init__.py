@@ -48,8 +48,10 @@ class DecodeConfig:
     # torchvision KINETICS400_V1: resize to 256x256, then centre crop 224; S3D downsamples space by 32 and
     # ends with a 7x7 pool
     resize: int = setting(256, ge="crop", le=1024, why="(decode.crop is cut from it)")
+    # edge of the centre crop, in pixels: the frames S3D sees
     crop: int = setting(224, ge=S3D_MIN_CROP, le=1024, why="for S3D")
     thumbnail_size: int = setting(96, ge=16, le=512)  # JPEG thumbnail (middle frame) edge, for the gallery
+    # JPEG quality of the thumbnails
     thumbnail_quality: int = setting(80, ge=1, le=100)
     # larger frames are refused (memory stays bounded per clip); FFmpeg itself refuses frames of about
     # 2**28 pixels (16384 x 16384) and more

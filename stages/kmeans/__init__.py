@@ -34,6 +34,7 @@ class KmeansConfig:
     max_points_per_node: int = setting(200_000, rule=node_holds_k)
     niter: int = setting(20, gt=0, le=1000)  # k-means iterations per node (faiss's default is 25)
     nredo: int = setting(1, gt=0, le=100)  # k-means restarts per node, the best one is kept
+    # the fit sample's draw and every node's k-means initialisation
     seed: int = setting(0, **SEED)
     workers: int = count()  # processes fitting subtrees; 0 = the task's CPUs
 

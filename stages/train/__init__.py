@@ -50,11 +50,17 @@ class TrainConfig:
     init_checkpoint: str = setting("bert-large-uncased", rule=init_checkpoint)
     max_len: int = setting(128, ge=8, le=4096)  # a checkpoint may hold fewer positions: 512 for BERT
     batch_size: int = setting(128, gt=0, le=65_536)  # a multiple of grad_accum
+    # micro-batches per optimiser step: batch_size is split into them
     grad_accum: int = setting(1, gt=0, le=1024, rule=rules.multiple_of("batch_size", "grad_accum"))
+    # peak learning rate (AdamW), reached after warmup_steps, then decayed linearly to 0 at max_steps
     lr: float = setting(1e-5, gt=0, le=1)
+    # steps of linear warm-up to lr
     warmup_steps: int = setting(0, ge=0)
+    # optimiser steps of the whole run (the paper: 500k)
     max_steps: int = setting(500_000, gt=0)
+    # AdamW's decoupled weight decay (none on 1-d parameters)
     weight_decay: float = setting(0.0, **FRACTION)
+    # share of text pieces and visual tokens masked for the masked-token losses (BERT's 15%)
     mask_prob: float = setting(0.15, gt=0, lt=1)
     # >= 0 each, some regime > 0
     regime_weights: dict[str, float] = setting(
@@ -63,11 +69,13 @@ class TrainConfig:
     # exact: examples follow regime_weights (units without text beyond the video share are skipped);
     # natural: each unit makes a regime it can, by weight (units without text only video examples)
     regime_mix: str = setting("exact", choices=("exact", "natural"))
+    # each loss's weight in the sum: text, video and text-video masked tokens, and alignment
     loss_weights: dict[str, float] = setting(
         factory=lambda: {"text": 1.0, "video": 1.0, "text_video": 1.0, "alignment": 1.0},
         rule=rules.weights_of("loss_weights"),
     )
     concat_prob: float = setting(0.5, **FRACTION)  # randomly join neighbouring segments into one example
+    # at most this many segments joined into one example
     max_concat: int = setting(3, gt=0)
     max_subsample_step: int = setting(5, gt=0)  # visual tokens subsampled at a random step in 1..this
     # a text-video example's text gets a random word piece at its start or end with this probability, and a
@@ -85,25 +93,31 @@ class TrainConfig:
     negative_min_gap: int = setting(20, ge=0)  # clips (1.5 s each) between a same-video negative and the text's span
     shuffle_buffer: int = setting(10_000, gt=0)  # units (segments or joined runs) held per data stream
     num_workers: int = count(2)  # DataLoader workers per rank (capped by shards per rank); 0 = in-process
+    # steps between lines of train/log.jsonl
     log_every: int = setting(10, gt=0)
+    # steps between checkpoints
     checkpoint_every: int = setting(1000, gt=0)
     keep_checkpoints: int = setting(3, gt=0)  # newest checkpoint folders kept
     steps_per_run: int = setting(0, ge=0)  # > 0: stop after this many steps (with a checkpoint); chain with --resume
     grad_clip: float = setting(1.0, ge=0)  # max gradient norm; 0 = no clipping
+    # the input embeddings (the text pieces' rows and the visual words') stay fixed for the whole run, as the paper's
     freeze_input_embeddings: bool = True
     device: str = setting("auto", rule=rules.device_of_model)  # auto | cpu | cuda | cuda:N
     # auto (bf16 autocast on GPU, float32 on CPU) | float32 | bfloat16
     precision: str = setting("auto", choices=("auto", "float32", "bfloat16"))
     num_threads: int = count()  # torch intra-op threads (train, eval); 0 = the task's CPUs per rank
+    # the model's random initialisation, the masks, the negatives and the data order
     seed: int = setting(0, **SEED)
     # train on the align segments of this many videos only (0 = all), drawn by subset_seed from the videos
     # of the align shards (a seeded permutation: the first N of the same seed, so smaller subsets are
     # inside larger ones); the paper's pre-training data-size table
     subset_videos: int = setting(0, ge=0)
+    # the draw of subset_videos
     subset_seed: int = setting(0, **SEED)
     # held-out videos never trained on (videobert/validation.py): a count >= 1 or a share in (0, 1) of the
     # videos, drawn by train.seed; 0 = none. Every validation_every steps their losses and alignment go to the log
     validation_videos: float = setting(0, rule=validation_share_or_count)
+    # steps between the held-out figures (validation_videos or splits)
     validation_every: int = setting(1000, gt=0)
     # instead of validation_videos, a fixed split by video: a CSV of video_id,split (train | validation |
     # test). Validation videos are held out and scored as above; test videos are neither trained on nor
@@ -113,6 +127,7 @@ class TrainConfig:
     # file are never trained on (they are still quantized, with the one codebook). The file: this key, else
     # the manifest's when youcook2-manifest made it; "" = none
     youcook2_annotations: str = ""
+    # the subsets of youcook2_annotations whose videos are never trained on (the paper: validation and testing)
     youcook2_excluded_subsets: list[str] = setting(
         factory=lambda: ["validation", "testing"], each=True, choices=("training", "validation", "testing")
     )
