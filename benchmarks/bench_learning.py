@@ -214,6 +214,7 @@ def run_seed(work: Path, cfg, templates: tuple[str, ...], paper: str, quiet: boo
     result = {
         "seed": cfg.train.seed,
         "steps": summary["step"],
+        "machine": machine(),
         "train_cpu_s": round(train_cpu, 1),
         "train_wall_s": round(train_wall, 1),
         "training_alignment_acc": training_alignment(Path(summary["log"])),
@@ -369,9 +370,9 @@ def preset_config(built: dict, threads: int, seed: int):
     return replace(cfg, train=train)
 
 
-def run_media_set(name: str, built: dict, recipes: list[str], seeds, threads: int, quiet: bool, overrides) -> list:
-    """Every recipe of `recipes` over the seeds on one media set, then the small preset."""
-    results = []
+def run_media_set(name: str, built: dict, recipes: list[str], seeds, threads: int, quiet: bool, overrides):
+    """Every recipe of `recipes` over the seeds on one media set, then the small preset: one summary each, as
+    it is done (a run cut off keeps the recipes it finished)."""
     for recipe in recipes:
         steps, settings = RECIPES[recipe]["steps"], RECIPES[recipe]["settings"]
         summary = run_set(
@@ -381,12 +382,11 @@ def run_media_set(name: str, built: dict, recipes: list[str], seeds, threads: in
             seeds,
             quiet,
         )
-        results.append({**summary, "kind": "media", "media_set": name, "recipe": recipe})
+        yield {**summary, "kind": "media", "media_set": name, "recipe": recipe}
     summary = run_set(
         f"{name}, configs/small.yaml", built["work_dir"], lambda seed: preset_config(built, threads, seed), seeds, quiet
     )
-    results.append({**summary, "kind": "preset", "media_set": name, "recipe": "configs/small.yaml"})
-    return results
+    yield {**summary, "kind": "preset", "media_set": name, "recipe": "configs/small.yaml"}
 
 
 def _mean(runs: list[dict], split: str, pick) -> float:
@@ -503,7 +503,9 @@ def combine(files: list[Path]) -> int:
         for summary in json.loads(path.read_text()):
             by_set.setdefault(summary["set"], []).extend(summary["runs"])
             kinds[summary["set"]] = {key: summary.get(key) for key in ("kind", "media_set", "recipe")}
-    print(f"machine: {machine()}")
+    # the machines the runs were measured on (files of other machines or days can be combined)
+    measured_on = sorted({run.get("machine", "not recorded") for runs in by_set.values() for run in runs})
+    print(f"measured on: {'; '.join(measured_on)}")
     passed = True
     media, preset = {}, {}
     for name, runs in by_set.items():
@@ -633,7 +635,7 @@ def main() -> int:
             ):
                 results.append(summary)
                 print_summary(summary, paper)
-            (root / "bench_learning.json").write_text(json.dumps(results, indent=2) + "\n")
+                (root / "bench_learning.json").write_text(json.dumps(results, indent=2) + "\n")
         media_results = {(r["media_set"], r["recipe"]): r["runs"] for r in results if r.get("kind") == "media"}
         preset = {r["media_set"]: r["runs"] for r in results if r.get("kind") == "preset"}
         if len({name for name, _ in media_results}) > 1:
