@@ -501,7 +501,13 @@ def combine(files: list[Path]) -> int:
     kinds: dict[str, dict] = {}
     for path in files:
         for summary in json.loads(path.read_text()):
-            by_set.setdefault(summary["set"], []).extend(summary["runs"])
+            runs = by_set.setdefault(summary["set"], [])
+            for run in summary["runs"]:
+                # every media run also runs the preset: two files of one set and seed hold it twice
+                if any(r["seed"] == run["seed"] for r in runs):
+                    print(f"{summary['set']}: seed {run['seed']} in more than one file, the first kept ({path})")
+                    continue
+                runs.append(run)
             kinds[summary["set"]] = {key: summary.get(key) for key in ("kind", "media_set", "recipe")}
     # the machines the runs were measured on (files of other machines or days can be combined)
     measured_on = sorted({run.get("machine", "not recorded") for runs in by_set.values() for run in runs})
@@ -511,8 +517,8 @@ def combine(files: list[Path]) -> int:
     for name, runs in by_set.items():
         runs = sorted(runs, key=lambda r: r["seed"])
         steps = {r["steps"] for r in runs}
-        if len(steps) != 1 or len({r["seed"] for r in runs}) != len(runs):
-            raise SystemExit(f"{name}: the runs differ in steps ({sorted(steps)}) or repeat a seed")
+        if len(steps) != 1:
+            raise SystemExit(f"{name}: the runs differ in steps ({sorted(steps)})")
         summary = summarise(name, runs, CANDIDATE_TEMPLATES, paper)
         kind = kinds[name]
         if kind.get("kind") == "media":

@@ -278,3 +278,22 @@ def test_leave_one_set_out_chooses_on_the_other_sets_validation_and_reports_the_
     assert patterns["noun_top1"] == pytest.approx({"mean": 0.86, "min": 0.85, "max": 0.87})
     assert patterns["passed"] is False  # noun 0.86 < 0.9, though the recipe not chosen gives 0.95 on its test
     assert set(rows) == {"patterns", "shapes", "footage"}
+
+
+def test_kept_result_files_combine_once_per_seed_and_name_their_machines(tmp_path, capsys):
+    """The learning results kept in benchmarks/results/learning combine into the leave-one-set-out table; a
+    file given twice (every media run also holds the preset's run of its seed) counts each seed once."""
+    bench_learning = _bench_learning()
+    kept = sorted((REPO / "benchmarks" / "results" / "learning").glob("*.json"))
+    assert kept, "no kept learning results"
+    for path in kept:
+        for summary in json.loads(path.read_text()):
+            assert all(run.get("machine") for run in summary["runs"]), path
+    bench_learning.combine(kept)
+    once = capsys.readouterr().out
+    bench_learning.combine([*kept, kept[0]])
+    twice = capsys.readouterr().out
+    assert "measured on: " in once and "leave one set out: " in once
+    assert "the first kept" in twice and "the first kept" not in once
+    # the same table: the repeated file's runs were not counted again
+    assert once.split("\nleave one media set out")[1] == twice.split("\nleave one media set out")[1]
