@@ -277,6 +277,22 @@ def summarise(name: str, runs: list[dict], templates: tuple[str, ...], paper: st
             },
             **{f"{part}_chance": runs[0][split]["zero_shot"][chosen]["chance"][part] for part in ("verb", "noun")},
         }
+    # the templates every run was asked beyond the candidates and the paper's (--ask): reported, never chosen
+    asked = [
+        t
+        for t in runs[0]["validation"]["zero_shot"]
+        if t not in (*templates, paper) and all(t in r["validation"]["zero_shot"] for r in runs)
+    ]
+    summary["asked"] = {
+        template: {
+            split: {
+                part: over(split, lambda s, template=template, part=part: s["zero_shot"][template]["videobert"][part])
+                for part in ("verb", "noun")
+            }
+            for split in ("validation", "test")
+        }
+        for template in asked
+    }
     summary["validation_by_template"] = {
         t: float(np.mean([zero_shot_score(r["validation"]["zero_shot"][t]) for r in runs])) for t in templates
     }
@@ -343,16 +359,6 @@ def run_set(name: str, work: Path, make_cfg, seeds, quiet: bool, asked: tuple[st
         if not quiet:
             print(f"seed {seed}: {json.dumps(runs[-1]['test']['alignment'])}", file=sys.stderr)
     summary = summarise(name, runs, CANDIDATE_TEMPLATES, paper)
-    summary["asked"] = {
-        template: {
-            split: {
-                part: mean_range([r[split]["zero_shot"][template]["videobert"][part] for r in runs])
-                for part in ("verb", "noun")
-            }
-            for split in ("validation", "test")
-        }
-        for template in asked
-    }
     summary["runs"] = runs
     return summary
 

@@ -280,7 +280,7 @@ def test_leave_one_set_out_chooses_on_the_other_sets_validation_and_reports_the_
     assert set(rows) == {"patterns", "shapes", "footage"}
 
 
-def test_kept_result_files_combine_once_per_seed_and_name_their_machines(tmp_path, capsys):
+def test_kept_result_files_combine_once_per_seed_and_name_their_machines(capsys):
     """The learning results kept in benchmarks/results/learning combine into the leave-one-set-out table; a
     file given twice (every media run also holds the preset's run of its seed) counts each seed once."""
     bench_learning = _bench_learning()
