@@ -51,6 +51,7 @@ def params(**changes) -> DataParams:
         max_subsample_step=5,
         text_insert_prob=0.0,
         text_span_mask_prob=0.0,
+        text_context_noise_prob=0.0,
         shuffle_buffer=16,
     )
     return DataParams(**dict(base, **changes))
@@ -501,6 +502,49 @@ def test_inserted_word_pieces_stand_at_the_edges_of_text_video_texts_only():
             plan, LAYOUT, params(max_subsample_step=1, **changes), TEXT_REPLACEMENTS, rng
         )
         assert len(ids) == 2 + len(plan.text_ids) + len(plan.visual_ids) + (plan.regime == TEXT_VIDEO)
+
+
+def test_a_noisy_context_replaces_half_the_untargeted_text_of_text_video_examples_only():
+    text = np.arange(500, 520)  # outside TEXT_REPLACEMENTS, so that a replaced piece is told apart
+    visual = np.arange(8)
+    rng = np.random.default_rng(0)
+    noisy, replaced, untargeted = 0, 0, 0
+    for _ in range(400):
+        ids, types, labels = data.build_example(
+            Plan(TEXT_VIDEO, text, visual, ALIGNED),
+            LAYOUT,
+            params(max_subsample_step=1, text_context_noise_prob=0.5),
+            TEXT_REPLACEMENTS,
+            rng,
+        )
+        said, said_labels = ids[1 : 1 + len(text)], labels[1 : 1 + len(text)]
+        targets = said_labels != IGNORE
+        # the targets keep their labels (and BERT's 80/10/10 input), [>] and the visual tokens stay whole
+        assert (said_labels[targets] == text[targets]).all()
+        assert ids[1 + len(text)] == LAYOUT.visual_sep_id
+        kept_visual = ids[2 + len(text) : -1] == visual + LAYOUT.visual_offset
+        assert (kept_visual | (labels[2 + len(text) : -1] != IGNORE)).all()
+        changed = (said != text) & ~targets
+        assert set(said[changed].tolist()) <= set(TEXT_REPLACEMENTS.tolist())
+        if changed.any():
+            noisy += 1
+            replaced += int(changed.sum())
+            untargeted += int((~targets).sum())
+    # half the examples, and in those about half their untargeted pieces (a random piece may equal none of
+    # the sentence's: TEXT_REPLACEMENTS lie outside it)
+    assert abs(noisy / 400 - 0.5) < 0.08
+    assert abs(replaced / untargeted - data.CONTEXT_NOISE_SHARE) < 0.05
+    # text-only examples keep their text
+    for _ in range(50):
+        ids, _, labels = data.build_example(
+            Plan(TEXT, text, data.EMPTY, IGNORE),
+            LAYOUT,
+            params(max_subsample_step=1, text_context_noise_prob=1.0),
+            TEXT_REPLACEMENTS,
+            rng,
+        )
+        kept = labels[1 : 1 + len(text)] == IGNORE
+        assert (ids[1 : 1 + len(text)][kept] == text[kept]).all()
 
 
 def test_a_masked_span_hides_three_consecutive_pieces_of_text_video_texts_only():

@@ -15,7 +15,8 @@ time the sentence was said?", not "is this the same video?".
 A batch of plans becomes tensors: visual tokens subsampled at a random step in 1..max_subsample_step,
 a text-video example's text given up to two random word pieces at its edges (`text_insert_prob` each),
 truncated to `max_len` keeping text and video in balance, 15% of the text and 15% of the visual tokens
-masked (80/10/10; with `text_span_mask_prob`, a text-video example's text as 3 consecutive pieces instead);
+masked (80/10/10; with `text_span_mask_prob`, a text-video example's text as 3 consecutive pieces instead),
+then, with `text_context_noise_prob`, half of a text-video example's untargeted text pieces made random ones;
 a text-only or video-only example shorter than 1 / mask_prob tokens is first widened within its video, so
 that it has a target. This uses a generator seeded by (seed, stream, batch index).
 
@@ -65,6 +66,7 @@ from videobert.vocab import VocabLayout, replacement_text_ids  # noqa: F401  (re
 
 MAX_INSERTS = 2  # random word pieces a text-video example's text may get (train.text_insert_prob)
 TEXT_SPAN = 3  # word pieces masked together in a text-video example's text (train.text_span_mask_prob): "cut the egg"
+CONTEXT_NOISE_SHARE = 0.5  # a noisy-context example's untargeted text pieces replaced (train.text_context_noise_prob)
 
 
 def balance(n_text: int, n_video: int, budget: int) -> tuple[int, int]:
@@ -176,7 +178,25 @@ def build_example(
     ids, types = assemble(layout, text, visual, with_separator=plan.regime == TEXT_VIDEO)
     span = plan.regime == TEXT_VIDEO and params.text_span_mask_prob and rng.random() < params.text_span_mask_prob
     ids, labels = mask_tokens(ids, layout, params.mask_prob, text_replacements, rng, TEXT_SPAN if span else 0)
+    if plan.regime == TEXT_VIDEO and params.text_context_noise_prob and rng.random() < params.text_context_noise_prob:
+        ids = noise_context(ids, labels, len(text), text_replacements, rng)
     return ids, types, labels
+
+
+def noise_context(
+    ids: np.ndarray, labels: np.ndarray, n_text: int, text_replacements: np.ndarray, rng: np.random.Generator
+) -> np.ndarray:
+    """`ids` with each of its n_text text pieces (after [CLS]) that is not a masked target replaced by a random
+    word piece with probability CONTEXT_NOISE_SHARE; the targets, [>], the visual tokens and the label stay.
+    Why: with a few wordings a small model learns to use the video only after the words its own sentences put
+    around a verb and a noun, and answers a question worded otherwise (a zero-shot template) from the text
+    alone; with the words around its targets unreliable, the video is what stays (docs/training-data.md)."""
+    text = np.arange(1, 1 + n_text)
+    text = text[labels[text] == IGNORE]
+    replaced = text[rng.random(text.size) < CONTEXT_NOISE_SHARE]
+    ids = ids.copy()
+    ids[replaced] = rng.choice(text_replacements, size=replaced.size)
+    return ids
 
 
 def insert_word_pieces(

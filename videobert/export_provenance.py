@@ -64,6 +64,7 @@ def training_summary(work: WorkDir, info: dict, checkpoint: Path) -> dict:
         "max_subsample_step",
         "text_insert_prob",
         "text_span_mask_prob",
+        "text_context_noise_prob",
         "validation_videos",
         "youcook2_excluded_subsets",
     )

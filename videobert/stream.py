@@ -58,6 +58,7 @@ class DataParams:
     max_subsample_step: int
     text_span_mask_prob: float  # text-video examples whose text targets are TEXT_SPAN pieces together (data.py)
     text_insert_prob: float  # up to two random word pieces in a text-video example's text (data.insert_word_pieces)
+    text_context_noise_prob: float  # text-video examples whose untargeted text is half random pieces (data.py)
     shuffle_buffer: int
 
     @property
@@ -81,6 +82,7 @@ class DataParams:
             max_subsample_step=t.max_subsample_step,
             text_insert_prob=t.text_insert_prob,
             text_span_mask_prob=t.text_span_mask_prob,
+            text_context_noise_prob=t.text_context_noise_prob,
             shuffle_buffer=t.shuffle_buffer,
         )
 

@@ -17,8 +17,8 @@
   stream's rule: `stream.negative_window`, other units being the other validation units); all masked
   as in training. At most MAX_UNITS units (a seeded choice).
 - **Protocols.** The examples above are made twice: under the fixed clean protocol (no joining, no
-  subsampling, no inserted word pieces, no masked spans: `concat_prob` 0, `max_subsample_step` 1,
-  `text_insert_prob` 0, `text_span_mask_prob` 0),
+  subsampling, no inserted word pieces, no masked spans, no noisy context: `concat_prob` 0,
+  `max_subsample_step` 1, `text_insert_prob` 0, `text_span_mask_prob` 0, `text_context_noise_prob` 0),
   whatever the run's noise, so that held-out figures of runs with different noise compare; and, when the run
   has noise, under the run's own settings. A record's top-level figures are the clean protocol's
   (`protocol: clean`), the run's own are under `noisy`.
@@ -69,7 +69,13 @@ from videobert.subset import shard_video_ids, write_video_rows
 
 MAX_UNITS = 4096
 FOLDER = "heldout"
-CLEAN_PROTOCOL = {"concat_prob": 0.0, "max_subsample_step": 1, "text_insert_prob": 0.0, "text_span_mask_prob": 0.0}
+CLEAN_PROTOCOL = {
+    "concat_prob": 0.0,
+    "max_subsample_step": 1,
+    "text_insert_prob": 0.0,
+    "text_span_mask_prob": 0.0,
+    "text_context_noise_prob": 0.0,
+}
 # what a record reports of the run's own (noisy) protocol beside the clean one
 NOISY_KEYS = (
     "alignment_acc",

@@ -86,6 +86,11 @@ class TrainConfig:
     # place of 15% of its pieces one by one: zero-shot's templates mask the verb and the noun together, which
     # the per-piece draw hardly ever does (docs/training-data.md). Not the paper's; 0 = off
     text_span_mask_prob: float = setting(0.0, **FRACTION)
+    # a text-video example's text, but for its masked targets, given random word pieces in place of half its
+    # pieces with this probability: a small model trained on a few wordings otherwise learns to use the video
+    # only after its own carrier phrases, and answers a question worded otherwise from the text alone
+    # (docs/training-data.md). Not the paper's; 0 = off
+    text_context_noise_prob: float = setting(0.0, **FRACTION)
     negative_prob: float = setting(0.5, **FRACTION)  # text-video examples whose visual tokens are of another time
     # the share of those negatives taken from the same video, at least negative_min_gap clips from the
     # text's own (from another video where the video is too short); the others come from another video
