@@ -490,6 +490,9 @@ def leave_one_set_out(media: dict[tuple[str, str], list[dict]]) -> list[dict]:
 
 
 def print_leave_one_set_out(rows: list[dict], preset: dict[str, list[dict]], paper: str) -> bool:
+    if not rows:  # one media set: nothing was left out, so nothing passed
+        print("\nleave one set out needs two media sets or more: --combine the results of the others")
+        return False
     cell = lambda f: f"{f['mean']:.3f} ({f['min']:.3f}-{f['max']:.3f})"  # noqa: E731
     print(
         "\nleave one media set out: the recipe and the template chosen on the other sets' validation videos "
@@ -689,10 +692,8 @@ def main() -> int:
                 (root / "bench_learning.json").write_text(json.dumps(results, indent=2) + "\n")
         media_results = {(r["media_set"], r["recipe"]): r["runs"] for r in results if r.get("kind") == "media"}
         preset = {r["media_set"]: r["runs"] for r in results if r.get("kind") == "preset"}
-        if len({name for name, _ in media_results}) > 1:
+        if media_results:
             passed &= print_leave_one_set_out(leave_one_set_out(media_results), preset, paper)
-        elif media_results:
-            print("\nleave one set out needs two media sets or more: --combine the results of the others")
     (root / "bench_learning.json").write_text(json.dumps(results, indent=2) + "\n")
     print(f"\nresults: {root / 'bench_learning.json'}")
     return 0 if passed else 1

@@ -297,3 +297,8 @@ def test_kept_result_files_combine_once_per_seed_and_name_their_machines(capsys)
     assert "the first kept" in twice and "the first kept" not in once
     # the same table: the repeated file's runs were not counted again
     assert once.split("\nleave one media set out")[1] == twice.split("\nleave one media set out")[1]
+    # one set's files alone leave nothing out: no table, and no PASS
+    one_set = [path for path in kept if path.name.startswith("footage-")]
+    assert bench_learning.combine(one_set) == 1
+    alone = capsys.readouterr().out
+    assert "needs two media sets or more" in alone and "PASS on every" not in alone
