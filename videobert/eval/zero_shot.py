@@ -85,6 +85,7 @@ def initial_model(ev: Evaluator):
             counts,
             max_len=int(train_config.get("max_len", ev.max_len)),
             seed=int(train_config.get("seed", 0)),
+            text_embeddings=train_config.get("text_embeddings", ""),
         )
     except (OSError, ImportError, ValueError) as error:
         return None, [f"initial BERT prior skipped: {str(error).splitlines()[0]}"]
