@@ -426,7 +426,7 @@ def run_media_set(
             quiet,
             asked,
         )
-        yield {**summary, "kind": "media", "media_set": name, "recipe": recipe}
+        yield {**summary, "kind": "media", "media_set": name, "recipe": recipe, "build": build_figures(built)}
     if not preset:
         return
     summary = run_set(
@@ -438,6 +438,18 @@ def run_media_set(
         asked,
     )
     yield {**summary, "kind": "preset", "media_set": name, "recipe": "configs/small.yaml"}
+
+
+def build_figures(built: dict) -> dict:
+    """What the set's build measured before any training (known_answer_media): kept beside its runs, since
+    two builds of one set need not be the same (docs/benchmarks.md, leave one media set out)."""
+    measured = built["measured"]
+    return {
+        "purity": {key: measured["purity"][key] for key in ("pair_purity", "noun_purity", "verb_purity")},
+        "asr": {key: measured["asr"][key] for key in ("wer", "sentences_named")},
+        "segments": measured["segments"],
+        "token_ceiling": measured.get("token_ceiling"),
+    }
 
 
 def _mean(runs: list[dict], split: str, pick) -> float:
@@ -473,9 +485,10 @@ def test_figures(runs: list[dict], template: str) -> dict:
     }
 
 
-def leave_one_set_out(media: dict[tuple[str, str], list[dict]]) -> list[dict]:
+def leave_one_set_out(media: dict[tuple[str, str], list[dict]], builds: dict | None = None) -> list[dict]:
     """For each media set: the (recipe, template) chosen on the other sets' validation videos (the largest
-    smallest validation mean over them), and its test figures on the left-out set."""
+    smallest validation mean over them), and its test figures on the left-out set; with `builds` ((set,
+    recipe) -> build_figures), the most the left-out build's test tokens allow (token_ceiling)."""
     sets = sorted({name for name, _ in media}, key=lambda n: MEDIA_SETS.index(n) if n in MEDIA_SETS else 99)
     recipes = [recipe for recipe in RECIPES if all((name, recipe) in media for name in sets)]
     rows = []
@@ -497,6 +510,7 @@ def leave_one_set_out(media: dict[tuple[str, str], list[dict]]) -> list[dict]:
             "template": template,
             "validation_floor_of_others": best[0],
             **test_figures(media[(left_out, recipe)], template),
+            "token_ceiling": (((builds or {}).get((left_out, recipe)) or {}).get("token_ceiling") or {}).get("test"),
         }
         row["passed"] = all(row[key]["mean"] >= THRESHOLD for key in ("alignment_acc", "verb_top1", "noun_top1"))
         rows.append(row)
@@ -515,20 +529,31 @@ def print_leave_one_set_out(rows: list[dict], preset: dict[str, list[dict]], pap
     )
     print(
         f"  {'left out':<10}{'recipe':<14}{'template':<26}{'alignment':>22}{'unmasked':>22}{'verb top-1':>22}"
-        f"{'noun top-1':>22}{'prior v/n':>12}  verdict"
+        f"{'noun top-1':>22}{'prior v/n':>12}{'ceiling v/n':>13}  verdict"
     )
+    ceiling = lambda c: f"{c['verb']:.2f}/{c['noun']:.2f}" if c else "-"  # noqa: E731
     passed = True
     for row in rows:
         passed &= row["passed"]
         print(
             f"  {row['left_out']:<10}{row['recipe']:<14}{row['template']!r:<26}{cell(row['alignment_acc']):>22}"
             f"{cell(row['alignment_unmasked_acc']):>22}{cell(row['verb_top1']):>22}{cell(row['noun_top1']):>22}"
-            f"{row['verb_prior']['mean']:>6.2f}/{row['noun_prior']['mean']:.2f}  {'PASS' if row['passed'] else 'FAIL'}"
+            f"{row['verb_prior']['mean']:>6.2f}/{row['noun_prior']['mean']:.2f}{ceiling(row['token_ceiling']):>13}"
+            f"  {'PASS' if row['passed'] else 'FAIL'}"
         )
     print(
         f"  (PASS: test alignment, masked as in training, and both top-1 >= {THRESHOLD}, mean over the seeds; "
-        f"unmasked: the same examples with nothing hidden, as a user scores a pair, reported beside it)"
+        f"unmasked: the same examples with nothing hidden, as a user scores a pair, reported beside it; ceiling: "
+        f"the most any answer read from the left-out build's test visual tokens can get right, "
+        f"known_answer_media.token_ceiling)"
     )
+    short = [
+        row["left_out"]
+        for row in rows
+        if row["token_ceiling"] and min(row["token_ceiling"]["verb"], row["token_ceiling"]["noun"]) < THRESHOLD
+    ]
+    if short:
+        print(f"  the visual tokens of {', '.join(short)} cannot reach {THRESHOLD}: no recipe can pass there")
     if preset:
         print("\nwhat a user runs: configs/small.yaml's train section unchanged but for the split, on each set's test")
         print(
@@ -553,6 +578,7 @@ def combine(files: list[Path]) -> int:
     paper = load_config(None, []).eval.zero_shot_template
     by_set: dict[str, list[dict]] = {}
     kinds: dict[str, dict] = {}
+    builds: dict[tuple[str, str], dict] = {}
     for path in files:
         for summary in json.loads(path.read_text()):
             runs = by_set.setdefault(summary["set"], [])
@@ -563,6 +589,8 @@ def combine(files: list[Path]) -> int:
                     continue
                 runs.append(run)
             kinds[summary["set"]] = {key: summary.get(key) for key in ("kind", "media_set", "recipe")}
+            if summary.get("build"):
+                builds[(summary.get("media_set"), summary.get("recipe"))] = summary["build"]
     # the machines the runs were measured on (files of other machines or days can be combined)
     measured_on = sorted({run.get("machine", "not recorded") for runs in by_set.values() for run in runs})
     print(f"measured on: {'; '.join(measured_on)}")
@@ -583,7 +611,7 @@ def combine(files: list[Path]) -> int:
         else:
             passed &= print_summary(summary, paper)
     if media:
-        passed &= print_leave_one_set_out(leave_one_set_out(media), preset, paper)
+        passed &= print_leave_one_set_out(leave_one_set_out(media, builds), preset, paper)
     return 0 if passed else 1
 
 
@@ -720,7 +748,8 @@ def main() -> int:
         media_results = {(r["media_set"], r["recipe"]): r["runs"] for r in results if r.get("kind") == "media"}
         preset = {r["media_set"]: r["runs"] for r in results if r.get("kind") == "preset"}
         if media_results:
-            passed &= print_leave_one_set_out(leave_one_set_out(media_results), preset, paper)
+            builds = {(r["media_set"], r["recipe"]): r.get("build") for r in results if r.get("kind") == "media"}
+            passed &= print_leave_one_set_out(leave_one_set_out(media_results, builds), preset, paper)
     (root / "bench_learning.json").write_text(json.dumps(results, indent=2) + "\n")
     print(f"\nresults: {root / 'bench_learning.json'}")
     return 0 if passed else 1

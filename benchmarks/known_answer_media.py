@@ -898,6 +898,31 @@ def visual_word_purity(clips: list[dict], videos: dict[str, dict]) -> dict:
     }
 
 
+def token_ceiling(align_rows: list[dict], label_rows: list[dict], splits: dict[str, str]) -> dict:
+    """The most a zero-shot answer can get right on each held-out split, by part (verb, noun): zero-shot asks
+    every segment one fixed template, so its answer is a function of the segment's visual tokens alone, and no
+    such function beats naming, for every distinct token sequence, the label most of its segments show (counted
+    on the split itself: an upper bound, not a rule one could learn)."""
+    labels = {(row["video_id"], row["segment_index"]): (row["verb"], row["noun"]) for row in label_rows}
+    ceiling = {}
+    for split in ("validation", "test"):
+        groups: dict[tuple, list[Counter]] = defaultdict(lambda: [Counter(), Counter()])
+        segments = 0
+        for row in align_rows:
+            key = (row["video_id"], row["segment_index"])
+            if splits.get(row["video_id"]) != split or key not in labels:
+                continue
+            segments += 1
+            for part, label in enumerate(labels[key]):
+                groups[tuple(row["visual_ids"])][part][label] += 1
+        ceiling[split] = {
+            part: sum(counters[index].most_common(1)[0][1] for counters in groups.values()) / max(segments, 1)
+            for index, part in enumerate(("verb", "noun"))
+        }
+        ceiling[split]["segments"] = segments
+    return ceiling
+
+
 def asr_against_speech(asr_rows: list[dict], videos: dict[str, dict]) -> dict:
     """The recognised text against what was spoken: word error rate over the set (speech/wer.py), and the
     share of spoken sentences whose verb and noun the recognised text of their step names."""
@@ -959,7 +984,8 @@ def build_known_answer_set(
     plans = plan_videos(videos, steps_per_video, clips_per_step, spoken_share, seed, made_by)
     shown = make_media(root / "media", plans, quiet, made_by)
     by_id = {video["video_id"]: video for video in shown}
-    splits = write_splits(root / "splits.csv", [video["video_id"] for video in shown], video_splits(videos, seed))
+    split_of = dict(zip((video["video_id"] for video in shown), video_splits(videos, seed)))
+    splits = write_splits(root / "splits.csv", list(split_of), list(split_of.values()))
     verbs, nouns, labels = root / "verbs.txt", root / "nouns.txt", root / "labels.csv"
     verbs.write_text("".join(f"{verb}\n" for verb in VERBS))
     nouns.write_text("".join(f"{noun}\n" for noun in NOUNS))
@@ -985,6 +1011,7 @@ def build_known_answer_set(
         "asr": asr_against_speech(_rows(work, "asr", ["video_id", "sentences"]), by_id),
         "segments": dict(Counter(row["kind"] for row in align_rows)),
         "labelled_segments": len(label_rows),
+        "token_ceiling": token_ceiling(align_rows, label_rows, split_of),
     }
     (root / "known_answer.json").write_text(json.dumps({"seed": seed, "videos": shown, "measured": measured}, indent=1))
     return {

@@ -280,6 +280,46 @@ def test_leave_one_set_out_chooses_on_the_other_sets_validation_and_reports_the_
     assert set(rows) == {"patterns", "shapes", "footage"}
 
 
+def test_the_token_ceiling_is_the_most_a_function_of_the_visual_tokens_gets_right(capsys):
+    """A zero-shot answer depends on a segment's visual tokens alone (the template is fixed): segments that
+    share a token sequence but show different verbs cap what any model can get right, and the table says
+    where that cap is under the threshold."""
+    from benchmarks.known_answer_media import token_ceiling
+
+    def segment(video, index, tokens, verb, noun):
+        return {"video_id": video, "segment_index": index, "visual_ids": tokens}, {
+            "video_id": video,
+            "segment_index": index,
+            "verb": verb,
+            "noun": noun,
+        }
+
+    made = [
+        segment("a", 0, [1], "stir", "onion"),
+        segment("a", 1, [1], "stir", "onion"),
+        segment("a", 2, [1], "pour", "onion"),  # the same tokens as two stir segments: one of three is lost
+        segment("a", 3, [2, 3], "cut", "dough"),
+        segment("b", 0, [1], "pour", "sauce"),  # another split
+    ]
+    align_rows, label_rows = [row for row, _ in made], [label for _, label in made]
+    ceiling = token_ceiling(align_rows, label_rows, {"a": "test", "b": "validation"})
+    assert ceiling["test"] == {"verb": pytest.approx(0.75), "noun": 1.0, "segments": 4}
+    assert ceiling["validation"] == {"verb": 1.0, "noun": 1.0, "segments": 1}
+
+    bench_learning = _bench_learning()
+    first = bench_learning.CANDIDATE_TEMPLATES[0]
+    good = (0.95, 0.95, 0.95)
+    media = {
+        (name, "pieces"): [_known_answer_run(s, {first: good}, {first: good}) for s in (0, 1)] for name in ("a", "b")
+    }
+    builds = {("a", "pieces"): {"token_ceiling": ceiling}, ("b", "pieces"): {"token_ceiling": None}}
+    rows = bench_learning.leave_one_set_out(media, builds)
+    assert [row["token_ceiling"] for row in rows] == [ceiling["test"], None]
+    bench_learning.print_leave_one_set_out(rows, {}, first)
+    out = capsys.readouterr().out
+    assert "0.75/1.00" in out and "the visual tokens of a cannot reach 0.9" in out
+
+
 def test_kept_result_files_combine_once_per_seed_and_name_their_machines(capsys):
     """The learning results kept in benchmarks/results/learning combine into the leave-one-set-out table; a
     file given twice (every media run also holds the preset's run of its seed) counts each seed once."""
