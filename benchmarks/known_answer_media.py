@@ -899,27 +899,44 @@ def visual_word_purity(clips: list[dict], videos: dict[str, dict]) -> dict:
 
 
 def token_ceiling(align_rows: list[dict], label_rows: list[dict], splits: dict[str, str]) -> dict:
-    """The most a zero-shot answer can get right on each held-out split, by part (verb, noun): zero-shot asks
-    every segment one fixed template, so its answer is a function of the segment's visual tokens alone, and no
-    such function beats naming, for every distinct token sequence, the label most of its segments show (counted
-    on the split itself: an upper bound, not a rule one could learn)."""
+    """What the visual tokens allow on each held-out split, by part (verb, noun). `verb`, `noun`: the most a
+    zero-shot answer can get right. It asks every segment one fixed template, so its answer is a function of
+    the segment's visual tokens alone, and no such function beats naming, for every distinct token sequence,
+    the label most of its segments show (counted on the split itself: an upper bound, not a rule one could
+    learn). `verb_rule`, `noun_rule`: a rule that can be learnt, each segment named by the vote of its visual
+    words' most common label in the training videos (what those videos' words say, before any model)."""
     labels = {(row["video_id"], row["segment_index"]): (row["verb"], row["noun"]) for row in label_rows}
+    labelled = [row for row in align_rows if (row["video_id"], row["segment_index"]) in labels]
+    owners: dict[int, list[Counter]] = defaultdict(lambda: [Counter(), Counter()])
+    for row in labelled:
+        if splits.get(row["video_id"]) == "train":
+            for token in row["visual_ids"]:
+                for part, label in enumerate(labels[(row["video_id"], row["segment_index"])]):
+                    owners[token][part][label] += 1
+
+    def ruled(tokens, part: int) -> str | None:
+        votes = Counter(owners[token][part].most_common(1)[0][0] for token in tokens if owners[token][part])
+        return votes.most_common(1)[0][0] if votes else None
+
     ceiling = {}
     for split in ("validation", "test"):
         groups: dict[tuple, list[Counter]] = defaultdict(lambda: [Counter(), Counter()])
-        segments = 0
-        for row in align_rows:
-            key = (row["video_id"], row["segment_index"])
-            if splits.get(row["video_id"]) != split or key not in labels:
-                continue
-            segments += 1
-            for part, label in enumerate(labels[key]):
+        right = [0, 0]
+        segments = [row for row in labelled if splits.get(row["video_id"]) == split]
+        for row in segments:
+            for part, label in enumerate(labels[(row["video_id"], row["segment_index"])]):
                 groups[tuple(row["visual_ids"])][part][label] += 1
+                right[part] += ruled(row["visual_ids"], part) == label
+        count = max(len(segments), 1)
         ceiling[split] = {
-            part: sum(counters[index].most_common(1)[0][1] for counters in groups.values()) / max(segments, 1)
-            for index, part in enumerate(("verb", "noun"))
+            **{
+                part: sum(counters[index].most_common(1)[0][1] for counters in groups.values()) / count
+                for index, part in enumerate(("verb", "noun"))
+            },
+            "verb_rule": right[0] / count,
+            "noun_rule": right[1] / count,
+            "segments": len(segments),
         }
-        ceiling[split]["segments"] = segments
     return ceiling
 
 
@@ -1051,6 +1068,12 @@ def describe(built: dict, rows: int = 6) -> str:
         f"ASR: word error rate {asr['wer']:.3f} over {asr['reference_words']} spoken words; "
         f"{asr['sentences_named']:.2f} of {asr['sentences']} spoken sentences heard with their verb and noun"
     )
+    for split, figures in (measured.get("token_ceiling") or {}).items():
+        lines.append(
+            f"{split} ({figures['segments']} labelled segments), verb / noun: at most {figures['verb']:.3f} / "
+            f"{figures['noun']:.3f} for any answer read from the visual tokens; {figures['verb_rule']:.3f} / "
+            f"{figures['noun_rule']:.3f} by each word's most common label in the training videos"
+        )
     labels = {
         (r["video_id"], r["segment_index"]): (r["verb"], r["noun"])
         for r in pa_csv.read_csv(built["labels"]).to_pylist()
