@@ -14,7 +14,9 @@ its answer:
   template (among CANDIDATE_TEMPLATES, wordings no set says) are the pair whose smallest validation mean
   (alignment, verb, noun) over the *other* sets is largest, and the left-out set's test figures of that
   pair are reported. PASS needs every left-out set's test means of alignment (masked, the clean protocol)
-  and both zero-shot top-1 >= THRESHOLD; alignment with nothing masked is printed beside it.
+  and both zero-shot top-1 >= THRESHOLD; alignment with nothing masked is printed beside it, and the most
+  any answer read from the left-out build's test visual tokens can get right (known_answer_media.token_ceiling):
+  a set whose ceiling is under THRESHOLD cannot pass with any recipe.
 - **What a user runs**: configs/small.yaml's train section, unchanged but for the split, on each set,
   its test figures with the preset's own template (the paper's) and with the chosen one, beside the tuned.
 - **Seeds**: every figure is the mean over SEEDS (the model's initialisation, the data order) with its range.
