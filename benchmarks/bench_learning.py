@@ -733,6 +733,13 @@ def main() -> int:
             except media.FootageMissing as error:
                 print(f"\nmedia set {name}: skipped: {error}")
                 continue
+            # what the build can show, read on its validation videos before any training
+            allowed = (built["measured"].get("token_ceiling") or {}).get("validation") or {}
+            if allowed and min(allowed["verb"], allowed["noun"]) < THRESHOLD:
+                print(
+                    f"\nmedia set {name}: its validation videos' visual tokens allow verb / noun top-1 of "
+                    f"{allowed['verb']:.3f} / {allowed['noun']:.3f} at most: this build cannot reach {THRESHOLD}"
+                )
             for summary in run_media_set(
                 name,
                 built,
