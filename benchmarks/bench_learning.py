@@ -454,6 +454,11 @@ def build_figures(built: dict) -> dict:
     }
 
 
+def cannot_reach(ceiling: dict | None) -> bool:
+    """A token ceiling (known_answer_media.token_ceiling, one split) under THRESHOLD for the verb or the noun."""
+    return bool(ceiling) and min(ceiling["verb"], ceiling["noun"]) < THRESHOLD
+
+
 def _mean(runs: list[dict], split: str, pick) -> float:
     return float(np.mean([pick(r[split]) for r in runs]))
 
@@ -505,6 +510,7 @@ def leave_one_set_out(media: dict[tuple[str, str], list[dict]], builds: dict | N
         ]
         best = max(scored, key=lambda row: row[0])  # the first of equals: RECIPES' and the templates' order
         _, recipe, template = best
+        build = (builds or {}).get((left_out, recipe)) or {}
         row = {
             "left_out": left_out,
             "chosen_on": others,
@@ -512,7 +518,7 @@ def leave_one_set_out(media: dict[tuple[str, str], list[dict]], builds: dict | N
             "template": template,
             "validation_floor_of_others": best[0],
             **test_figures(media[(left_out, recipe)], template),
-            "token_ceiling": (((builds or {}).get((left_out, recipe)) or {}).get("token_ceiling") or {}).get("test"),
+            "token_ceiling": (build.get("token_ceiling") or {}).get("test"),
         }
         row["passed"] = all(row[key]["mean"] >= THRESHOLD for key in ("alignment_acc", "verb_top1", "noun_top1"))
         rows.append(row)
@@ -549,11 +555,7 @@ def print_leave_one_set_out(rows: list[dict], preset: dict[str, list[dict]], pap
         f"the most any answer read from the left-out build's test visual tokens can get right, "
         f"known_answer_media.token_ceiling)"
     )
-    short = [
-        row["left_out"]
-        for row in rows
-        if row["token_ceiling"] and min(row["token_ceiling"]["verb"], row["token_ceiling"]["noun"]) < THRESHOLD
-    ]
+    short = [row["left_out"] for row in rows if cannot_reach(row["token_ceiling"])]
     if short:
         print(f"  the visual tokens of {', '.join(short)} cannot reach {THRESHOLD}: no recipe can pass there")
     if preset:
@@ -734,8 +736,8 @@ def main() -> int:
                 print(f"\nmedia set {name}: skipped: {error}")
                 continue
             # what the build can show, read on its validation videos before any training
-            allowed = (built["measured"].get("token_ceiling") or {}).get("validation") or {}
-            if allowed and min(allowed["verb"], allowed["noun"]) < THRESHOLD:
+            allowed = (built["measured"].get("token_ceiling") or {}).get("validation")
+            if cannot_reach(allowed):
                 print(
                     f"\nmedia set {name}: its validation videos' visual tokens allow verb / noun top-1 of "
                     f"{allowed['verb']:.3f} / {allowed['noun']:.3f} at most: this build cannot reach {THRESHOLD}"

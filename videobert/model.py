@@ -19,6 +19,7 @@ Initialisation (`build_model`), following the paper:
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 from pathlib import Path
 
@@ -93,24 +94,32 @@ class VideoBert(nn.Module):
         return model.to(device), info
 
 
-def projected_rows(rows: np.ndarray, used: np.ndarray, hidden_size: int, target_norm: float) -> np.ndarray:
-    """(len(rows), hidden_size) embedding rows: `rows` as they are when they are `hidden_size` wide, else their
-    projection on the top principal components of the `used` rows; scaled by one factor so the used rows'
-    mean norm is `target_norm`; the unused rows set to the used rows' mean."""
+def principal_projection(rows: np.ndarray, used: np.ndarray, hidden_size: int) -> tuple[np.ndarray, float]:
+    """(`rows` as float64, as they are when they are `hidden_size` wide, else projected on the top principal
+    components of the `used` rows; the share of the used rows' variance those components keep)."""
     if not used.any():
         raise ValueError("no row to take the embeddings from")
     rows = rows.astype(np.float64)
-    if hidden_size != rows.shape[1]:
-        mean = rows[used].mean(axis=0)
-        _, _, components = np.linalg.svd(rows[used] - mean, full_matrices=False)
-        components = components[:hidden_size]
-        # an SVD's signs are arbitrary: fix them so the projection is the same on every machine
-        pivots = np.abs(components).argmax(axis=1)
-        components *= np.sign(components[np.arange(len(components)), pivots])[:, None]
-        projected = (rows - mean) @ components.T
-        # fewer used rows than hidden dimensions: the remaining dimensions stay 0
-        rows = np.zeros((len(rows), hidden_size))
-        rows[:, : projected.shape[1]] = projected
+    if hidden_size == rows.shape[1]:
+        return rows, 1.0
+    mean = rows[used].mean(axis=0)
+    _, singular, components = np.linalg.svd(rows[used] - mean, full_matrices=False)
+    kept = float((singular[:hidden_size] ** 2).sum() / (singular**2).sum())
+    components = components[:hidden_size]
+    # an SVD's signs are arbitrary: fix them so the projection is the same on every machine
+    pivots = np.abs(components).argmax(axis=1)
+    components *= np.sign(components[np.arange(len(components)), pivots])[:, None]
+    projected = (rows - mean) @ components.T
+    # fewer used rows than hidden dimensions: the remaining dimensions stay 0
+    rows = np.zeros((len(rows), hidden_size))
+    rows[:, : projected.shape[1]] = projected
+    return rows, kept
+
+
+def scaled_rows(rows: np.ndarray, used: np.ndarray, target_norm: float) -> np.ndarray:
+    """float32 `rows` scaled by one factor so the used rows' mean norm is `target_norm`; the unused rows set to
+    the used rows' mean."""
+    rows = rows.copy()
     norm = np.linalg.norm(rows[used], axis=1).mean()
     if norm > 0:
         rows *= target_norm / norm
@@ -122,9 +131,10 @@ def visual_embedding_rows(
     centroids: np.ndarray, counts: np.ndarray, hidden_size: int, target_norm: float
 ) -> np.ndarray:
     """(num_leaves, hidden_size) rows for the visual words from the leaf centroids (see module doc)."""
-    if not (counts > 0).any():
+    used = counts > 0
+    if not used.any():
         raise ValueError("the codebook has no non-empty leaf")
-    return projected_rows(centroids, counts > 0, hidden_size, target_norm)
+    return scaled_rows(principal_projection(centroids, used, hidden_size)[0], used, target_norm)
 
 
 @contextlib.contextmanager
@@ -243,27 +253,29 @@ def build_model(
     return model, notes
 
 
+@functools.lru_cache(maxsize=2)
+def _word_rows(spec: str, width: int) -> tuple[np.ndarray, float, int]:
+    """`spec`'s word embeddings projected to `width` (principal_projection) and their own width, loaded and
+    decomposed once per process: zero-shot rebuilds the initial model for every template it is asked."""
+    pretrained, _ = _load_pretrained(spec, "train.text_embeddings")
+    rows = pretrained.bert.embeddings.word_embeddings.weight.detach().double().numpy()
+    del pretrained
+    return (*principal_projection(rows, np.ones(len(rows), bool), width), rows.shape[1])
+
+
 def _text_rows_from(spec: str, initial: torch.Tensor) -> tuple[torch.Tensor, str]:
     """The text rows from `spec`'s word embeddings, projected to the initial rows' width and scaled to
     their mean norm (so a random preset's balance of word and position embeddings stays as it was)."""
-    key = "train.text_embeddings"
-    pretrained, _ = _load_pretrained(spec, key)
-    rows = pretrained.bert.embeddings.word_embeddings.weight.detach().double().numpy()
-    del pretrained
+    width = initial.shape[1]
+    rows, kept, original = _word_rows(spec, width)
     if rows.shape[0] != initial.shape[0]:
         raise ValueError(
-            f"{key} {spec!r} has {rows.shape[0]} word pieces but the tokenizer (align.tokenizer) has {initial.shape[0]}"
+            f"train.text_embeddings {spec!r} has {rows.shape[0]} word pieces but the tokenizer (align.tokenizer) "
+            f"has {initial.shape[0]}"
         )
-    width = initial.shape[1]
     target = float(initial.norm(dim=1).mean())
-    projected = projected_rows(rows, np.ones(len(rows), bool), width, target)
-    if width == rows.shape[1]:
-        how = "as they are"
-    else:
-        centred = rows - rows.mean(axis=0)
-        singular = np.linalg.svd(centred, compute_uv=False)
-        kept = float((singular[:width] ** 2).sum() / (singular**2).sum())
-        how = f"PCA from {rows.shape[1]} to {width} dims, {kept:.0%} of their variance"
+    projected = scaled_rows(rows, np.ones(len(rows), bool), target)
+    how = "as they are" if width == original else f"PCA from {original} to {width} dims, {kept:.0%} of their variance"
     return torch.from_numpy(projected), f"text rows from {spec}'s word embeddings ({how}, scaled to norm {target:.3f})"
 
 
