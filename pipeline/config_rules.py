@@ -126,13 +126,15 @@ def weights_of(name: str):
     return rule
 
 
-def masks(count: int, what: str, name: str):
-    """A template must hold `count` [MASK] (at least one when count is 0)."""
+def masks(count: int, what: str, name: str, each: bool = False):
+    """A template (with `each`, every template of a list) must hold `count` [MASK] (at least one when count
+    is 0)."""
 
     def rule(e, prefix: str) -> None:
-        template = getattr(e, name)
-        if (template.count("[MASK]") != count) if count else ("[MASK]" not in template):
-            raise ConfigError(f"config error: {prefix}{name} must hold {what} (got {template!r})")
+        templates = getattr(e, name) if each else [getattr(e, name)]
+        for template in templates:
+            if (template.count("[MASK]") != count) if count else ("[MASK]" not in template):
+                raise ConfigError(f"config error: {prefix}{name} must hold {what} (got {template!r})")
 
     return rule
 

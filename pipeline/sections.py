@@ -76,6 +76,11 @@ class EvalConfig:
         "now let me show you how to [MASK] the [MASK]",
         rule=rules.masks(2, "two [MASK] (verb, noun)", "zero_shot_template"),
     )
+    # more such sentences: each candidate's probability at a slot is the mean over these and
+    # zero_shot_template (prompt ensembling), so the answer leans less on one wording
+    zero_shot_ensemble: list[str] = setting(
+        factory=list, rule=rules.masks(2, "two [MASK] (verb, noun)", "zero_shot_ensemble", each=True)
+    )
     # the text beside a segment's visual words whose outputs make its VideoBERT features (the probe, captioning)
     features_template: str = setting(
         "now let's [MASK] the [MASK] to the [MASK], and then [MASK] the [MASK].",

@@ -221,11 +221,13 @@ def _bench_learning():
     return bench_learning
 
 
-def _known_answer_run(seed: int, validation: dict, test: dict) -> dict:
+def _known_answer_run(seed: int, validation: dict, test: dict, templates=None) -> dict:
     """One seed's figures as bench_learning.run_seed records them: per split the alignment and, for every
-    candidate template, the zero-shot top-1 (`validation` / `test`: {template: (alignment, verb, noun)},
-    templates not named at 0.5 each)."""
+    candidate template (`templates`; by default the single templates, as runs from before the ensemble), the
+    zero-shot top-1 (`validation` / `test`: {template: (alignment, verb, noun)}, templates not named at 0.5
+    each)."""
     bench_learning = _bench_learning()
+    templates = templates or bench_learning.CANDIDATE_TEMPLATES
 
     def split(figures: dict) -> dict:
         alignment = next(iter(figures.values()))[0]
@@ -237,7 +239,7 @@ def _known_answer_run(seed: int, validation: dict, test: dict) -> dict:
                     "videobert": dict(zip(("verb", "noun"), figures.get(template, (0, 0.5, 0.5))[1:])),
                     "text_only_prior": {"verb": 0.25, "noun": 0.25},
                 }
-                for template in bench_learning.CANDIDATE_TEMPLATES
+                for template in templates
             },
         }
 
@@ -278,6 +280,34 @@ def test_leave_one_set_out_chooses_on_the_other_sets_validation_and_reports_the_
     assert patterns["noun_top1"] == pytest.approx({"mean": 0.86, "min": 0.85, "max": 0.87})
     assert patterns["passed"] is False  # noun 0.86 < 0.9, though the recipe not chosen gives 0.95 on its test
     assert set(rows) == {"patterns", "shapes", "footage"}
+
+
+def test_the_ensemble_is_a_candidate_where_every_set_was_asked_it(capsys):
+    """The averaged templates (ENSEMBLE) compete like any template, chosen on the other sets' validation; a
+    set whose runs were kept from before it existed was never asked it, so then it is not chosen."""
+    bench_learning = _bench_learning()
+    first, ensemble = bench_learning.CANDIDATE_TEMPLATES[0], bench_learning.ENSEMBLE
+    every = bench_learning.CANDIDATES
+    good, fair = (0.95, 0.95, 0.95), (0.91, 0.91, 0.91)
+
+    def runs(templates=every):
+        return [
+            _known_answer_run(s, {ensemble: good, first: fair}, {ensemble: good, first: fair}, templates)
+            for s in (0, 1)
+        ]
+
+    media = {(name, "pieces"): runs() for name in ("patterns", "shapes", "footage")}
+    rows = bench_learning.leave_one_set_out(media)
+    assert {row["template"] for row in rows} == {ensemble}
+    assert all(row["verb_top1"]["mean"] == pytest.approx(0.95) for row in rows)
+    assert bench_learning.offered(media[("patterns", "pieces")]) == list(every)
+
+    media[("footage", "pieces")] = runs(bench_learning.CANDIDATE_TEMPLATES)  # kept from before the ensemble
+    rows = bench_learning.leave_one_set_out(media)
+    assert {row["template"] for row in rows} == {first}
+    assert bench_learning.offered(media[("footage", "pieces")]) == list(bench_learning.CANDIDATE_TEMPLATES)
+    bench_learning.print_leave_one_set_out(rows, {"footage": media[("footage", "pieces")]}, first)
+    assert "PASS on every left-out set" in capsys.readouterr().out
 
 
 def test_the_token_ceiling_is_the_most_a_function_of_the_visual_tokens_gets_right(capsys):

@@ -12,7 +12,7 @@ import pytest
 import torch
 from test_videobert import TOKENIZER_SPEC, config, tiny_checkpoint
 
-from pipeline.config import load_config
+from pipeline.config import ConfigError, load_config
 from pipeline.tokenizer import encode, load_tokenizer
 from videobert.data import assemble
 from videobert.eval import evaluate, verb_noun_labels, zero_shot, zero_shot_scoring
@@ -112,6 +112,26 @@ def test_scores_are_float32_whatever_the_training_precision(quick_dir, tmp_path)
     _, autocast_logits, _ = ev16.forward(example, [where["verb"] + where["noun"]])
     _, float_logits, _ = ev16.forward(example, [where["verb"] + where["noun"]], float32=True)
     assert not torch.equal(autocast_logits, float_logits)
+
+
+def test_an_ensemble_averages_the_templates_probabilities(quick_dir, tmp_path):
+    """eval.zero_shot_ensemble: a word's probability at a slot is its mean over the templates; one template
+    alone scores as before; a sentence without two [MASK] stops at load, naming the key."""
+    other = "so we [MASK] the [MASK]."
+    ev, scorer, _ = scorer_of(quick_dir, tmp_path)
+    cfg = config(quick_dir, *lists(tmp_path, ("cut", "whisk"), SPLIT_NOUNS), f"eval.zero_shot_ensemble=[{other!r}]")
+    assert zero_shot.templates(cfg.eval) == [cfg.eval.zero_shot_template, other]
+    second = zero_shot_scoring.Scorer(ev, other, scorer.slots["verb"], scorer.slots["noun"])
+    video = np.array([0, 4, 1, 5, 2, 6], dtype=np.int64)
+    alone, asked_otherwise = scorer.score([video]), second.score([video])
+    both = zero_shot.Ensemble([scorer, second]).score([video])
+    for part in ("verb", "noun"):
+        mean = (np.exp(alone[part].astype(np.float64)) + np.exp(asked_otherwise[part].astype(np.float64))) / 2
+        assert np.allclose(np.exp(both[part].astype(np.float64)), mean, rtol=1e-5)
+        assert not np.allclose(alone[part], asked_otherwise[part])  # the two wordings do differ
+        assert np.array_equal(zero_shot.Ensemble([scorer]).score([video])[part], alone[part])
+    with pytest.raises(ConfigError, match=r"eval\.zero_shot_ensemble must hold two \[MASK\]"):
+        load_config(None, ["eval.zero_shot_ensemble=['so we [MASK] it']"])
 
 
 def test_a_prediction_is_right_when_it_is_any_of_the_labels(tmp_path):

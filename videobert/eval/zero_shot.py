@@ -1,7 +1,9 @@
 """Zero-shot verb and noun classification, as in the VideoBERT paper (section 4.2).
 
 Each evaluation segment is fed as `[CLS] <eval.zero_shot_template> [>] visual tokens [SEP]` ("now let me
-show you how to [MASK] the [MASK]"); the verb is read at the first [MASK], the noun at the second. This file
+show you how to [MASK] the [MASK]"); the verb is read at the first [MASK], the noun at the second. With
+`eval.zero_shot_ensemble` it is asked with each of those sentences too, and a word's probability is the mean
+over them. This file
 holds the run, its segments, the initial BERT and the report; the candidates and their scoring are in
 videobert/eval/zero_shot_scoring.py, the word lists, labels and accuracy in videobert/eval/verb_noun_labels.py.
 
@@ -134,6 +136,31 @@ def validation_videos(ev: Evaluator, which: str = "validation") -> list[str]:
 # ---------------------------------------------------------------- the run
 
 
+def templates(e) -> list[str]:
+    """The sentences a segment is asked with: eval.zero_shot_template, then eval.zero_shot_ensemble's."""
+    return list(dict.fromkeys([e.zero_shot_template, *e.zero_shot_ensemble]))
+
+
+class Ensemble:
+    """Several templates' scorers as one: a candidate's log-probability at a slot is the log of its mean
+    probability over the templates (each normalised over the text vocabulary), so one wording's quirk moves
+    the answer by a share, not wholly (prompt ensembling, as CLIP averages its prompts)."""
+
+    def __init__(self, scorers: list[Scorer]):
+        self.scorers = scorers
+
+    def score(self, videos, model=None) -> dict[str, np.ndarray]:
+        if len(self.scorers) == 1:
+            return self.scorers[0].score(videos, model=model)
+        each = [scorer.score(videos, model=model) for scorer in self.scorers]
+        return {
+            part: (np.logaddexp.reduce(np.stack([s[part] for s in each]), axis=0) - np.log(len(each))).astype(
+                np.float32
+            )
+            for part in each[0]
+        }
+
+
 def zero_shot(cfg: Config, work_dir: Path, checkpoint: str | Path | None = None, quiet: bool = False) -> dict:
     """Zero-shot verb and noun classification per segment; returns the report written to zero_shot.json."""
     work_dir = WorkDir(work_dir).root
@@ -148,7 +175,7 @@ def zero_shot(cfg: Config, work_dir: Path, checkpoint: str | Path | None = None,
     verb_candidates, verb_split = make_candidates(ev.tokenizer, verbs, open_vocabulary)
     noun_candidates, noun_split = make_candidates(ev.tokenizer, nouns, open_vocabulary)
     slots = {"verb": verb_candidates, "noun": noun_candidates}
-    scorer = Scorer(ev, e.zero_shot_template, verb_candidates, noun_candidates)
+    scorer = Ensemble([Scorer(ev, t, verb_candidates, noun_candidates) for t in templates(e)])
 
     priors = {"text_only_prior": rankings(scorer.score(None), slots, e.rankings)}
     initial, initial_notes = initial_model(ev)
@@ -207,7 +234,7 @@ def zero_shot(cfg: Config, work_dir: Path, checkpoint: str | Path | None = None,
                 (f"{part}_scores_{mode}", pa.list_(pa.float32())),
             ]
     how = {
-        "template": e.zero_shot_template,
+        "template": " | ".join(templates(e)),
         "rankings": ",".join(e.rankings),
         "precision": "float32",
         "segments": e.segments,
@@ -226,6 +253,7 @@ def zero_shot(cfg: Config, work_dir: Path, checkpoint: str | Path | None = None,
         "checkpoint": str(ev.path),
         "step": ev.info.get("step"),
         "template": e.zero_shot_template,
+        "ensemble": list(e.zero_shot_ensemble),
         "init_checkpoint": ev.info.get("init_checkpoint"),
         "precision": "float32",
         "segment_source": e.segments,
