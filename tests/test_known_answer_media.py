@@ -178,3 +178,18 @@ def test_the_generators_show_and_say_the_same_pairs_another_way(tmp_path):
         for second in names[index + 1 :]:
             difference = float(np.abs(frames[first] - frames[second]).mean())
             assert difference > 10, f"{first} and {second} draw alike (mean absolute difference {difference:.1f})"
+
+
+def test_the_shapes_hatching_moves_with_the_shape():
+    # the random S3D sees texture far more than outline: each verb must move the hatching inside the shape
+    # (drawn fixed to the screen, the hatching of a pixel inside the shape in two frames never changed, and
+    # stir clips were read as another verb)
+    grid, look = kam._grid(), kam.Look((0, 0, 0), 1.0, 1.0, 0.3)
+    for verb in kam.VERBS:
+        for noun in kam.NOUNS:
+            step = kam.Step(verb, noun, 0.0, 3.0)
+            first, later = (kam.draw_shape(step, t, look, grid).astype(int) for t in (0.1, 0.1 + kam.CLIP_S / 4))
+            ground = first[0, 0]
+            inside = (np.abs(first - ground).sum(-1) > 0) & (np.abs(later - ground).sum(-1) > 0)
+            changed = (np.abs(first - later).sum(-1) > 0)[inside].mean()
+            assert inside.sum() > 1000 and changed > 0.2, f"{verb} {noun}: {changed:.2f} of the shape's pixels changed"
