@@ -608,9 +608,15 @@ def combine(files: list[Path]) -> int:
         for summary in json.loads(path.read_text()):
             runs = by_set.setdefault(summary["set"], [])
             for run in summary["runs"]:
-                # every media run also runs the preset: two files of one set and seed hold it twice
-                if any(r["seed"] == run["seed"] for r in runs):
-                    print(f"{summary['set']}: seed {run['seed']} in more than one file, the first kept ({path})")
+                # every media run also runs the preset: two files of one set and seed hold it twice. The copy
+                # asked more templates is kept (a rerun asked a candidate added since), else the first
+                same = next((index for index, r in enumerate(runs) if r["seed"] == run["seed"]), None)
+                if same is not None:
+                    if len(run["test"]["zero_shot"]) > len(runs[same]["test"]["zero_shot"]):
+                        runs[same] = run
+                        print(f"{summary['set']}: seed {run['seed']} in more than one file, kept from {path}")
+                    else:
+                        print(f"{summary['set']}: seed {run['seed']} in more than one file, the first kept ({path})")
                     continue
                 runs.append(run)
             kinds[summary["set"]] = {key: summary.get(key) for key in ("kind", "media_set", "recipe")}

@@ -310,6 +310,27 @@ def test_the_ensemble_is_a_candidate_where_every_set_was_asked_it(capsys):
     assert "PASS on every left-out set" in capsys.readouterr().out
 
 
+def test_of_two_copies_of_a_run_the_one_asked_more_templates_is_kept(tmp_path, capsys):
+    """A kept preset run rerun to be asked the ensemble, beside its earlier copy: the rerun counts, whichever
+    file comes first; two equal copies keep the first."""
+    bench_learning = _bench_learning()
+    earlier = json.loads((REPO / "benchmarks" / "results" / "learning" / "footage-pieces-s0.json").read_text())
+    preset = [summary for summary in earlier if summary.get("kind") == "preset"]
+    rerun = json.loads(json.dumps(preset))
+    for run in rerun[0]["runs"]:
+        for split in ("validation", "test"):
+            run[split]["zero_shot"].setdefault(
+                bench_learning.ENSEMBLE, run[split]["zero_shot"][bench_learning.CANDIDATE_TEMPLATES[0]]
+            )
+    files = [tmp_path / "earlier.json", tmp_path / "rerun.json"]
+    files[0].write_text(json.dumps(preset))
+    files[1].write_text(json.dumps(rerun))
+    bench_learning.combine(files)
+    assert f"seed 0 in more than one file, kept from {files[1]}" in capsys.readouterr().out
+    bench_learning.combine([files[0], files[0]])
+    assert "the first kept" in capsys.readouterr().out
+
+
 def test_the_token_ceiling_is_the_most_a_function_of_the_visual_tokens_gets_right(capsys):
     """A zero-shot answer depends on a segment's visual tokens alone (the template is fixed): segments that
     share a token sequence but show different verbs cap what any model can get right, and the table says
