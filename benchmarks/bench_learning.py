@@ -11,7 +11,8 @@ its answer:
 - **Leave one set out** (the media sets, known_answer_media.GENERATORS: patterns, shapes, footage; they
   differ in their pictures, voices, carrier phrases, background sound and step lengths): every media set is
   trained with every recipe of RECIPES over SEEDS; for each set in turn, the recipe and the zero-shot
-  template (among CANDIDATE_TEMPLATES, wordings no set says) are the pair whose smallest validation mean
+  template (among CANDIDATES: the CANDIDATE_TEMPLATES, wordings no set says, and ENSEMBLE, all of them asked
+  together) are the pair whose smallest validation mean
   (alignment, verb, noun) over the *other* sets is largest, and the left-out set's test figures of that
   pair are reported. PASS needs every left-out set's test means of alignment (masked, the clean protocol)
   and both zero-shot top-1 >= THRESHOLD; alignment with nothing masked is printed beside it, and the most
