@@ -124,12 +124,12 @@ def test_an_ensemble_averages_the_templates_probabilities(quick_dir, tmp_path):
     second = zero_shot_scoring.Scorer(ev, other, scorer.slots["verb"], scorer.slots["noun"])
     video = np.array([0, 4, 1, 5, 2, 6], dtype=np.int64)
     alone, asked_otherwise = scorer.score([video]), second.score([video])
-    both = zero_shot.Ensemble([scorer, second]).score([video])
+    both = zero_shot_scoring.Ensemble([scorer, second]).score([video])
     for part in ("verb", "noun"):
         mean = (np.exp(alone[part].astype(np.float64)) + np.exp(asked_otherwise[part].astype(np.float64))) / 2
         assert np.allclose(np.exp(both[part].astype(np.float64)), mean, rtol=1e-5)
         assert not np.allclose(alone[part], asked_otherwise[part])  # the two wordings do differ
-        assert np.array_equal(zero_shot.Ensemble([scorer]).score([video])[part], alone[part])
+        assert np.array_equal(zero_shot_scoring.Ensemble([scorer]).score([video])[part], alone[part])
     with pytest.raises(ConfigError, match=r"eval\.zero_shot_ensemble must hold two \[MASK\]"):
         load_config(None, ["eval.zero_shot_ensemble=['so we [MASK] it']"])
 

@@ -1,11 +1,11 @@
 """Zero-shot verb and noun classification, as in the VideoBERT paper (section 4.2).
 
 Each evaluation segment is fed as `[CLS] <eval.zero_shot_template> [>] visual tokens [SEP]` ("now let me
-show you how to [MASK] the [MASK]"); the verb is read at the first [MASK], the noun at the second. With
-`eval.zero_shot_ensemble` it is asked with each of those sentences too, and a word's probability is the mean
-over them. This file
-holds the run, its segments, the initial BERT and the report; the candidates and their scoring are in
-videobert/eval/zero_shot_scoring.py, the word lists, labels and accuracy in videobert/eval/verb_noun_labels.py.
+show you how to [MASK] the [MASK]"); the verb is read at the first [MASK], the noun at the second; with
+`eval.zero_shot_ensemble` it is asked with each of those sentences too, and a word's probability is its mean
+over them. This file holds the run, its segments, the initial BERT and the report; the candidates and their
+scoring (with the ensemble's mean) are in videobert/eval/zero_shot_scoring.py, the word lists, labels and
+accuracy in videobert/eval/verb_noun_labels.py.
 
 - **Candidates.** `open` ranking (the paper's): every word of the WordPiece vocabulary competes: each
   whole-word piece made of letters (no `##` continuation, no [special], no digit or punctuation), plus every
@@ -50,7 +50,7 @@ from pipeline.progress import Progress
 from schemas.metadata import Provenance
 from videobert.eval.evaluate import Evaluator, batched
 from videobert.eval.verb_noun_labels import PARTS, accuracy, chance, format_cell, read_labels, read_word_list
-from videobert.eval.zero_shot_scoring import Scorer, make_candidates, rankings
+from videobert.eval.zero_shot_scoring import Ensemble, Scorer, make_candidates, rankings
 from videobert.model import build_model
 
 ROWS = (
@@ -139,26 +139,6 @@ def validation_videos(ev: Evaluator, which: str = "validation") -> list[str]:
 def templates(e) -> list[str]:
     """The sentences a segment is asked with: eval.zero_shot_template, then eval.zero_shot_ensemble's."""
     return list(dict.fromkeys([e.zero_shot_template, *e.zero_shot_ensemble]))
-
-
-class Ensemble:
-    """Several templates' scorers as one: a candidate's log-probability at a slot is the log of its mean
-    probability over the templates (each normalised over the text vocabulary), so one wording's quirk moves
-    the answer by a share, not wholly (prompt ensembling, as CLIP averages its prompts)."""
-
-    def __init__(self, scorers: list[Scorer]):
-        self.scorers = scorers
-
-    def score(self, videos, model=None) -> dict[str, np.ndarray]:
-        if len(self.scorers) == 1:
-            return self.scorers[0].score(videos, model=model)
-        each = [scorer.score(videos, model=model) for scorer in self.scorers]
-        return {
-            part: (np.logaddexp.reduce(np.stack([s[part] for s in each]), axis=0) - np.log(len(each))).astype(
-                np.float32
-            )
-            for part in each[0]
-        }
 
 
 def zero_shot(cfg: Config, work_dir: Path, checkpoint: str | Path | None = None, quiet: bool = False) -> dict:

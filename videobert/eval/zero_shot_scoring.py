@@ -1,7 +1,8 @@
 """The candidates and scoring of zero-shot classification (zero_shot.py): the words that compete at the verb
 and the noun slot of the template (the whole-word pieces of the WordPiece vocabulary and the list words, or
 the list words alone), their log-probabilities from float32 forward passes (a word of p pieces scored with p
-[MASK]s at its slot, by the sum of its pieces' log-probabilities), and each row's top words per ranking."""
+[MASK]s at its slot, by the sum of its pieces' log-probabilities; with several templates, the log of the
+mean probability over them), and each row's top words per ranking."""
 
 from __future__ import annotations
 
@@ -173,6 +174,26 @@ def _top(scores: np.ndarray, words: list[str], subset: np.ndarray | None = None)
     order = np.argsort(-scores, axis=1, kind="stable")[:, :TOP_K]
     index = subset if subset is not None else np.arange(scores.shape[1])
     return [([words[index[i]] for i in row], [float(scores[r, i]) for i in row]) for r, row in enumerate(order)]
+
+
+class Ensemble:
+    """Several templates' scorers as one: a candidate's log-probability at a slot is the log of its mean
+    probability over the templates (each normalised over the text vocabulary), so one wording's quirk moves
+    the answer by a share, not wholly (prompt ensembling, as CLIP averages its prompts)."""
+
+    def __init__(self, scorers: list[Scorer]):
+        self.scorers = scorers
+
+    def score(self, videos, model=None) -> dict[str, np.ndarray]:
+        if len(self.scorers) == 1:
+            return self.scorers[0].score(videos, model=model)
+        each = [scorer.score(videos, model=model) for scorer in self.scorers]
+        return {
+            part: (np.logaddexp.reduce(np.stack([s[part] for s in each]), axis=0) - np.log(len(each))).astype(
+                np.float32
+            )
+            for part in each[0]
+        }
 
 
 def rankings(scores: dict[str, np.ndarray], slots: dict[str, Candidates], modes) -> dict:
