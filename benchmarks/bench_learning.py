@@ -212,10 +212,8 @@ def top1(closed: dict, row: str) -> dict:
 
 def zero_shot_on(cfg, work: Path, template: str, videos: str) -> dict:
     """Closed-set top-1 of VideoBERT and of the text-only prior with `template` on the `videos` split."""
-    asked = (template, []) if template != ENSEMBLE else (CANDIDATE_TEMPLATES[0], list(CANDIDATE_TEMPLATES[1:]))
-    other = replace(
-        cfg, eval=replace(cfg.eval, zero_shot_template=asked[0], zero_shot_ensemble=asked[1], videos=videos)
-    )
+    first, more = (template, []) if template != ENSEMBLE else (CANDIDATE_TEMPLATES[0], list(CANDIDATE_TEMPLATES[1:]))
+    other = replace(cfg, eval=replace(cfg.eval, zero_shot_template=first, zero_shot_ensemble=more, videos=videos))
     report = zero_shot.zero_shot(other, work, quiet=True)
     closed = report["results"]["closed"]
     return {
@@ -513,6 +511,10 @@ def leave_one_set_out(media: dict[tuple[str, str], list[dict]], builds: dict | N
     recipe) -> build_figures), the most the left-out build's test tokens allow (token_ceiling)."""
     sets = sorted({name for name, _ in media}, key=lambda n: MEDIA_SETS.index(n) if n in MEDIA_SETS else 99)
     recipes = [recipe for recipe in RECIPES if all((name, recipe) in media for name in sets)]
+    # the candidates every set's runs of a recipe were asked
+    asked = {
+        recipe: [t for t in CANDIDATES if all(t in offered(media[(n, recipe)]) for n in sets)] for recipe in recipes
+    }
     rows = []
     for left_out in sets:
         others = [name for name in sets if name != left_out]
@@ -521,8 +523,7 @@ def leave_one_set_out(media: dict[tuple[str, str], list[dict]], builds: dict | N
         scored = [
             (min(validation_floor(media[(other, recipe)], template) for other in others), recipe, template)
             for recipe in recipes
-            for template in CANDIDATES
-            if all(template in offered(media[(name, recipe)]) for name in sets)
+            for template in asked[recipe]
         ]
         best = max(scored, key=lambda row: row[0])  # the first of equals: RECIPES' and the templates' order
         _, recipe, template = best
@@ -583,15 +584,13 @@ def print_leave_one_set_out(rows: list[dict], preset: dict[str, list[dict]], pap
         chosen = {row["left_out"]: row["template"] for row in rows}
         for name, runs in preset.items():
             own, template = test_figures(runs, paper), chosen.get(name, CANDIDATE_TEMPLATES[0])
-            # runs kept from before a candidate existed were not asked it
-            tuned = (
-                [cell(f) for f in map(test_figures(runs, template).get, ("verb_top1", "noun_top1"))]
-                if (template in offered(runs))
-                else ["not asked"] * 2
-            )
+            verb = noun = "not asked"  # runs kept from before a candidate existed were not asked it
+            if template in offered(runs):
+                tuned = test_figures(runs, template)
+                verb, noun = cell(tuned["verb_top1"]), cell(tuned["noun_top1"])
             print(
                 f"  {name:<10}{cell(own['alignment_acc']):>22}{cell(own['verb_top1']):>24}{cell(own['noun_top1']):>24}"
-                f"{tuned[0]:>22}{tuned[1]:>22}"
+                f"{verb:>22}{noun:>22}"
             )
     failed = [row["left_out"] for row in rows if not row["passed"]]
     print(f"  leave one set out: {'FAIL on ' + ', '.join(failed) if failed else 'PASS on every left-out set'}")

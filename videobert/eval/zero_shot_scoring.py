@@ -185,8 +185,7 @@ class Ensemble:
         self.scorers = scorers
 
     def score(self, videos, model=None) -> dict[str, np.ndarray]:
-        if len(self.scorers) == 1:
-            return self.scorers[0].score(videos, model=model)
+        # one scorer: its own scores, bit for bit (the log of a mean of one)
         each = [scorer.score(videos, model=model) for scorer in self.scorers]
         return {
             part: (np.logaddexp.reduce(np.stack([s[part] for s in each]), axis=0) - np.log(len(each))).astype(
