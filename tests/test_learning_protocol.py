@@ -282,6 +282,19 @@ def test_leave_one_set_out_chooses_on_the_other_sets_validation_and_reports_the_
     assert set(rows) == {"patterns", "shapes", "footage"}
 
 
+def test_every_recipe_loads_and_says_what_it_changes():
+    """Each candidate recipe is settings over the media sets' base: every one loads (a mistaken key stops here,
+    not minutes into a run), and no two recipes are the same training."""
+    bench_learning = _bench_learning()
+    loaded = {}
+    for name, recipe in bench_learning.RECIPES.items():
+        cfg = load_config(None, [*bench_learning.TRAIN_SETTINGS, *recipe["settings"]])
+        loaded[name] = (recipe["steps"], cfg.train)
+    assert len({repr(value) for value in loaded.values()}) == len(loaded)
+    assert loaded["words+context+subsample"][1].max_subsample_step == 2
+    assert loaded["words+context"][1].max_subsample_step == 1
+
+
 def test_the_ensemble_is_a_candidate_where_every_set_was_asked_it(capsys):
     """The averaged templates (ENSEMBLE) compete like any template, chosen on the other sets' validation; a
     set whose runs were kept from before it existed was never asked it, so then it is not chosen."""
