@@ -121,9 +121,9 @@ MEDIA_SETS = ("patterns", "shapes", "footage")
 # frozen like every input row), so such a word sits near the words it trains on, beside the random context
 # pieces, which then are real words too. Its settings were fixed before any of its runs
 # The fifth, from the diagnosis of the shapes set's validation videos with `words+context` (docs/training-data.md):
-# half the labelled segments there are single clips nobody speaks over, and the model named fold's pour on
-# 11-19 of its 19, while the same clips twice, with speech, were fold every time. Of the training sentences
-# over a fold step 2 span one clip (16-18 for each other verb): the model had hardly ever read a verb from one
+# half the labelled segments there are single clips nobody speaks over, and the model named 11-19 of fold's 19
+# such clips pour, while the same clips twice, with speech, were fold every time. Of the training sentences
+# over a fold step 2 span one clip (16-18 for each other verb): the model had hardly ever read fold from one
 # clip. `+subsample` is the paper's visual subsampling at a step of 1 or 2 (train.max_subsample_step), so a
 # sentence's 2 or 3 clips are often 1 or 2. Set once, not tuned; fixed before any of its runs
 CONTEXT_NOISE = "train.text_context_noise_prob=0.5"
