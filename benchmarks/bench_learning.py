@@ -127,23 +127,13 @@ MEDIA_SETS = ("patterns", "shapes", "footage")
 # clip. `+subsample` is the paper's visual subsampling at a step of 1 or 2 (train.max_subsample_step), so a
 # sentence's 2 or 3 clips are often 1 or 2. Set once, not tuned; fixed before any of its runs
 CONTEXT_NOISE = "train.text_context_noise_prob=0.5"
+WORDS_CONTEXT = [*MEDIA_SETTINGS, CONTEXT_NOISE, f"train.text_embeddings={TOKENIZER}"]
 RECIPES = {
     "pieces": {"steps": 6000, "settings": MEDIA_SETTINGS},
     "pieces+spans": {"steps": 6000, "settings": [*MEDIA_SETTINGS, "train.text_span_mask_prob=0.3"]},
     "pieces+context": {"steps": 6000, "settings": [*MEDIA_SETTINGS, CONTEXT_NOISE]},
-    "words+context": {
-        "steps": 6000,
-        "settings": [*MEDIA_SETTINGS, CONTEXT_NOISE, f"train.text_embeddings={TOKENIZER}"],
-    },
-    "words+context+subsample": {
-        "steps": 6000,
-        "settings": [
-            *MEDIA_SETTINGS,
-            CONTEXT_NOISE,
-            f"train.text_embeddings={TOKENIZER}",
-            "train.max_subsample_step=2",
-        ],
-    },
+    "words+context": {"steps": 6000, "settings": WORDS_CONTEXT},
+    "words+context+subsample": {"steps": 6000, "settings": [*WORDS_CONTEXT, "train.max_subsample_step=2"]},
 }
 SMALL_PRESET = Path(__file__).resolve().parent.parent / "configs" / "small.yaml"
 # the zero-shot templates the benchmark chooses from, on validation figures only: none is a sentence of
