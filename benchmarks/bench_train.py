@@ -153,7 +153,7 @@ def main() -> None:
             shards,
             layout,
             replacement_text_ids(tokenizer),
-            DataParams.from_config(cfg.train),
+            DataParams.from_config(cfg.train, tokenizer),
             args.batch_size,
             cfg.train.seed,
         )

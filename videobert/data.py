@@ -12,13 +12,15 @@ of the same video at least `train.negative_min_gap` clips away, otherwise a wind
 lengths keep the label from showing in the lengths, and same-video negatives make the task "is this the
 time the sentence was said?", not "is this the same video?".
 
-A batch of plans becomes tensors: visual tokens subsampled at a random step in 1..max_subsample_step,
-a text-video example's text given up to two random word pieces at its edges (`text_insert_prob` each),
-truncated to `max_len` keeping text and video in balance, 15% of the text and 15% of the visual tokens
-masked (80/10/10; with `text_span_mask_prob`, a text-video example's text as 3 consecutive pieces instead),
-then, with `text_context_noise_prob`, half of a text-video example's untargeted text pieces made random ones;
-a text-only or video-only example shorter than 1 / mask_prob tokens is first widened within its video, so
-that it has a target. This uses a generator seeded by (seed, stream, batch index).
+A batch of plans becomes tensors: a text-only or video-only example shorter than 1 / mask_prob tokens is
+first widened within its video, so that it has a target; a text-video example's text loses its final
+". ? !" (`text_end_drop_prob`) and its visual tokens are cut to a random run of 1..n of its n clips
+(`visual_crop_prob`); visual tokens subsampled at a random step in 1..max_subsample_step, a text-video
+example's text given up to two random word pieces at its edges (`text_insert_prob` each), truncated to
+`max_len` keeping text and video in balance, 15% of the text and 15% of the visual tokens masked (80/10/10;
+with `text_span_mask_prob`, a text-video example's text as 3 consecutive pieces instead), then, with
+`text_context_noise_prob`, half of a text-video example's untargeted text pieces made random ones. This uses
+a generator seeded by (seed, stream, batch index).
 
 Resume: a stream's position (`PlanStream.state()`, bounded by `shuffle_buffer`) rides along with its last
 batch before each checkpoint and is saved there, so a resume continues every stream where it stopped
@@ -165,6 +167,14 @@ def build_example(
     """(input ids, token types, MLM labels) of one plan."""
     step = int(rng.integers(1, params.max_subsample_step + 1)) if params.max_subsample_step > 1 else 1
     text, visual = _widened(plan, step, params)
+    if plan.regime == TEXT_VIDEO and params.text_end_drop_prob and rng.random() < params.text_end_drop_prob:
+        text = without_sentence_end(text, params.sentence_end_ids)
+    crop = params.visual_crop_prob and len(visual) > 1
+    if plan.regime == TEXT_VIDEO and crop and rng.random() < params.visual_crop_prob:
+        # a negative's window is as long as the text's own span and is cut alike: the length tells nothing
+        length = int(rng.integers(1, len(visual) + 1))
+        start = int(rng.integers(len(visual) - length + 1))
+        visual = visual[start : start + length]
     if plan.regime == TEXT_VIDEO and params.text_insert_prob:
         text = insert_word_pieces(text, params.text_insert_prob, text_replacements, rng)
     if visual.size and step > 1:
@@ -181,6 +191,14 @@ def build_example(
     if plan.regime == TEXT_VIDEO and params.text_context_noise_prob and rng.random() < params.text_context_noise_prob:
         ids = noise_context(ids, labels, len(text), text_replacements, rng)
     return ids, types, labels
+
+
+def without_sentence_end(text_ids: np.ndarray, end_ids: tuple[int, ...]) -> np.ndarray:
+    """`text_ids` without the sentence-end pieces (". ? !") at its end; a text of nothing else stays whole."""
+    keep = len(text_ids)
+    while keep > 1 and int(text_ids[keep - 1]) in end_ids:
+        keep -= 1
+    return text_ids[:keep]
 
 
 def noise_context(

@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from videobert.shards import EMPTY, Segment, check_identity, read_segments
+from videobert.vocab import sentence_end_ids
 
 if TYPE_CHECKING:
     from videobert.vocab import VocabLayout
@@ -59,7 +60,10 @@ class DataParams:
     text_span_mask_prob: float  # text-video examples whose text targets are TEXT_SPAN pieces together (data.py)
     text_insert_prob: float  # up to two random word pieces in a text-video example's text (data.insert_word_pieces)
     text_context_noise_prob: float  # text-video examples whose untargeted text is half random pieces (data.py)
+    text_end_drop_prob: float  # text-video examples whose text loses its final sentence-end piece (data.py)
+    visual_crop_prob: float  # text-video examples whose visual tokens are a random run of theirs (data.py)
     shuffle_buffer: int
+    sentence_end_ids: tuple[int, ...] = ()  # the tokenizer's pieces that end a sentence (vocab.sentence_end_ids)
 
     @property
     def min_tokens(self) -> int:
@@ -67,8 +71,11 @@ class DataParams:
         return math.ceil(1 / self.mask_prob - 1e-9)
 
     @classmethod
-    def from_config(cls, train_cfg) -> DataParams:
+    def from_config(cls, train_cfg, tokenizer=None) -> DataParams:
+        """The train section's data settings; `tokenizer` is needed where text_end_drop_prob > 0."""
         t = train_cfg
+        if t.text_end_drop_prob and tokenizer is None:
+            raise ValueError("train.text_end_drop_prob needs the tokenizer, to know which pieces end a sentence")
         return cls(
             max_len=t.max_len,
             mask_prob=t.mask_prob,
@@ -83,7 +90,10 @@ class DataParams:
             text_insert_prob=t.text_insert_prob,
             text_span_mask_prob=t.text_span_mask_prob,
             text_context_noise_prob=t.text_context_noise_prob,
+            text_end_drop_prob=t.text_end_drop_prob,
+            visual_crop_prob=t.visual_crop_prob,
             shuffle_buffer=t.shuffle_buffer,
+            sentence_end_ids=sentence_end_ids(tokenizer) if tokenizer is not None else (),
         )
 
 

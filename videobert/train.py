@@ -327,12 +327,12 @@ def _save_checkpoint(s: Session, step: int, window: Window) -> Path:
 def _validation_set(s: Session, align_shards: list[Path], videos: list[str]) -> Protocols | None:
     if not videos:
         return None
-    layout = s.model.layout
+    layout, tokenizer = s.model.layout, load_tokenizer(s.cfg.align.tokenizer)
     return Protocols.build(
         read_validation_videos(align_shards, layout, videos),
         layout,
-        replacement_text_ids(load_tokenizer(s.cfg.align.tokenizer)),
-        DataParams.from_config(s.cfg.train),
+        replacement_text_ids(tokenizer),
+        DataParams.from_config(s.cfg.train, tokenizer),
         s.cfg.train.seed,
     )
 

@@ -51,7 +51,7 @@ def setup(
         shards,
         layout,
         replacement_text_ids(tokenizer),
-        DataParams.from_config(t),
+        DataParams.from_config(t, tokenizer),
         micro_batch,
         t.seed,
         runtime.rank,

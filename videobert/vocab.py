@@ -49,3 +49,12 @@ def replacement_text_ids(tokenizer) -> np.ndarray:
     return np.array(
         sorted(i for token, i in vocab.items() if not (token.startswith("[") and token.endswith("]"))), dtype=np.int64
     )
+
+
+SENTENCE_ENDS = (".", "?", "!")
+
+
+def sentence_end_ids(tokenizer) -> tuple[int, ...]:
+    """Ids of the pieces that end a sentence (those of SENTENCE_ENDS the tokenizer has)."""
+    vocab = tokenizer.get_vocab()
+    return tuple(sorted(vocab[mark] for mark in SENTENCE_ENDS if mark in vocab))

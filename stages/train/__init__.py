@@ -97,6 +97,14 @@ class TrainConfig:
     # only after its own carrier phrases, and answers a question worded otherwise from the text alone
     # (docs/training-data.md). Not the paper's; 0 = off
     text_context_noise_prob: float = setting(0.0, **FRACTION)
+    # a text-video example's text loses its final sentence-end piece (. ? !) with this probability: ASR ends
+    # most sentences with a period, and a small model then reads a noun only before one, so that a question
+    # asked without it (a zero-shot template) gets another answer (docs/training-data.md). Not the paper's; 0 = off
+    text_end_drop_prob: float = setting(0.0, **FRACTION)
+    # a text-video example's visual tokens cut, with this probability, to a random run of 1..n of its n clips:
+    # a verb whose sentences always span several clips is otherwise never read from one clip, as the segments
+    # nobody speaks over often are (docs/training-data.md). Not the paper's; 0 = off
+    visual_crop_prob: float = setting(0.0, **FRACTION)
     negative_prob: float = setting(0.5, **FRACTION)  # text-video examples whose visual tokens are of another time
     # the share of those negatives taken from the same video, at least negative_min_gap clips from the
     # text's own (from another video where the video is too short); the others come from another video

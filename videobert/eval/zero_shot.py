@@ -339,11 +339,12 @@ def evaluate_videos(cfg, work_dir, which: str = "test", checkpoint=None) -> dict
 
     ev = Evaluator(cfg, work_dir, checkpoint)
     videos = validation_videos(ev, which)
+    tokenizer = load_tokenizer(cfg.align.tokenizer)
     protocols = Protocols.build(
         read_validation_videos(list(ev.shards(ev.work_dir)), ev.layout, videos),
         ev.layout,
-        replacement_text_ids(load_tokenizer(cfg.align.tokenizer)),
-        DataParams.from_config(cfg.train),
+        replacement_text_ids(tokenizer),
+        DataParams.from_config(cfg.train, tokenizer),
         cfg.train.seed,
     )
     record = validate_protocols(
