@@ -579,7 +579,8 @@ def print_leave_one_set_out(rows: list[dict], preset: dict[str, list[dict]], pap
         passed &= row["passed"]
         print(
             f"  {row['left_out']:<10}{row['recipe']:<{recipe_width}}{row['template']!r:<30}"
-            f"{cell(row['alignment_acc']):>22}{cell(row['alignment_unmasked_acc']):>22}{cell(row['verb_top1']):>22}{cell(row['noun_top1']):>22}"
+            f"{cell(row['alignment_acc']):>22}{cell(row['alignment_unmasked_acc']):>22}"
+            f"{cell(row['verb_top1']):>22}{cell(row['noun_top1']):>22}"
             f"{row['verb_prior']['mean']:>6.2f}/{row['noun_prior']['mean']:.2f}{ceiling(row['token_ceiling']):>13}"
             f"  {'PASS' if row['passed'] else 'FAIL'}"
         )

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import replace
 from io import BytesIO
 from pathlib import Path
 
@@ -58,6 +57,16 @@ def params(**changes) -> DataParams:
         shuffle_buffer=16,
     )
     return DataParams(**dict(base, **changes))
+
+
+def example(plan: Plan, rng: np.random.Generator, **settings) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`data.build_example` of `plan` with LAYOUT, no subsampling and `settings` over `params()`."""
+    return data.build_example(plan, LAYOUT, params(max_subsample_step=1, **settings), TEXT_REPLACEMENTS, rng)
+
+
+def unmasked(ids: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """An example's ids before masking: a target's label is the piece it replaced."""
+    return np.where(labels != IGNORE, labels, ids)
 
 
 def write_shards(
@@ -435,7 +444,7 @@ def test_short_examples_are_widened_within_their_video(tmp_path):
     ids, _, labels = data.build_example(
         Plan(VIDEO, data.EMPTY, unit.visual_ids, IGNORE, unit=unit), REAL, p, TEXT_REPLACEMENTS, rng
     )
-    clips = np.where(labels != IGNORE, labels, ids)[1:-1] - REAL.visual_offset
+    clips = unmasked(ids, labels)[1:-1] - REAL.visual_offset
     start = unit.span[0]
     assert np.array_equal(
         clips,
@@ -452,7 +461,7 @@ def test_short_examples_are_widened_within_their_video(tmp_path):
     ids, _, labels = data.build_example(
         Plan(TEXT, unit.text_ids, data.EMPTY, IGNORE, unit=unit), REAL, p, TEXT_REPLACEMENTS, rng
     )
-    text = np.where(labels != IGNORE, labels, ids)[1:-1]
+    text = unmasked(ids, labels)[1:-1]
     assert len(text) >= 7 and text[: len(unit.text_ids)].tolist() == unit.text_ids.tolist()
 
 
@@ -463,8 +472,8 @@ def test_truncation_keeps_text_and_video_in_balance():
     assert data.balance(100, 7, 61) == (54, 7)
     rng = np.random.default_rng(0)
     plan = Plan(TEXT_VIDEO, np.arange(1000, 1100), np.arange(100) % 50, ALIGNED)
-    ids, types, labels = data.build_example(plan, LAYOUT, params(max_subsample_step=1), TEXT_REPLACEMENTS, rng)
-    original = np.where(labels != IGNORE, labels, ids)
+    ids, types, labels = example(plan, rng)
+    original = unmasked(ids, labels)
     assert len(ids) == 64
     assert (original == LAYOUT.visual_sep_id).sum() == 1
     n_text = int(np.flatnonzero(original == LAYOUT.visual_sep_id)[0]) - 1
@@ -480,7 +489,7 @@ def test_inserted_word_pieces_stand_at_the_edges_of_text_video_texts_only():
         ids, types, labels = data.build_example(
             Plan(TEXT_VIDEO, text, np.arange(8), ALIGNED), LAYOUT, params(text_insert_prob=0.5), TEXT_REPLACEMENTS, rng
         )
-        original = np.where(labels != IGNORE, labels, ids)
+        original = unmasked(ids, labels)
         said = original[1 : int(np.flatnonzero(original == LAYOUT.visual_sep_id)[0])].tolist()
         # the sentence whole and in order, ordinary word pieces before or after it
         at = said.index(500)
@@ -501,9 +510,7 @@ def test_inserted_word_pieces_stand_at_the_edges_of_text_video_texts_only():
         (Plan(VIDEO, data.EMPTY, np.arange(8), IGNORE), {"text_insert_prob": 1.0}),
         (Plan(TEXT_VIDEO, text, np.arange(8), ALIGNED), {}),
     ):
-        ids, _, labels = data.build_example(
-            plan, LAYOUT, params(max_subsample_step=1, **changes), TEXT_REPLACEMENTS, rng
-        )
+        ids, _, labels = example(plan, rng, **changes)
         assert len(ids) == 2 + len(plan.text_ids) + len(plan.visual_ids) + (plan.regime == TEXT_VIDEO)
 
 
@@ -513,13 +520,7 @@ def test_a_noisy_context_replaces_half_the_untargeted_text_of_text_video_example
     rng = np.random.default_rng(0)
     noisy, replaced, untargeted = 0, 0, 0
     for _ in range(400):
-        ids, types, labels = data.build_example(
-            Plan(TEXT_VIDEO, text, visual, ALIGNED),
-            LAYOUT,
-            params(max_subsample_step=1, text_context_noise_prob=0.5),
-            TEXT_REPLACEMENTS,
-            rng,
-        )
+        ids, types, labels = example(Plan(TEXT_VIDEO, text, visual, ALIGNED), rng, text_context_noise_prob=0.5)
         said, said_labels = ids[1 : 1 + len(text)], labels[1 : 1 + len(text)]
         targets = said_labels != IGNORE
         # the targets keep their labels (and BERT's 80/10/10 input), [>] and the visual tokens stay whole
@@ -539,48 +540,33 @@ def test_a_noisy_context_replaces_half_the_untargeted_text_of_text_video_example
     assert abs(replaced / untargeted - data.CONTEXT_NOISE_SHARE) < 0.05
     # text-only examples keep their text
     for _ in range(50):
-        ids, _, labels = data.build_example(
-            Plan(TEXT, text, data.EMPTY, IGNORE),
-            LAYOUT,
-            params(max_subsample_step=1, text_context_noise_prob=1.0),
-            TEXT_REPLACEMENTS,
-            rng,
-        )
+        ids, _, labels = example(Plan(TEXT, text, data.EMPTY, IGNORE), rng, text_context_noise_prob=1.0)
         kept = labels[1 : 1 + len(text)] == IGNORE
         assert (ids[1 : 1 + len(text)][kept] == text[kept]).all()
-
-
-def unmasked(ids: np.ndarray, labels: np.ndarray) -> np.ndarray:
-    """An example's ids before masking: a target's label is the piece it replaced."""
-    return np.where(labels != IGNORE, labels, ids)
 
 
 def test_a_dropped_sentence_end_leaves_the_rest_of_a_text_video_text_as_it_was():
     period, question = 1012, 1029
     text = np.r_[np.arange(500, 506), period]
     rng = np.random.default_rng(0)
-    settings = params(max_subsample_step=1, text_end_drop_prob=0.5, sentence_end_ids=(period, question))
+    ends = (period, question)
     dropped = 0
     for _ in range(400):
-        ids, _, labels = data.build_example(
-            Plan(TEXT_VIDEO, text, np.arange(8), ALIGNED), LAYOUT, settings, TEXT_REPLACEMENTS, rng
+        ids, _, labels = example(
+            Plan(TEXT_VIDEO, text, np.arange(8), ALIGNED), rng, text_end_drop_prob=0.5, sentence_end_ids=ends
         )
         said = unmasked(ids, labels)[1 : list(ids).index(LAYOUT.visual_sep_id)]
         assert np.array_equal(said, text) or np.array_equal(said, text[:-1])
         dropped += len(said) < len(text)
     assert abs(dropped / 400 - 0.5) < 0.08
     # every end mark at the end goes, one in the middle stays; a text of end marks alone stays whole
-    ends = np.array([500, period, 501, question, period])
-    assert data.without_sentence_end(ends, (period, question)).tolist() == [500, period, 501]
+    marked = np.array([500, period, 501, question, period])
+    assert data.without_sentence_end(marked, ends).tolist() == [500, period, 501]
     assert data.without_sentence_end(np.array([period]), (period,)).tolist() == [period]
     # a text-only example keeps its end
     for _ in range(20):
-        ids, _, labels = data.build_example(
-            Plan(TEXT, text, data.EMPTY, IGNORE),
-            LAYOUT,
-            replace(settings, text_end_drop_prob=1.0),
-            TEXT_REPLACEMENTS,
-            rng,
+        ids, _, labels = example(
+            Plan(TEXT, text, data.EMPTY, IGNORE), rng, text_end_drop_prob=1.0, sentence_end_ids=ends
         )
         assert (unmasked(ids, labels)[1:-1] == text).all()
 
@@ -604,13 +590,7 @@ def test_a_cropped_visual_sentence_is_a_run_of_its_own_clips_of_any_length():
     rng = np.random.default_rng(0)
     lengths = Counter()
     for _ in range(800):
-        ids, types, labels = data.build_example(
-            Plan(TEXT_VIDEO, text, visual, ALIGNED),
-            LAYOUT,
-            params(max_subsample_step=1, visual_crop_prob=0.5),
-            TEXT_REPLACEMENTS,
-            rng,
-        )
+        ids, types, labels = example(Plan(TEXT_VIDEO, text, visual, ALIGNED), rng, visual_crop_prob=0.5)
         seen = unmasked(ids, labels)
         said, clips = seen[1 : 1 + len(text)], seen[types == 1][:-1] - LAYOUT.visual_offset
         assert (said == text).all()
@@ -621,13 +601,7 @@ def test_a_cropped_visual_sentence_is_a_run_of_its_own_clips_of_any_length():
     assert all(abs(lengths[n] / 800 - 0.5 / 8) < 0.03 for n in range(1, 8))
     # a video-only example keeps its clips
     for _ in range(20):
-        ids, types, labels = data.build_example(
-            Plan(VIDEO, data.EMPTY, visual, IGNORE),
-            LAYOUT,
-            params(max_subsample_step=1, visual_crop_prob=1.0),
-            TEXT_REPLACEMENTS,
-            rng,
-        )
+        ids, types, labels = example(Plan(VIDEO, data.EMPTY, visual, IGNORE), rng, visual_crop_prob=1.0)
         assert (unmasked(ids, labels)[1:-1] - LAYOUT.visual_offset == visual).all()
 
 
@@ -636,13 +610,7 @@ def test_a_masked_span_hides_three_consecutive_pieces_of_text_video_texts_only()
     rng = np.random.default_rng(0)
     starts, spans = Counter(), 0
     for _ in range(400):
-        ids, _, labels = data.build_example(
-            Plan(TEXT_VIDEO, text, np.arange(8), ALIGNED),
-            LAYOUT,
-            params(max_subsample_step=1, text_span_mask_prob=0.5),
-            TEXT_REPLACEMENTS,
-            rng,
-        )
+        ids, _, labels = example(Plan(TEXT_VIDEO, text, np.arange(8), ALIGNED), rng, text_span_mask_prob=0.5)
         targets = np.flatnonzero(labels[1 : 1 + len(text)] != IGNORE)
         if len(targets) == data.TEXT_SPAN and np.all(np.diff(targets) == 1):
             spans += 1
@@ -654,13 +622,7 @@ def test_a_masked_span_hides_three_consecutive_pieces_of_text_video_texts_only()
     assert abs(spans / 400 - 0.5) < 0.08
     assert set(starts) == set(range(len(text) - data.TEXT_SPAN + 1))
     # a text shorter than the span is masked whole; text-only examples keep the per-piece draw
-    ids, _, labels = data.build_example(
-        Plan(TEXT_VIDEO, text[:2], np.arange(8), ALIGNED),
-        LAYOUT,
-        params(max_subsample_step=1, text_span_mask_prob=1.0),
-        TEXT_REPLACEMENTS,
-        rng,
-    )
+    ids, _, labels = example(Plan(TEXT_VIDEO, text[:2], np.arange(8), ALIGNED), rng, text_span_mask_prob=1.0)
     assert (labels[1:3] == text[:2]).all()
     texts_only = [
         int(
@@ -686,7 +648,7 @@ def test_visual_tokens_are_subsampled_at_steps_1_to_5():
     steps = set()
     for _ in range(200):
         ids, _, labels = data.build_example(plan, LAYOUT, params(max_len=128), TEXT_REPLACEMENTS, rng)
-        visual = np.where(labels != IGNORE, labels, ids)[1:-1] - LAYOUT.visual_offset
+        visual = unmasked(ids, labels)[1:-1] - LAYOUT.visual_offset
         gaps = set(np.diff(visual).tolist())
         assert len(gaps) <= 1
         steps |= gaps
