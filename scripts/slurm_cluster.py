@@ -192,7 +192,11 @@ class SlurmCluster:
         return all(found.get(name) == "idle" for name in NODES)
 
     def scontrol(self, *argv: str) -> str:
-        return self._run("scontrol", *argv, check=True).stdout
+        result = self._run("scontrol", *argv)
+        if result.returncode != 0:
+            # Slurm's reason is on stderr; a bare exit status would not say it
+            raise RuntimeError(f"scontrol {' '.join(argv)}: exit {result.returncode}: {result.stderr.strip()}")
+        return result.stdout
 
     def jobs(self) -> list[str]:
         """The ids of the jobs still pending or running (array tasks as JOB_TASK)."""

@@ -387,8 +387,10 @@ def test_train_past_its_time_limit_keeps_only_complete_checkpoints_and_resumes_f
     job = _pipeline("submit", "train", "--work-dir", work, "--quiet", *settings).stdout.strip()
     checkpoints = work / "train" / "checkpoints"
     _wait_for(lambda: (checkpoints / "step-00000002" / "trainer.pt").exists(), 300, "a first checkpoint", cluster)
-    # its time is up now: Slurm's next time-limit check ends it (SIGTERM, then SIGKILL after KillWait)
-    cluster.scontrol("update", f"JobId={job}", "EndTime=now")
+    # its time is up in a few seconds: Slurm's next time-limit check ends it (SIGTERM, then SIGKILL after
+    # KillWait). Not EndTime=now: scontrol reads "now" on its own clock, and slurmctld refuses an end time
+    # already past ("Invalid time specified") when its second has ticked on before it handles the update.
+    cluster.scontrol("update", f"JobId={job}", "EndTime=now+5")
     _wait_for(lambda: cluster.job_states(job)[job] not in ("RUNNING", "COMPLETING"), 120, "the time limit", cluster)
     assert cluster.job_states(job) == {job: "TIMEOUT"}
     # every checkpoint that passes for one is complete (a cut-off one is still under its temporary name)
