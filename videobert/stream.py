@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from videobert.shards import EMPTY, Segment, check_identity, read_segments
-from videobert.vocab import sentence_end_ids
+from videobert.vocab import common_word_ids, sentence_end_ids
 
 if TYPE_CHECKING:
     from videobert.vocab import VocabLayout
@@ -64,6 +64,8 @@ class DataParams:
     visual_crop_prob: float  # text-video examples whose visual tokens are a random run of theirs (data.py)
     shuffle_buffer: int
     sentence_end_ids: tuple[int, ...] = ()  # the tokenizer's pieces that end a sentence (vocab.sentence_end_ids)
+    # the pool of the edge pieces' and the noisy context's random pieces (vocab.common_word_ids); None: every one
+    noise_text_ids: np.ndarray | None = field(default=None, compare=False)
 
     @property
     def min_tokens(self) -> int:
@@ -72,10 +74,12 @@ class DataParams:
 
     @classmethod
     def from_config(cls, train_cfg, tokenizer=None) -> DataParams:
-        """The train section's data settings; `tokenizer` is needed where text_end_drop_prob > 0."""
+        """The train section's data settings; `tokenizer` is needed for text_end_drop_prob and text_noise_words."""
         t = train_cfg
         if t.text_end_drop_prob and tokenizer is None:
             raise ValueError("train.text_end_drop_prob needs the tokenizer, to know which pieces end a sentence")
+        if t.text_noise_words and tokenizer is None:
+            raise ValueError("train.text_noise_words needs the tokenizer, to know its words")
         return cls(
             max_len=t.max_len,
             mask_prob=t.mask_prob,
@@ -94,6 +98,7 @@ class DataParams:
             visual_crop_prob=t.visual_crop_prob,
             shuffle_buffer=t.shuffle_buffer,
             sentence_end_ids=sentence_end_ids(tokenizer) if tokenizer is not None else (),
+            noise_text_ids=common_word_ids(tokenizer, t.text_noise_words) if t.text_noise_words else None,
         )
 
 

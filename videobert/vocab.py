@@ -58,3 +58,17 @@ def sentence_end_ids(tokenizer) -> tuple[int, ...]:
     """Ids of the pieces that end a sentence (those of SENTENCE_ENDS the tokenizer has)."""
     vocab = tokenizer.get_vocab()
     return tuple(sorted(vocab[mark] for mark in SENTENCE_ENDS if mark in vocab))
+
+
+def common_word_ids(tokenizer, count: int) -> np.ndarray:
+    """Ids of the vocabulary's first `count` whole words of two or more ASCII letters, in its order: a WordPiece
+    vocabulary (BERT's and its descendants') lists its words by frequency after its single characters, so these
+    are its most common words ("the", "of", "and", ...), without sub-word pieces ("##ing") or symbols."""
+    words = [
+        i
+        for token, i in sorted(tokenizer.get_vocab().items(), key=lambda item: item[1])
+        if len(token) > 1 and token.isascii() and token.isalpha()
+    ]
+    if count > len(words):
+        raise ValueError(f"train.text_noise_words: {count}, but the tokenizer has {len(words)} whole words")
+    return np.array(words[:count], dtype=np.int64)

@@ -97,6 +97,11 @@ class TrainConfig:
     # only after its own carrier phrases, and answers a question worded otherwise from the text alone
     # (docs/training-data.md). Not the paper's; 0 = off
     text_context_noise_prob: float = setting(0.0, **FRACTION)
+    # the random word pieces of the two above (edge pieces and noisy context) drawn from the vocabulary's
+    # first N whole words, its most common ones (a WordPiece vocabulary lists them by frequency), instead of
+    # from all its ~30k pieces, most of them rare sub-words: the words a question is worded with (a zero-shot
+    # template's "so we", "watch me") are common ones (docs/training-data.md). 0 = every word piece
+    text_noise_words: int = setting(0, ge=0)
     # a text-video example's text loses its final sentence-end piece (. ? !) with this probability: ASR ends
     # most sentences with a period, and a small model then reads a noun only before one, so that a question
     # asked without it (a zero-shot template) gets another answer (docs/training-data.md). Not the paper's; 0 = off
