@@ -287,3 +287,31 @@ def test_restart_with_a_bad_init_checkpoint_keeps_the_run(two_checkpoints, capsy
     assert train(config(work_dir, "train.max_steps=3"), work_dir, restart=True, quiet=True)["step"] == 3
     moved = list((WorkDir(work_dir).state / "replaced").glob("train-*"))
     assert len(moved) == 1 and (moved[0] / "checkpoints" / "step-00000006").is_dir()
+
+
+def test_a_rotation_killed_while_deleting_leaves_no_half_checkpoint_under_a_step_name(tmp_path, monkeypatch):
+    import shutil
+
+    from pipeline import storage
+
+    root = tmp_path / "train" / "checkpoints"
+    for step in (2, 4, 6):
+        (root / f"step-{step:08d}").mkdir(parents=True)
+        for name in ("model.safetensors", "model.json", "trainer.pt", "checksums.json"):
+            (root / f"step-{step:08d}" / name).write_text(name)
+    delete = shutil.rmtree
+
+    def killed_midway(folder, *args, **kwargs):  # one file gone, then the process dies (its time limit)
+        next(Path(folder).iterdir()).unlink()
+        raise SystemExit(143)
+
+    monkeypatch.setattr(shutil, "rmtree", killed_midway)
+    with pytest.raises(SystemExit):
+        checkpoints.rotate(root, keep=2)
+    monkeypatch.setattr(shutil, "rmtree", delete)
+    # what passes for a checkpoint is whole; the half-deleted one is a temporary, out of every step-* glob
+    assert [p.name for p in sorted(root.glob("step-*"))] == ["step-00000004", "step-00000006"]
+    assert all(len(list(p.iterdir())) == 4 for p in root.glob("step-*"))
+    (leftover,) = [p for p in root.iterdir() if p.name.startswith(storage.TEMPORARY_PREFIX)]
+    assert leftover.name.endswith("step-00000002" + storage.TEMPORARY_SUFFIX)
+    assert latest_checkpoint(tmp_path).name == "step-00000006"

@@ -292,7 +292,12 @@ def rotate(folder: Path, keep: int) -> list[Path]:
     found = sorted(Path(folder).glob("step-*"))
     removed = found[: -max(keep, 1)]
     for old in removed:
-        shutil.rmtree(old)
+        # renamed out of the `step-*` names first: a run killed while deleting (its time limit) would otherwise
+        # leave a half-deleted folder that passes for a checkpoint; the temporary one left then is a dead
+        # writer's, which the next run removes (storage.remove_stale_temporaries)
+        doomed = storage.atomic_path(old)
+        os.replace(old, doomed)
+        shutil.rmtree(doomed)
     return removed
 
 
