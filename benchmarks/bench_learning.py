@@ -135,8 +135,8 @@ MEDIA_SETS = ("patterns", "shapes", "footage")
 # The ninth, from the table with those three (docs/training-data.md): the verb hung on the template's opening
 # words ("watch me", "so we"), differently in each seed, and the paper's longer template was near chance. The
 # noisy context's and the edge pieces' random pieces were drawn from all ~30k word pieces, most of them rare
-# sub-words ("##ffe"), so training hardly ever put a common word the sets do not say beside a verb, and a
-# template is made of nothing else. `+common` draws them from the vocabulary's 5,000 most common words
+# words, names and sub-words (the 5,000 most common words are 17% of them), so training seldom put a common
+# word the sets do not say beside a verb, and a template is made of nothing else. `+common` draws them from the vocabulary's 5,000 most common words
 # (train.text_noise_words), on top of `+crop+stops`. 5,000 set once, not tuned; fixed before any of its runs
 CONTEXT_NOISE = "train.text_context_noise_prob=0.5"
 WORDS_CONTEXT = [*MEDIA_SETTINGS, CONTEXT_NOISE, f"train.text_embeddings={TOKENIZER}"]
