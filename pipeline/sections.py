@@ -81,6 +81,10 @@ class EvalConfig:
     zero_shot_ensemble: list[str] = setting(
         factory=list, rule=rules.masks(2, "two [MASK] (verb, noun)", "zero_shot_ensemble", each=True)
     )
+    # each template's scores less its scores with no visual words (`[CLS] template [>] [SEP]`), before the
+    # ensemble's mean: the template's own lean towards a word is taken out, so the video decides (contextual
+    # calibration with a content-free input, Zhao et al. 2021). Not the paper's; off
+    zero_shot_calibrate: bool = False
     # the text beside a segment's visual words whose outputs make its VideoBERT features (the probe, captioning)
     features_template: str = setting(
         "now let's [MASK] the [MASK] to the [MASK], and then [MASK] the [MASK].",

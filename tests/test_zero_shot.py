@@ -134,6 +134,33 @@ def test_an_ensemble_averages_the_templates_probabilities(quick_dir, tmp_path):
         load_config(None, ["eval.zero_shot_ensemble=['so we [MASK] it']"])
 
 
+def test_calibration_takes_out_what_the_template_alone_leans_to(quick_dir, tmp_path):
+    """eval.zero_shot_calibrate: a segment's scores less the template's with no visual words, per template
+    before the ensemble's mean; the text-only prior is not calibrated; off, scores are as before."""
+    ev, scorer, _ = scorer_of(quick_dir, tmp_path)
+    verbs, nouns = scorer.slots["verb"], scorer.slots["noun"]
+    template = "so we [MASK] the [MASK]."
+    plain = zero_shot_scoring.Scorer(ev, template, verbs, nouns)
+    calibrated = zero_shot_scoring.Scorer(ev, template, verbs, nouns, calibrate=True)
+    videos = [np.array([0, 4, 1, 5, 2, 6], dtype=np.int64), np.array([3, 7], dtype=np.int64)]
+    content_free = plain.score([np.zeros(0, dtype=np.int64)])
+    got, before = calibrated.score(videos), plain.score(videos)
+    for part in ("verb", "noun"):
+        assert np.allclose(got[part], before[part] - content_free[part], atol=1e-6)
+        assert not np.allclose(got[part], before[part])  # the template alone does lean
+        # no video at all: the prior row, as it was
+        assert np.array_equal(calibrated.score(None)[part], plain.score(None)[part])
+    # in an ensemble each template is calibrated first, then the probabilities averaged
+    other = zero_shot_scoring.Scorer(ev, "i will [MASK] the [MASK]", verbs, nouns, calibrate=True)
+    both = zero_shot_scoring.Ensemble([calibrated, other]).score(videos)
+    each = [calibrated.score(videos), other.score(videos)]
+    for part in ("verb", "noun"):
+        mean = np.mean([np.exp(s[part].astype(np.float64)) for s in each], axis=0)
+        assert np.allclose(np.exp(both[part].astype(np.float64)), mean, rtol=1e-5)
+    cfg = load_config(None, ["eval.zero_shot_calibrate=true"])
+    assert cfg.eval.zero_shot_calibrate is True and load_config(None, []).eval.zero_shot_calibrate is False
+
+
 def test_a_prediction_is_right_when_it_is_any_of_the_labels(tmp_path):
     rankings = [
         ["cut", "mix", "pour", "fry", "boil"],

@@ -3,9 +3,12 @@
 Each evaluation segment is fed as `[CLS] <eval.zero_shot_template> [>] visual tokens [SEP]` ("now let me
 show you how to [MASK] the [MASK]"); the verb is read at the first [MASK], the noun at the second; with
 `eval.zero_shot_ensemble` it is asked with each of those sentences too, and a word's probability is its mean
-over them. This file holds the run, its segments, the initial BERT and the report; the candidates and their
-scoring (with the ensemble's mean) are in videobert/eval/zero_shot_scoring.py, the word lists, labels and
-accuracy in videobert/eval/verb_noun_labels.py.
+over them; with `eval.zero_shot_calibrate` each sentence's scores are first taken less its scores with no
+visual words (`[CLS] template [>] [SEP]`), so that what the wording alone leans to is taken out (contextual
+calibration with a content-free input, Zhao et al. 2021). This file holds the run, its segments, the
+initial BERT and the report; the candidates and their scoring (with the ensemble's mean and the calibration)
+are in videobert/eval/zero_shot_scoring.py, the word lists, labels and accuracy in
+videobert/eval/verb_noun_labels.py.
 
 - **Candidates.** `open` ranking (the paper's): every word of the WordPiece vocabulary competes: each
   whole-word piece made of letters (no `##` continuation, no [special], no digit or punctuation), plus every
@@ -155,7 +158,7 @@ def zero_shot(cfg: Config, work_dir: Path, checkpoint: str | Path | None = None,
     verb_candidates, verb_split = make_candidates(ev.tokenizer, verbs, open_vocabulary)
     noun_candidates, noun_split = make_candidates(ev.tokenizer, nouns, open_vocabulary)
     slots = {"verb": verb_candidates, "noun": noun_candidates}
-    scorer = Ensemble([Scorer(ev, t, verb_candidates, noun_candidates) for t in templates(e)])
+    scorer = Ensemble([Scorer(ev, t, verb_candidates, noun_candidates, e.zero_shot_calibrate) for t in templates(e)])
 
     priors = {"text_only_prior": rankings(scorer.score(None), slots, e.rankings)}
     initial, initial_notes = initial_model(ev)
@@ -220,7 +223,8 @@ def zero_shot(cfg: Config, work_dir: Path, checkpoint: str | Path | None = None,
         "segments": e.segments,
         "videos": e.videos,
         "scoring": "sum of the pieces' log-probabilities (text vocabulary), one [MASK] "
-        "per piece; closed set: normalised over the closed set",
+        "per piece; closed set: normalised over the closed set"
+        + ("; calibrated: less the template's with no visual words" if e.zero_shot_calibrate else ""),
         "labels": str(e.labels),
     }
     storage.write_parquet(
@@ -234,6 +238,7 @@ def zero_shot(cfg: Config, work_dir: Path, checkpoint: str | Path | None = None,
         "step": ev.info.get("step"),
         "template": e.zero_shot_template,
         "ensemble": list(e.zero_shot_ensemble),
+        "calibrated": e.zero_shot_calibrate,
         "init_checkpoint": ev.info.get("init_checkpoint"),
         "precision": "float32",
         "segment_source": e.segments,

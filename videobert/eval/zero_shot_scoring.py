@@ -83,8 +83,9 @@ class Scorer:
     """Scores every candidate of both slots for a batch of segments (or for the template alone): one float32
     forward pass per piece count needed at a slot, each masking that many positions there."""
 
-    def __init__(self, ev: Evaluator, template: str, verbs: Candidates, nouns: Candidates):
-        self.ev, self.layout = ev, ev.layout
+    def __init__(self, ev: Evaluator, template: str, verbs: Candidates, nouns: Candidates, calibrate: bool = False):
+        self.ev, self.layout, self.calibrate = ev, ev.layout, calibrate
+        self._content_free = {}  # model id -> the template's scores with no visual words (calibrate)
         ids = ev.text_ids(template)
         masks = np.flatnonzero(ids == self.layout.mask_id)
         if len(masks) != 2:
@@ -130,7 +131,17 @@ class Scorer:
 
     def score(self, videos: list[np.ndarray] | None, model=None) -> dict[str, np.ndarray]:
         """part -> (examples, candidates) float32 log-probabilities; `videos` None: the template alone (one
-        example)."""
+        example). With `calibrate`, a segment's scores less those of the template with no visual words: log
+        ratios, which the closed ranking normalises over its words."""
+        scores = self._scores(videos, model)
+        if videos is None or not self.calibrate:
+            return scores
+        key = id(model)
+        if key not in self._content_free:
+            self._content_free[key] = self._scores([np.zeros(0, dtype=np.int64)], model)
+        return {part: scores[part] - self._content_free[key][part] for part in scores}
+
+    def _scores(self, videos: list[np.ndarray] | None, model=None) -> dict[str, np.ndarray]:
         rows = 1 if videos is None else len(videos)
         scores = {part: np.full((rows, len(c.words)), -np.inf, dtype=np.float32) for part, c in self.slots.items()}
         text_vocab = self.layout.text_vocab_size
