@@ -292,11 +292,8 @@ def rotate(folder: Path, keep: int) -> list[Path]:
     found = sorted(Path(folder).glob("step-*"))
     removed = found[: -max(keep, 1)]
     for old in removed:
-        # renamed out of the `step-*` names first: a run killed while deleting (its time limit) would otherwise
-        # leave a half-deleted folder that passes for a checkpoint; the temporary one left then is a dead
-        # writer's, which the next run removes (storage.remove_stale_temporaries)
-        doomed = storage.atomic_path(old)
-        os.replace(old, doomed)
+        doomed = storage.atomic_path(old)  # out of the step-* names first: a run killed mid-delete leaves a
+        os.replace(old, doomed)  # dead writer's temporary (the next run removes it), not a half checkpoint
         shutil.rmtree(doomed)
     return removed
 
