@@ -588,13 +588,14 @@ def print_leave_one_set_out(rows: list[dict], preset: dict[str, list[dict]], pap
         return False
     cell = lambda f: f"{f['mean']:.3f} ({f['min']:.3f}-{f['max']:.3f})"  # noqa: E731
     recipe_width = 2 + max(len("recipe"), *(len(row["recipe"]) for row in rows))
+    template_width = 2 + max(30, *(len(repr(row["template"])) for row in rows))
     print(
         "\nleave one media set out: the recipe and the template chosen on the other sets' validation videos "
         "(the largest smallest validation mean of alignment, verb and noun over them), reported on the left-out "
         "set's test videos; mean (min-max) over the seeds"
     )
     print(
-        f"  {'left out':<10}{'recipe':<{recipe_width}}{'template':<30}{'alignment':>22}{'unmasked':>22}"
+        f"  {'left out':<10}{'recipe':<{recipe_width}}{'template':<{template_width}}{'alignment':>22}{'unmasked':>22}"
         f"{'verb top-1':>22}{'noun top-1':>22}{'prior v/n':>12}{'ceiling v/n':>13}  verdict"
     )
     ceiling = lambda c: f"{c['verb']:.2f}/{c['noun']:.2f}" if c else "-"  # noqa: E731
@@ -602,7 +603,7 @@ def print_leave_one_set_out(rows: list[dict], preset: dict[str, list[dict]], pap
     for row in rows:
         passed &= row["passed"]
         print(
-            f"  {row['left_out']:<10}{row['recipe']:<{recipe_width}}{row['template']!r:<30}"
+            f"  {row['left_out']:<10}{row['recipe']:<{recipe_width}}{row['template']!r:<{template_width}}"
             f"{cell(row['alignment_acc']):>22}{cell(row['alignment_unmasked_acc']):>22}"
             f"{cell(row['verb_top1']):>22}{cell(row['noun_top1']):>22}"
             f"{row['verb_prior']['mean']:>6.2f}/{row['noun_prior']['mean']:.2f}{ceiling(row['token_ceiling']):>13}"
