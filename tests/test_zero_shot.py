@@ -10,10 +10,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
-from test_videobert import TOKENIZER_SPEC, config, tiny_checkpoint
+from test_videobert import config, tiny_checkpoint
 
 from pipeline.config import ConfigError, load_config
-from pipeline.tokenizer import encode, load_tokenizer
+from pipeline.tokenizer import encode
 from videobert.data import assemble
 from videobert.eval import evaluate, verb_noun_labels, zero_shot, zero_shot_scoring
 from videobert.model import VideoBert
@@ -21,11 +21,6 @@ from videobert.synthetic import NOUNS, VERBS, write_synthetic
 from videobert.train import latest_checkpoint, train
 
 SPLIT_NOUNS = ["lettuce", "tofu", "parsley", "parmesan", "onion"]
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return load_tokenizer(TOKENIZER_SPEC)
 
 
 @pytest.fixture(scope="module")
