@@ -146,7 +146,7 @@ CROP = "train.visual_crop_prob=0.5"
 COMMON_WORDS = "train.text_noise_words=5000"
 # twice the steps at half the peak rate: the same area under the linearly decayed rate in steps half as large,
 # to narrow the spread between seeds (docs/training-data.md, a longer run at half the rate). Set once
-LONGER = ["train.lr=5e-4"]
+HALF_RATE = "train.lr=5e-4"
 RECIPES = {
     "pieces": {"steps": 6000, "settings": MEDIA_SETTINGS},
     "pieces+spans": {"steps": 6000, "settings": [*MEDIA_SETTINGS, "train.text_span_mask_prob=0.3"]},
@@ -157,7 +157,7 @@ RECIPES = {
     "words+context+crop": {"steps": 6000, "settings": [*WORDS_CONTEXT, CROP]},
     "words+context+crop+stops": {"steps": 6000, "settings": [*WORDS_CONTEXT, STOPS, CROP]},
     "words+context+crop+stops+common": {"steps": 6000, "settings": [*WORDS_CONTEXT, STOPS, CROP, COMMON_WORDS]},
-    "words+context+crop+stops+longer": {"steps": 12000, "settings": [*WORDS_CONTEXT, STOPS, CROP, *LONGER]},
+    "words+context+crop+stops+longer": {"steps": 12000, "settings": [*WORDS_CONTEXT, STOPS, CROP, HALF_RATE]},
 }
 SMALL_PRESET = Path(__file__).resolve().parent.parent / "configs" / "small.yaml"
 # the zero-shot templates the benchmark chooses from, on validation figures only: none is a sentence of
