@@ -145,10 +145,11 @@ STOPS = "train.text_end_drop_prob=0.5"
 CROP = "train.visual_crop_prob=0.5"
 COMMON_WORDS = "train.text_noise_words=5000"
 # twice the steps at half the peak rate: the same area under the linearly decayed rate in steps half as large,
-# to narrow the spread between seeds (docs/training-data.md, a longer run at half the rate). Set once
+# to narrow the spread between seeds (docs/training-data.md, a longer run at half the rate, a larger crop
+# share). Set once
 HALF_RATE = "train.lr=5e-4"
 # the crop on 4 examples in 5: a 2-clip sentence then read from one clip in 2 of 5 examples, not 1 in 4
-# (docs/training-data.md, a longer run at half the rate: shapes' fold from one clip). Set once
+# (docs/training-data.md, the same section: shapes' fold read from one clip). Set once
 MORE_CROP = "train.visual_crop_prob=0.8"
 RECIPES = {
     "pieces": {"steps": 6000, "settings": MEDIA_SETTINGS},
