@@ -652,6 +652,28 @@ def test_a_cropped_visual_sentence_is_a_run_of_its_own_clips_of_any_length():
         assert (unmasked(ids, labels)[1:-1] - LAYOUT.visual_offset == visual).all()
 
 
+def test_without_negative_mlm_a_negative_is_masked_alike_and_has_no_targets():
+    from pipeline.config import load_config
+
+    text, visual = np.arange(500, 508), np.arange(8)
+    for seed in range(50):
+        for label in (ALIGNED, NOT_ALIGNED):
+            plan = Plan(TEXT_VIDEO, text, visual, label)
+            kept = example(plan, np.random.default_rng(seed), text_context_noise_prob=0.5)
+            ids, types, labels = example(
+                plan, np.random.default_rng(seed), text_context_noise_prob=0.5, negative_mlm=False
+            )
+            # the same draws: the inputs the alignment head sees are the same either way
+            assert (ids == kept[0]).all() and (types == kept[1]).all()
+            if label == ALIGNED:
+                assert (labels == kept[2]).all()
+            else:
+                assert (labels == IGNORE).all() and (kept[2] != IGNORE).any()
+    # the setting comes from the train section, on by default
+    assert DataParams.from_config(load_config(None, []).train).negative_mlm is True
+    assert DataParams.from_config(load_config(None, ["train.negative_mlm=false"]).train).negative_mlm is False
+
+
 def test_a_masked_span_hides_three_consecutive_pieces_of_text_video_texts_only():
     text = np.arange(500, 507)
     rng = np.random.default_rng(0)

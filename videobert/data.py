@@ -20,8 +20,9 @@ example's text given up to two random word pieces at its edges (`text_insert_pro
 `max_len` keeping text and video in balance, 15% of the text and 15% of the visual tokens masked (80/10/10;
 with `text_span_mask_prob`, a text-video example's text as 3 consecutive pieces instead), then, with
 `text_context_noise_prob`, half of a text-video example's untargeted text pieces made random ones (the edge
-pieces and these drawn from the vocabulary's most common words with `text_noise_words`). This uses a
-generator seeded by (seed, stream, batch index).
+pieces and these drawn from the vocabulary's most common words with `text_noise_words`); without
+`negative_mlm` a negative keeps its masked inputs and loses its masked targets. This uses a generator seeded
+by (seed, stream, batch index).
 
 Resume: a stream's position (`PlanStream.state()`, bounded by `shuffle_buffer`) rides along with its last
 batch before each checkpoint and is saved there, so a resume continues every stream where it stopped
@@ -193,6 +194,9 @@ def build_example(
     ids, labels = mask_tokens(ids, layout, params.mask_prob, text_replacements, rng, TEXT_SPAN if span else 0)
     if plan.regime == TEXT_VIDEO and params.text_context_noise_prob and rng.random() < params.text_context_noise_prob:
         ids = noise_context(ids, labels, len(text), noise_ids, rng)
+    if plan.alignment_label == NOT_ALIGNED and not params.negative_mlm:
+        # masked as any example (the alignment head sees the same inputs either way), but nothing to predict
+        labels = np.full_like(labels, IGNORE)
     return ids, types, labels
 
 

@@ -68,6 +68,7 @@ def training_summary(work: WorkDir, info: dict, checkpoint: Path) -> dict:
         "text_noise_words",
         "text_end_drop_prob",
         "visual_crop_prob",
+        "negative_mlm",
         "validation_videos",
         "youcook2_excluded_subsets",
     )

@@ -66,6 +66,7 @@ class DataParams:
     sentence_end_ids: tuple[int, ...] = ()  # the tokenizer's pieces that end a sentence (vocab.sentence_end_ids)
     # the pool of the edge pieces' and the noisy context's random pieces (vocab.common_word_ids); None: every one
     noise_text_ids: np.ndarray | None = field(default=None, compare=False)
+    negative_mlm: bool = True  # a negative's masked tokens are targets too (data.build_example)
 
     @property
     def min_tokens(self) -> int:
@@ -99,6 +100,7 @@ class DataParams:
             shuffle_buffer=t.shuffle_buffer,
             sentence_end_ids=sentence_end_ids(tokenizer) if tokenizer is not None else (),
             noise_text_ids=common_word_ids(tokenizer, t.text_noise_words) if t.text_noise_words else None,
+            negative_mlm=t.negative_mlm,
         )
 
 

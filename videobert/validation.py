@@ -18,8 +18,9 @@
   as in training. At most MAX_UNITS units (a seeded choice).
 - **Protocols.** The examples above are made twice: under the fixed clean protocol (no joining, no
   subsampling, no inserted word pieces, no masked spans, no noisy context, no dropped sentence ends, no
-  cropped clips: `concat_prob` 0, `max_subsample_step` 1, `text_insert_prob` 0, `text_span_mask_prob` 0,
-  `text_context_noise_prob` 0, `text_end_drop_prob` 0, `visual_crop_prob` 0),
+  cropped clips, negatives' masked tokens scored: `concat_prob` 0, `max_subsample_step` 1, `text_insert_prob`
+  0, `text_span_mask_prob` 0, `text_context_noise_prob` 0, `text_end_drop_prob` 0, `visual_crop_prob` 0,
+  `negative_mlm` true),
   whatever the run's noise, so that held-out figures of runs with different noise compare; and, when the run
   has noise, under the run's own settings. A record's top-level figures are the clean protocol's
   (`protocol: clean`), the run's own are under `noisy`.
@@ -78,6 +79,7 @@ CLEAN_PROTOCOL = {
     "text_context_noise_prob": 0.0,
     "text_end_drop_prob": 0.0,
     "visual_crop_prob": 0.0,
+    "negative_mlm": True,
 }
 # what a record reports of the run's own (noisy) protocol beside the clean one
 NOISY_KEYS = (

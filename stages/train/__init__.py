@@ -115,6 +115,11 @@ class TrainConfig:
     # text's own (from another video where the video is too short); the others come from another video
     negative_same_video_share: float = setting(0.5, **FRACTION)
     negative_min_gap: int = setting(20, ge=0)  # clips (1.5 s each) between a same-video negative and the text's span
+    # a negative's masked text and visual tokens are targets too (LXMERT's way); false: a negative teaches the
+    # alignment alone and masked tokens are predicted only beside their own time's pictures (UNITER's: masked
+    # modelling on aligned pairs only), so the model is never taught that the video may not say what the text
+    # does (docs/training-data.md). The masking itself is the same either way
+    negative_mlm: bool = True
     shuffle_buffer: int = setting(10_000, gt=0)  # units (segments or joined runs) held per data stream
     num_workers: int = count(2)  # DataLoader workers per rank (capped by shards per rank); 0 = in-process
     # steps between lines of train/log.jsonl
