@@ -640,7 +640,8 @@ def fresh_draw_check(media: dict[tuple[str, str], list[dict]], fresh: dict[tuple
     """The check on a fresh draw (docs/training-data.md, a fresh draw): for each set, the (recipe, template)
     whose worst seed on the other sets' draw-0 validation videos is best (worst_seed_floor; the first of
     equals in RECIPES' and the candidates' order), trained on the set's fresh draw and reported on that draw's
-    test videos, which no choice has read. A row whose chosen recipe has no fresh runs says so (figures None)."""
+    test videos, which no choice has read. A row is judged (`passed`) only once every seed of SEEDS has run;
+    one whose chosen recipe has no fresh runs has no figures."""
     sets = sorted({name for name, _ in media}, key=lambda n: MEDIA_SETS.index(n) if n in MEDIA_SETS else 99)
     recipes = [recipe for recipe in RECIPES if all((name, recipe) in media for name in sets)]
     rows = []
@@ -656,18 +657,18 @@ def fresh_draw_check(media: dict[tuple[str, str], list[dict]], fresh: dict[tuple
             continue
         floor, recipe, template = max(scored, key=lambda row: row[0])
         row = {"left_out": left_out, "chosen_on": others, "recipe": recipe, "template": template, "floor": floor}
-        runs = fresh.get((left_out, recipe))
+        runs, row["passed"] = fresh.get((left_out, recipe)), None
         if runs and template in offered(runs):
             row.update(test_figures(runs, template))
-            row["passed"] = all(row[key]["mean"] >= THRESHOLD for key in ("alignment_acc", "verb_top1", "noun_top1"))
-        else:
-            row["passed"] = None
+            if set(SEEDS) <= set(row["seeds"]):  # judged over every seed, never on the first ones in
+                keys = ("alignment_acc", "verb_top1", "noun_top1")
+                row["passed"] = all(row[key]["mean"] >= THRESHOLD for key in keys)
         rows.append(row)
     return rows
 
 
 def print_fresh_draw_check(rows: list[dict], draw: int) -> bool:
-    """The fresh draw's table; True when every set's row was run and passed."""
+    """The fresh draw's table; True when every set's row was run over every seed and passed."""
     if not rows:  # one media set: nothing to leave out
         return False
     cell = lambda f: f"{f['mean']:.3f} ({f['min']:.3f}-{f['max']:.3f})"  # noqa: E731
@@ -677,14 +678,15 @@ def print_fresh_draw_check(rows: list[dict], draw: int) -> bool:
     )
     for row in rows:
         choice = f"  {row['left_out']:<10}{row['recipe']:<36}{row['template']!r:<46}"
-        if row["passed"] is None:
+        if "seeds" not in row:
             print(
                 f"{choice}not run: bench_learning.py --media-draw {draw} --media-root ROOT --media-sets "
                 f"{row['left_out']} --recipes {row['recipe']} --skip-synthetic --skip-preset, then --combine"
             )
             continue
         figures = "".join(f"{cell(row[key]):>22}" for key in ("alignment_acc", "verb_top1", "noun_top1"))
-        print(f"{choice}{figures}  {'PASS' if row['passed'] else 'FAIL'}")
+        verdict = {True: "PASS", False: "FAIL", None: f"seeds {row['seeds']} of {list(SEEDS)} run: not judged"}
+        print(f"{choice}{figures}  {verdict[row['passed']]}")
     print("  (columns: alignment (masked), verb top-1, noun top-1 on the draw's test videos; PASS as above)")
     return all(row["passed"] for row in rows)
 
