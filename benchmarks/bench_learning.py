@@ -397,7 +397,6 @@ def summarise(name: str, runs: list[dict], templates: tuple[str, ...], paper: st
 
 
 def print_summary(summary: dict, paper: str) -> bool:
-    cell = lambda f: f"{f['mean']:.3f} ({f['min']:.3f}-{f['max']:.3f})"  # noqa: E731
     test, validation = summary["test"], summary["validation"]
     print(
         f"\n{summary['set']}: {summary['steps']} steps, seeds {summary['seeds']}, "
@@ -553,6 +552,11 @@ def cannot_reach(ceiling: dict | None) -> bool:
     return bool(ceiling) and min(ceiling["verb"], ceiling["noun"]) < THRESHOLD
 
 
+def cell(figure: dict) -> str:
+    """A mean_range figure as the tables print it: mean (min-max)."""
+    return f"{figure['mean']:.3f} ({figure['min']:.3f}-{figure['max']:.3f})"
+
+
 def _mean(runs: list[dict], split: str, pick) -> float:
     return float(np.mean([pick(r[split]) for r in runs]))
 
@@ -586,35 +590,42 @@ def test_figures(runs: list[dict], template: str) -> dict:
     }
 
 
-def leave_one_set_out(media: dict[tuple[str, str], list[dict]], builds: dict | None = None) -> list[dict]:
-    """For each media set: the (recipe, template) chosen on the other sets' validation videos (the largest
-    smallest validation mean over them), and its test figures on the left-out set; with `builds` ((set,
-    recipe) -> build_figures), the most the left-out build's test tokens allow (token_ceiling)."""
+def choose_on_the_others(media: dict[tuple[str, str], list[dict]], floor) -> list[tuple]:
+    """For each media set in turn, (left out, the other sets, score, recipe, template): the candidate whose
+    smallest `floor(runs, template)` over the other sets is largest (the first of equals: RECIPES' and the
+    templates' order), among the recipes run on every set and the candidates each set's runs were asked."""
     sets = sorted({name for name, _ in media}, key=lambda n: MEDIA_SETS.index(n) if n in MEDIA_SETS else 99)
     recipes = [recipe for recipe in RECIPES if all((name, recipe) in media for name in sets)]
-    # the candidates every set's runs of a recipe were asked
     asked = {
         recipe: [t for t in CANDIDATES if all(t in offered(media[(n, recipe)]) for n in sets)] for recipe in recipes
     }
-    rows = []
+    chosen = []
     for left_out in sets:
         others = [name for name in sets if name != left_out]
         if not others:
             continue
         scored = [
-            (min(validation_floor(media[(other, recipe)], template) for other in others), recipe, template)
+            (min(floor(media[(other, recipe)], template) for other in others), recipe, template)
             for recipe in recipes
             for template in asked[recipe]
         ]
-        best = max(scored, key=lambda row: row[0])  # the first of equals: RECIPES' and the templates' order
-        _, recipe, template = best
+        chosen.append((left_out, others, *max(scored, key=lambda row: row[0])))
+    return chosen
+
+
+def leave_one_set_out(media: dict[tuple[str, str], list[dict]], builds: dict | None = None) -> list[dict]:
+    """For each media set: the (recipe, template) chosen on the other sets' validation videos (the largest
+    smallest validation mean over them), and its test figures on the left-out set; with `builds` ((set,
+    recipe) -> build_figures), the most the left-out build's test tokens allow (token_ceiling)."""
+    rows = []
+    for left_out, others, floor, recipe, template in choose_on_the_others(media, validation_floor):
         build = (builds or {}).get((left_out, recipe)) or {}
         row = {
             "left_out": left_out,
             "chosen_on": others,
             "recipe": recipe,
             "template": template,
-            "validation_floor_of_others": best[0],
+            "validation_floor_of_others": floor,
             **test_figures(media[(left_out, recipe)], template),
             "token_ceiling": (build.get("token_ceiling") or {}).get("test"),
         }
@@ -626,14 +637,7 @@ def leave_one_set_out(media: dict[tuple[str, str], list[dict]], builds: dict | N
 def worst_seed_floor(runs: list[dict], template: str) -> float:
     """The smallest validation figure of a recipe's runs on one set, over its seeds and over alignment, verb
     top-1 and noun top-1: what its worst seed gave."""
-    return min(
-        min(
-            split["alignment"]["alignment_acc"] or 0.0,
-            split["zero_shot"][template]["videobert"]["verb"],
-            split["zero_shot"][template]["videobert"]["noun"],
-        )
-        for split in (run["validation"] for run in runs)
-    )
+    return min(validation_floor([run], template) for run in runs)
 
 
 def fresh_draw_check(media: dict[tuple[str, str], list[dict]], fresh: dict[tuple[str, str], list[dict]]) -> list[dict]:
@@ -642,20 +646,8 @@ def fresh_draw_check(media: dict[tuple[str, str], list[dict]], fresh: dict[tuple
     equals in RECIPES' and the candidates' order), trained on the set's fresh draw and reported on that draw's
     test videos, which no choice has read. A row is judged (`passed`) only once every seed of SEEDS has run;
     one whose chosen recipe has no fresh runs has no figures."""
-    sets = sorted({name for name, _ in media}, key=lambda n: MEDIA_SETS.index(n) if n in MEDIA_SETS else 99)
-    recipes = [recipe for recipe in RECIPES if all((name, recipe) in media for name in sets)]
     rows = []
-    for left_out in sets:
-        others = [name for name in sets if name != left_out]
-        scored = [
-            (min(worst_seed_floor(media[(other, recipe)], template) for other in others), recipe, template)
-            for recipe in recipes
-            for template in CANDIDATES
-            if others and all(template in offered(media[(other, recipe)]) for other in others)
-        ]
-        if not scored:
-            continue
-        floor, recipe, template = max(scored, key=lambda row: row[0])
+    for left_out, others, floor, recipe, template in choose_on_the_others(media, worst_seed_floor):
         row = {"left_out": left_out, "chosen_on": others, "recipe": recipe, "template": template, "floor": floor}
         runs, row["passed"] = fresh.get((left_out, recipe)), None
         if runs and template in offered(runs):
@@ -671,7 +663,6 @@ def print_fresh_draw_check(rows: list[dict], draw: int) -> bool:
     """The fresh draw's table; True when every set's row was run over every seed and passed."""
     if not rows:  # one media set: nothing to leave out
         return False
-    cell = lambda f: f"{f['mean']:.3f} ({f['min']:.3f}-{f['max']:.3f})"  # noqa: E731
     print(
         f"\nleave one media set out on draw {draw}: the recipe and the template whose worst seed is best on the other "
         "sets' draw-0 validation videos, trained on the left-out set's draw and reported on its test videos"
@@ -695,7 +686,6 @@ def print_leave_one_set_out(rows: list[dict], preset: dict[str, list[dict]], pap
     if not rows:  # one media set: nothing was left out, so nothing passed
         print("\nleave one set out needs two media sets or more: --combine the results of the others")
         return False
-    cell = lambda f: f"{f['mean']:.3f} ({f['min']:.3f}-{f['max']:.3f})"  # noqa: E731
     recipe_width = 2 + max(len("recipe"), *(len(row["recipe"]) for row in rows))
     template_width = 2 + max(30, *(len(repr(row["template"])) for row in rows))
     print(
