@@ -688,6 +688,20 @@ def fresh_draw_check(
     return rows
 
 
+def run_fresh_draw(media: dict[tuple[str, str], list[dict]], build, run) -> dict[tuple[str, str], list[dict]]:
+    """FRESH_DRAW's check as `make bench-learning` runs it after draw 0: for each set, the candidate its rule
+    chooses on `media` (draw 0's runs) is built by `build(set)` (None: skipped) and trained by `run(set,
+    built, recipe)` (the summaries it yields); the fresh runs by (set, recipe), for fresh_draw_check."""
+    fresh = {}
+    for row in fresh_draw_check(media, {}, FRESH_DRAW):
+        built = build(row["left_out"])
+        if built is None:
+            continue
+        for summary in run(row["left_out"], built, row["recipe"]):
+            fresh[(row["left_out"], row["recipe"])] = summary["runs"]
+    return fresh
+
+
 def print_fresh_draw_check(rows: list[dict], draw: int) -> bool:
     """The fresh draw's table; True when every set's row was run over every seed and passed."""
     if not rows:  # one media set: nothing to leave out
@@ -870,6 +884,12 @@ def main() -> int:
         action="store_true",
         help="leave out configs/small.yaml's runs (kept from another file of the same set and seeds)",
     )
+    parser.add_argument(
+        "--skip-fresh-draw",
+        action="store_true",
+        help=f"after draw 0's table, do not build draw {FRESH_DRAW} and train its check's choices (its verdict then "
+        "is draw 0's alone; --combine with kept draw runs judges both)",
+    )
     parser.add_argument("--skip-media", action="store_true")
     parser.add_argument("--skip-synthetic", action="store_true")
     parser.add_argument("--verbose", action="store_true")
@@ -944,18 +964,15 @@ def main() -> int:
             media = None
             print(f"\nmedia sets: skipped: benchmarks/known_answer_media.py is not importable ({error})")
         paper = load_config(None, []).eval.zero_shot_template
-        for name in args.media_sets if media is not None else []:
+
+        def build(name: str, draw: int, folder: Path) -> dict | None:
             try:
                 built = media.build_known_answer_set(
-                    (args.media_root or root / "media") / name,
-                    seed=args.media_draw,
-                    quiet=not args.verbose,
-                    videos=args.media_videos,
-                    generator=name,
+                    folder / name, seed=draw, quiet=not args.verbose, videos=args.media_videos, generator=name
                 )
             except media.FootageMissing as error:
                 print(f"\nmedia set {name}: skipped: {error}")
-                continue
+                return None
             # what the build can show, read on its validation videos before any training
             allowed = (built["measured"].get("token_ceiling") or {}).get("validation")
             if cannot_reach(allowed):
@@ -963,28 +980,48 @@ def main() -> int:
                     f"\nmedia set {name}: its validation videos' visual tokens allow verb / noun top-1 of "
                     f"{allowed['verb']:.3f} / {allowed['noun']:.3f} at most: this build cannot reach {THRESHOLD}"
                 )
+            return built
+
+        def run(name: str, built: dict, recipes: list[str], preset: bool, draw: int):
             for summary in run_media_set(
                 name,
                 built,
-                args.recipes,
+                recipes,
                 args.seeds,
                 args.threads,
                 not args.verbose,
                 args.overrides,
                 tuple(args.ask),
-                preset=not args.skip_preset,
-                draw=args.media_draw,
+                preset=preset,
+                draw=draw,
             ):
                 results.append(summary)
                 print_summary(summary, paper)
                 (root / "bench_learning.json").write_text(json.dumps(results, indent=2) + "\n")
+                yield summary
+
+        media_root = args.media_root or root / "media"
+        for name in args.media_sets if media is not None else []:
+            built = build(name, args.media_draw, media_root)
+            if built is not None:
+                list(run(name, built, args.recipes, not args.skip_preset, args.media_draw))
         media_results = {(r["media_set"], r["recipe"]): r["runs"] for r in results if r.get("kind") == "media"}
         preset = {r["media_set"]: r["runs"] for r in results if r.get("kind") == "preset"}
         if media_results and args.media_draw:
             print(f"\ndraw {args.media_draw}: its check chooses on draw 0's runs: --combine this file with them")
         elif media_results:
             builds = {(r["media_set"], r["recipe"]): r.get("build") for r in results if r.get("kind") == "media"}
-            passed &= print_leave_one_set_out(leave_one_set_out(media_results, builds), preset, paper)
+            held = print_leave_one_set_out(leave_one_set_out(media_results, builds), preset, paper)
+            if args.skip_fresh_draw:
+                print(f"\ndraw {FRESH_DRAW}: skipped (--skip-fresh-draw)")
+            else:  # the draw whose check counts, built under the media root's draw{N} and trained as chosen
+                fresh = run_fresh_draw(
+                    media_results,
+                    lambda name: build(name, FRESH_DRAW, media_root / f"draw{FRESH_DRAW}"),
+                    lambda name, built, recipe: run(name, built, [recipe], False, FRESH_DRAW),
+                )
+                held |= print_fresh_draw_check(fresh_draw_check(media_results, fresh, FRESH_DRAW), FRESH_DRAW)
+            passed &= held
     (root / "bench_learning.json").write_text(json.dumps(results, indent=2) + "\n")
     print(f"\nresults: {root / 'bench_learning.json'}")
     return 0 if passed else 1

@@ -348,6 +348,24 @@ def test_the_counted_draw_judges_a_recipe_by_its_worst_wording_and_asks_every_wo
     assert rows[0]["floor"] == pytest.approx(0.93)
     assert bench_learning.worst_wording_floor(media[("shapes", "pieces")], ensemble) == pytest.approx(0.6)
 
+    # as `make bench-learning` runs it after draw 0: each set's choice built and trained on the counted draw
+    # (footage's build skipped, as without its footage), then judged by the same check
+    trained = []
+    fresh_runs = [
+        _known_answer_run(s, {ensemble: (0.5,) * 3}, {ensemble: (0.95, 0.96, 0.97)}, templates=asked) for s in (0, 1, 2)
+    ]
+
+    def run(name, built, recipe):
+        trained.append((name, built, recipe))
+        yield {"runs": fresh_runs}
+
+    fresh = bench_learning.run_fresh_draw(media, lambda name: None if name == "footage" else f"{name} build", run)
+    assert trained == [("patterns", "patterns build", "pieces+spans"), ("shapes", "shapes build", "pieces+spans")]
+    assert set(fresh) == {("patterns", "pieces+spans"), ("shapes", "pieces+spans")}
+    rows = bench_learning.fresh_draw_check(media, fresh, bench_learning.FRESH_DRAW)
+    assert [row["passed"] for row in rows] == [True, True, None]
+    assert rows[0]["noun_top1"]["mean"] == pytest.approx(0.97)
+
 
 def test_a_fresh_draws_runs_stay_out_of_draw_0s_table(tmp_path, capsys):
     """Kept runs relabelled as the fresh draw's: draw 0's table is printed as without them, the fresh draw's
