@@ -23,8 +23,9 @@ its answer:
   for each set the candidate its rule finds best on the other sets' draw-0 validation videos
   (fresh_draw_check; each draw's rule fixed before the draw was built) is trained on the set's draw and
   reported on that draw's test videos. Draw 1's rule, the worst seed, failed on patterns; draw 2's, the worst
-  seed under the worst wording, asked with the 8 averaged, is FRESH_DRAW. The benchmark passes when draw 0's
-  table or FRESH_DRAW's check passes on every set.
+  seed under the worst wording, asked with the 8 averaged, is FRESH_DRAW, which a run from nothing builds and
+  trains after draw 0's table (run_fresh_draw). The benchmark passes when draw 0's table or FRESH_DRAW's
+  check passes on every set.
 - **What a user runs**: configs/small.yaml's train section, unchanged but for the split, on each set,
   its test figures with the preset's own template (the paper's) and with the chosen one, beside the tuned.
 - **Seeds**: every figure is the mean over SEEDS (the model's initialisation, the data order) with its range.
