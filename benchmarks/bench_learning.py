@@ -179,11 +179,6 @@ RECIPES = {
     "words+context+crop+stops+aligned": {"steps": 6000, "settings": [*WORDS_CONTEXT, STOPS, CROP, ALIGNED_ONLY]},
 }
 SMALL_PRESET = Path(__file__).resolve().parent.parent / "configs" / "small.yaml"
-# the draw of the media sets (known_answer_media's build seed) whose check counts: the last of FRESH_DRAWS,
-# whose test videos were read by no choice and whose rule was fixed before it was built (docs/training-data.md,
-# a fresh draw). Draw 1's check, with the rule before it, failed on patterns and is printed beside it; a draw
-# not in FRESH_DRAWS is printed with the last rule and counts for nothing
-FRESH_DRAW = 2
 # the zero-shot templates the benchmark chooses from, on validation figures only: none is a sentence of
 # either set's training or held-out wordings (synthetic.TRAIN_WORDINGS, HELD_OUT_WORDINGS;
 # known_answer_media.TEMPLATES, HELD_OUT_TEMPLATES), each bare and with the period Whisper ends its
@@ -665,6 +660,15 @@ FRESH_DRAWS = {
         "whose worst seed under its worst candidate wording is best, asked with the 8 averaged,",
     ),
 }
+# the draw of the media sets (known_answer_media's build seed) whose check counts: the last, whose test videos
+# were read by no choice and whose rule was fixed before it was built (docs/training-data.md, a fresh draw).
+# Draw 1's check, with the rule before it, failed on patterns and is printed beside it
+FRESH_DRAW = max(FRESH_DRAWS)
+
+
+def draw_rule(draw: int) -> tuple:
+    """A draw's rule (FRESH_DRAWS); a draw without one is printed with the counted draw's and counts for nothing."""
+    return FRESH_DRAWS.get(draw, FRESH_DRAWS[FRESH_DRAW])
 
 
 def fresh_draw_check(
@@ -675,7 +679,7 @@ def fresh_draw_check(
     the other sets' draw-0 validation videos, trained on the set's fresh draw and reported on that draw's test
     videos, which no choice has read. A row is judged (`passed`) only once every seed of SEEDS has run; one
     whose chosen recipe has no fresh runs has no figures."""
-    floor, templates, _ = FRESH_DRAWS.get(draw, FRESH_DRAWS[FRESH_DRAW])
+    floor, templates, _ = draw_rule(draw)
     rows = []
     for left_out, others, score, recipe, template in choose_on_the_others(media, floor, templates):
         row = {"left_out": left_out, "chosen_on": others, "recipe": recipe, "template": template, "floor": score}
@@ -707,7 +711,7 @@ def print_fresh_draw_check(rows: list[dict], draw: int) -> bool:
     """The fresh draw's table; True when every set's row was run over every seed and passed."""
     if not rows:  # one media set: nothing to leave out
         return False
-    rule = FRESH_DRAWS.get(draw, FRESH_DRAWS[FRESH_DRAW])[2]
+    rule = draw_rule(draw)[2]
     counts = "counts" if draw == FRESH_DRAW else "printed, counts for nothing"
     print(
         f"\nleave one media set out on draw {draw} ({counts}): the recipe and the template {rule} on the other "
@@ -785,6 +789,17 @@ def print_leave_one_set_out(rows: list[dict], preset: dict[str, list[dict]], pap
     return passed
 
 
+def print_media_verdict(media: dict, builds: dict, preset: dict, fresh: dict[int, dict], paper: str) -> bool:
+    """Draw 0's leave-one-set-out table, then every fresh draw's check (`fresh`: draw -> its runs by (set,
+    recipe)); True when draw 0's table or FRESH_DRAW's check passes on every set. Draw 0's test videos have been
+    read by every table since the first; the counted draw's never were, so its check is the verdict too."""
+    held = print_leave_one_set_out(leave_one_set_out(media, builds), preset, paper)
+    for draw in sorted({*FRESH_DRAWS, *fresh}):  # a draw's choices are printed before it is run
+        rows = fresh_draw_check(media, fresh.get(draw, {}), draw)
+        held |= print_fresh_draw_check(rows, draw) and draw == FRESH_DRAW
+    return held
+
+
 def combine(files: list[Path]) -> int:
     """The results of several result files (other seeds, other sets) summarised together: one summary per
     set and recipe, then the leave-one-set-out table."""
@@ -832,13 +847,7 @@ def combine(files: list[Path]) -> int:
         else:
             passed &= print_summary(summary, paper)
     if media:
-        # draw 0's test videos have been read by every table since the first; the fresh draw's never were,
-        # so its check, where every set has been run, is the verdict too
-        held = print_leave_one_set_out(leave_one_set_out(media, builds), preset, paper)
-        for draw in sorted({*FRESH_DRAWS, *fresh}):  # a draw's choices are printed before it is run
-            rows = fresh_draw_check(media, fresh.get(draw, {}), draw)
-            held |= print_fresh_draw_check(rows, draw) and draw == FRESH_DRAW
-        passed &= held
+        passed &= print_media_verdict(media, builds, preset, fresh, paper)
     return 0 if passed else 1
 
 
@@ -1012,17 +1021,16 @@ def main() -> int:
             print(f"\ndraw {args.media_draw}: its check chooses on draw 0's runs: --combine this file with them")
         elif media_results:
             builds = {(r["media_set"], r["recipe"]): r.get("build") for r in results if r.get("kind") == "media"}
-            held = print_leave_one_set_out(leave_one_set_out(media_results, builds), preset, paper)
+            fresh = {}
             if args.skip_fresh_draw:
                 print(f"\ndraw {FRESH_DRAW}: skipped (--skip-fresh-draw)")
             else:  # the draw whose check counts, built under the media root's draw{N} and trained as chosen
-                fresh = run_fresh_draw(
+                fresh[FRESH_DRAW] = run_fresh_draw(
                     media_results,
                     lambda name: build(name, FRESH_DRAW, media_root / f"draw{FRESH_DRAW}"),
                     lambda name, built, recipe: run(name, built, [recipe], False, FRESH_DRAW),
                 )
-                held |= print_fresh_draw_check(fresh_draw_check(media_results, fresh, FRESH_DRAW), FRESH_DRAW)
-            passed &= held
+            passed &= print_media_verdict(media_results, builds, preset, fresh, paper)
     (root / "bench_learning.json").write_text(json.dumps(results, indent=2) + "\n")
     print(f"\nresults: {root / 'bench_learning.json'}")
     return 0 if passed else 1
